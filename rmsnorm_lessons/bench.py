@@ -1,0 +1,178 @@
+"""Timing, in one place: CUDA events, warm-up, median of many launches, inputs larger than L2.
+
+Each timed launch is queued behind a short busy kernel so the host's launch overhead is not counted,
+and consecutive launches read different buffer sets (together larger than L2), so the figure is the
+speed from device memory, not from the cache. Bandwidth is the bytes a version must move
+(:meth:`Version.bytes_moved`) over the median time, reported against the device-to-device copy
+bandwidth measured in the same process.
+"""
+from __future__ import annotations
+
+import statistics
+import sys
+from dataclasses import asdict, dataclass
+
+import numpy as np
+
+from . import gpu, kernels, reference
+
+#: the shapes of the issue's benchmark (N, C): six above L2, two latency-bound
+LARGE_SHAPES = [(32768, 768), (32768, 1024), (16384, 2048), (16384, 4096), (8192, 8192), (4096, 16384)]
+SMALL_SHAPES = [(8192, 768), (1024, 4096)]
+
+
+def progress(iterable, total=None, desc=""):
+    """tqdm where it is installed (a widget in JupyterLab), else the plain iterable."""
+    try:
+        from tqdm.auto import tqdm
+    except ImportError:  # pragma: no cover
+        return iterable
+    return tqdm(iterable, total=total, desc=desc, file=sys.stderr, leave=False)
+
+
+_sleeper = None
+
+
+def _sleep(us: float, stream=None):
+    global _sleeper
+    from . import build
+
+    if _sleeper is None:
+        _sleeper = build.source_module("timing").get_function("gpu_sleep")
+    clock_khz = gpu.require().device.get_attribute(gpu.driver().device_attribute.CLOCK_RATE)
+    _sleeper(np.int64(us * clock_khz / 1e3), block=(1, 1, 1), grid=(1, 1, 1), stream=stream)
+
+
+def time_ms(launch, sets: int = 1, warmup: int = 5, repeats: int = 50, stream=None) -> list[float]:
+    """Time ``launch(i)`` (``i`` = which buffer set) ``repeats`` times; return each launch's milliseconds."""
+    drv = gpu.driver()
+    start, stop = drv.Event(), drv.Event()
+    for i in range(warmup):
+        launch(i % sets)
+    times = []
+    for i in range(repeats):
+        _sleep(40, stream)
+        start.record(stream)
+        launch(i % sets)
+        stop.record(stream)
+        stop.synchronize()
+        times.append(stop.time_since(start))
+    return times
+
+
+def sets_for(bytes_per_set: int, l2_bytes: int, free_bytes: int) -> int:
+    """How many buffer sets to rotate so that consecutive launches find nothing useful in L2."""
+    want = max(2, -(-3 * l2_bytes // max(bytes_per_set, 1)))
+    fit = max(1, int(0.5 * free_bytes // max(bytes_per_set, 1)))
+    return max(1, min(want, fit, 64))
+
+
+@dataclass
+class Timing:
+    name: str
+    N: int
+    C: int
+    ms: float  # median
+    ms_spread: float  # (p90 - p10) / median
+    bytes: int
+    gbps: float
+    copy_gbps: float
+
+    @property
+    def fraction_of_copy(self) -> float:
+        return self.gbps / self.copy_gbps if self.copy_gbps else float("nan")
+
+    def as_dict(self):
+        d = asdict(self)
+        d["fraction_of_copy"] = self.fraction_of_copy
+        return d
+
+
+class DeviceProblem:
+    """``sets`` random problems of shape (N, C) for a version's dtype, resident on the GPU."""
+
+    def __init__(self, N: int, C: int, dtype, sets: int | None = None, seed: int = 0):
+        drv = gpu.driver()
+        p = reference.random_problem(N, C, dtype, seed=seed)
+        self.host = p
+        per_set = sum(p[k].nbytes for k in ("dout", "inp", "dinp", "rstd"))
+        if sets is None:
+            free, _ = drv.mem_get_info()
+            sets = sets_for(per_set, gpu.facts().l2_bytes, free)
+        self.sets = sets
+        self.weight = drv.to_device(p["weight"])
+        self.dweight = drv.to_device(p["dweight"])
+        self.buffers = []
+        self._allocs = [self.weight, self.dweight]
+        for _ in range(sets):
+            bufs = {k: drv.to_device(np.ascontiguousarray(p[k])) for k in ("dout", "inp", "dinp", "rstd")}
+            self._allocs += list(bufs.values())
+            self.buffers.append(kernels.Buffers(dinp=bufs["dinp"], dweight=self.dweight, dout=bufs["dout"],
+                                                inp=bufs["inp"], weight=self.weight, rstd=bufs["rstd"]))
+
+    def free(self):
+        for a in self._allocs:
+            a.free()
+        self._allocs = []
+
+
+def bench_version(version, N: int, C: int, copy_gbps: float, repeats: int = 50, problem=None) -> Timing:
+    """Time one version at one shape (inputs rotated among buffer sets larger than L2)."""
+    spec = kernels.get(version)
+    own = problem is None
+    problem = problem or DeviceProblem(N, C, spec.dtype)
+    try:
+        L = kernels.launcher(spec, N, C)
+        times = time_ms(lambda i: L(problem.buffers[i]), sets=problem.sets, repeats=repeats)
+    finally:
+        if own:
+            problem.free()
+    return _timing(spec.name, N, C, times, spec.bytes_moved(N, C), copy_gbps)
+
+
+def _timing(name, N, C, times, nbytes, copy_gbps) -> Timing:
+    med = statistics.median(times)
+    p10, p90 = np.percentile(times, [10, 90])
+    return Timing(name, N, C, med, float((p90 - p10) / med), nbytes, nbytes / (med * 1e-3) / 1e9, copy_gbps)
+
+
+def sweep(versions=None, shapes=None, repeats: int = 50, check: bool = True, copy_gbps: float | None = None):
+    """Check (optionally) and time every version at every shape; one copy-bandwidth measurement first.
+
+    Returns a list of :class:`Timing`; a version that cannot run a shape (its C rule, its shared memory)
+    is left out and reported on stderr.
+    """
+    from . import check as checking
+
+    versions = list(versions or kernels.VERSIONS)
+    shapes = list(shapes or LARGE_SHAPES + SMALL_SHAPES)
+    copy_gbps = copy_gbps or gpu.copy_bandwidth()
+    results = []
+    jobs = [(v, s) for s in shapes for v in versions]
+    for version, (N, C) in progress(jobs, total=len(jobs), desc="bench"):
+        spec = kernels.get(version)
+        try:
+            kernels.check_inputs(spec, *(np.empty((N, C), spec.dtype),) * 2, np.empty(C, spec.dtype),
+                                 np.empty(N, np.float32))
+            kernels.check_shared_memory(spec, C, gpu.facts().shared_memory_per_block_optin)
+        except ValueError as exc:
+            print(f"skip {version} at {N}x{C}: {exc}", file=sys.stderr)
+            continue
+        if check:
+            report = checking.check_version(version, N, C, seed=N + C)
+            if not report.ok:
+                raise AssertionError(f"{version} is wrong at N={N} C={C}; not timing it:\n{report}")
+        results.append(bench_version(version, N, C, copy_gbps, repeats=repeats))
+    return results
+
+
+def table(results, baseline: str | None = None) -> str:
+    """A text table: time, GB/s, % of copy and (optionally) speedup over ``baseline`` at each shape."""
+    base = {(r.N, r.C): r.ms for r in results if r.name == baseline}
+    lines = [f"{'version':<16}{'N x C':>14}{'ms':>10}{'GB/s':>9}{'% copy':>8}" + ("  speedup" if base else "")]
+    for r in results:
+        row = f"{r.name:<16}{f'{r.N}x{r.C}':>14}{r.ms:>10.4f}{r.gbps:>9.0f}{100 * r.fraction_of_copy:>7.1f}%"
+        if base and (r.N, r.C) in base:
+            row += f"  {base[(r.N, r.C)] / r.ms:6.2f}x"
+        lines.append(row)
+    return "\n".join(lines)

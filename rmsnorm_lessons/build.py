@@ -1,0 +1,250 @@
+"""Building the kernels of ``kernels/``: one place for the compiler, its options and its reports.
+
+Two paths share the same options:
+
+* :func:`source_module` compiles a file with PyCUDA's ``SourceModule`` for the current device
+  (needs a GPU); PyCUDA caches the cubin on disk.
+* :func:`compile_file` runs nvcc directly for any target (``sm_80``, ``sm_90``...) and needs no GPU: it
+  returns the cubin or PTX and the ptxas resource report parsed into :class:`Resources` records.
+"""
+from __future__ import annotations
+
+import functools
+import hashlib
+import os
+import re
+import shutil
+import subprocess
+import sys
+import sysconfig
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+#: flags of every build: the seed's (-O3 --use_fast_math), C++17, line info for the SASS listings
+NVCC_FLAGS = ("-O3", "--use_fast_math", "-std=c++17", "-lineinfo")
+DEFAULT_ARCH = "sm_90"
+
+
+def kernel_dir() -> Path:
+    """The folder holding the ``.cu`` files (``$RMSNORM_LESSONS_KERNELS`` overrides)."""
+    override = os.environ.get("RMSNORM_LESSONS_KERNELS")
+    if override:
+        return Path(override)
+    return Path(__file__).resolve().parent.parent / "kernels"
+
+
+def kernel_path(name: str) -> Path:
+    """``kernels/<name>.cu`` (``name`` may carry the suffix); a clear error if it does not exist."""
+    file = kernel_dir() / (name if name.endswith((".cu", ".cuh")) else name + ".cu")
+    if not file.is_file():
+        known = ", ".join(sorted(p.stem for p in kernel_dir().glob("*.cu")))
+        raise FileNotFoundError(f"no kernel file {file}; known: {known}")
+    return file
+
+
+def kernel_source(name: str) -> str:
+    return kernel_path(name).read_text()
+
+
+def _header_digest() -> str:
+    # PyCUDA's cache keys on the source text and options only; a change to a header must still
+    # force a rebuild, so every source handed to it carries the digest of the headers.
+    h = hashlib.sha1()
+    for header in sorted(kernel_dir().glob("*.cuh")):
+        h.update(header.read_bytes())
+    return h.hexdigest()[:16]
+
+
+def _cuda_roots():
+    for var in ("CUDA_HOME", "CUDA_PATH"):
+        if os.environ.get(var):
+            yield Path(os.environ[var])
+    # NVIDIA's pip wheels (nvidia-cuda-nvcc and friends) unpack a CUDA tree here
+    purelib = Path(sysconfig.get_paths()["purelib"])
+    for sub in ("nvidia/cu13", "nvidia/cuda_nvcc"):
+        yield purelib / sub
+    yield Path("/usr/local/cuda")
+
+
+def find_tool(tool: str) -> str | None:
+    """Path of a CUDA tool (``nvcc``, ``cuobjdump``, ``nvdisasm``): PATH, CUDA_HOME, the pip wheels."""
+    found = shutil.which(tool)
+    if found:
+        return found
+    for root in _cuda_roots():
+        candidate = root / "bin" / tool
+        if candidate.is_file() and os.access(candidate, os.X_OK):
+            return str(candidate)
+    return None
+
+
+def find_nvcc() -> str | None:
+    return find_tool("nvcc")
+
+
+def require_nvcc() -> str:
+    nvcc = find_nvcc()
+    if nvcc is None:
+        raise RuntimeError(
+            "nvcc was not found on PATH, under CUDA_HOME or in NVIDIA's pip wheels; "
+            "install CUDA 13 or run `make test`, which installs the nvidia-cuda-nvcc wheels into .venv"
+        )
+    return nvcc
+
+
+@functools.lru_cache(maxsize=None)
+def nvcc_version(nvcc: str | None = None) -> str | None:
+    nvcc = nvcc or find_nvcc()
+    if not nvcc:
+        return None
+    out = subprocess.run([nvcc, "--version"], capture_output=True, text=True).stdout
+    m = re.search(r"release ([\d.]+), V([\d.]+)", out)
+    return m.group(2) if m else out.strip().splitlines()[-1]
+
+
+def _include_dirs() -> list[str]:
+    dirs = [str(kernel_dir())]
+    nvcc = find_nvcc()
+    if nvcc:  # a wheel-installed nvcc keeps cuda_bf16.h beside it, outside the default search path
+        inc = Path(nvcc).resolve().parent.parent / "include"
+        if inc.is_dir():
+            dirs.append(str(inc))
+    return dirs
+
+
+@dataclass(frozen=True)
+class Resources:
+    """What ptxas reports for one kernel (``-Xptxas -v``)."""
+
+    kernel: str
+    arch: str
+    registers: int
+    shared_bytes: int  # static shared memory; dynamic shared memory is chosen at launch
+    stack_bytes: int
+    spill_stores: int
+    spill_loads: int
+    barriers: int
+    constant_bytes: int
+
+    @property
+    def spills(self) -> bool:
+        return self.spill_stores > 0 or self.spill_loads > 0
+
+
+_ENTRY = re.compile(r"Compiling entry function '([^']+)' for '(\w+)'")
+_FRAME = re.compile(r"(\d+) bytes stack frame, (\d+) bytes spill stores, (\d+) bytes spill loads")
+_USED = re.compile(r"Used (\d+) registers")
+_BARRIERS = re.compile(r"used (\d+) barriers")
+_SMEM = re.compile(r"(\d+) bytes smem")
+_CMEM = re.compile(r"(\d+) bytes cmem\[0\]")
+
+
+def parse_ptxas(log: str) -> dict[str, Resources]:
+    """Parse ``ptxas -v`` output into one :class:`Resources` per entry function."""
+    found: dict[str, Resources] = {}
+    current = None
+    fields: dict = {}
+    for line in log.splitlines():
+        m = _ENTRY.search(line)
+        if m:
+            current = m.group(1)
+            fields = dict(kernel=current, arch=m.group(2), registers=0, shared_bytes=0, stack_bytes=0,
+                          spill_stores=0, spill_loads=0, barriers=0, constant_bytes=0)
+            continue
+        if current is None:
+            continue
+        m = _FRAME.search(line)
+        if m:
+            fields.update(stack_bytes=int(m.group(1)), spill_stores=int(m.group(2)),
+                          spill_loads=int(m.group(3)))
+        m = _USED.search(line)
+        if m:
+            fields["registers"] = int(m.group(1))
+            for pattern, key in ((_BARRIERS, "barriers"), (_SMEM, "shared_bytes"), (_CMEM, "constant_bytes")):
+                mm = pattern.search(line)
+                if mm:
+                    fields[key] = int(mm.group(1))
+            found[current] = Resources(**fields)
+            current = None
+    return found
+
+
+@dataclass(frozen=True)
+class Compiled:
+    name: str
+    arch: str
+    kind: str  # "cubin" or "ptx"
+    binary: bytes
+    resources: dict[str, Resources]
+    log: str
+
+
+def _check_arch(arch: str) -> str:
+    if not re.fullmatch(r"sm_\d{2,3}a?", arch):
+        raise ValueError(f"arch must look like 'sm_90' or 'sm_80', got {arch!r}")
+    return arch
+
+
+@functools.lru_cache(maxsize=64)
+def _compile_cached(path: str, mtime_key: str, arch: str, kind: str, extra: tuple) -> Compiled:
+    nvcc = require_nvcc()
+    with tempfile.TemporaryDirectory(prefix="rmsnorm-lessons-") as tmp:
+        out = Path(tmp) / f"kernel.{kind}"
+        cmd = [nvcc, f"-{kind}", f"-arch={arch}", *NVCC_FLAGS, *extra, "-Xptxas", "-v",
+               *[f"-I{d}" for d in _include_dirs()], "-o", str(out), path]
+        if kind == "ptx":
+            cmd.remove("-Xptxas")
+            cmd.remove("-v")
+        proc = subprocess.run(cmd, capture_output=True, text=True)
+        if proc.returncode != 0:
+            raise CompileError(f"nvcc failed for {Path(path).name} ({arch}):\n{proc.stderr}")
+        log = proc.stdout + proc.stderr
+        return Compiled(Path(path).stem, arch, kind, out.read_bytes(), parse_ptxas(log), log)
+
+
+class CompileError(RuntimeError):
+    pass
+
+
+def compile_file(name: str, arch: str = DEFAULT_ARCH, kind: str = "cubin", extra_flags=()) -> Compiled:
+    """Compile ``kernels/<name>.cu`` with nvcc for ``arch``; no GPU needed.
+
+    ``kind`` is ``"cubin"`` (machine code, with the ptxas resource report) or ``"ptx"``.
+    """
+    if kind not in ("cubin", "ptx"):
+        raise ValueError(f"kind must be 'cubin' or 'ptx', got {kind!r}")
+    path = kernel_path(name)
+    stamp = f"{path.stat().st_mtime_ns}:{_header_digest()}"
+    return _compile_cached(str(path), stamp, _check_arch(arch), kind, tuple(extra_flags))
+
+
+def resources(name: str, arch: str = DEFAULT_ARCH) -> dict[str, Resources]:
+    """The ptxas report of every kernel in ``kernels/<name>.cu`` for ``arch``."""
+    return compile_file(name, arch).resources
+
+
+def source_module(name: str, arch: str | None = None, defines: dict | None = None):
+    """Compile ``kernels/<name>.cu`` with PyCUDA's ``SourceModule`` on the current device (cached)."""
+    from . import gpu
+
+    gpu.require()
+    key = (name, arch, tuple(sorted((defines or {}).items())), kernel_path(name).stat().st_mtime_ns,
+           _header_digest())
+    return _module_cache(key)
+
+
+@functools.lru_cache(maxsize=None)
+def _module_cache(key):
+    from pycuda.compiler import SourceModule
+
+    name, arch, defines, _, digest = key
+    source = f"// headers {digest}\n" + kernel_source(name)
+    options = list(NVCC_FLAGS) + [f"-D{k}={v}" for k, v in defines]
+    return SourceModule(source, nvcc=require_nvcc(), options=options, no_extern_c=True, arch=arch,
+                        include_dirs=_include_dirs())
+
+
+def clear_module_cache() -> None:
+    """Forget compiled modules (they belong to a context; call before the context goes away)."""
+    _module_cache.cache_clear()

@@ -1,0 +1,118 @@
+"""Comparing a GPU result with the reference, by the seed's rule.
+
+An element passes when ``|gpu - ref| <= tol + |ref| * eps`` (``eps`` = FLT_EPSILON for fp32 outputs,
+0.079 for bf16 ones); non-finite reference values are skipped, as the seed's ``validate_result`` does,
+except that a non-finite GPU value where the reference is finite always fails.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from .bf16 import bfloat16
+
+FLT_EPSILON = float(np.finfo(np.float32).eps)
+BF16_EPS = 0.079  # the seed's eps for bf16 outputs: about ten bf16 ulps (2**-7) of relative slack
+
+#: the seed's absolute tolerances, (dinp, dweight), per storage dtype
+SEED_TOLERANCE = {
+    np.dtype(np.float32): (1e-3, 1e-3),
+    bfloat16: (1e-1, 5e-1),
+}
+SEED_ROWS = 8192  # B*T of the seed's own check
+
+
+def tolerances(dtype, N: int) -> dict:
+    """``{"dinp": (tol, eps), "dweight": (tol, eps)}`` for a version storing ``dtype``, at N rows.
+
+    dinp is per row, so the seed's figure holds at any N. dweight is a sum over N rows whose rounding
+    error grows with the partial sums; its absolute tolerance is the seed's, scaled by N / 8192 above the
+    seed's own N.
+    """
+    dtype = np.dtype(dtype)
+    tol_dinp, tol_dweight = SEED_TOLERANCE[dtype]
+    eps = FLT_EPSILON if dtype == np.float32 else BF16_EPS
+    scale = max(1.0, N / SEED_ROWS)
+    return {"dinp": (tol_dinp, eps), "dweight": (tol_dweight * scale, eps)}
+
+
+@dataclass
+class Comparison:
+    name: str
+    ok: bool
+    checked: int
+    failures: int
+    max_abs_error: float
+    rel_l2_error: float  # ||gpu - ref|| / ||ref|| over finite reference values
+    tol: float
+    eps: float
+    worst: list = field(default_factory=list)  # (index tuple, gpu, ref, |err|, allowed)
+
+    def __str__(self) -> str:
+        head = (f"{self.name}: {'OK' if self.ok else 'FAIL'}  {self.failures}/{self.checked} outside "
+                f"|err| <= {self.tol:g} + |ref|*{self.eps:g}; max |err| {self.max_abs_error:.3g}, "
+                f"||err||/||ref|| {self.rel_l2_error:.3g}")
+        if self.ok:
+            return head
+        rows = [f"    at {idx}: gpu {g:.6g}  ref {r:.6g}  |err| {e:.3g} > {a:.3g}" for idx, g, r, e, a in self.worst]
+        return "\n".join([head, *rows])
+
+
+def compare(gpu, ref, tol: float, eps: float, name: str = "output", worst: int = 5) -> Comparison:
+    """Compare element-wise with the seed's rule; keep the ``worst`` failing elements (largest excess)."""
+    g = np.asarray(gpu).astype(np.float64)
+    r = np.asarray(ref).astype(np.float64)
+    if g.shape != r.shape:
+        raise ValueError(f"{name}: the result has shape {g.shape} but the reference has {r.shape}")
+    finite = np.isfinite(r)
+    err = np.abs(g - r)
+    allowed = tol + np.abs(r) * eps
+    bad = finite & ~(err <= allowed)  # NaN in gpu where ref is finite fails here
+    err_f = np.where(finite, err, 0.0)
+    err_f = np.where(np.isnan(err_f), np.inf, err_f)
+    ref_norm = float(np.linalg.norm(np.where(finite, r, 0.0)))
+    err_norm = float(np.linalg.norm(err_f)) if np.isfinite(err_f).all() else float("inf")
+    n_bad = int(bad.sum())
+    listed = []
+    if n_bad:
+        flat = np.flatnonzero(bad)
+        excess = np.where(np.isfinite(err), err - allowed, np.inf).ravel()[flat]
+        for i in flat[np.argsort(-excess, kind="stable")[:worst]]:
+            idx = np.unravel_index(i, r.shape)
+            listed.append((tuple(int(k) for k in idx), float(g.flat[i]), float(r.flat[i]), float(err.flat[i]),
+                           float(allowed.flat[i])))
+    return Comparison(name=name, ok=n_bad == 0, checked=int(finite.sum()), failures=n_bad,
+                      max_abs_error=float(err_f.max()) if err_f.size else 0.0,
+                      rel_l2_error=err_norm / ref_norm if ref_norm > 0 else err_norm,
+                      tol=tol, eps=eps, worst=listed)
+
+
+@dataclass
+class CheckReport:
+    version: str
+    N: int
+    C: int
+    dinp: Comparison
+    dweight: Comparison
+
+    @property
+    def ok(self) -> bool:
+        return self.dinp.ok and self.dweight.ok
+
+    def __str__(self) -> str:
+        return f"{self.version} N={self.N} C={self.C}\n  {self.dinp}\n  {self.dweight}"
+
+
+def check_version(version: str, N: int, C: int, seed=0, accumulate: bool = True) -> CheckReport:
+    """Run ``version`` on fresh random inputs and compare with the float64 reference (needs a GPU)."""
+    from . import kernels, reference
+
+    spec = kernels.get(version)
+    p = reference.random_problem(N, C, spec.dtype, seed=seed, accumulate=accumulate)
+    dinp, dweight = kernels.run(version, p["dout"], p["inp"], p["weight"], p["rstd"], p["dinp"], p["dweight"])
+    ref_dinp, ref_dweight = reference.backward(p["dout"], p["inp"], p["weight"], p["rstd"], p["dinp"], p["dweight"])
+    tol = tolerances(spec.dtype, N)
+    return CheckReport(version, N, C,
+                       compare(dinp, ref_dinp, *tol["dinp"], name="dinp"),
+                       compare(dweight, ref_dweight, *tol["dweight"], name="dweight"))

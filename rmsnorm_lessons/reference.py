@@ -1,0 +1,129 @@
+"""The NumPy reference: RMSNorm forward and backward, as the seed's CPU code computes them.
+
+Shapes are ``(N, C)`` or ``(B, T, C)`` (the second is flattened to ``N = B*T`` rows). The arithmetic runs in
+``dtype``: float32 reproduces the seed's CPU reference, float64 is the oracle the GPU versions are
+checked against. bf16 inputs are widened exactly before the arithmetic.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+EPS = 1e-5
+
+
+def _rows(x, name: str, dtype) -> np.ndarray:
+    a = np.asarray(x)
+    if a.ndim not in (2, 3):
+        raise ValueError(f"{name} must have 2 dims (N, C) or 3 dims (B, T, C), got shape {a.shape}")
+    return a.astype(dtype, copy=False).reshape(-1, a.shape[-1])
+
+
+def forward(inp, weight, eps: float = EPS, dtype=np.float64):
+    """Return ``(out, rstd)``: ``rstd = 1/sqrt(mean(x**2) + eps)`` per row and ``out = x * rstd * weight``.
+
+    ``out`` has the shape of ``inp``; ``rstd`` has its leading shape (``(N,)`` or ``(B, T)``).
+    """
+    shape = np.shape(inp)
+    x = _rows(inp, "inp", dtype)
+    w = np.asarray(weight).astype(dtype, copy=False)
+    if w.shape != (x.shape[1],):
+        raise ValueError(f"weight must have shape ({x.shape[1]},) to match inp's C, got {w.shape}")
+    rstd = 1.0 / np.sqrt(np.mean(x * x, axis=1) + dtype(eps))
+    out = x * rstd[:, None] * w
+    return out.reshape(shape), rstd.reshape(shape[:-1])
+
+
+def backward(dout, inp, weight, rstd, dinp=None, dweight=None, dtype=np.float64):
+    """Return ``(dinp, dweight)`` after accumulating this call's gradients into them, like the seed.
+
+    ``dinp += rstd * (dnorm - norm * mean(dnorm * norm))`` with ``norm = inp*rstd``, ``dnorm = weight*dout``,
+    and ``dweight += sum over rows of norm * dout``. ``dinp`` and ``dweight`` default to zeros; when given
+    they are not modified: new arrays in ``dtype`` are returned.
+    """
+    shape = np.shape(inp)
+    x = _rows(inp, "inp", dtype)
+    g = _rows(dout, "dout", dtype)
+    if g.shape != x.shape:
+        raise ValueError(f"dout must have the shape of inp {shape}, got {np.shape(dout)}")
+    n, c = x.shape
+    w = np.asarray(weight).astype(dtype, copy=False)
+    if w.shape != (c,):
+        raise ValueError(f"weight must have shape ({c},), got {w.shape}")
+    r = np.asarray(rstd).astype(dtype, copy=False).reshape(-1)
+    if r.shape != (n,):
+        raise ValueError(f"rstd must hold one value per row ({n}), got shape {np.shape(rstd)}")
+
+    norm = x * r[:, None]
+    dnorm = w * g
+    dnorm_norm_mean = np.mean(dnorm * norm, axis=1, keepdims=True)
+    grad_inp = r[:, None] * (dnorm - norm * dnorm_norm_mean)
+    grad_weight = np.sum(norm * g, axis=0)
+
+    base_dinp = np.zeros((n, c), dtype) if dinp is None else _rows(dinp, "dinp", dtype)
+    base_dweight = np.zeros(c, dtype) if dweight is None else np.asarray(dweight).astype(dtype).reshape(c)
+    return (base_dinp + grad_inp).reshape(shape), base_dweight + grad_weight
+
+
+def loss_gradients_fd(dout, inp, weight, eps: float = EPS, h: float = 1e-6, rows=None, cols=None):
+    """Central finite differences of ``L = sum(dout * forward(inp, weight))`` in float64.
+
+    Returns ``(dinp_fd, dweight_fd)`` at the chosen ``rows`` x ``cols`` of ``inp`` (all by default) and
+    every channel of ``weight``; compare with :func:`backward`, which computes the same derivatives.
+    """
+    x = _rows(inp, "inp", np.float64).copy()
+    g = _rows(dout, "dout", np.float64)
+    w = np.asarray(weight, dtype=np.float64).copy()
+    n, c = x.shape
+    rows = range(n) if rows is None else rows
+    cols = range(c) if cols is None else cols
+
+    def loss(xx, ww):
+        return float(np.sum(g * forward(xx, ww, eps)[0]))
+
+    dinp_fd = np.zeros((len(rows), len(cols)))
+    for a, i in enumerate(rows):
+        for b, j in enumerate(cols):
+            keep = x[i, j]
+            x[i, j] = keep + h
+            up = loss(x, w)
+            x[i, j] = keep - h
+            down = loss(x, w)
+            x[i, j] = keep
+            dinp_fd[a, b] = (up - down) / (2 * h)
+    dweight_fd = np.zeros(c)
+    for j in range(c):
+        keep = w[j]
+        w[j] = keep + h
+        up = loss(x, w)
+        w[j] = keep - h
+        down = loss(x, w)
+        w[j] = keep
+        dweight_fd[j] = (up - down) / (2 * h)
+    return dinp_fd, dweight_fd
+
+
+def random_problem(N: int, C: int, dtype=np.float32, seed=None, accumulate: bool = True):
+    """Random inputs for one backward call, like the seed's (uniform in [-1, 1]).
+
+    Returns a dict with ``dout, inp, weight, rstd, dinp, dweight``: ``rstd`` is computed in float32 from
+    the (possibly bf16-rounded) ``inp``, as the forward kernel would; with ``accumulate`` the initial
+    ``dinp`` and ``dweight`` are random too, so a kernel that overwrites instead of adding is caught.
+    """
+    from .bf16 import bfloat16
+
+    rng = np.random.default_rng(seed)
+    dtype = np.dtype(dtype)
+
+    def uniform(*shape):
+        return rng.uniform(-1.0, 1.0, size=shape).astype(np.float32).astype(dtype)
+
+    inp = uniform(N, C)
+    weight = uniform(C)
+    dout = uniform(N, C)
+    _, rstd = forward(inp.astype(np.float32), weight.astype(np.float32), dtype=np.float32)
+    if accumulate:
+        dinp, dweight = uniform(N, C), uniform(C)
+    else:
+        dinp, dweight = np.zeros((N, C), dtype), np.zeros(C, dtype)
+    assert dtype in (np.dtype(np.float32), bfloat16), dtype
+    return dict(dout=dout, inp=inp, weight=weight, rstd=rstd.astype(np.float32), dinp=dinp, dweight=dweight)
