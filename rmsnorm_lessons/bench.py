@@ -88,6 +88,11 @@ class Timing:
         return d
 
 
+def _raw(a: np.ndarray) -> np.ndarray:
+    # PyCUDA copies through the buffer protocol, which ml_dtypes' bfloat16 does not export
+    return np.ascontiguousarray(a).view(np.uint8)
+
+
 class DeviceProblem:
     """``sets`` random problems of shape (N, C) for a version's dtype, resident on the GPU."""
 
@@ -100,12 +105,12 @@ class DeviceProblem:
             free, _ = drv.mem_get_info()
             sets = sets_for(per_set, gpu.facts().l2_bytes, free)
         self.sets = sets
-        self.weight = drv.to_device(p["weight"])
-        self.dweight = drv.to_device(p["dweight"])
+        self.weight = drv.to_device(_raw(p["weight"]))
+        self.dweight = drv.to_device(_raw(p["dweight"]))
         self.buffers = []
         self._allocs = [self.weight, self.dweight]
         for _ in range(sets):
-            bufs = {k: drv.to_device(np.ascontiguousarray(p[k])) for k in ("dout", "inp", "dinp", "rstd")}
+            bufs = {k: drv.to_device(_raw(p[k])) for k in ("dout", "inp", "dinp", "rstd")}
             self._allocs += list(bufs.values())
             self.buffers.append(kernels.Buffers(dinp=bufs["dinp"], dweight=self.dweight, dout=bufs["dout"],
                                                 inp=bufs["inp"], weight=self.weight, rstd=bufs["rstd"]))

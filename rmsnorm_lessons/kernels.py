@@ -268,10 +268,13 @@ class Launcher:
     have separate scratch buffers, so they may run on two streams at once.
     """
 
-    def __init__(self, version, N: int, C: int, block_size: int | None = None):
+    def __init__(self, version, N: int, C: int, block_size: int | None = None, overwrite: bool = False):
         from . import gpu
 
         self.spec = get(version)
+        if overwrite and not self.spec.overwrite_mode:
+            raise ValueError(f"overwrite=True (dinp = instead of +=) is not offered by {self.spec.name}")
+        self.overwrite = bool(overwrite)
         self.N, self.C = int(N), int(C)
         self.block_size = int(block_size or self.spec.block_size)
         if self.block_size % 32 or not 32 <= self.block_size <= 1024:
@@ -321,11 +324,11 @@ class Launcher:
 _launchers: dict = {}
 
 
-def launcher(version, N: int, C: int, block_size: int | None = None) -> Launcher:
+def launcher(version, N: int, C: int, block_size: int | None = None, overwrite: bool = False) -> Launcher:
     """A cached :class:`Launcher` for this version and shape."""
-    key = (get(version).name, N, C, block_size)
+    key = (get(version).name, N, C, block_size, overwrite)
     if key not in _launchers:
-        _launchers[key] = Launcher(version, N, C, block_size)
+        _launchers[key] = Launcher(version, N, C, block_size, overwrite)
     return _launchers[key]
 
 
@@ -333,17 +336,21 @@ def _pointer(a) -> int:
     return int(a.gpudata) if _is_gpuarray(a) else int(a)
 
 
-def run(version, dout, inp, weight, rstd, dinp=None, dweight=None, *, block_size: int | None = None):
+def run(version, dout, inp, weight, rstd, dinp=None, dweight=None, *, block_size: int | None = None,
+        overwrite: bool = False):
     """Run one backward pass of ``version``: returns ``(dinp, dweight)`` with this call's gradients added.
 
     NumPy inputs: copied to the GPU, and new NumPy arrays are returned (``dinp``/``dweight`` default to
     zeros and are not modified). GPUArray inputs: ``dinp`` and ``dweight`` are required and updated in
-    place, and returned. ``N == 0`` is a no-op that returns the outputs untouched. Every input is checked
+    place, and returned. With ``overwrite`` (versions that offer it) dinp is set, not added to (dweight
+    still accumulates). ``N == 0`` is a no-op that returns the outputs untouched. Every input is checked
     before the GPU is touched.
     """
     from . import gpu
 
     spec = get(version)
+    if overwrite and not spec.overwrite_mode:
+        raise ValueError(f"overwrite=True (dinp = instead of +=) is not offered by {spec.name}")
     shp = check_inputs(spec, dout, inp, weight, rstd, dinp, dweight)
     on_gpu = _is_gpuarray(inp)
     if on_gpu and (dinp is None or dweight is None):
@@ -355,7 +362,7 @@ def run(version, dout, inp, weight, rstd, dinp=None, dweight=None, *, block_size
         return dinp, dweight
 
     gpu.require()
-    L = launcher(spec, shp.N, shp.C, block_size)
+    L = launcher(spec, shp.N, shp.C, block_size, overwrite)
     drv = L.drv
     if on_gpu:
         L(Buffers(*(_pointer(a) for a in (dinp, dweight, dout, inp, weight, rstd))))
@@ -384,3 +391,45 @@ def _synchronize(spec: Version) -> None:
         gpu.synchronize()
     except gpu.driver().Error as exc:
         raise LaunchError(f"{spec.name}: the kernel failed: {exc}") from exc
+
+
+def forward(inp, weight, eps: float = 1e-5):
+    """RMSNorm forward on the GPU (fp32, one warp per row, ``kernels/rmsnorm_forward.cu``).
+
+    Returns ``(out, rstd)`` as NumPy arrays; ``rstd`` is what the backward versions read.
+    """
+    from . import gpu
+
+    x = np.asarray(inp)
+    w = np.asarray(weight)
+    if x.ndim not in (2, 3):
+        raise ValueError(f"inp must have 2 dims (N, C) or 3 dims (B, T, C), got shape {x.shape}")
+    if x.dtype != FP32 or w.dtype != FP32:
+        raise TypeError(f"inp and weight must be float32, got {x.dtype.name} and {w.dtype.name}")
+    C = x.shape[-1]
+    if w.shape != (C,):
+        raise ValueError(f"weight must have shape ({C},) to match inp's C, got {w.shape}")
+    N = int(np.prod(x.shape[:-1]))
+    out = np.empty_like(x)
+    rstd = np.empty(x.shape[:-1], np.float32)
+    if N == 0:
+        return out, rstd
+    gpu.require()
+    drv = gpu.driver()
+    fn = build.source_module("rmsnorm_forward").get_function("rmsnorm_forward")
+    d_inp, d_w = drv.to_device(np.ascontiguousarray(x)), drv.to_device(w)
+    d_out, d_rstd = drv.mem_alloc(out.nbytes), drv.mem_alloc(max(rstd.nbytes, 4))
+    try:
+        warps = 8
+        fn(d_out, d_rstd, d_inp, d_w, np.int32(N), np.int32(C), np.float32(eps),
+           block=(32 * warps, 1, 1), grid=(ceil_div(N, warps), 1, 1))
+        try:
+            gpu.synchronize()
+        except drv.Error as exc:
+            raise LaunchError(f"rmsnorm_forward: the kernel failed: {exc}") from exc
+        drv.memcpy_dtoh(out, d_out)
+        drv.memcpy_dtoh(rstd, d_rstd)
+    finally:
+        for a in (d_inp, d_w, d_out, d_rstd):
+            a.free()
+    return out, rstd

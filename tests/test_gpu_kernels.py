@@ -1,0 +1,113 @@
+"""Every version against the float64 reference on the GPU (marker ``gpu``; skipped without a device)."""
+import numpy as np
+import pytest
+
+import rmsnorm_lessons as rl
+from rmsnorm_lessons import bf16, check, kernels, reference
+
+pytestmark = pytest.mark.gpu
+
+# odd N, N = 1, C not a power of two; C % 8 == 0 where the bf16 versions need it
+SHAPES = [(1, 8), (3, 24), (7, 776), (129, 1600), (1000, 2048), (4097, 768), (513, 5120)]
+
+
+def _case(version, N, C, seed):
+    spec = kernels.get(version)
+    p = reference.random_problem(N, C, spec.dtype, seed=seed)
+    dinp, dweight = kernels.run(version, p["dout"], p["inp"], p["weight"], p["rstd"], p["dinp"], p["dweight"])
+    ref_dinp, ref_dweight = reference.backward(p["dout"], p["inp"], p["weight"], p["rstd"], p["dinp"], p["dweight"])
+    tol = check.tolerances(spec.dtype, N)
+    a = check.compare(dinp, ref_dinp, *tol["dinp"], name="dinp")
+    b = check.compare(dweight, ref_dweight, *tol["dweight"], name="dweight")
+    print(f"{version} N={N} C={C}: dinp ||err||/||ref|| {a.rel_l2_error:.2e} max {a.max_abs_error:.2e}; "
+          f"dweight {b.rel_l2_error:.2e} max {b.max_abs_error:.2e}")
+    return a, b
+
+
+@pytest.mark.parametrize("N,C", SHAPES)
+@pytest.mark.parametrize("version", kernels.VERSIONS)
+def test_version_matches_float64_reference(version, N, C):
+    a, b = _case(version, N, C, seed=N * 7919 + C)
+    assert a.ok, str(a)
+    assert b.ok, str(b)
+
+
+def test_v1_seed_shape():
+    a, b = _case("v1_naive", 8 * 1024, 1024, seed=1)
+    assert a.ok and b.ok, f"{a}\n{b}"
+
+
+def test_forward_kernel_matches_reference():
+    rng = np.random.default_rng(3)
+    for N, C in [(1, 5), (33, 777), (1000, 1024)]:
+        x = rng.uniform(-1, 1, (N, C)).astype(np.float32)
+        w = rng.uniform(-1, 1, C).astype(np.float32)
+        out, rstd = kernels.forward(x, w)
+        ref_out, ref_rstd = reference.forward(x, w)
+        np.testing.assert_allclose(rstd, ref_rstd, rtol=1e-5)
+        np.testing.assert_allclose(out, ref_out, rtol=1e-5, atol=1e-6)
+
+
+def test_outputs_accumulate_not_overwrite():
+    # running twice adds the gradient twice
+    for version in kernels.VERSIONS:
+        spec = kernels.get(version)
+        p = reference.random_problem(64, 256, spec.dtype, seed=5, accumulate=False)
+        once = kernels.run(version, p["dout"], p["inp"], p["weight"], p["rstd"])
+        twice = kernels.run(version, p["dout"], p["inp"], p["weight"], p["rstd"], *once)
+        np.testing.assert_allclose(np.asarray(twice[0], np.float32), 2 * np.asarray(once[0], np.float32),
+                                   rtol=0.02, atol=0.02)
+
+
+@pytest.mark.parametrize("version", [v.name for v in kernels.VERSION_LIST if v.deterministic])
+def test_deterministic_versions_are_bitwise_repeatable(version):
+    spec = kernels.get(version)
+    p = reference.random_problem(4099, 1600, spec.dtype, seed=11)
+    first = kernels.run(version, p["dout"], p["inp"], p["weight"], p["rstd"], p["dinp"], p["dweight"])
+    for _ in range(19):
+        again = kernels.run(version, p["dout"], p["inp"], p["weight"], p["rstd"], p["dinp"], p["dweight"])
+        assert np.array_equal(bf16.bits(again[0]), bf16.bits(first[0]))
+        assert np.array_equal(bf16.bits(again[1]), bf16.bits(first[1]))
+
+
+def test_v6_many_launches_without_host_reset():
+    # the ticket counter must come back to zero by itself after every launch: after 100 launches with
+    # nothing reset on the host, one more launch from fresh outputs gives exactly the first result
+    from pycuda import gpuarray
+
+    spec = kernels.get("v6_last_block")
+    N, C = 1031, 1024
+    p = reference.random_problem(N, C, spec.dtype, seed=13)
+    expected = kernels.run(spec, p["dout"], p["inp"], p["weight"], p["rstd"], p["dinp"], p["dweight"])
+    dev = {k: gpuarray.to_gpu(np.ascontiguousarray(p[k])) for k in ("dout", "inp", "weight", "rstd", "dinp", "dweight")}
+    L = kernels.Launcher(spec, N, C)  # a fresh launcher: its own, freshly zeroed ticket counter
+    bufs = kernels.Buffers(**{k: v.gpudata for k, v in dev.items()})
+    for _ in range(100):
+        L(bufs)
+    rl.gpu.synchronize()
+    after_100 = dev["dweight"].get().astype(np.float64)
+    dev["dinp"].set(np.ascontiguousarray(p["dinp"]))
+    dev["dweight"].set(np.ascontiguousarray(p["dweight"]))
+    L(bufs)
+    rl.gpu.synchronize()
+    assert np.array_equal(bf16.bits(dev["dinp"].get()), bf16.bits(expected[0]))
+    assert np.array_equal(bf16.bits(dev["dweight"].get()), bf16.bits(expected[1]))
+    # and the 100 launches did add up: dweight moved by about 100 gradients
+    _, grad = reference.backward(p["dout"], p["inp"], p["weight"], p["rstd"])
+    moved = after_100 - p["dweight"].astype(np.float64)
+    assert np.corrcoef(moved, grad)[0, 1] > 0.99
+
+
+def test_gpuarray_inputs_update_in_place():
+    from pycuda import gpuarray
+
+    for version in ("v2_warp", "v6_last_block"):
+        spec = kernels.get(version)
+        p = reference.random_problem(77, 264, spec.dtype, seed=17)
+        dev = {k: gpuarray.to_gpu(np.ascontiguousarray(p[k])) for k in p}
+        out = kernels.run(version, dev["dout"], dev["inp"], dev["weight"], dev["rstd"], dev["dinp"], dev["dweight"])
+        assert out[0] is dev["dinp"] and out[1] is dev["dweight"]
+        ref = kernels.run(version, p["dout"], p["inp"], p["weight"], p["rstd"], p["dinp"], p["dweight"])
+        assert np.array_equal(np.asarray(dev["dinp"].get(), np.float32), np.asarray(ref[0], np.float32)) or version == "v2_warp"
+        tol = check.tolerances(spec.dtype, 77)
+        assert check.compare(dev["dinp"].get(), ref[0], *tol["dinp"]).ok
