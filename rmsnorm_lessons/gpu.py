@@ -27,11 +27,21 @@ _gpu: _Gpu | None = None
 _failure: GpuUnavailable | None = None
 
 
+def _has_driver_library() -> bool:
+    import ctypes
+
+    try:
+        ctypes.CDLL("libcuda.so.1")
+        return True
+    except OSError:
+        return False
+
+
 def _start() -> _Gpu:
     try:
         import pycuda.driver as drv
     except ImportError as exc:
-        if "libcuda" in str(exc):
+        if "libcuda" in str(exc) or not _has_driver_library():
             raise GpuUnavailable(
                 "No NVIDIA driver here (libcuda.so.1 is missing): kernels can be compiled and inspected, "
                 "but launching them needs a machine with an NVIDIA GPU."
