@@ -28,5 +28,10 @@ bench: venv
 notebooks: venv
 	$(PY) -m rmsnorm_lessons.execute notebooks/*.ipynb
 
+# compute-sanitizer (memcheck, racecheck, synccheck, initcheck) over every version at two shapes (GPU).
+# e.g. make sanitize SANITIZE_ARGS="--logs out/sanitize --versions v6_last_block"
+sanitize: venv
+	$(PY) tools/sanitize.py $(SANITIZE_ARGS)
+
 clean:
 	rm -rf $(VENV) .pytest_cache

@@ -121,18 +121,30 @@ class DeviceProblem:
         self._allocs = []
 
 
-def bench_version(version, N: int, C: int, copy_gbps: float, repeats: int = 50, problem=None) -> Timing:
-    """Time one version at one shape (inputs rotated among buffer sets larger than L2)."""
+def overwrite_name(version) -> str:
+    """The name of a version's row when it runs in overwrite mode (dinp =, dinp not read)."""
+    return f"{kernels.get(version).name} (dinp=)"
+
+
+def bench_version(version, N: int, C: int, copy_gbps: float, repeats: int = 50, problem=None, *,
+                  overwrite: bool = False, launcher=None, name: str | None = None) -> Timing:
+    """Time one version at one shape (inputs rotated among buffer sets larger than L2).
+
+    ``overwrite``: time the overwrite mode (dinp =), counting the bytes that mode moves; ``launcher``: a
+    :class:`kernels.Launcher` of one's own (a tuned variant) instead of the cached one; ``name``: the row's
+    name (default: the version's, with `` (dinp=)`` in overwrite mode).
+    """
     spec = kernels.get(version)
     own = problem is None
     problem = problem or DeviceProblem(N, C, spec.dtype)
     try:
-        L = kernels.launcher(spec, N, C)
+        L = launcher or kernels.launcher(spec, N, C, overwrite=overwrite)
         times = time_ms(lambda i: L(problem.buffers[i]), sets=problem.sets, repeats=repeats)
     finally:
         if own:
             problem.free()
-    return _timing(spec.name, N, C, times, spec.bytes_moved(N, C), copy_gbps)
+    name = name or (overwrite_name(spec) if overwrite else spec.name)
+    return _timing(name, N, C, times, spec.bytes_moved(N, C, overwrite=overwrite), copy_gbps)
 
 
 def _timing(name, N, C, times, nbytes, copy_gbps) -> Timing:
@@ -141,11 +153,29 @@ def _timing(name, N, C, times, nbytes, copy_gbps) -> Timing:
     return Timing(name, N, C, med, float((p90 - p10) / med), nbytes, nbytes / (med * 1e-3) / 1e9, copy_gbps)
 
 
-def sweep(versions=None, shapes=None, repeats: int = 50, check: bool = True, copy_gbps: float | None = None):
+def check_overwrite(version, N: int, C: int, seed=0):
+    """Run ``version`` in overwrite mode on random inputs (dinp starting non-zero) and compare with the
+    float64 gradient alone (dinp) and the accumulated dweight: a :class:`check.CheckReport`."""
+    from . import check as checking
+
+    spec = kernels.get(version)
+    p = reference.random_problem(N, C, spec.dtype, seed=seed, accumulate=True)
+    dinp, dweight = kernels.run(spec, p["dout"], p["inp"], p["weight"], p["rstd"], p["dinp"], p["dweight"],
+                                overwrite=True)
+    ref_dinp, ref_dweight = reference.backward(p["dout"], p["inp"], p["weight"], p["rstd"], None, p["dweight"])
+    tol = checking.tolerances(spec.dtype, N)
+    return checking.CheckReport(overwrite_name(spec), N, C,
+                                checking.compare(dinp, ref_dinp, *tol["dinp"], name="dinp"),
+                                checking.compare(dweight, ref_dweight, *tol["dweight"], name="dweight"))
+
+
+def sweep(versions=None, shapes=None, repeats: int = 50, check: bool = True, copy_gbps: float | None = None,
+          overwrite: bool = False):
     """Check (optionally) and time every version at every shape; one copy-bandwidth measurement first.
 
     Returns a list of :class:`Timing`; a version that cannot run a shape (its C rule, its shared memory)
-    is left out and reported on stderr.
+    is left out and reported on stderr. With ``overwrite``, versions that offer the overwrite mode get a
+    second row in that mode (named by :func:`overwrite_name`), checked in that mode first.
     """
     from . import check as checking
 
@@ -153,9 +183,15 @@ def sweep(versions=None, shapes=None, repeats: int = 50, check: bool = True, cop
     shapes = list(shapes or LARGE_SHAPES + SMALL_SHAPES)
     copy_gbps = copy_gbps or gpu.copy_bandwidth()
     results = []
-    jobs = [(v, s) for s in shapes for v in versions]
-    for version, (N, C) in progress(jobs, total=len(jobs), desc="bench"):
+    jobs = [(v, s, False) for s in shapes for v in versions]
+    if overwrite:
+        jobs = [(v, s, o) for s in shapes for v in versions
+                for o in ((False, True) if kernels.get(v).overwrite_mode else (False,))]
+    problems = {}  # one set of device buffers per shape and dtype, shared by the versions timed on it
+    for version, (N, C), mode in progress(jobs, total=len(jobs), desc="bench"):
         spec = kernels.get(version)
+        for key in [k for k in problems if k[:2] != (N, C)]:  # done with an earlier shape: free it
+            problems.pop(key).free()
         try:
             kernels.check_inputs(spec, *(np.empty((N, C), spec.dtype),) * 2, np.empty(C, spec.dtype),
                                  np.empty(N, np.float32))
@@ -164,10 +200,17 @@ def sweep(versions=None, shapes=None, repeats: int = 50, check: bool = True, cop
             print(f"skip {version} at {N}x{C}: {exc}", file=sys.stderr)
             continue
         if check:
-            report = checking.check_version(version, N, C, seed=N + C)
+            report = (check_overwrite(version, N, C, seed=N + C + 1) if mode
+                      else checking.check_version(version, N, C, seed=N + C))
             if not report.ok:
-                raise AssertionError(f"{version} is wrong at N={N} C={C}; not timing it:\n{report}")
-        results.append(bench_version(version, N, C, copy_gbps, repeats=repeats))
+                raise AssertionError(f"{report.version} is wrong at N={N} C={C}; not timing it:\n{report}")
+        key = (N, C, spec.dtype)
+        if key not in problems:
+            problems[key] = DeviceProblem(N, C, spec.dtype)
+        results.append(bench_version(version, N, C, copy_gbps, repeats=repeats, problem=problems[key],
+                                     overwrite=mode))
+    for problem in problems.values():
+        problem.free()
     return results
 
 
@@ -180,4 +223,43 @@ def table(results, baseline: str | None = None) -> str:
         if base and (r.N, r.C) in base:
             row += f"  {base[(r.N, r.C)] / r.ms:6.2f}x"
         lines.append(row)
+    return "\n".join(lines)
+
+
+def records(results, baseline: str | None = "v6_last_block") -> list[dict]:
+    """Every row as a dict (for JSON): the :class:`Timing` fields, ``percent_of_copy`` and
+    ``speedup_over_<baseline>`` (the baseline's time over the row's at the same shape; None without one)."""
+    base = {(r.N, r.C): r.ms for r in results if r.name == baseline}
+    rows = []
+    for r in results:
+        d = r.as_dict()
+        d["percent_of_copy"] = 100 * r.fraction_of_copy
+        if baseline:
+            key = "speedup_over_" + ("v6" if baseline == "v6_last_block" else baseline)
+            d[key] = base[(r.N, r.C)] / r.ms if (r.N, r.C) in base else None
+        rows.append(d)
+    return rows
+
+
+def by_shape(results) -> list:
+    """The rows grouped by shape, in the order the shapes first appear (stable within a shape)."""
+    order = {}
+    for r in results:
+        order.setdefault((r.N, r.C), len(order))
+    return sorted(results, key=lambda r: order[(r.N, r.C)])
+
+
+def against(results, name: str, others) -> str:
+    """One line per shape: ``name``'s time against the fastest of ``others`` (time ratio > 1: faster)."""
+    others = list(others)
+    lines = []
+    for N, C in dict.fromkeys((r.N, r.C) for r in results):
+        mine = next((r for r in results if r.name == name and (r.N, r.C) == (N, C)), None)
+        theirs = [r for r in results if r.name in others and (r.N, r.C) == (N, C)]
+        if mine is None or not theirs:
+            continue
+        best = min(theirs, key=lambda r: r.ms)
+        verdict = "faster" if mine.ms < best.ms else "SLOWER"
+        lines.append(f"{f'{N}x{C}':>12}  {name} {mine.ms:.4f} ms vs {best.name} {best.ms:.4f} ms: "
+                     f"{best.ms / mine.ms:.2f}x ({verdict})")
     return "\n".join(lines)

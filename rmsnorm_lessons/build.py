@@ -56,14 +56,45 @@ def _header_digest() -> str:
     return h.hexdigest()[:16]
 
 
+def _site_dirs():
+    """Folders where pip may have put NVIDIA's wheels: this interpreter's site-packages (venv, user,
+    system) and every folder of the ``nvidia`` namespace package (which also covers PYTHONPATH)."""
+    import site
+
+    dirs = [Path(sysconfig.get_paths()["purelib"])]
+    try:
+        dirs += [Path(p) for p in site.getsitepackages()]
+    except AttributeError:  # old virtualenv's site module
+        pass
+    try:
+        dirs.append(Path(site.getusersitepackages()))
+    except AttributeError:
+        pass
+    try:
+        import importlib.util
+
+        spec = importlib.util.find_spec("nvidia")
+        if spec is not None and spec.submodule_search_locations:
+            dirs += [Path(p).parent for p in spec.submodule_search_locations]
+    except (ImportError, ValueError):
+        pass
+    seen = []
+    for d in dirs:
+        if d not in seen:
+            seen.append(d)
+    return seen
+
+
 def _cuda_roots():
     for var in ("CUDA_HOME", "CUDA_PATH"):
         if os.environ.get(var):
             yield Path(os.environ[var])
-    # NVIDIA's pip wheels (nvidia-cuda-nvcc and friends) unpack a CUDA tree here
-    purelib = Path(sysconfig.get_paths()["purelib"])
-    for sub in ("nvidia/cu13", "nvidia/cuda_nvcc"):
-        yield purelib / sub
+    # NVIDIA's pip wheels unpack a CUDA tree here: CUDA 13's wheels (nvidia-cuda-nvcc,
+    # nvidia-cuda-cuobjdump, nvidia-cuda-nvdisasm...) share nvidia/cu13/bin; CUDA 12's have one
+    # folder per component
+    for site_dir in _site_dirs():
+        for sub in ("nvidia/cu13", "nvidia/cuda_nvcc", "nvidia/cuda_cuobjdump", "nvidia/cuda_nvdisasm"):
+            yield site_dir / sub
     yield Path("/usr/local/cuda")
 
 
@@ -248,3 +279,36 @@ def _module_cache(key):
 def clear_module_cache() -> None:
     """Forget compiled modules (they belong to a context; call before the context goes away)."""
     _module_cache.cache_clear()
+
+
+# --- compiling a source string (lesson 03's exercise; any inline kernel) ----------------------------
+
+
+@functools.lru_cache(maxsize=32)
+def _compile_source_cached(source: str, arch: str, kind: str, name: str, digest: str) -> Compiled:
+    nvcc = require_nvcc()
+    with tempfile.TemporaryDirectory(prefix="rmsnorm-lessons-") as tmp:
+        path = Path(tmp) / f"{name}.cu"
+        path.write_text(source)
+        out = Path(tmp) / f"{name}.{kind}"
+        report = ["-Xptxas", "-v"] if kind == "cubin" else []
+        cmd = [nvcc, f"-{kind}", f"-arch={arch}", *NVCC_FLAGS, *report,
+               *[f"-I{d}" for d in _include_dirs()], "-o", str(out), str(path)]
+        proc = subprocess.run(cmd, capture_output=True, text=True, cwd=tmp)
+        if proc.returncode != 0:
+            raise CompileError(f"nvcc failed for {name} ({arch}):\n{proc.stderr}")
+        log = proc.stdout + proc.stderr
+        return Compiled(name, arch, kind, out.read_bytes(), parse_ptxas(log), log)
+
+
+def compile_source(source: str, arch: str = DEFAULT_ARCH, kind: str = "cubin", name: str = "inline") -> Compiled:
+    """Compile CUDA C held in a string with nvcc, as :func:`compile_file` does a file; no GPU needed.
+
+    ``kernels/`` is on the include path, so ``#include "common.cuh"`` works. Raises :class:`CompileError`
+    with nvcc's messages when the source does not compile. Results are cached by the source text.
+    """
+    if kind not in ("cubin", "ptx"):
+        raise ValueError(f"kind must be 'cubin' or 'ptx', got {kind!r}")
+    if not re.fullmatch(r"[A-Za-z0-9_.-]+", name):
+        raise ValueError(f"name must be a plain file stem, got {name!r}")
+    return _compile_source_cached(source, _check_arch(arch), kind, name, _header_digest())

@@ -83,43 +83,99 @@ def _check(args) -> int:
     return 1 if failed else 0
 
 
+def _torch_imports() -> bool:
+    try:
+        import torch  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
 def _bench(args) -> int:
     from . import bench, gpu
 
     gpu.require()
-    results = bench.sweep(args.versions or None, _parse_shapes(args.shapes), repeats=args.repeats)
+    shapes = _parse_shapes(args.shapes)
+    want_peers = _torch_imports() if args.peers is None else args.peers  # on by default where torch imports
+    overwrite = want_peers if args.overwrite is None else args.overwrite  # peers overwrite dinp: compare so
+    copy_gbps = gpu.copy_bandwidth()
+    results = bench.sweep(args.versions or None, shapes, repeats=args.repeats, copy_gbps=copy_gbps,
+                          overwrite=overwrite)
+
+    def write_json():
+        if args.json:
+            with open(args.json, "w") as f:
+                json.dump(bench.records(results, baseline="v6_last_block"), f, indent=1)
+
+    if want_peers:
+        from . import peers
+
+        write_json()  # the versions' rows are safe on disk (and shown) before the peers run
+        print(bench.table(results, baseline="v6_last_block"), flush=True)
+        results += peers.sweep(shapes, repeats=args.repeats, copy_gbps=copy_gbps)
+    results = bench.by_shape(results)
+    print(f"copy bandwidth {copy_gbps:.0f} GB/s (bytes read + written)")
     print(bench.table(results, baseline="v6_last_block"))
+    if want_peers:
+        from . import peers
+
+        mine = [r.name for r in results if r.name not in peers.PEERS]
+        for name in dict.fromkeys(mine):
+            lines = bench.against(results, name, peers.PEERS)
+            if lines:
+                print(f"{name} against the fastest peer:\n{lines}")
     if args.json:
-        with open(args.json, "w") as f:
-            json.dump([r.as_dict() for r in results], f, indent=1)
+        write_json()
         print(f"wrote {args.json}")
+    if args.plot:
+        from . import plots
+
+        plots.bandwidth_bars(results, copy_gbps).savefig(args.plot, dpi=plots.DPI)
+        print(f"wrote {args.plot}")
     return 0
 
 
 def _inspect(args) -> int:
     from . import build, kernels
+    from . import inspect as insp
 
     name = args.version
-    if name not in kernels.VERSIONS and not name.startswith(("rmsnorm_forward", "timing")):
-        kernels.get(name)  # raises with the list of versions
-    compiled = build.compile_file(name, args.arch)
-    for r in compiled.resources.values():
-        print(f"{r.kernel} ({r.arch}): {r.registers} registers, {r.shared_bytes} B static shared, "
-              f"{r.stack_bytes} B stack, spills {r.spill_stores} B stored / {r.spill_loads} B loaded, "
-              f"{r.barriers} barrier(s)")
-    if name in kernels.VERSIONS:
+    try:
+        build.kernel_path(name)  # a version or any other file of kernels/
+    except FileNotFoundError as exc:
+        print(f"inspect: {exc}; versions: {', '.join(kernels.VERSIONS)}", file=sys.stderr)
+        return 2
+    is_version = name in kernels.VERSIONS
+    try:
+        listing = insp.listing(name, args.arch)
+        missing = None
+    except insp.ToolMissing as exc:
+        listing, missing = None, str(exc)
+    for kernel, r in insp.resources(name, args.arch).items():
+        print(insp.describe(r))
+        if listing is not None and kernel in listing.functions:
+            print("    " + insp.summary(insp.count(name, args.arch, kernel=kernel)))
+    if missing:
+        print(f"SASS counts unavailable: {missing}")
+    if is_version:
+        from . import occupancy
+
         spec = kernels.get(name)
-        print(f"dynamic shared memory at C={args.C}: {spec.dynamic_smem(args.C, spec.block_size)} B "
-              f"(block of {spec.block_size} threads)")
-    if args.sass or args.ptx:
+        block = getattr(args, "block", None) or spec.block_size
+        print(f"dynamic shared memory at C={args.C}: {spec.dynamic_smem(args.C, block)} B "
+              f"(block of {block} threads)")
         try:
-            from . import inspect as insp
-        except ImportError:
-            insp = None
-        if args.ptx:
-            print(build.compile_file(name, args.arch, kind="ptx").binary.decode())
-        if args.sass and insp is not None and hasattr(insp, "sass"):
-            print(insp.sass(name, args.arch, marked=True))
+            occ = occupancy.occupancy(name, args.C, arch=args.arch, block_size=block)
+            print(occ.explain())
+        except ValueError as exc:
+            print(f"occupancy: {exc}")
+    if args.ptx:
+        print(insp.ptx(name, args.arch))
+    if args.sass:
+        if missing:
+            print(f"inspect: no SASS listing: {missing}", file=sys.stderr)
+            return 2
+        print(insp.sass(name, args.arch, marked=True))
     return 0
 
 
@@ -137,7 +193,12 @@ def main(argv=None) -> int:
     p.add_argument("versions", nargs="*")
     p.add_argument("--shapes", help="comma-separated NxC")
     p.add_argument("--repeats", type=int, default=50)
-    p.add_argument("--json", help="write the results here")
+    p.add_argument("--json", help="write every row here (name, N, C, ms, GB/s, %% of copy, speedup over v6)")
+    p.add_argument("--peers", action=argparse.BooleanOptionalAction, default=None,
+                   help="also PyTorch eager, torch.compile and Liger-Kernel (default: on where torch imports)")
+    p.add_argument("--overwrite", action=argparse.BooleanOptionalAction, default=None,
+                   help="also time versions that offer it in overwrite mode, dinp = (default: as --peers)")
+    p.add_argument("--plot", metavar="PATH", help="save a picture of GB/s against the copy line here")
     p.set_defaults(func=_bench)
     p = sub.add_parser("inspect", help="registers, shared memory, spills, PTX/SASS of a version (no GPU)")
     p.add_argument("version")

@@ -97,6 +97,116 @@ def _plan_v6(L, b, stream):
            b.dinp, b.dweight, scratch, b.dout, b.inp, b.weight, b.rstd, L.N, L.C)
 
 
+# v7_fast (kernels/v7_fast.cu): each thread holds K 16-byte chunks of a row, a row group of G threads
+# holds the whole row (G * K * 8 >= C), several row groups per block, a persistent grid.
+V7_MAX_BLOCK = 512  # the kernel's __launch_bounds__(512, 1)
+V7_MAX_K = 4  # K = 4 takes the 128 registers a thread may have at 512 threads per SM
+V7_MAX_C = 8 * V7_MAX_K * V7_MAX_BLOCK  # 16384: a row must fit in one block's registers
+V7_REGISTERS = 128  # per thread (ptxas, sm_90): 65536 // (128 * block) blocks fit on an SM
+V7_TOO_LARGE = 1 << 31  # v7's "shared memory" beyond V7_MAX_C: more than any device, so C is refused
+V7_COLUMNS_PER_PASS = 128  # the final sum: one warp reads 32 float4 of a partial row per pass
+#: for experiments (tools/v7_variants.py): {"K": 1..4, "per_sm": blocks per SM, "reduce": "fused" or
+#: "kernel"}; the environment (RMSNORM_V7_K, RMSNORM_V7_PER_SM, RMSNORM_V7_REDUCE) is read first. Set it
+#: before a Launcher is made: the launcher keeps what it found.
+V7_TUNING: dict = {}
+
+
+@dataclass(frozen=True)
+class V7Shape:
+    K: int  # 16-byte chunks (8 channels) per thread
+    group: int  # threads per row group, a multiple of 32
+    groups: int  # row groups per block
+    block: int  # threads per block = groups * group
+    smem: int  # dynamic shared memory: the groups' dweight (C floats each) or the final sum's staging
+
+
+@dataclass(frozen=True)
+class V7Config:
+    shape: V7Shape
+    per_sm: int  # blocks per SM
+    grid: int  # blocks = partial rows
+    reduce: str  # "fused" (the last blocks to finish sum the partials) or "kernel" (a second kernel does)
+    reducers: int  # blocks that sum the partials, one slice of the columns each
+
+
+def _v7_tuning() -> dict:
+    import os
+
+    found = {}
+    for key in ("K", "per_sm", "reduce"):
+        value = os.environ.get("RMSNORM_V7_" + key.upper())
+        if value:
+            found[key] = value if key == "reduce" else int(value)
+    found.update(V7_TUNING)
+    return found
+
+
+def v7_shape(C: int, block: int = V7_MAX_BLOCK, K: int | None = None) -> V7Shape:
+    """The row group v7_fast uses at this C: K from C (or ``K``/the tuning), the block up to ``block``."""
+    chunks = C // 8
+    block = min(int(block), V7_MAX_BLOCK) // 32 * 32
+    if K is None:
+        K = _v7_tuning().get("K")
+    if K is None:  # one warp per row while 4 chunks a lane cover it, else 4 chunks a thread
+        K = min(V7_MAX_K, max(1, ceil_div(chunks, 32)))
+    K = int(K)
+    if not 1 <= K <= V7_MAX_K:
+        raise ValueError(f"v7_fast: K (chunks per thread) must be 1..{V7_MAX_K}, got {K}")
+    group = 32 * max(1, ceil_div(chunks, 32 * K))
+    if group > block:
+        raise ValueError(f"v7_fast keeps a row in one block's registers: at C={C} with K={K} a row needs "
+                         f"{group} threads, more than a block of {block}; the largest C is {8 * K * block}")
+    groups = block // group
+    if group > 32:
+        groups = min(groups, 15)  # one named barrier (1..15) per row group
+    return V7Shape(K, group, groups, groups * group, max(groups * C * 4, groups * group * 16))
+
+
+def _smem_v7(C, block):
+    try:
+        return v7_shape(C, block).smem
+    except ValueError:
+        return V7_TOO_LARGE
+
+
+def _v7_config(L) -> V7Config:
+    """Resolve the launch once per launcher (it keeps the result) from C, N, the block and the tuning."""
+    cfg = getattr(L, "_v7", None)
+    if cfg is not None:
+        return cfg
+    tuning = _v7_tuning()
+    shape = v7_shape(L.C, L.block_size, tuning.get("K"))
+    if shape.smem > L.smem:
+        raise RuntimeError(f"v7_fast: the tuning changed after this launcher was made ({shape.smem} bytes of "
+                           f"shared memory wanted, {L.smem} prepared); make a new Launcher")
+    fits = max(1, 65536 // (V7_REGISTERS * shape.block))
+    per_sm = max(1, min(fits, int(tuning.get("per_sm") or fits)))
+    grid = max(1, min(L.multiprocessors * per_sm, ceil_div(L.N, shape.groups)))
+    reduce = tuning.get("reduce", "fused")
+    if reduce not in ("fused", "kernel"):
+        raise ValueError(f"v7_fast: reduce must be 'fused' or 'kernel', got {reduce!r}")
+    passes = ceil_div(L.C, V7_COLUMNS_PER_PASS)
+    # waiting blocks must leave room for the ones not yet started: at most half the grid waits
+    reducers = min(passes, max(1, grid // 2)) if reduce == "fused" else passes
+    cfg = V7Config(shape, per_sm, grid, reduce, reducers)
+    L._v7 = cfg
+    return cfg
+
+
+def _plan_v7(L, b, stream):
+    cfg = _v7_config(L)
+    s = cfg.shape
+    # 32 floats for the ticket counter (zeroed once; every launch leaves it at zero), then C fp32
+    # partials per block
+    scratch = L.scratch("scratch", (32 + cfg.grid * L.C) * 4, zero=True)
+    fused = cfg.reduce == "fused"
+    L.call("rmsnorm_backward_v7", (cfg.grid,), stream, b.dinp, b.dweight, scratch, b.dout, b.inp, b.weight,
+           b.rstd, L.N, L.C, s.group, s.K, int(L.overwrite), cfg.reducers if fused else 0, block=s.block)
+    if not fused:  # the same slices and the same order of every sum, in a kernel of their own
+        L.call("reduce_dweight_v7", (cfg.reducers,), stream, b.dweight, scratch, cfg.grid, L.C, cfg.reducers,
+               block=s.block)
+
+
 def _smem_v3(C, block):
     return C * 4
 
@@ -124,6 +234,9 @@ VERSION_LIST = [
             True, 512, _smem_v5, _plan_v5, ("rmsnorm_backward_v5", "reduce_dweight_v5")),
     Version("v6_last_block", "the seed's kernel10: one kernel, atomicInc ticket, the last block sums", BF16,
             8, True, 512, _smem_v6, _plan_v6, ("rmsnorm_backward_v6",)),
+    Version("v7_fast", "past the seed: a row per row group in registers, no barrier per chunk, the final "
+            "sum spread over many blocks, an overwrite mode", BF16, 8, True, 512, _smem_v7, _plan_v7,
+            ("rmsnorm_backward_v7", "reduce_dweight_v7"), overwrite_mode=True),
 ]
 VERSIONS = tuple(v.name for v in VERSION_LIST)
 _BY_NAME = {v.name: v for v in VERSION_LIST}
@@ -222,16 +335,27 @@ def check_inputs(version, dout, inp, weight, rstd, dinp=None, dweight=None) -> S
                                  f"(its address ends in {int(a.gpudata) % 16:#x})")
     if N >= 2**31:
         raise ValueError(f"N (rows) must be below 2**31 (kernels take it as int), got {N}")
+    # a C the version cannot run on any device (this device's limit is checked where the launcher knows it)
+    check_shared_memory(spec, C, 2**31 - 1)
     return Shape(N, C, shape)
 
 
 def check_shared_memory(version, C: int, limit: int, block_size: int | None = None) -> int:
-    """Raise ``ValueError`` when ``version`` at this C needs more shared memory than ``limit``."""
+    """Raise ``ValueError`` when ``version`` at this C needs more shared memory than ``limit``.
+
+    A version reports 2**31 bytes or more for a C it cannot run for another reason (v7_fast keeps a row
+    in one block's registers); the message then says that C is beyond the version, not the device.
+    """
     spec = get(version)
-    need = spec.dynamic_smem(C, block_size or spec.block_size)
+    block = block_size or spec.block_size
+    need = spec.dynamic_smem(C, block)
     if need > limit:
-        largest = max((c for c in range(spec.c_multiple, 1 << 20, spec.c_multiple)
-                       if spec.dynamic_smem(c, block_size or spec.block_size) <= limit), default=0)
+        # the largest C below 2**18 channels that fits (found by a scan: the need may not grow with C)
+        top = (1 << 18) // spec.c_multiple * spec.c_multiple
+        largest = next((c for c in range(top, 0, -spec.c_multiple) if spec.dynamic_smem(c, block) <= limit), 0)
+        if need >= 2**31:
+            raise ValueError(f"C={C} is more than {spec.name} can run on any device; the largest C it can run "
+                             f"is {largest}")
         raise ValueError(f"C={C} needs {need} bytes of shared memory per block for {spec.name}, more than "
                          f"this device allows ({limit} bytes); the largest C it can run is {largest}")
     return need
@@ -285,8 +409,9 @@ class Launcher:
         self.smem = check_shared_memory(self.spec, self.C, facts.shared_memory_per_block_optin, self.block_size)
         module = build.source_module(self.spec.name)
         self.functions = {name: module.get_function(name) for name in self.spec.kernels}
-        if self.smem > DEFAULT_SMEM_LIMIT:
-            main = self.functions[self.spec.kernels[0]]
+        main = self.functions[self.spec.kernels[0]]
+        static = main.get_attribute(self.drv.function_attribute.SHARED_SIZE_BYTES)
+        if static + self.smem > DEFAULT_SMEM_LIMIT:  # opt in: above 48 KiB a launch fails unless asked for
             main.set_attribute(self.drv.function_attribute.MAX_DYNAMIC_SHARED_SIZE_BYTES, self.smem)
         self._scratch: dict[str, object] = {}
 

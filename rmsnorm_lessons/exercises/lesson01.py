@@ -1,0 +1,90 @@
+"""Lesson 01: the second term of dinp, in NumPy.
+
+``dinp += rstd * (dnorm - norm * mean(dnorm * norm))`` splits into term 1, ``rstd * dnorm``, and term 2,
+``-rstd * norm * mean(dnorm * norm)`` with the mean over each row's C channels. The learner writes
+``term2(dout, inp, weight, rstd)`` returning an ``(N, C)`` array; :func:`check_term2` runs it on random
+inputs and names the usual slips (sign, a missing rstd, sum for mean, the wrong axis).
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from . import Verdict, failed, passed
+
+
+def _term2(dout, inp, weight, rstd):
+    norm = inp * rstd[:, None]
+    dnorm = weight * dout
+    return -rstd[:, None] * norm * np.mean(dnorm * norm, axis=1, keepdims=True)
+
+
+def _slips(dout, inp, weight, rstd):
+    """Answers a learner may give by mistake, each with the sentence that explains it."""
+    N, C = inp.shape
+    r = rstd[:, None]
+    norm = inp * r
+    dnorm = weight * dout
+    row_mean = np.mean(dnorm * norm, axis=1, keepdims=True)
+    right = -r * norm * row_mean
+    return [
+        (-right, "the sign is flipped: term 2 is subtracted (dinp = rstd * (dnorm - norm * mean(...)))"),
+        (-norm * row_mean, "the factor rstd in front is missing: the whole bracket is multiplied by rstd"),
+        (-r * r * norm * row_mean, "rstd appears once too often: did you multiply norm by rstd again?"),
+        (-r * inp * row_mean, "inside the product use norm = inp * rstd, not inp"),
+        (-r * norm * np.mean(dnorm * inp, axis=1, keepdims=True),
+         "the mean is of dnorm * norm (norm = inp * rstd), not of dnorm * inp"),
+        (-r * norm * np.mean(dout * norm, axis=1, keepdims=True),
+         "the mean is of dnorm * norm with dnorm = weight * dout, not of dout * norm"),
+        (C * right, "that is the sum over the row; term 2 uses the mean (divide by C)"),
+        (-r * norm * np.mean(dnorm * norm, axis=0, keepdims=True),
+         "the mean runs over the row's C channels (axis=1), not down the N rows (axis=0)"),
+        (-r * norm * np.mean(dnorm * norm), "the mean is per row (axis=1, one value per row), not over the whole array"),
+        (right / C, "divided by C twice? np.mean already divides by C"),
+    ]
+
+
+def _problem(N, C, seed):
+    rng = np.random.default_rng(seed)
+    inp = rng.uniform(-1, 1, (N, C))
+    weight = rng.uniform(-1, 1, C)
+    dout = rng.uniform(-1, 1, (N, C))
+    rstd = 1.0 / np.sqrt(np.mean(inp * inp, axis=1) + 1e-5)
+    return dout, inp, weight, rstd
+
+
+def check_term2(term2) -> Verdict:
+    """Check ``term2(dout, inp, weight, rstd) -> (N, C)`` against the derivation, in float64."""
+    if not callable(term2):
+        return failed(f"pass your function itself (check_term2(term2)), not {type(term2).__name__}")
+    for N, C, seed in ((5, 12, 1), (1, 7, 2), (9, 3, 3)):
+        args = _problem(N, C, seed)
+        keep = [a.copy() for a in args]
+        try:
+            got = term2(*[a.copy() for a in args])
+        except NotImplementedError:
+            return failed("term2 still raises NotImplementedError: replace that line with your NumPy code")
+        except Exception as exc:  # the learner's code, any error: report it as one line
+            hint = ""
+            if "broadcast" in str(exc):
+                hint = (". A per-row value of shape (N,) lines up with an (N, C) array only as (N, 1): "
+                        "use keepdims=True or [:, None]")
+            return failed(f"term2 raised {type(exc).__name__}: {exc} (at N={N}, C={C}){hint}")
+        if got is None:
+            return failed("term2 returned None: end it with `return ...`")
+        got = np.asarray(got, dtype=np.float64)
+        want = _term2(*keep)
+        if got.shape != want.shape:
+            hint = ""
+            if got.shape == (N,) or got.shape == (N, 1):
+                hint = " (one value per row: that is the mean; multiply by -rstd * norm to get the term)"
+            return failed(f"term2 returned shape {got.shape} for N={N}, C={C}; it must be (N, C) = {want.shape}{hint}")
+        if np.allclose(got, want, rtol=1e-9, atol=1e-12):
+            continue
+        for wrong, why in _slips(*keep):
+            if np.shape(wrong) == want.shape and np.allclose(got, wrong, rtol=1e-9, atol=1e-12):
+                return failed(why)
+        worst = np.unravel_index(np.argmax(np.abs(got - want)), want.shape)
+        return failed(f"at N={N}, C={C}, element {tuple(int(i) for i in worst)}: got {got[worst]:.6g}, "
+                      f"expected {want[worst]:.6g}. Term 2 is -rstd * norm * mean(dnorm * norm, per row)")
+    return passed("term 2 matches the derivation on three random shapes (float64). "
+                  "Term 1 + term 2 is exactly what rl.reference.backward adds to dinp.")

@@ -1,0 +1,99 @@
+"""Lesson 02: count what v1_naive asks of the memory system.
+
+Two checks, no GPU needed: :func:`check_atomics` (how many ``atomicAdd`` v1 issues on ``dweight`` and how
+many land on each address) and :func:`check_sectors` (how many 32-byte sectors one warp's load of ``inp``
+touches at one loop step, in v1 and in v2).
+"""
+from __future__ import annotations
+
+from . import Verdict, failed, passed
+
+
+def _number(value, what: str):
+    """The answer as an int, or a Verdict saying why it is not one."""
+    if value is Ellipsis or value is None:
+        return failed(f"replace the ... of {what} with your answer (a number, or an expression in N and C)")
+    try:
+        as_float = float(value)
+    except (TypeError, ValueError):
+        return failed(f"{what} must be a number, got {value!r}")
+    if as_float != int(as_float):
+        return failed(f"{what} must be a whole number, got {value!r}")
+    return int(as_float)
+
+
+def check_atomics(N: int, C: int, total, per_address) -> Verdict:
+    """``total``: atomicAdds v1 issues on dweight for an (N, C) problem; ``per_address``: how many hit one
+    ``dweight[c]``."""
+    answers = []
+    for value, what in ((total, "total"), (per_address, "per_address")):
+        got = _number(value, what)
+        if isinstance(got, Verdict):
+            return got
+        answers.append(got)
+    total, per_address = answers
+    N, C = int(N), int(C)
+    problems = []
+    if total != N * C:
+        if total == N:
+            problems.append(f"total = {total} is one atomic per row, but each row adds to every one of its C "
+                            f"channels: one atomicAdd per element")
+        elif total == C:
+            problems.append(f"total = {total} is one per channel; every row adds its own contribution to each "
+                            f"channel")
+        elif total == N * C // 32:
+            problems.append(f"total = {total} counts warp instructions; count the atomic operations, one per "
+                            f"thread and element")
+        else:
+            problems.append(f"total = {total} is not right: look at where atomicAdd sits (inside the loop over "
+                            f"C, run by each of the N threads)")
+    if per_address != N:
+        if per_address == C:
+            problems.append(f"per_address = {per_address}: dweight[c] receives one add from each row, so count "
+                            f"rows, not channels")
+        elif per_address == N * C:
+            problems.append(f"per_address = {per_address} is the total; the total is spread over the C addresses")
+        else:
+            problems.append(f"per_address = {per_address} is not right: which threads add to dweight[0]?")
+    if problems:
+        return failed("; ".join(problems))
+    return passed(f"v1 issues N*C = {N * C:,} atomicAdds onto C = {C:,} addresses: {N:,} on each dweight[c], "
+                  f"done one after another by the L2 cache that owns that address")
+
+
+def _expected_sectors(C: int):
+    from ..plots import warp_sectors
+
+    return warp_sectors("thread_per_row", C), warp_sectors("warp_per_row", C)
+
+
+def check_sectors(v1, v2, C: int = 1024) -> Verdict:
+    """``v1``/``v2``: 32-byte sectors touched by one warp's load of ``inp`` at one loop step (fp32, row C)."""
+    answers = []
+    for value, what in ((v1, "v1"), (v2, "v2")):
+        got = _number(value, what)
+        if isinstance(got, Verdict):
+            return got
+        answers.append(got)
+    v1, v2 = answers
+    want1, want2 = _expected_sectors(int(C))
+    problems = []
+    if v1 != want1:
+        if v1 == 1:
+            problems.append("v1 = 1: the 32 threads of a warp read 32 different rows, C floats apart")
+        elif v1 == 4:
+            problems.append("v1 = 4 would be 32 neighbouring floats; in v1 the lanes are a whole row apart")
+        else:
+            problems.append(f"v1 = {v1} is not right: lane t reads inp[t*C + c]; with C={C} floats "
+                            f"({4 * C} bytes) between lanes, how many share a 32-byte sector?")
+    if v2 != want2:
+        if v2 == 32:
+            problems.append("v2 = 32: in v2 the lanes read neighbouring floats, which share sectors")
+        elif v2 == 1:
+            problems.append("v2 = 1: 32 floats are 128 bytes, more than one 32-byte sector")
+        else:
+            problems.append(f"v2 = {v2} is not right: 32 lanes x 4 bytes = 128 contiguous bytes, in sectors of 32 B")
+    if problems:
+        return failed("; ".join(problems))
+    return passed(f"v1's warp needs {want1} sectors for 32 useful floats (4 useful bytes in each 32), v2's needs "
+                  f"{want2} (every byte used): {want1 // want2}x fewer sectors per load instruction")

@@ -1,0 +1,201 @@
+"""Lesson 03: write the warp reduction yourself.
+
+The learner writes the body of ``__device__ float warp_sum(float value)``: every lane passes its own
+number and every lane must get back the sum of all 32. :func:`check_warp_sum` always compiles it with
+nvcc (no GPU needed, errors point at the learner's lines); where a GPU works it also launches it with
+PyCUDA's ``SourceModule`` on two inputs and compares every lane with NumPy:
+
+* one-hot warps (warp ``w`` holds 1 in lane ``w``, 0 elsewhere), which show whose values reach each lane:
+  that is how "only 4 steps" or "only lane 0 holds the sum" are told apart and named;
+* random numbers, compared with the float64 sum.
+"""
+from __future__ import annotations
+
+import re
+
+import numpy as np
+
+from . import Verdict, failed, passed
+
+WARP = 32
+
+STARTER = """\
+    // value is this lane's number; return the sum of all 32 lanes' numbers, in every lane.
+    // __shfl_xor_sync(0xffffffff, v, offset) returns v as held by lane (this lane ^ offset).
+    return value;
+"""
+
+SOLUTION = """\
+    for (int offset = 16; offset > 0; offset /= 2) {
+        value += __shfl_xor_sync(0xffffffff, value, offset);
+    }
+    return value;
+"""
+
+_HEADER = "#define WARP_SIZE 32\n\n__device__ float warp_sum(float value) {\n#line 1 \"your_warp_sum\"\n"
+_FOOTER = """}
+#line 1 "lesson03_harness"
+extern "C" __global__ void run_warp_sum(float* out, const float* in) {
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    out[i] = warp_sum(in[i]);
+}
+"""
+BLOCK = 128  # four warps per block, as in v2: a solution that mixes up warps of one block fails
+
+
+def source(body: str) -> str:
+    """The whole .cu file the check compiles: ``warp_sum`` with ``body`` inside, and a test kernel.
+
+    Blank lines before the body are dropped, so nvcc's line 1 is the body's first line of text.
+    """
+    lines = body.rstrip().splitlines()
+    while lines and not lines[0].strip():
+        lines.pop(0)
+    return _HEADER + "\n".join(lines) + "\n" + _FOOTER
+
+
+def _strip_comments(code: str) -> str:
+    code = re.sub(r"/\*.*?\*/", " ", code, flags=re.S)
+    return re.sub(r"//[^\n]*", " ", code)
+
+
+def _nvcc_errors(message: str, keep: int = 6) -> str:
+    lines = [ln.strip() for ln in message.splitlines() if "error:" in ln]
+    return "\n  ".join(lines[:keep]) or message.strip()[-800:]
+
+
+def compile_body(body: str, arch: str | None = None):
+    """Compile the learner's body with nvcc; return ``(Compiled, None)`` or ``(None, Verdict)``."""
+    from .. import build
+
+    try:
+        return build.compile_source(source(body), arch or build.DEFAULT_ARCH, name="warp_sum"), None
+    except build.CompileError as exc:
+        return None, failed("nvcc does not accept it (line 1 is the first line of text of your body):\n  "
+                            + _nvcc_errors(str(exc)))
+
+
+def one_hot_input(warps: int = WARP) -> np.ndarray:
+    """``warps`` warps of 32 lanes; warp ``w`` holds 1.0 in lane ``w % 32`` and 0 elsewhere."""
+    x = np.zeros((warps, WARP), np.float32)
+    x[np.arange(warps), np.arange(warps) % WARP] = 1.0
+    return x.reshape(-1)
+
+
+def random_input(warps: int = 64, seed: int = 0) -> np.ndarray:
+    return np.random.default_rng(seed).uniform(-1, 1, warps * WARP).astype(np.float32)
+
+
+def _lanes(lanes) -> str:
+    lanes = [int(v) for v in lanes]
+    if len(lanes) > 6:
+        return ", ".join(map(str, lanes[:5])) + f", ... ({len(lanes)} lanes)"
+    return ", ".join(map(str, lanes))
+
+
+def judge(one_hot_out, random_in, random_out) -> Verdict:
+    """Judge a reduction from what it returned on :func:`one_hot_input` (32 warps) and on random data.
+
+    ``M[w, l]`` = lane ``l``'s result when only lane ``w`` holds 1: how often lane ``w``'s value is counted
+    in lane ``l``'s sum. A right reduction gives all ones.
+    """
+    M = np.asarray(one_hot_out, np.float64).reshape(-1, WARP)[:WARP]
+    if M.shape != (WARP, WARP):
+        raise ValueError(f"one_hot_out must hold at least 32 warps of 32 lanes, got {np.size(one_hot_out)} values")
+    if not np.all(np.isfinite(M)):
+        bad = np.flatnonzero(~np.all(np.isfinite(M), axis=0))
+        return failed(f"lanes {_lanes(bad)} returned NaN or inf: read only values that every lane has set")
+    if not np.allclose(M, 1.0, atol=1e-6):
+        right = np.all(np.abs(M - 1.0) <= 1e-6, axis=0)  # lanes holding the whole sum
+        if np.allclose(M, np.eye(WARP), atol=1e-6):
+            return failed("every lane returned its own value: the lanes never exchanged anything. Add "
+                          "value += __shfl_xor_sync(0xffffffff, value, offset) for offset = 16, 8, 4, 2, 1")
+        if right[0] and not right.all():
+            wrong = np.flatnonzero(~right)
+            return failed(f"lane 0 holds the sum of all 32 lanes, but lanes {_lanes(wrong)} do not. In v2 every "
+                          f"lane uses the row's sum for its own columns, so every lane must hold it: use "
+                          f"__shfl_xor_sync (the butterfly), or finish with "
+                          f"value = __shfl_sync(0xffffffff, value, 0) to broadcast lane 0's sum")
+        if M.max() > 1.0 + 1e-6:
+            w, l = np.unravel_index(np.argmax(M), M.shape)
+            return failed(f"some values are counted more than once: lane {w}'s value is in lane {l}'s result "
+                          f"{M[w, l]:g} times. Each step must add the partner's current value once, with "
+                          f"offsets 16, 8, 4, 2, 1 (each exactly once)")
+        binary = np.all((np.abs(M) <= 1e-6) | (np.abs(M - 1.0) <= 1e-6))
+        counts = np.rint(M.sum(axis=0)).astype(int)
+        if binary and len(set(counts)) == 1 and counts[0] in (2, 4, 8, 16):
+            k = int(counts[0])
+            return failed(f"every lane's result holds the values of {k} lanes, not 32: {k.bit_length() - 1} "
+                          f"exchange step(s) reach {k} lanes, the butterfly needs log2(32) = 5 "
+                          f"(offsets 16, 8, 4, 2, 1)")
+        wrong = np.flatnonzero(~right)
+        l = int(wrong[0])
+        missing = np.flatnonzero(np.abs(M[:, l]) <= 1e-6)
+        detail = f"it misses the values of lanes {_lanes(missing)}" if missing.size else \
+            f"it counts them with weights {np.round(M[:, l], 3).tolist()[:8]}..."
+        return failed(f"lanes {_lanes(wrong)} do not hold the sum of all 32; in lane {l}'s result {detail}")
+    x = np.asarray(random_in, np.float64).reshape(-1, WARP)
+    got = np.asarray(random_out, np.float64).reshape(-1, WARP)
+    want = np.broadcast_to(x.sum(axis=1, keepdims=True), x.shape)
+    allowed = 1e-5 * np.abs(x).sum(axis=1, keepdims=True) + 1e-6
+    bad = ~(np.abs(got - want) <= allowed)
+    if bad.any():
+        w, l = np.argwhere(bad)[0]
+        return failed(f"on random numbers warp {w}, lane {l} returned {got[w, l]:.6g} but the sum is "
+                      f"{want[w, l]:.6g} ({int(bad.sum())} lanes wrong); the one-hot test passed, so look "
+                      f"for something other than a plain sum")
+    return passed(f"every lane of {x.shape[0]} random warps holds its warp's sum (to float32 rounding), and "
+                  f"every lane's result contains every lane's value exactly once")
+
+
+def _launch(body: str):
+    """Compile with SourceModule on this GPU and run the test kernel on both inputs."""
+    from pycuda import gpuarray
+    from pycuda.compiler import SourceModule
+
+    from .. import build, gpu
+
+    gpu.require()
+    module = SourceModule(source(body), nvcc=build.require_nvcc(), options=list(build.NVCC_FLAGS),
+                          no_extern_c=True)
+    fn = module.get_function("run_warp_sum")
+    results = []
+    for x in (one_hot_input(), random_input()):
+        x_gpu = gpuarray.to_gpu(x)
+        out_gpu = gpuarray.empty_like(x_gpu)
+        fn(out_gpu, x_gpu, block=(BLOCK, 1, 1), grid=(x.size // BLOCK, 1))
+        results.append(out_gpu.get())
+    return results
+
+
+def check_warp_sum(body: str) -> Verdict:
+    """Compile the learner's body of ``warp_sum`` (always) and, where a GPU works, run and judge it."""
+    from .. import build, gpu
+
+    if not isinstance(body, str):
+        return failed(f"pass the body as a string (r'''...'''), not {type(body).__name__}")
+    code = _strip_comments(body)
+    if "__device__" in code or "__global__" in code:
+        return failed("write only the body of warp_sum (the lines between its braces), not a whole function")
+    if not code.strip():
+        return failed("the body is empty: it must at least return a float")
+    if "__shfl" not in code and "__shared__" not in code:
+        return failed("the lanes never exchange values (no __shfl_*_sync in your code), so no lane can know "
+                      "the others' numbers: use value += __shfl_xor_sync(0xffffffff, value, offset)")
+    reason = gpu.why_unavailable()
+    arch = gpu.facts().arch if reason is None else build.DEFAULT_ARCH
+    compiled, verdict = compile_body(body, arch)
+    if verdict is not None:
+        return verdict
+    regs = compiled.resources.get("run_warp_sum")
+    built = f"nvcc compiled it for {arch}" + (f" ({regs.registers} registers)" if regs else "")
+    if reason is not None:
+        return passed(f"{built}. No GPU here, so it was only compiled, not run; on a GPU this check also runs "
+                      f"it and compares every lane with NumPy.")
+    try:
+        one_hot_out, random_out = _launch(body)
+    except Exception as exc:  # a CUDA error from the learner's kernel, reported as one line
+        return failed(f"{built}, but running it failed: {type(exc).__name__}: {str(exc).strip()[:300]} "
+                      f"(after an illegal address or a similar error, restart the Python kernel)")
+    verdict = judge(one_hot_out, random_input(), random_out)
+    return Verdict(verdict.passed, f"{built} and ran it on the GPU: {verdict.message}")

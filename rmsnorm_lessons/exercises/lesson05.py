@@ -1,0 +1,85 @@
+"""Lesson 05 (bf16, 128-bit): rounding float32 to bf16 by hand, and bf16's spacing."""
+from __future__ import annotations
+
+import numpy as np
+
+from ..bf16 import bfloat16, bits, to_bf16
+from . import Verdict, failed, passed
+
+
+def _test_values() -> np.ndarray:
+    rng = np.random.default_rng(5)
+    parts = [rng.standard_normal(4000) * 10.0 ** rng.integers(-30, 30, 4000),
+             rng.uniform(-1, 1, 4000)]
+    # exact ties: the low 16 bits are 0x8000, with the kept part even and odd
+    hi = rng.integers(0x0080, 0x7F00, 2000, dtype=np.uint32) << 16
+    parts.append((hi | 0x8000).view(np.float32))
+    parts.append(((hi | 0x10000) | 0x8000).view(np.float32))
+    # just below and just above a tie, and values that carry into the exponent
+    parts.append((hi | 0x7FFF).view(np.float32))
+    parts.append((hi | 0x8001).view(np.float32))
+    parts.append((hi | 0xFFFF).view(np.float32))
+    parts.append(np.array([0.0, -0.0, 1.0, -1.0, np.inf, -np.inf, 3.0e38, 1e-40], np.float32))
+    x = np.concatenate([np.asarray(p, np.float32) for p in parts])
+    return x[~np.isnan(x)]
+
+
+def check_bf16_round(fn) -> Verdict:
+    """``fn(x)`` takes a float32 array and returns the bf16 bit patterns as uint16 (round to nearest even)."""
+    x = _test_values()
+    try:
+        got = fn(x.copy())
+    except Exception as exc:
+        return failed(f"your function raised {type(exc).__name__}: {exc}")
+    if got is None:
+        return failed("your function returns None: fill it in")
+    got = np.asarray(got)
+    if got.dtype == bfloat16:
+        got = bits(got)
+    if got.shape != x.shape:
+        return failed(f"expected one value per input, shape {x.shape}; got shape {got.shape}")
+    if got.dtype != np.uint16:
+        if np.issubdtype(got.dtype, np.integer) and got.min() >= 0 and got.max() <= 0xFFFF:
+            got = got.astype(np.uint16)
+        else:
+            return failed(f"return the 16-bit patterns as np.uint16 (e.g. .astype(np.uint16)); got {got.dtype}")
+    want = bits(to_bf16(x))
+    bad = got != want
+    if not bad.any():
+        return passed(f"all {x.size} values round exactly as ml_dtypes (and __float2bfloat16) do")
+    u = x.view(np.uint32)
+    truncated = (u >> 16).astype(np.uint16)
+    i = int(np.flatnonzero(bad)[0])
+    if np.array_equal(got, truncated):
+        return failed("that truncates (drops the low 16 bits); bf16 conversion rounds to the nearest value")
+    tie = (u & 0xFFFF) == 0x8000
+    if bad[~tie].sum() == 0:
+        return failed(f"right except on exact ties ({int(bad.sum())} values): a tie goes to the even "
+                      f"neighbour (add 0x7FFF plus the lowest kept bit)")
+    return failed(f"{int(bad.sum())} of {x.size} values differ; e.g. x = {float(x[i])!r} (bits {int(u[i]):#010x}): "
+                  f"you gave {int(got[i]):#06x}, it is {int(want[i]):#06x}")
+
+
+def _half_spacing(lo: float) -> float:
+    e = np.floor(np.log2(lo))
+    return float(2.0 ** (e - 7) / 2)
+
+
+def check_half_ulp(answer, lo: float = 32.0) -> Verdict:
+    """The largest |bf16(x) - x| over x in [lo, 2*lo) (lo a power of two), in absolute terms."""
+    if answer is None:
+        return failed("replace None with a number")
+    try:
+        value = float(answer)
+    except (TypeError, ValueError):
+        return failed(f"the answer should be a number, got {answer!r}")
+    want = _half_spacing(lo)
+    if value == want:
+        return passed(f"bf16 numbers in [{lo:g}, {2 * lo:g}) are {2 * want:g} apart, so rounding moves a "
+                      f"value by at most {want:g}")
+    if value == 2 * want:
+        return failed("that is the spacing (one ulp); rounding to the nearest moves a value at most half of it")
+    if value in (want / 2 ** 16, 2 * want / 2 ** 16):  # float32's half spacing or spacing
+        return failed("that is float32's rounding; bf16 keeps 8 significant bits, float32 24")
+    return failed(f"not {value:g}: bf16 keeps 8 significant bits (7 stored), so between {lo:g} and {2 * lo:g} "
+                  f"there are 2**7 evenly spaced values")

@@ -1,0 +1,69 @@
+"""Lesson 06 (two passes, determinism): summing partials in block order, and the scratch size."""
+from __future__ import annotations
+
+import numpy as np
+
+from . import Verdict, failed, passed
+
+
+def _partials(blocks: int = 264, C: int = 64, seed: int = 6) -> np.ndarray:
+    rng = np.random.default_rng(seed)
+    scale = 10.0 ** rng.uniform(-3, 3, (blocks, 1))
+    return (rng.standard_normal((blocks, C)) * scale).astype(np.float32)
+
+
+def block_order_sum(partials: np.ndarray) -> np.ndarray:
+    """What reduce_dweight_v5 computes: for each channel, a float32 sum from block 0 to the last block."""
+    p = np.asarray(partials, np.float32)
+    total = np.zeros(p.shape[1], np.float32)
+    for row in p:
+        total = total + row  # float32 + float32, rounded after every step, like the kernel
+    return total
+
+
+def check_block_order_sum(fn) -> Verdict:
+    """``fn(partials)`` (float32, shape (blocks, C)) -> float32 (C,) bit-identical to the kernel's sum."""
+    p = _partials()
+    try:
+        got = fn(p.copy())
+    except Exception as exc:
+        return failed(f"your function raised {type(exc).__name__}: {exc}")
+    if got is None:
+        return failed("your function returns None: fill it in")
+    got = np.asarray(got)
+    if got.shape != (p.shape[1],):
+        return failed(f"expected one sum per channel, shape ({p.shape[1]},); got shape {got.shape}")
+    want = block_order_sum(p)
+    got32 = got.astype(np.float32)
+    same = got32.view(np.uint32) == want.view(np.uint32)
+    if same.all() and got.dtype == np.float32:
+        return passed(f"bit-identical in all {p.shape[1]} channels: same order, same float32 roundings")
+    if same.all():
+        return failed(f"the values match but come back as {got.dtype}; return float32 like the kernel")
+    in64 = p.astype(np.float64).sum(axis=0).astype(np.float32)
+    hint = ""
+    if np.array_equal(got32.view(np.uint32), in64.view(np.uint32)):
+        hint = ": you summed in float64; the kernel adds float32 numbers, rounding after each addition"
+    elif np.array_equal(got32.view(np.uint32), block_order_sum(p[::-1]).view(np.uint32)):
+        hint = ": you went from the last block to the first; the kernel starts at block 0"
+    diff = np.abs(got32.astype(np.float64) - want.astype(np.float64))
+    return failed(f"{int((~same).sum())} of {p.shape[1]} channels differ in their bits (largest difference "
+                  f"{diff.max():.3g}){hint}")
+
+
+def check_scratch_bytes(answer, blocks: int = 264, C: int = 4096) -> Verdict:
+    """Bytes of v5's partials buffer for a grid of ``blocks`` blocks at C channels (fp32 partials)."""
+    if answer is None:
+        return failed("replace None with a number of bytes")
+    want = blocks * C * 4
+    try:
+        value = int(answer)
+    except (TypeError, ValueError):
+        return failed(f"the answer should be a whole number of bytes, got {answer!r}")
+    if value == want:
+        return passed(f"{blocks} blocks x {C} channels x 4 bytes = {want} bytes ({want / 2**20:.1f} MiB)")
+    if value == blocks * C * 2:
+        return failed("the partials are float32 (4 bytes), even though dweight itself is bf16")
+    if value == blocks * C:
+        return failed("that counts floats, not bytes")
+    return failed(f"not {value}: one float32 per block and channel")

@@ -1,0 +1,69 @@
+"""Lesson 07 (the last block): atomicInc's wrap-around, and what happens without a reset."""
+from __future__ import annotations
+
+from . import Verdict, failed, passed
+
+PAIRS = [(old, limit) for limit in (0, 1, 2, 3, 7, 263, 264, 2**32 - 1)
+         for old in sorted({0, 1, 2, limit - 1, limit, limit + 1, 2**32 - 1}) if 0 <= old < 2**32]
+
+
+def atomic_inc_rule(old: int, limit: int) -> int:
+    """CUDA's atomicInc(address, limit) stores this and returns ``old``."""
+    return 0 if old >= limit else old + 1
+
+
+def check_atomic_inc(fn) -> Verdict:
+    """``fn(old, limit)`` -> the value atomicInc stores (it returns ``old``, the ticket)."""
+    for old, limit in PAIRS:
+        try:
+            got = fn(old, limit)
+        except Exception as exc:
+            return failed(f"your function raised {type(exc).__name__}: {exc} (at old={old}, limit={limit})")
+        if got is None:
+            return failed("your function returns None: fill it in")
+        want = atomic_inc_rule(old, limit)
+        if got != want:
+            hint = ""
+            if old == limit and got == old + 1:
+                hint = " (the counter wraps when old >= limit, not when it passes limit)"
+            elif old == limit - 1 and got == 0:
+                hint = " (it wraps after reaching limit, so old = limit - 1 still becomes limit)"
+            return failed(f"at old={old}, limit={limit}: you gave {got}, atomicInc stores {want}{hint}")
+    return passed(f"right on all {len(PAIRS)} cases: ((old >= limit) ? 0 : old + 1)")
+
+
+def seed_tickets(blocks: int, launches: int, limit: int | None = None, start: int = 0):
+    """Tickets drawn in each launch (in finishing order) when nobody resets the counter between launches.
+
+    The seed calls ``atomicInc(flag, gridDim.x)`` (``limit = blocks``); v6 calls it with ``blocks - 1``.
+    """
+    limit = blocks if limit is None else limit
+    counter, out = start, []
+    for _ in range(launches):
+        drawn = []
+        for _ in range(blocks):
+            drawn.append(counter)
+            counter = atomic_inc_rule(counter, limit)
+        out.append(drawn)
+    return out
+
+
+def check_seed_tickets(launch2, launch3, blocks: int = 4) -> Verdict:
+    """The tickets of launches 2 and 3 (in finishing order) of the seed's kernel with no host reset."""
+    if launch2 is None or launch3 is None:
+        return failed("replace None with two lists of tickets, e.g. [0, 1, 2, 3]")
+    _, want2, want3 = seed_tickets(blocks, 3)
+    try:
+        got2, got3 = [int(t) for t in launch2], [int(t) for t in launch3]
+    except (TypeError, ValueError):
+        return failed("give each launch as a list of whole numbers")
+    if got2 == want2 and got3 == want3:
+        return passed(f"launch 2 draws {want2}: nobody gets {blocks - 1}, so nobody adds into dweight; "
+                      f"launch 3 draws {want3}: the FIRST block to finish sums partials the others have "
+                      f"not written yet")
+    if got2 == list(range(blocks)):
+        return failed("after launch 1 the counter is not 0: the seed's atomicInc(flag, gridDim.x) stops at "
+                      "gridDim.x and wraps only on the next call")
+    if got2 != want2:
+        return failed(f"launch 2 is not {got2}: start from the counter launch 1 leaves behind")
+    return failed(f"launch 2 is right; launch 3 is not {got3}: continue from where launch 2 leaves the counter")

@@ -1,0 +1,369 @@
+"""Occupancy without a GPU: how many blocks of a kernel one SM holds at once, and what stops more.
+
+An SM takes a block only when all of the block fits at once:
+
+* **registers**: given to each warp in units of 256 (``registers/thread x 32``, rounded up); an SM is four
+  quarters, each with a quarter of the 65536 registers, and a warp lives in one quarter;
+* **shared memory**: static + dynamic + 1 KiB that the driver reserves per block (sm_80 and later),
+  rounded up to 128 B, out of the SM's shared memory (its largest carveout by default);
+* **warp slots** (64 warps per SM on sm_80/sm_90) and **block slots** (32 per SM).
+
+The smallest of those numbers is the occupancy; the resource that gives it is the limiter. These are the
+rules of NVIDIA's occupancy calculator for the default carveout. On a GPU, :func:`driver_blocks_per_sm`
+asks the driver (``cuOccupancyMaxActiveBlocksPerMultiprocessor``) for the same number, and
+``tests/test_inspect.py`` checks that both agree.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from . import build
+
+DEFAULT_ARCH = build.DEFAULT_ARCH
+KIB = 1024
+
+
+@dataclass(frozen=True)
+class Limits:
+    """What one SM of a target offers (the CUDA programming guide's table, compute capability x.y)."""
+
+    arch: str
+    shared_per_sm: int  # bytes: the largest shared-memory carveout, the default for occupancy
+    shared_per_block_optin: int  # bytes a block may use after opting in (cudaFuncAttributeMaxDynamicSharedMemorySize)
+    carveouts_kib: tuple  # the shared-memory sizes an SM can be configured to
+    max_warps_per_sm: int = 64
+    max_blocks_per_sm: int = 32
+    registers_per_sm: int = 65536
+    registers_per_block: int = 65536
+    register_unit: int = 256  # a warp's registers are allocated in multiples of this
+    sub_partitions: int = 4  # SM quarters; each holds registers_per_sm / 4 and its own warps
+    max_registers_per_thread: int = 255
+    max_threads_per_block: int = 1024
+    shared_per_block: int = 48 * KIB  # without opting in
+    reserved_shared_per_block: int = 1 * KIB  # taken by the driver for every block (sm_80 and later)
+    shared_unit: int = 128  # shared memory is allocated in multiples of this
+    barrier_slots_per_block_slot: int | None = None  # sm_90: 2 sets of named barriers per block slot
+
+    @property
+    def max_threads_per_sm(self) -> int:
+        return 32 * self.max_warps_per_sm
+
+
+LIMITS = {
+    "sm_80": Limits("sm_80", 164 * KIB, 163 * KIB, (0, 8, 16, 32, 64, 100, 132, 164)),  # A100
+    "sm_86": Limits("sm_86", 100 * KIB, 99 * KIB, (0, 8, 16, 32, 64, 100), max_warps_per_sm=48,
+                    max_blocks_per_sm=16),  # RTX 30xx, A10, A40
+    "sm_89": Limits("sm_89", 100 * KIB, 99 * KIB, (0, 8, 16, 32, 64, 100), max_warps_per_sm=48,
+                    max_blocks_per_sm=24),  # RTX 40xx, L4, L40
+    "sm_90": Limits("sm_90", 228 * KIB, 227 * KIB, (0, 8, 16, 32, 64, 100, 132, 164, 196, 228),
+                    barrier_slots_per_block_slot=2),  # H100, H200
+}
+
+
+def limits(arch: str = DEFAULT_ARCH) -> Limits:
+    try:
+        return LIMITS[arch.rstrip("a")]
+    except KeyError:
+        raise ValueError(f"no occupancy limits for {arch}; known: {', '.join(LIMITS)}") from None
+
+
+def _round_up(x: int, unit: int) -> int:
+    return -(-x // unit) * unit
+
+
+@dataclass(frozen=True)
+class Occupancy:
+    """How many blocks of one kernel fit on one SM, and why not more."""
+
+    kernel: str
+    arch: str
+    block_size: int
+    registers: int  # per thread, from ptxas
+    static_smem: int  # bytes, from ptxas
+    dynamic_smem: int  # bytes, chosen at launch
+    blocks_per_sm: int
+    warps_per_sm: int
+    max_warps_per_sm: int
+    limiter: str  # "registers", "shared memory", "warps", "blocks", ... ("registers and warps" on a tie)
+    blocks_by: dict = field(default_factory=dict)  # resource -> blocks that resource alone allows
+    registers_per_warp: int = 0  # allocated, after rounding
+    smem_per_block: int = 0  # allocated: static + dynamic + reserved, rounded
+    shared_per_sm: int = 0
+    barriers: int = 0  # named barriers the kernel uses (ptxas)
+    notes: tuple = ()
+
+    @property
+    def occupancy(self) -> float:
+        """Resident warps over the SM's warp slots (0..1)."""
+        return self.warps_per_sm / self.max_warps_per_sm
+
+    @property
+    def threads_per_sm(self) -> int:
+        return self.blocks_per_sm * self.block_size
+
+    def summary(self) -> str:
+        return (f"occupancy ({self.arch}, block {self.block_size}): {self.blocks_per_sm} block(s)/SM, "
+                f"{self.warps_per_sm} of {self.max_warps_per_sm} warps ({self.occupancy:.0%}), "
+                f"limited by {self.limiter}")
+
+    def explain(self) -> str:
+        """The arithmetic, one resource a line."""
+        L = limits(self.arch)
+        warps = -(-self.block_size // 32)
+        lines = [self.summary()]
+        b = self.blocks_by
+        per_quarter = L.registers_per_sm // L.sub_partitions
+        lines.append(
+            f"  registers:     {self.registers}/thread x 32 = {self.registers * 32}/warp, allocated "
+            f"{self.registers_per_warp} (units of {L.register_unit}); {per_quarter} per SM quarter hold "
+            f"{per_quarter // self.registers_per_warp if self.registers_per_warp else 'any number of'} warps; "
+            f"blocks of {warps} warps -> {_fmt(b.get('registers'))}")
+        lines.append(
+            f"  shared memory: {self.static_smem} static + {self.dynamic_smem} dynamic + "
+            f"{L.reserved_shared_per_block} reserved = {self.smem_per_block} B per block (units of "
+            f"{L.shared_unit}); {self.shared_per_sm} B per SM -> {_fmt(b.get('shared memory'))}")
+        lines.append(f"  warps:         {L.max_warps_per_sm} per SM / {warps} per block -> {_fmt(b.get('warps'))}")
+        lines.append(f"  blocks:        {L.max_blocks_per_sm} per SM -> {_fmt(b.get('blocks'))}")
+        if "barriers" in b:
+            slots = L.barrier_slots_per_block_slot * L.max_blocks_per_sm
+            lines.append(f"  barriers:      {slots} per SM / {self.barriers} per block -> {_fmt(b['barriers'])}")
+        lines += [f"  note: {n}" for n in self.notes]
+        return "\n".join(lines)
+
+    def __str__(self) -> str:
+        return self.summary()
+
+
+def _fmt(n) -> str:
+    return "no limit" if n is None else f"{n} block(s)"
+
+
+def from_resources(registers: int, static_smem: int, block_size: int, dynamic_smem: int = 0,
+                   arch: str = DEFAULT_ARCH, *, kernel: str = "kernel", barriers: int = 0,
+                   max_threads_per_block: int | None = None, opt_in: bool = True) -> Occupancy:
+    """Occupancy of a kernel with these resources (the calculator's rules; no compiler, no GPU).
+
+    ``opt_in``: the launch raises the kernel's dynamic shared memory limit above 48 KiB when it needs
+    more (as :class:`~rmsnorm_lessons.kernels.Launcher` does). ``max_threads_per_block``: the kernel's
+    ``__launch_bounds__``, if any.
+    """
+    L = limits(arch)
+    if block_size < 1:
+        raise ValueError(f"block_size must be at least 1, got {block_size}")
+    warps = -(-block_size // 32)
+    notes = []
+    by: dict[str, int] = {}
+
+    # registers: per warp, rounded to the allocation unit; warps fill the four SM quarters
+    reg_warp = _round_up(registers * 32, L.register_unit)
+    reg_block_check = reg_warp * _round_up(warps, L.sub_partitions)  # the hardware's per-block check
+    if registers > L.max_registers_per_thread or reg_block_check > L.registers_per_block:
+        by["registers"] = 0
+        notes.append(f"{registers} registers x {block_size} threads exceed the {L.registers_per_block} "
+                     f"registers one block may have")
+    elif reg_warp == 0:
+        by["registers"] = None
+    else:
+        per_quarter = (L.registers_per_sm // L.sub_partitions) // reg_warp
+        by["registers"] = per_quarter * L.sub_partitions // warps
+
+    # shared memory: static + dynamic + reserved, rounded; the SM's largest carveout by default
+    smem = _round_up(static_smem + dynamic_smem + L.reserved_shared_per_block, L.shared_unit)
+    per_block_limit = (L.shared_per_block_optin if opt_in else L.shared_per_block) + L.reserved_shared_per_block
+    if smem > per_block_limit:
+        by["shared memory"] = 0
+        notes.append(f"{static_smem + dynamic_smem} B of shared memory is more than a block may use "
+                     f"({per_block_limit - L.reserved_shared_per_block} B{'' if opt_in else ' without opting in'})")
+    else:
+        by["shared memory"] = L.shared_per_sm // smem
+
+    # warp and block slots
+    by["warps"] = L.max_warps_per_sm // warps if block_size <= L.max_threads_per_block else 0
+    if block_size > L.max_threads_per_block:
+        notes.append(f"a block has at most {L.max_threads_per_block} threads")
+    by["blocks"] = L.max_blocks_per_sm
+    if max_threads_per_block is not None and block_size > max_threads_per_block:
+        by["launch bounds"] = 0
+        notes.append(f"__launch_bounds__ allows at most {max_threads_per_block} threads per block")
+    if L.barrier_slots_per_block_slot and barriers > 0:
+        by["barriers"] = L.barrier_slots_per_block_slot * L.max_blocks_per_sm // barriers
+
+    finite = {k: v for k, v in by.items() if v is not None}
+    blocks = min(finite.values())
+    limiter = " and ".join(k for k, v in finite.items() if v == blocks)
+    return Occupancy(kernel=kernel, arch=arch, block_size=block_size, registers=registers,
+                     static_smem=static_smem, dynamic_smem=dynamic_smem, blocks_per_sm=blocks,
+                     warps_per_sm=blocks * warps, max_warps_per_sm=L.max_warps_per_sm, limiter=limiter,
+                     blocks_by=by, registers_per_warp=reg_warp, smem_per_block=smem,
+                     shared_per_sm=L.shared_per_sm, barriers=barriers, notes=tuple(notes))
+
+
+def occupancy(version, C: int, arch: str = DEFAULT_ARCH, block_size: int | None = None, *,
+              kernel: str | None = None, registers: int | None = None, opt_in: bool = True) -> Occupancy:
+    """Occupancy of ``version``'s main kernel at width ``C`` on ``arch``, computed on the CPU.
+
+    Registers and static shared memory come from ptxas (nvcc compiles the file for ``arch``), dynamic
+    shared memory from the version's launch rule ``dynamic_smem(C, block)``. ``block_size`` defaults to
+    the version's. ``registers`` overrides ptxas's figure, to ask "what if". ``kernel`` picks another
+    kernel of the version (launched without dynamic shared memory).
+    """
+    from . import inspect, kernels
+
+    spec = kernels.get(version)
+    main = spec.kernels[0]
+    kernel = kernel or main
+    if kernel not in spec.kernels:
+        raise ValueError(f"{spec.name} has the kernels {', '.join(spec.kernels)}; got {kernel!r}")
+    if kernel == main:
+        block = int(block_size or spec.block_size)
+        dynamic = int(spec.dynamic_smem(C, block))
+    else:
+        block, dynamic = int(block_size or 256), 0
+    res = build.resources(spec.name, arch)[kernel]
+    bound = inspect.max_threads_per_block(spec.name, kernel, arch)
+    return from_resources(registers if registers is not None else res.registers, res.shared_bytes, block,
+                          dynamic, arch, kernel=kernel, barriers=res.barriers, max_threads_per_block=bound,
+                          opt_in=opt_in)
+
+
+def table(versions=None, C: int = 4096, arch: str = DEFAULT_ARCH) -> str:
+    """One line per version: registers, shared memory, blocks and warps per SM, the limiter."""
+    from . import kernels
+
+    rows = [f"{'version':<15} {'block':>5} {'regs':>4} {'smem/block':>10} {'blocks/SM':>9} {'warps/SM':>8}  limiter"]
+    for v in versions or kernels.VERSIONS:
+        o = occupancy(v, C, arch)
+        rows.append(f"{kernels.get(v).name:<15} {o.block_size:>5} {o.registers:>4} {o.smem_per_block:>10} "
+                    f"{o.blocks_per_sm:>9} {o.warps_per_sm:>5}/{o.max_warps_per_sm:<2}  {o.limiter}")
+    return "\n".join(rows)
+
+
+# ----------------------------------------------------------------------------------------------------
+# the driver's own answer (GPU only)
+
+_CU_FUNC_ATTRIBUTE_SHARED_SIZE_BYTES = 1
+_CU_FUNC_ATTRIBUTE_NUM_REGS = 4
+_CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES = 8
+DEVICE_ATTRIBUTES = {  # CUdevice_attribute values (cuda.h)
+    "max_threads_per_block": 1,
+    "max_shared_memory_per_block": 8,
+    "max_registers_per_block": 12,
+    "multiprocessor_count": 16,
+    "max_threads_per_multiprocessor": 39,
+    "compute_capability_major": 75,
+    "compute_capability_minor": 76,
+    "max_shared_memory_per_multiprocessor": 81,
+    "max_registers_per_multiprocessor": 82,
+    "max_shared_memory_per_block_optin": 97,
+    "max_blocks_per_multiprocessor": 106,
+    "reserved_shared_memory_per_block": 111,
+}
+
+
+class _Driver:
+    """The few CUDA driver calls PyCUDA does not offer, through ctypes on libcuda.so.1.
+
+    PyCUDA's ``Function`` keeps its ``CUfunction`` handle to itself, so the cubin is loaded a second
+    time, as a module of its own, into the context PyCUDA made current (:func:`rmsnorm_lessons.gpu.require`).
+    """
+
+    def __init__(self):
+        import ctypes
+
+        from . import gpu
+
+        gpu.require()  # the primary context, current on this thread
+        self.c = ctypes
+        lib = ctypes.CDLL("libcuda.so.1")
+        P, I, S, V = ctypes.POINTER, ctypes.c_int, ctypes.c_size_t, ctypes.c_void_p
+        sig = {
+            "cuGetErrorString": [I, P(ctypes.c_char_p)],
+            "cuCtxGetDevice": [P(I)],
+            "cuDeviceGetAttribute": [P(I), I, I],
+            "cuModuleLoadData": [P(V), V],
+            "cuModuleGetFunction": [P(V), V, ctypes.c_char_p],
+            "cuModuleUnload": [V],
+            "cuFuncGetAttribute": [P(I), I, V],
+            "cuFuncSetAttribute": [V, I, I],
+            "cuOccupancyMaxActiveBlocksPerMultiprocessor": [P(I), V, I, S],
+        }
+        for name, args in sig.items():
+            fn = getattr(lib, name)
+            fn.argtypes, fn.restype = args, I
+        self.lib = lib
+
+    def check(self, result: int, what: str) -> None:
+        if result != 0:
+            msg = self.c.c_char_p()
+            self.lib.cuGetErrorString(result, self.c.byref(msg))
+            raise RuntimeError(f"{what} failed: CUDA error {result} ({(msg.value or b'?').decode()})")
+
+    def device_attribute(self, name: str) -> int:
+        dev, value = self.c.c_int(), self.c.c_int()
+        self.check(self.lib.cuCtxGetDevice(self.c.byref(dev)), "cuCtxGetDevice")
+        self.check(self.lib.cuDeviceGetAttribute(self.c.byref(value), DEVICE_ATTRIBUTES[name], dev.value),
+                   f"cuDeviceGetAttribute({name})")
+        return value.value
+
+
+@dataclass(frozen=True)
+class DriverOccupancy:
+    kernel: str
+    block_size: int
+    dynamic_smem: int
+    blocks_per_sm: int
+    registers: int  # what the driver sees in the loaded cubin
+    static_smem: int
+
+
+def _driver() -> _Driver:
+    global _DRIVER
+    if _DRIVER is None:
+        _DRIVER = _Driver()
+    return _DRIVER
+
+
+_DRIVER: _Driver | None = None
+
+
+def device_limits() -> dict[str, int]:
+    """The device's own figures for what :class:`Limits` tabulates (GPU)."""
+    d = _driver()
+    return {name: d.device_attribute(name) for name in DEVICE_ATTRIBUTES}
+
+
+def driver_blocks_per_sm(version, C: int, block_size: int | None = None, *, kernel: str | None = None,
+                         arch: str | None = None) -> DriverOccupancy:
+    """The driver's ``cuOccupancyMaxActiveBlocksPerMultiprocessor`` for ``version`` at ``C`` (GPU only).
+
+    The file is compiled with nvcc for the device's target (the flags of every build), loaded with
+    ``cuModuleLoadData``, given the opt-in shared memory limit exactly as the launcher would, and asked.
+    """
+    from . import gpu, kernels
+
+    spec = kernels.get(version)
+    main = spec.kernels[0]
+    kernel = kernel or main
+    block = int(block_size or (spec.block_size if kernel == main else 256))
+    dynamic = int(spec.dynamic_smem(C, block)) if kernel == main else 0
+    arch = arch or gpu.facts().arch
+    d = _driver()
+    c = d.c
+    image = c.create_string_buffer(build.compile_file(spec.name, arch).binary)
+    module, function = c.c_void_p(), c.c_void_p()
+    d.check(d.lib.cuModuleLoadData(c.byref(module), c.cast(image, c.c_void_p)), "cuModuleLoadData")
+    try:
+        d.check(d.lib.cuModuleGetFunction(c.byref(function), module, kernel.encode()), "cuModuleGetFunction")
+        regs, static = c.c_int(), c.c_int()
+        d.check(d.lib.cuFuncGetAttribute(c.byref(regs), _CU_FUNC_ATTRIBUTE_NUM_REGS, function), "cuFuncGetAttribute")
+        d.check(d.lib.cuFuncGetAttribute(c.byref(static), _CU_FUNC_ATTRIBUTE_SHARED_SIZE_BYTES, function),
+                "cuFuncGetAttribute")
+        if static.value + dynamic > 48 * KIB:  # what kernels.Launcher does above the default limit
+            d.check(d.lib.cuFuncSetAttribute(function, _CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, dynamic),
+                    "cuFuncSetAttribute(MAX_DYNAMIC_SHARED_SIZE_BYTES)")
+        blocks = c.c_int()
+        d.check(d.lib.cuOccupancyMaxActiveBlocksPerMultiprocessor(c.byref(blocks), function, block, dynamic),
+                "cuOccupancyMaxActiveBlocksPerMultiprocessor")
+    finally:
+        d.lib.cuModuleUnload(module)
+    return DriverOccupancy(kernel, block, dynamic, blocks.value, regs.value, static.value)

@@ -1,0 +1,312 @@
+"""Peers for the benchmark: RMSNorm backward as others compute it, timed like the versions.
+
+* ``torch eager``: ``torch.nn.functional.rms_norm`` on bf16 tensors, its backward through autograd.
+* ``torch.compile``: the same function compiled (static shapes, forward and backward graphs).
+* ``Liger-Kernel``: ``liger_kernel.ops.rms_norm.rms_norm_backward`` (Triton), called directly with the
+  tensors its forward saved, as its autograd function does (``in_place=True``, its default: dinp is
+  written over dout).
+
+Every peer computes the gradient alone (dinp =, dweight =), so each moves ``3 * N * C * 2`` bytes plus
+rstd, weight and dweight (:func:`bytes_moved`). Each is checked against the float64 reference on its own
+outputs before it is timed, and timed as :mod:`rmsnorm_lessons.bench` times the versions: CUDA events
+(``torch.cuda.Event``) around one backward call queued behind a sleeping kernel, warm-up first, the median
+of many calls, consecutive calls on different tensor sets together larger than L2. Only the backward is
+timed: the forward graph is built once per tensor set beforehand.
+
+PyTorch shares the CUDA context with PyCUDA (both use the device's primary context; :mod:`gpu` is started
+first). A peer that is not installed is skipped with one line saying so.
+"""
+from __future__ import annotations
+
+import inspect as _inspect
+import sys
+
+import numpy as np
+
+from . import bench, check, gpu, reference
+from .bf16 import bfloat16
+
+EPS = 1e-5
+PEERS = ("torch eager", "torch.compile", "Liger-Kernel")
+SLEEP_US = 1000  # long enough for autograd's (or Triton's) host work to be queued before the GPU gets there
+
+
+def bytes_moved(N: int, C: int, itemsize: int = 2) -> int:
+    """The fewest bytes a peer must move: dout and inp read, dinp written (overwritten, not read), rstd
+    read, weight read and dweight written (overwritten)."""
+    return 3 * N * C * itemsize + N * 4 + 2 * C * itemsize
+
+
+def _torch():
+    import torch  # noqa: F401 (ImportError says it is missing)
+
+    return torch
+
+
+def _liger():
+    """Liger's Triton RMSNorm module itself (its package may rebind the names it exports to another
+    backend's; the submodule stays the Triton one)."""
+    import importlib
+
+    return importlib.import_module("liger_kernel.ops.rms_norm")
+
+
+def why_unavailable(name: str) -> str | None:
+    """None where the peer can run here, else one sentence saying why not."""
+    if name not in PEERS:
+        raise ValueError(f"peer must be one of {', '.join(PEERS)}; got {name!r}")
+    try:
+        torch = _torch()
+    except ImportError:
+        return "PyTorch is not installed"
+    if not torch.cuda.is_available():
+        return "PyTorch sees no CUDA device"
+    if name == "torch.compile" and not hasattr(torch, "compile"):
+        return f"this PyTorch ({torch.__version__}) has no torch.compile"
+    if name == "Liger-Kernel":
+        try:
+            _liger()
+        except ImportError as exc:
+            return f"Liger-Kernel is not installed ({exc})"
+    return None
+
+
+def available() -> list[str]:
+    return [p for p in PEERS if why_unavailable(p) is None]
+
+
+# ----------------------------------------------------------------------------------------------------
+# tensors
+
+
+def _device(torch):
+    import os
+
+    return torch.device("cuda", int(os.environ.get("RMSNORM_LESSONS_DEVICE", "0")))
+
+
+def to_torch(a: np.ndarray, device):
+    """A bf16 (ml_dtypes) or float32 NumPy array as a CUDA tensor of the same dtype."""
+    torch = _torch()
+    a = np.ascontiguousarray(a)
+    if a.dtype == bfloat16:
+        return torch.from_numpy(a.view(np.int16)).view(torch.bfloat16).to(device)
+    return torch.from_numpy(a).to(device)
+
+
+def to_numpy(t) -> np.ndarray:
+    """A bf16 or float32 tensor back as a NumPy array (bf16 as ml_dtypes' bfloat16)."""
+    torch = _torch()
+    t = t.detach().contiguous().cpu()
+    if t.dtype == torch.bfloat16:
+        return t.view(torch.int16).numpy().view(bfloat16)
+    return t.numpy()
+
+
+# ----------------------------------------------------------------------------------------------------
+# the peers: each builds per-set state once and returns a call that runs one backward on set i
+
+
+class _Peer:
+    name = ""
+
+    def __init__(self, problem: dict, sets: int):
+        torch = _torch()
+        self.torch = torch
+        self.device = _device(torch)
+        torch.cuda.set_device(self.device)  # the events, the sleep and the tensors on rl.gpu's device
+        self.N, self.C = problem["inp"].shape
+        self.weight = to_torch(problem["weight"], self.device)
+        self.inp = [to_torch(problem["inp"], self.device) for _ in range(sets)]
+        self.dout = [to_torch(problem["dout"], self.device) for _ in range(sets)]
+        self.before = None  # a call run before the start event (not timed), if the peer needs one
+
+    def backward(self, i: int):  # -> (dinp, dweight) tensors
+        raise NotImplementedError
+
+    def check_call(self):  # a first backward on set 0, on fresh tensors, for the correctness check
+        return self.backward(0)
+
+
+class _Eager(_Peer):
+    name = "torch eager"
+
+    def __init__(self, problem, sets):
+        super().__init__(problem, sets)
+        self.w = self.weight.requires_grad_(True)
+        self.x = [x.requires_grad_(True) for x in self.inp]
+        self.fn = self.function()
+        self.out = [self.fn(x, self.w) for x in self.x]  # the graphs, built once and kept
+        self.torch.cuda.synchronize()
+
+    def function(self):
+        F = self.torch.nn.functional
+        C = self.C
+        return lambda x, w: F.rms_norm(x, (C,), w, eps=EPS)
+
+    def backward(self, i):
+        return self.torch.autograd.grad(self.out[i], (self.x[i], self.w), self.dout[i], retain_graph=True)
+
+
+class _Compiled(_Eager):
+    name = "torch.compile"
+
+    def function(self):
+        torch = self.torch
+        try:  # AOTAutograd donates saved buffers to the backward unless told not to; retain_graph needs them
+            import torch._functorch.config as functorch_config
+
+            functorch_config.donated_buffer = False
+        except (ImportError, AttributeError):
+            pass
+        torch._dynamo.reset()  # a fresh cache for every shape: no recompile limit, no dynamic shapes
+        return torch.compile(super().function(), dynamic=False, fullgraph=True)
+
+    def check_call(self):
+        got = self.backward(0)
+        try:  # a second backward through the same graph: some versions refuse (freed saved tensors)
+            self.backward(0)
+        except RuntimeError as exc:
+            print(f"torch.compile: backward cannot run twice on one graph here ({str(exc).splitlines()[0]}); "
+                  f"timing a fresh forward before each backward, outside the timed region", file=sys.stderr)
+            self._refresh_each_call()
+        return got
+
+    def _refresh_each_call(self):
+        torch = self.torch
+        flush = torch.empty(256 << 20, dtype=torch.uint8, device=self.device)
+
+        def before(i):
+            self.out[i] = self.fn(self.x[i], self.w)
+            flush.zero_()  # the forward just read inp: push it out of L2 before the timed backward
+
+        self.before = before
+
+
+class _Liger(_Peer):
+    name = "Liger-Kernel"
+
+    def __init__(self, problem, sets):
+        super().__init__(problem, sets)
+        self.liger = liger = _liger()
+        self.saved = []
+        for x in self.inp:
+            Y, X, RSTD, block, warps, mode = liger.rms_norm_forward(x, self.weight, EPS, 0.0, "llama", None)
+            self.saved.append((X, RSTD, block, warps, mode))
+        params = _inspect.signature(liger.rms_norm_backward).parameters
+        self.extra = {k: v for k, v in (("row_mode", None),) if k in params}
+        self.torch.cuda.synchronize()
+
+    def _call(self, dY, i):
+        X, RSTD, block, warps, mode = self.saved[i]
+        return self.liger.rms_norm_backward(dY=dY, X=X, W=self.weight, RSTD=RSTD, offset=0.0, casting_mode=mode,
+                                            BLOCK_SIZE=block, num_warps=warps, in_place=True, **self.extra)
+
+    def backward(self, i):
+        # in place: dinp is written over dout[i]. Later calls on the same set read that gradient as their
+        # dout: the values change, the work does not (the check runs on fresh tensors)
+        return self._call(self.dout[i], i)
+
+    def check_call(self):
+        return self._call(self.dout[0].clone(), 0)
+
+
+_CLASSES = {c.name: c for c in (_Eager, _Compiled, _Liger)}
+
+
+# ----------------------------------------------------------------------------------------------------
+# checking and timing
+
+
+def time_ms(peer: _Peer, sets: int, warmup: int = 5, repeats: int = 50) -> list[float]:
+    """Milliseconds of ``repeats`` backward calls, each behind a sleeping kernel, rotating the sets."""
+    torch = peer.torch
+    clock_khz = gpu.require().device.get_attribute(gpu.driver().device_attribute.CLOCK_RATE)
+    cycles = int(SLEEP_US * clock_khz / 1e3)
+    start, stop = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    for i in range(warmup):
+        if peer.before:
+            peer.before(i % sets)
+        peer.backward(i % sets)
+    torch.cuda.synchronize()
+    times = []
+    for i in range(repeats):
+        k = i % sets
+        if peer.before:
+            peer.before(k)
+        torch.cuda._sleep(cycles)
+        start.record()
+        peer.backward(k)
+        stop.record()
+        stop.synchronize()
+        times.append(start.elapsed_time(stop))
+    return times
+
+
+def check_peer(peer: _Peer, problem: dict, ref=None) -> check.CheckReport:
+    """The peer's gradients on set 0 against the float64 reference (the gradient alone: no accumulation)."""
+    dx, dw = peer.check_call()
+    if ref is None:  # (each peer computes rstd itself, in fp32 from the same bf16 inp: the same to ~1 ulp)
+        ref = reference.backward(problem["dout"], problem["inp"], problem["weight"], problem["rstd"])
+    tol = check.tolerances(bfloat16, peer.N)
+    return check.CheckReport(peer.name, peer.N, peer.C,
+                             check.compare(to_numpy(dx), ref[0], *tol["dinp"], name="dinp"),
+                             check.compare(to_numpy(dw), ref[1], *tol["dweight"], name="dweight"))
+
+
+def bench_peer(name: str, N: int, C: int, copy_gbps: float, repeats: int = 50, problem=None, ref=None,
+               seed: int = 0) -> bench.Timing:
+    """Check one peer at one shape, then time it; raises AssertionError (with the report) when it is wrong.
+
+    ``problem`` (from ``reference.random_problem``) and ``ref`` (its float64 gradients) may be shared by
+    several peers at one shape."""
+    gpu.require()  # PyCUDA's context first: PyTorch then finds the primary context current and shares it
+    reason = why_unavailable(name)
+    if reason is not None:
+        raise RuntimeError(f"{name} cannot run here: {reason}")
+    torch = _torch()
+    problem = problem or reference.random_problem(N, C, bfloat16, seed=seed, accumulate=False)
+    per_set = 4 * N * C * 2 + N * 4  # inp, dout, the forward's output and the new dinp
+    free, _ = torch.cuda.mem_get_info(_device(torch))
+    sets = bench.sets_for(per_set, gpu.facts().l2_bytes, free)
+    peer = _CLASSES[name](problem, sets)
+    try:
+        report = check_peer(peer, problem, ref)
+        if not report.ok:
+            raise AssertionError(f"{name} is wrong at N={N} C={C}; not timing it:\n{report}")
+        times = time_ms(peer, sets, repeats=repeats)
+    finally:
+        del peer
+        torch.cuda.empty_cache()
+    return bench._timing(name, N, C, times, bytes_moved(N, C), copy_gbps)
+
+
+def sweep(shapes=None, names=None, repeats: int = 50, copy_gbps: float | None = None, log=sys.stderr):
+    """Check and time every available peer at every shape; a missing peer is skipped with one line."""
+    gpu.require()
+    names = list(names or PEERS)
+    runnable = []
+    for name in names:
+        reason = why_unavailable(name)
+        if reason is None:
+            runnable.append(name)
+        else:
+            print(f"skip peer {name}: {reason}", file=log)
+    shapes = list(shapes or bench.LARGE_SHAPES + bench.SMALL_SHAPES)
+    copy_gbps = copy_gbps or gpu.copy_bandwidth()
+    results = []
+    for N, C in shapes:
+        if not runnable:
+            break
+        problem = reference.random_problem(N, C, bfloat16, seed=N * 7 + C, accumulate=False)
+        ref = reference.backward(problem["dout"], problem["inp"], problem["weight"], problem["rstd"])
+        for name in runnable:
+            try:
+                results.append(bench_peer(name, N, C, copy_gbps, repeats, problem=problem, ref=ref))
+            except AssertionError as exc:  # a wrong peer is not timed, and said so
+                print(f"peer NOT TIMED: {exc}", file=log)
+            except Exception as exc:  # a peer that fails to run is reported, not fatal to the benchmark
+                first = (str(exc).splitlines() or [""])[0][:300]
+                print(f"peer {name} failed at {N}x{C}: {type(exc).__name__}: {first}", file=log)
+    return results
+

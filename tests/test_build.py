@@ -1,0 +1,114 @@
+"""Compiling every kernel with nvcc, and the ptxas report parser (CPU; nvcc is required, not optional).
+
+`make test` installs nvcc (NVIDIA's wheels) where none is on PATH, so a missing nvcc is a failure here,
+never a skip.
+"""
+import pytest
+
+from rmsnorm_lessons import build, kernels
+
+KERNEL_FILES = sorted(p.stem for p in build.kernel_dir().glob("*.cu"))
+ARCHS = ["sm_80", "sm_90"]
+
+
+def test_nvcc_is_found():
+    assert build.find_nvcc() is not None, (
+        "nvcc was not found: `make test` installs NVIDIA's nvcc wheels into .venv; elsewhere put CUDA 13 on PATH")
+    assert build.nvcc_version()
+
+
+def test_the_ladder_has_a_kernel_file_per_version():
+    assert KERNEL_FILES, f"no .cu files in {build.kernel_dir()}"
+    for name in kernels.VERSIONS:
+        assert name in KERNEL_FILES, f"{name} has no kernels/{name}.cu"
+    assert "rmsnorm_forward" in KERNEL_FILES
+
+
+@pytest.mark.parametrize("arch", ARCHS)
+@pytest.mark.parametrize("name", KERNEL_FILES)
+def test_every_kernel_file_compiles(name, arch):
+    compiled = build.compile_file(name, arch)
+    assert compiled.kind == "cubin" and compiled.arch == arch and compiled.name == name
+    assert compiled.binary, "empty cubin"
+    assert compiled.resources, f"ptxas reported no entry function for {name}:\n{compiled.log}"
+    for r in compiled.resources.values():
+        assert r.arch == arch
+        assert 0 < r.registers <= 255
+    if name in kernels.VERSIONS:
+        missing = set(kernels.get(name).kernels) - set(compiled.resources)
+        assert not missing, f"{name}: the launch plan names kernels the file does not define: {missing}"
+
+
+def test_ptx_output():
+    compiled = build.compile_file("v2_warp", "sm_90", kind="ptx")
+    text = compiled.binary.decode()
+    assert ".entry rmsnorm_backward_v2" in text
+    assert ".target sm_90" in text
+
+
+SAMPLE_LOG = """\
+ptxas info    : 0 bytes gmem
+ptxas info    : Compiling entry function 'reduce_dweight_v5' for 'sm_80'
+ptxas info    : Function properties for reduce_dweight_v5
+    0 bytes stack frame, 0 bytes spill stores, 0 bytes spill loads
+ptxas info    : Used 24 registers, used 0 barriers, 376 bytes cmem[0]
+ptxas info    : Compile time = 3.301 ms
+ptxas info    : Compiling entry function 'rmsnorm_backward_v6' for 'sm_90'
+ptxas info    : Function properties for rmsnorm_backward_v6
+    8 bytes stack frame, 4 bytes spill stores, 12 bytes spill loads
+ptxas info    : Used 64 registers, used 1 barriers, 8 bytes cumulative stack size, 16 bytes smem
+ptxas info    : Compile time = 45.407 ms
+ptxas info    : Compiling entry function 'tiny' for 'sm_90'
+ptxas info    : Function properties for tiny
+    0 bytes stack frame, 0 bytes spill stores, 0 bytes spill loads
+ptxas info    : Used 6 registers
+"""
+
+
+def test_parse_ptxas_sample():
+    found = build.parse_ptxas(SAMPLE_LOG)
+    assert list(found) == ["reduce_dweight_v5", "rmsnorm_backward_v6", "tiny"]
+    r = found["reduce_dweight_v5"]
+    assert (r.arch, r.registers, r.barriers, r.constant_bytes, r.shared_bytes) == ("sm_80", 24, 0, 376, 0)
+    assert not r.spills
+    r = found["rmsnorm_backward_v6"]
+    assert (r.arch, r.registers, r.barriers, r.shared_bytes, r.stack_bytes) == ("sm_90", 64, 1, 16, 8)
+    assert (r.spill_stores, r.spill_loads) == (4, 12) and r.spills
+    r = found["tiny"]
+    assert (r.registers, r.barriers, r.shared_bytes, r.constant_bytes) == (6, 0, 0, 0)
+
+
+def test_parse_ptxas_ignores_noise():
+    assert build.parse_ptxas("") == {}
+    assert build.parse_ptxas("ptxas info    : 0 bytes gmem\nsome warning\n") == {}
+
+
+def test_real_report_matches_the_parser():
+    compiled = build.compile_file("v5_two_pass", "sm_90")
+    assert set(compiled.resources) == {"rmsnorm_backward_v5", "reduce_dweight_v5"}
+    assert compiled.resources == build.parse_ptxas(compiled.log)
+    assert build.resources("v5_two_pass", "sm_90") == compiled.resources
+
+
+@pytest.mark.parametrize("arch", ["sm90", "90", "compute_90", "sm_9", "SM_90", "sm_90; rm -rf /", ""])
+def test_bad_arch_refused(arch):
+    with pytest.raises(ValueError, match=r"arch must look like 'sm_90'"):
+        build.compile_file("v1_naive", arch)
+
+
+def test_unknown_arch_is_a_compile_error():
+    with pytest.raises(build.CompileError, match=r"nvcc failed for v1_naive.cu \(sm_11\)"):
+        build.compile_file("v1_naive", "sm_11")
+
+
+def test_bad_kind_and_unknown_file_refused():
+    with pytest.raises(ValueError, match=r"kind must be 'cubin' or 'ptx'"):
+        build.compile_file("v1_naive", "sm_90", kind="sass")
+    with pytest.raises(FileNotFoundError, match=r"no kernel file .*v0_missing.cu; known: .*v1_naive"):
+        build.compile_file("v0_missing")
+
+
+def test_kernel_source_is_the_file():
+    path = build.kernel_path("v1_naive")
+    assert build.kernel_source("v1_naive") == path.read_text()
+    assert build.kernel_path("common.cuh").name == "common.cuh"

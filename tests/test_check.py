@@ -1,0 +1,119 @@
+"""check.compare (CPU): the seed's rule |gpu - ref| <= tol + |ref| * eps, worst elements, NaN and Inf."""
+import numpy as np
+import pytest
+
+from rmsnorm_lessons import bf16, check
+
+TOL, EPS = 1e-3, 1e-2
+
+
+def _ref(shape=(6, 50), seed=0):
+    return np.random.default_rng(seed).uniform(-3, 3, shape)
+
+
+def _allowed(ref):
+    return TOL + np.abs(ref) * EPS
+
+
+def test_passes_inside_the_rule():
+    ref = _ref()
+    sign = np.where(np.arange(ref.size).reshape(ref.shape) % 2, 1.0, -1.0)
+    gpu = ref + sign * 0.999 * _allowed(ref)
+    c = check.compare(gpu, ref, TOL, EPS, name="dinp")
+    assert c.ok and c.failures == 0 and c.worst == []
+    assert c.checked == ref.size
+    assert c.max_abs_error == pytest.approx(np.max(0.999 * _allowed(ref)))
+    assert str(c).startswith("dinp: OK")
+
+
+def test_exact_result():
+    ref = _ref()
+    c = check.compare(ref.copy(), ref, TOL, EPS)
+    assert c.ok and c.max_abs_error == 0 and c.rel_l2_error == 0
+
+
+def test_fails_just_outside_the_rule():
+    ref = _ref()
+    gpu = ref.copy()
+    gpu[2, 7] += 1.01 * _allowed(ref)[2, 7]
+    c = check.compare(gpu, ref, TOL, EPS, name="dweight")
+    assert not c.ok and c.failures == 1
+    (idx, g, r, err, allowed), = c.worst
+    assert idx == (2, 7) and g == gpu[2, 7] and r == ref[2, 7]
+    assert err > allowed == pytest.approx(_allowed(ref)[2, 7])
+    text = str(c)
+    assert text.startswith("dweight: FAIL  1/300 outside") and "at (2, 7)" in text
+
+
+def test_reports_the_worst_indices_first():
+    ref = _ref((4, 10))
+    gpu = ref.copy()
+    excess = {(0, 1): 2.0, (3, 9): 50.0, (1, 0): 5.0, (2, 2): 1.5, (2, 3): 9.0, (0, 0): 3.0, (1, 1): 7.0}
+    for idx, factor in excess.items():
+        gpu[idx] += factor * _allowed(ref)[idx] + 1.0
+    c = check.compare(gpu, ref, TOL, EPS, worst=3)
+    assert c.failures == len(excess) and not c.ok
+    # ranked by how far past the allowance: |err| - allowed
+    by_excess = sorted(excess, key=lambda i: -(abs(gpu[i] - ref[i]) - _allowed(ref)[i]))
+    assert [w[0] for w in c.worst] == by_excess[:3]
+    assert c.worst[0][0] == (3, 9)
+
+
+def test_one_dimensional_indices():
+    ref = _ref((100,))
+    gpu = ref.copy()
+    gpu[42] = 1e6
+    c = check.compare(gpu, ref, TOL, EPS)
+    assert [w[0] for w in c.worst] == [(42,)]
+
+
+@pytest.mark.parametrize("bad", [np.nan, np.inf, -np.inf])
+def test_non_finite_result_where_reference_is_finite_fails(bad):
+    ref = _ref()
+    gpu = ref.copy()
+    gpu[1, 1] = bad
+    c = check.compare(gpu, ref, TOL, EPS)
+    assert not c.ok and c.failures == 1
+    assert c.worst[0][0] == (1, 1)
+    assert not np.isfinite(c.max_abs_error) and not np.isfinite(c.rel_l2_error)
+    str(c)  # printable
+
+
+def test_non_finite_reference_is_skipped():
+    ref = _ref()
+    ref[0, 0], ref[1, 2], ref[5, 49] = np.nan, np.inf, -np.inf
+    gpu = ref.copy()
+    gpu[0, 0], gpu[1, 2], gpu[5, 49] = 123.0, np.nan, 0.0  # anything goes where the reference is not finite
+    c = check.compare(gpu, ref, TOL, EPS)
+    assert c.ok and c.checked == ref.size - 3
+    assert np.isfinite(c.max_abs_error) and c.max_abs_error == 0
+
+
+def test_relative_l2_error():
+    ref = np.array([3.0, 4.0])
+    gpu = np.array([3.0, 4.5])
+    c = check.compare(gpu, ref, 1.0, 0.0)
+    assert c.rel_l2_error == pytest.approx(0.5 / 5.0)
+    assert c.max_abs_error == pytest.approx(0.5)
+
+
+def test_bf16_results_are_compared_as_values():
+    ref = np.array([1.0, -2.0, 0.3])
+    gpu = bf16.to_bf16(ref)
+    c = check.compare(gpu, ref, 0.0, check.BF16_EPS)
+    assert c.ok and c.max_abs_error > 0  # 0.3 is not a bf16
+
+
+def test_shape_mismatch_refused():
+    with pytest.raises(ValueError, match=r"dinp: the result has shape \(2, 3\) but the reference has \(3, 2\)"):
+        check.compare(np.zeros((2, 3)), np.zeros((3, 2)), TOL, EPS, name="dinp")
+
+
+def test_tolerances_are_the_seeds():
+    fp32 = check.tolerances(np.float32, 8192)
+    assert fp32 == {"dinp": (1e-3, check.FLT_EPSILON), "dweight": (1e-3, check.FLT_EPSILON)}
+    b = check.tolerances(bf16.bfloat16, 100)
+    assert b == {"dinp": (0.1, 0.079), "dweight": (0.5, 0.079)}
+    # dweight's absolute tolerance grows with N past the seed's N; dinp's does not
+    big = check.tolerances(bf16.bfloat16, 4 * 8192)
+    assert big["dweight"] == (2.0, 0.079) and big["dinp"] == (0.1, 0.079)

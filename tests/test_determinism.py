@@ -1,0 +1,90 @@
+"""Determinism (GPU): deterministic versions give the same bits on every run; the others stay in tolerance.
+
+Every version whose ``Version.deterministic`` is true must produce bitwise-identical dinp and dweight over
+20 runs from the same inputs, at shapes where many blocks contribute to every channel. For the versions
+that add with atomics (float addition is not associative, so the order the hardware serves them changes
+the last bits), the test measures how much dweight moves between runs, prints it, and asserts that every
+run is still within the tolerance of the float64 reference.
+"""
+import numpy as np
+import pytest
+
+import rmsnorm_lessons as rl
+from rmsnorm_lessons import check, kernels, reference
+
+from _gpu_support import bits, buffers, compare, reference_of, to_device
+
+pytestmark = pytest.mark.gpu
+
+RUNS = 20
+DETERMINISTIC = [v.name for v in kernels.VERSION_LIST if v.deterministic]
+ATOMIC = [v.name for v in kernels.VERSION_LIST if not v.deterministic]
+
+
+def _repeat(version, N, C, seed):
+    """RUNS launches from the same inputs and initial outputs.
+
+    Asserts that dinp (no atomics in any version: one warp or thread owns a row) has the same bits every
+    time; returns the problem, the first run's (dinp, dweight) and every run's dweight.
+    """
+    spec = kernels.get(version)
+    p = reference.random_problem(N, C, spec.dtype, seed=seed)
+    dev = to_device(p)
+    L = kernels.Launcher(spec, N, C)
+    bufs = buffers(dev)
+    first, dweights = None, []
+    for i in range(RUNS):
+        dev["dinp"].set(np.ascontiguousarray(p["dinp"]))
+        dev["dweight"].set(np.ascontiguousarray(p["dweight"]))
+        L(bufs)
+        rl.gpu.synchronize()
+        dinp = dev["dinp"].get()
+        dweights.append(dev["dweight"].get())
+        if first is None:
+            first = (dinp, dweights[0])
+        else:
+            assert np.array_equal(bits(dinp), bits(first[0])), f"run {i}: dinp differs from run 0"
+    return p, first, dweights
+
+
+@pytest.mark.parametrize("N,C", [(4099, 1600), (70000, 768), (1, 5120)])
+@pytest.mark.parametrize("version", DETERMINISTIC)
+def test_deterministic_versions_are_bitwise_repeatable(version, N, C):
+    p, first, dweights = _repeat(version, N, C, seed=N ^ C)
+    for i, again in enumerate(dweights[1:], 1):
+        assert np.array_equal(bits(again), bits(first[1])), f"run {i}: dweight differs from run 0"
+    a, b = compare(version, N, first, reference_of(p), label=f"N={N} C={C}")
+    assert a.ok and b.ok, f"{a}\n{b}"
+
+
+@pytest.mark.parametrize("version", DETERMINISTIC)
+def test_deterministic_through_run_with_host_arrays(version):
+    # run() allocates fresh device buffers every call; the launcher (and its scratch) is cached
+    spec = kernels.get(version)
+    p = reference.random_problem(2051, 2048, spec.dtype, seed=5)
+    args = [p[k] for k in ("dout", "inp", "weight", "rstd", "dinp", "dweight")]
+    first = kernels.run(version, *args)
+    for _ in range(RUNS - 1):
+        again = kernels.run(version, *args)
+        assert np.array_equal(bits(again[0]), bits(first[0]))
+        assert np.array_equal(bits(again[1]), bits(first[1]))
+
+
+@pytest.mark.parametrize("version", ATOMIC)
+def test_atomic_versions_vary_only_within_tolerance(version):
+    N, C = 16384, 1024  # many blocks adding into every channel
+    spec = kernels.get(version)
+    p, first, dweights = _repeat(version, N, C, seed=21)  # (asserts dinp is the same every run)
+    ref = reference_of(p)
+    tol, eps = check.tolerances(spec.dtype, N)["dweight"]
+    stack = np.stack([np.asarray(d, np.float64) for d in dweights])
+    spread = stack.max(axis=0) - stack.min(axis=0)
+    varied = int(np.count_nonzero(spread))
+    distinct = len({bits(d).tobytes() for d in dweights})
+    print(f"{version}: over {RUNS} runs dweight took {distinct} distinct values; {varied}/{C} channels varied, "
+          f"largest spread {spread.max():.3g} (|dweight| up to {np.abs(ref[1]).max():.3g}; "
+          f"allowed error {tol:g} + |ref|*{eps:g})")
+    for i, d in enumerate(dweights):
+        c = check.compare(d, ref[1], tol, eps, name=f"dweight run {i}")
+        assert c.ok, str(c)
+    assert np.all(spread <= tol + np.abs(ref[1]) * eps)

@@ -1,0 +1,367 @@
+"""Lessons 04-07 without a GPU: their pictures, exercises (right answers pass, wrong ones fail with a
+useful message), the shared-memory widget and the notebooks' shape. The GPU paths are marked ``gpu``."""
+import ast
+import json
+import math
+from pathlib import Path
+
+import numpy as np
+import pytest
+from matplotlib.figure import Figure
+
+from rmsnorm_lessons import bf16, kernels, plots
+from rmsnorm_lessons.exercises import Verdict, lesson04, lesson05, lesson06, lesson07
+
+ROOT = Path(__file__).resolve().parent.parent
+NOTEBOOKS = ["04_shared_memory.ipynb", "05_bf16_vectorized.ipynb", "06_two_pass.ipynb", "07_last_block.ipynb"]
+
+
+# --- plots --------------------------------------------------------------------------------------------
+
+
+def _small(fig):
+    assert isinstance(fig, Figure)
+    assert fig.dpi == plots.DPI and fig.get_size_inches()[0] <= plots.FIGSIZE[0]
+    return fig
+
+
+@pytest.mark.parametrize("strides", [(1, 2, 32, 33), (0,), (1,), (64, 3)])
+def test_bank_conflicts_figure(strides):
+    fig = _small(plots.bank_conflicts(strides))
+    titles = [ax.get_title() for ax in fig.axes]
+    for stride, title in zip(strides, titles):
+        degree = 1 if stride == 0 else math.gcd(stride, 32)
+        assert (f"{degree}-way" in title) if degree > 1 else ("no conflict" in title), title
+
+
+def test_bank_layout_follows_the_word_index():
+    rows, banks = plots._bank_layout(33)
+    assert rows[1] == 1 and banks[1] == 1 and len(set(banks.tolist())) == 32
+    rows, banks = plots._bank_layout(32)
+    assert set(banks.tolist()) == {0} and rows.tolist() == list(range(32))
+
+
+def test_partials_and_ticket_figures():
+    _small(plots.partials_reduction())
+    _small(plots.partials_reduction(rows=5, warps_per_block=1, blocks=4, channels=3))
+    for blocks in (1, 2, 8, 20):
+        fig = _small(plots.ticket_timeline(blocks=blocks, seed=blocks))
+        labels = [t.get_text() for t in fig.axes[0].texts if t.get_text().startswith("ticket")]
+        assert sorted(labels, key=lambda s: int(s.split()[1])) == [f"ticket {k}" for k in range(blocks)]
+
+
+def test_bf16_error_histogram():
+    rng = np.random.default_rng(0)
+    fig = plots.bf16_error_histogram({"a": rng.random(1000), "b": np.r_[0.0, rng.random(10)]}, limit=0.5,
+                                     xlabel="x", title="t")
+    _small(fig)
+    assert "1 exact" in " ".join(t.get_text() for t in fig.axes[0].get_legend().get_texts())
+    _small(plots.bf16_error_histogram({"zeros only": np.zeros(5)}))
+
+
+@pytest.mark.parametrize("version,C", [("v3_smem", 16384), ("v4_vec_bf16", 1024), ("v5_two_pass", 4096),
+                                       ("v6_last_block", 8192)])
+def test_shared_memory_chart(version, C):
+    _small(plots.shared_memory_chart(version, C=C, Cs=[256, 1024, 4096, 16384]))
+
+
+class _FakeLauncher:
+    """Just enough of kernels.Launcher for a plan function to say which grid it launches."""
+
+    def __init__(self, version, N, C, multiprocessors=132):
+        self.spec = kernels.get(version)
+        self.N, self.C, self.block_size, self.multiprocessors = N, C, self.spec.block_size, multiprocessors
+        self.grids = []
+
+    def call(self, kernel, grid, stream, *args, block=None):
+        self.grids.append((kernel, grid[0]))
+
+    def scratch(self, name, nbytes, zero=False):
+        return 0
+
+    def memset32(self, ptr, count, stream=None):
+        pass
+
+
+@pytest.mark.parametrize("version", sorted(plots.PLAN_BLOCKS_PER_SM))
+def test_plan_blocks_per_sm_matches_the_launch_plans(version):
+    L = _FakeLauncher(version, N=1 << 22, C=1024)
+    L.spec.plan(L, kernels.Buffers(*range(1, 7)), None)
+    kernel, grid = L.grids[0]
+    assert kernel == L.spec.kernels[0]
+    assert grid == plots.PLAN_BLOCKS_PER_SM[version] * L.multiprocessors
+
+
+# --- exercises ----------------------------------------------------------------------------------------
+
+
+def _degree(stride):
+    words = np.arange(32) * stride
+    banks = {}
+    for w in words:
+        banks.setdefault(int(w) % 32, set()).add(int(w))
+    return max(len(v) for v in banks.values())
+
+
+def test_lesson04_atomics():
+    assert lesson04.check_v3_atomics(13 * 768).passed  # 13 blocks of 8 warps for 100 rows
+    assert lesson04.check_v3_atomics(528 * 4096, N=1 << 20, C=4096).passed
+    for wrong, expect in [(100 * 768, "v2's count"), (528 * 768, "upper limit"), (13, "number of blocks"),
+                          (12345, "not it"), (None, "replace None"), ("many", "whole number"), (9984.5, "whole")]:
+        v = lesson04.check_v3_atomics(wrong)
+        assert isinstance(v, Verdict) and not v.passed and expect in v.message, v.message
+
+
+def test_lesson04_bank_conflict_degree():
+    assert lesson04.check_bank_conflict_degree(_degree).passed
+    assert lesson04.check_bank_conflict_degree(lambda s: math.gcd(s, 32) if s else 1).passed
+    cases = [(lambda s: math.gcd(s, 32), "broadcast"),              # stride 0 gives 32
+             (lambda s: 32 // (math.gcd(s, 32) or 32), "banks in use"),  # distinct banks, not lanes per bank
+             (lambda s: 1, "strides wrong"),
+             (lambda s: None, "returns None"),
+             (lambda s: 1 / 0, "ZeroDivisionError")]
+    for fn, expect in cases:
+        v = lesson04.check_bank_conflict_degree(fn)
+        assert not v.passed and expect in v.message, v.message
+
+
+def _round_bits(x):
+    u = x.view(np.uint32)
+    return ((u + 0x7FFF + ((u >> 16) & 1)) >> 16).astype(np.uint16)
+
+
+def test_lesson05_bf16_round():
+    assert lesson05.check_bf16_round(_round_bits).passed
+    assert lesson05.check_bf16_round(lambda x: bf16.to_bf16(x)).passed  # a bf16 array is accepted too
+    cases = [(lambda x: (x.view(np.uint32) >> 16).astype(np.uint16), "truncates"),
+             (lambda x: ((x.view(np.uint32) + 0x8000) >> 16).astype(np.uint16), "ties"),
+             (lambda x: _round_bits(x)[:-1], "shape"),
+             (lambda x: _round_bits(x).astype(np.float32), "uint16"),
+             (lambda x: _round_bits(x) ^ 1, "differ"),
+             (lambda x: None, "returns None"),
+             (lambda x: x.nope, "AttributeError")]
+    for fn, expect in cases:
+        v = lesson05.check_bf16_round(fn)
+        assert not v.passed and expect in v.message, v.message
+
+
+def test_lesson05_half_ulp():
+    assert lesson05.check_half_ulp(0.125).passed
+    assert lesson05.check_half_ulp(2 ** -8, lo=1.0).passed
+    assert lesson05.check_half_ulp(0.5, lo=128.0).passed
+    for wrong, expect in [(0.25, "spacing"), (0.125 / 2 ** 16, "float32"), (0.1, "not 0.1"), (None, "replace"),
+                          ("x", "number")]:
+        v = lesson05.check_half_ulp(wrong)
+        assert not v.passed and expect in v.message, v.message
+
+
+def test_half_ulp_is_what_ml_dtypes_does():
+    x = np.linspace(32, 64, 100001, endpoint=False).astype(np.float32)
+    err = np.abs(bf16.from_bf16(bf16.to_bf16(x)).astype(np.float64) - x)
+    assert err.max() == lesson05._half_spacing(32.0)
+
+
+def test_lesson06_block_order_sum():
+    loop = lambda p: lesson06.block_order_sum(p)  # noqa: E731
+    assert lesson06.check_block_order_sum(loop).passed
+    assert lesson06.check_block_order_sum(lambda p: np.cumsum(p, axis=0, dtype=np.float32)[-1]).passed
+    cases = [(lambda p: p.astype(np.float64).sum(axis=0).astype(np.float32), "float64"),
+             (lambda p: lesson06.block_order_sum(p[::-1]), "last block"),
+             (lambda p: lesson06.block_order_sum(p).astype(np.float64), "float32"),
+             (lambda p: np.sort(p, axis=0).sum(axis=0), "differ"),
+             (lambda p: p.sum(), "shape"),
+             (lambda p: None, "returns None"),
+             (lambda p: p[99999], "IndexError")]
+    for fn, expect in cases:
+        v = lesson06.check_block_order_sum(fn)
+        assert not v.passed and expect in v.message, v.message
+
+
+def test_lesson06_scratch_bytes():
+    assert lesson06.check_scratch_bytes(264 * 4096 * 4).passed
+    for wrong, expect in [(264 * 4096 * 2, "float32"), (264 * 4096, "floats, not bytes"), (1, "not 1"),
+                          (None, "replace"), ("x", "whole")]:
+        v = lesson06.check_scratch_bytes(wrong)
+        assert not v.passed and expect in v.message, v.message
+
+
+def test_lesson07_atomic_inc():
+    assert lesson07.check_atomic_inc(lambda old, limit: 0 if old >= limit else old + 1).passed
+    cases = [(lambda old, limit: 0 if old > limit else old + 1, "wraps when old >= limit"),
+             (lambda old, limit: 0 if old >= limit - 1 else old + 1, "still becomes limit"),
+             (lambda old, limit: old + 1, "atomicInc stores"),
+             (lambda old, limit: None, "returns None"),
+             (lambda old, limit: {}[old], "KeyError")]
+    for fn, expect in cases:
+        v = lesson07.check_atomic_inc(fn)
+        assert not v.passed and expect in v.message, v.message
+
+
+def test_seed_tickets_and_v6_tickets():
+    assert lesson07.seed_tickets(4, 3) == [[0, 1, 2, 3], [4, 0, 1, 2], [3, 4, 0, 1]]
+    # v6's limit gridDim.x - 1: every launch draws 0..G-1 and the counter comes back to 0
+    for G in (1, 2, 5, 264):
+        assert lesson07.seed_tickets(G, 4, limit=G - 1) == [list(range(G))] * 4
+
+
+def test_lesson07_seed_tickets_check():
+    assert lesson07.check_seed_tickets([4, 0, 1, 2], [3, 4, 0, 1]).passed
+    assert lesson07.check_seed_tickets((4, 0, 1, 2), np.array([3, 4, 0, 1])).passed
+    for l2, l3, expect in [([0, 1, 2, 3], [0, 1, 2, 3], "not 0"), ([4, 0, 1, 2], [0, 1, 2, 3], "launch 3"),
+                           ([1, 2, 3, 4], [3, 4, 0, 1], "launch 2 is not"), (None, None, "replace None"),
+                           (["a"], [1], "whole numbers")]:
+        v = lesson07.check_seed_tickets(l2, l3)
+        assert not v.passed and expect in v.message, v.message
+
+
+# --- the widget ---------------------------------------------------------------------------------------
+
+
+def test_shared_memory_summary():
+    from rmsnorm_lessons import widgets
+
+    text = widgets.shared_memory_summary("v3_smem", 16384)
+    assert "65536 B" in text and "opts in" in text and "3 block(s) fit" in text and "second wave" in text
+    text = widgets.shared_memory_summary("v3_smem", 1024)
+    assert "within the 48 KiB" in text and "all of them run at once" in text
+    assert "cannot launch" in widgets.shared_memory_summary("v6_last_block", 30000)
+    assert "launch bounds" in widgets.shared_memory_summary("v6_last_block", 1024, block_size=1024)
+
+
+def test_shared_memory_explorer_builds_and_redraws_without_a_gpu():
+    from rmsnorm_lessons import widgets
+
+    e = widgets.shared_memory_explorer("v6_last_block", C=8192)
+    assert e.block_size.value == 512 and "80896 B" in e.summary()
+    assert isinstance(e.figure(), Figure)
+    e.version.value = "v3_smem"
+    assert e.block_size.value == 256 and "v3_smem" in e.summary()
+    e.C.value = 16384
+    assert "second wave" in e.summary()
+
+
+# --- the notebooks themselves -------------------------------------------------------------------------
+
+
+def _cells(name):
+    import nbformat
+
+    nb = nbformat.read(ROOT / "notebooks" / name, as_version=4)
+    nbformat.validate(nb)
+    return nb.cells
+
+
+@pytest.mark.parametrize("name", NOTEBOOKS)
+def test_notebook_shape(name):
+    cells = _cells(name)
+    assert cells[0].cell_type == "markdown" and "What you will be able to do" in cells[0].source
+    first_code = next(c for c in cells if c.cell_type == "code")
+    assert "rl.notebook.setup()" in first_code.source and "%matplotlib inline" in first_code.source
+    assert "What to take away" in cells[-1].source
+    for cell in cells:
+        if cell.cell_type != "code":
+            continue
+        tagged = "gpu" in cell.metadata.get("tags", [])
+        assert tagged == cell.source.startswith("%%gpu"), cell.source[:80]
+    assert any("gpu" in c.metadata.get("tags", []) for c in cells)
+    assert any("lesson0" in c.source and "check" in c.source for c in cells if c.cell_type == "code")
+    assert (ROOT / "notebooks" / name).stat().st_size < 1_000_000
+    json.loads((ROOT / "notebooks" / name).read_text())
+
+
+def _names(source):
+    """(names stored, names loaded) by a cell, its IPython magics left out."""
+    code = "\n".join(line for line in source.splitlines() if not line.lstrip().startswith("%"))
+    stored, loaded = set(), set()
+    for node in ast.walk(ast.parse(code)):
+        if isinstance(node, ast.Name):
+            (stored if isinstance(node.ctx, ast.Store) else loaded).add(node.id)
+        elif isinstance(node, (ast.FunctionDef, ast.ClassDef)):
+            stored.add(node.name)
+        elif isinstance(node, (ast.Import, ast.ImportFrom)):
+            stored.update((a.asname or a.name).split(".")[0] for a in node.names)
+    return stored, loaded
+
+
+@pytest.mark.parametrize("name", NOTEBOOKS)
+def test_no_cpu_cell_depends_on_a_gpu_cell(name):
+    defined_by_cpu, defined_only_by_gpu = set(), set()
+    for cell in _cells(name):
+        if cell.cell_type != "code":
+            continue
+        stored, loaded = _names(cell.source)
+        if "gpu" in cell.metadata.get("tags", []):
+            defined_only_by_gpu |= stored - defined_by_cpu
+            continue
+        needs = (loaded - stored) & defined_only_by_gpu
+        assert not needs, f"a CPU cell of {name} uses {sorted(needs)}, defined only in a gpu cell:\n{cell.source}"
+        defined_by_cpu |= stored
+        defined_only_by_gpu -= stored
+
+
+@pytest.mark.parametrize("name", NOTEBOOKS)
+def test_notebook_is_saved_without_outputs(name):
+    for cell in _cells(name):
+        if cell.cell_type == "code":
+            assert not cell.outputs and cell.execution_count is None, cell.source[:80]
+
+
+# --- on the GPU ---------------------------------------------------------------------------------------
+
+
+@pytest.mark.gpu
+def test_v6_passes_the_seeds_own_check():
+    from rmsnorm_lessons import check, reference
+
+    B, T, C = 8, 1024, 1024
+    rng = np.random.default_rng(1)
+    inp = rng.uniform(-1, 1, (B, T, C)).astype(np.float32)
+    weight = rng.uniform(-1, 1, C).astype(np.float32)
+    dout = rng.uniform(-1, 1, (B, T, C)).astype(np.float32)
+    _, rstd = reference.forward(inp, weight, dtype=np.float32)
+    ref_dinp, ref_dweight = reference.backward(dout, inp, weight, rstd, dtype=np.float32)
+    dinp, dweight = kernels.run("v6_last_block", *(bf16.to_bf16(a) for a in (dout, inp, weight)), rstd)
+    a = check.compare(dinp, ref_dinp, 1e-1, 0.079, name="dinp")
+    b = check.compare(dweight, ref_dweight, 5e-1, 0.079, name="dweight")
+    assert a.ok and b.ok, f"{a}\n{b}"
+
+
+@pytest.mark.gpu
+def test_v6_counter_reads_zero_after_every_launch():
+    from rmsnorm_lessons import gpu, reference
+
+    N, C = 1031, 1024
+    p = reference.random_problem(N, C, bf16.bfloat16, seed=2)
+    drv = gpu.driver()
+    for _ in range(3):
+        kernels.run("v6_last_block", p["dout"], p["inp"], p["weight"], p["rstd"], p["dinp"], p["dweight"])
+        counter = np.ones(1, np.uint32)
+        drv.memcpy_dtoh(counter, kernels.launcher("v6_last_block", N, C).scratch("scratch", 0))
+        assert counter[0] == 0
+
+
+@pytest.mark.gpu
+def test_v4_accumulator_readback_is_what_dweight_adds():
+    # lesson 06 reads v4's fp32 sums from the launcher's scratch: they must be this call's sums
+    from rmsnorm_lessons import gpu, reference
+
+    N, C = 4099, 1600
+    p = reference.random_problem(N, C, bf16.bfloat16, seed=3)
+    _, dweight = kernels.run("v4_vec_bf16", p["dout"], p["inp"], p["weight"], p["rstd"], p["dinp"], p["dweight"])
+    accum = np.empty(C, np.float32)
+    gpu.driver().memcpy_dtoh(accum, kernels.launcher("v4_vec_bf16", N, C).scratch("dweight_accum", C * 4))
+    expect = bf16.to_bf16(bf16.from_bf16(p["dweight"]) + accum)
+    assert np.array_equal(bf16.bits(dweight), bf16.bits(expect))
+    _, grad = reference.backward(p["dout"], p["inp"], p["weight"], p["rstd"])
+    np.testing.assert_allclose(accum, grad, rtol=1e-3, atol=1e-2)
+
+
+@pytest.mark.gpu
+def test_v5_dweight_is_bitwise_repeatable():
+    from rmsnorm_lessons import reference
+
+    p = reference.random_problem(4096, 1024, bf16.bfloat16, seed=4)
+    first = kernels.run("v5_two_pass", p["dout"], p["inp"], p["weight"], p["rstd"], p["dinp"], p["dweight"])[1]
+    for _ in range(4):
+        again = kernels.run("v5_two_pass", p["dout"], p["inp"], p["weight"], p["rstd"], p["dinp"], p["dweight"])[1]
+        assert np.array_equal(bf16.bits(again), bf16.bits(first))

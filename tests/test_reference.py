@@ -1,0 +1,160 @@
+"""The NumPy reference (CPU): float32 against float64, against finite differences, accumulation, shapes."""
+import numpy as np
+import pytest
+
+from rmsnorm_lessons import bf16, reference
+
+
+def _problem(N, C, seed, dtype=np.float64):
+    rng = np.random.default_rng(seed)
+    inp = rng.uniform(-1, 1, (N, C)).astype(dtype)
+    weight = rng.uniform(-1, 1, C).astype(dtype)
+    dout = rng.uniform(-1, 1, (N, C)).astype(dtype)
+    return dout, inp, weight
+
+
+def _rel(a, b):
+    return np.linalg.norm(np.asarray(a, np.float64) - b) / np.linalg.norm(b)
+
+
+def test_forward_rstd_and_output_by_hand():
+    x = np.array([[3.0, 4.0]])
+    w = np.array([2.0, 0.5])
+    out, rstd = reference.forward(x, w, eps=0.0)
+    # mean(x^2) = 12.5
+    assert rstd[0] == pytest.approx(1 / np.sqrt(12.5))
+    np.testing.assert_allclose(out, x / np.sqrt(12.5) * w)
+
+
+def test_backward_one_row_by_hand():
+    # C = 2, everything written out: norm = x*r, dnorm = w*g, dinp = r*(dnorm - norm*mean(dnorm*norm))
+    x = np.array([[1.0, -2.0]])
+    w = np.array([0.5, 3.0])
+    g = np.array([[2.0, 1.0]])
+    r = np.array([0.25])
+    norm = x * 0.25
+    dnorm = w * g
+    m = np.mean(dnorm * norm)
+    dinp, dweight = reference.backward(g, x, w, r)
+    np.testing.assert_allclose(dinp, 0.25 * (dnorm - norm * m))
+    np.testing.assert_allclose(dweight, (norm * g)[0])
+
+
+def test_float32_reference_is_close_to_float64():
+    p = reference.random_problem(257, 768, np.float32, seed=1)
+    args = (p["dout"], p["inp"], p["weight"], p["rstd"], p["dinp"], p["dweight"])
+    d32, w32 = reference.backward(*args, dtype=np.float32)
+    d64, w64 = reference.backward(*args)
+    assert d32.dtype == np.float32 and w32.dtype == np.float32
+    assert d64.dtype == np.float64 and w64.dtype == np.float64
+    assert _rel(d32, d64) < 1e-6
+    assert _rel(w32, w64) < 1e-5
+    # and they are not the same computation (float32 really rounds)
+    assert not np.array_equal(d32.astype(np.float64), d64)
+
+
+def test_backward_matches_finite_differences():
+    dout, inp, weight = _problem(3, 7, seed=2)
+    _, rstd = reference.forward(inp, weight)
+    dinp, dweight = reference.backward(dout, inp, weight, rstd)
+    fd_dinp, fd_dweight = reference.loss_gradients_fd(dout, inp, weight)
+    np.testing.assert_allclose(dinp, fd_dinp, rtol=1e-6, atol=1e-8)
+    np.testing.assert_allclose(dweight, fd_dweight, rtol=1e-6, atol=1e-8)
+
+
+def test_finite_differences_on_chosen_rows_and_cols():
+    dout, inp, weight = _problem(5, 6, seed=3)
+    _, rstd = reference.forward(inp, weight)
+    dinp, _ = reference.backward(dout, inp, weight, rstd)
+    fd, _ = reference.loss_gradients_fd(dout, inp, weight, rows=[0, 4], cols=[1, 5])
+    np.testing.assert_allclose(fd, dinp[np.ix_([0, 4], [1, 5])], rtol=1e-6, atol=1e-8)
+
+
+def test_backward_accumulates_into_nonzero_outputs():
+    dout, inp, weight = _problem(9, 16, seed=4)
+    _, rstd = reference.forward(inp, weight)
+    rng = np.random.default_rng(5)
+    dinp0 = rng.uniform(-1, 1, (9, 16))
+    dweight0 = rng.uniform(-1, 1, 16)
+    keep = dinp0.copy(), dweight0.copy()
+    grad_inp, grad_weight = reference.backward(dout, inp, weight, rstd)
+    dinp, dweight = reference.backward(dout, inp, weight, rstd, dinp0, dweight0)
+    np.testing.assert_allclose(dinp, dinp0 + grad_inp, rtol=1e-14)
+    np.testing.assert_allclose(dweight, dweight0 + grad_weight, rtol=1e-14)
+    # the given outputs are not modified, new arrays come back
+    assert np.array_equal(dinp0, keep[0]) and np.array_equal(dweight0, keep[1])
+    assert dinp is not dinp0 and dweight is not dweight0
+    # twice = two gradients
+    dinp2, dweight2 = reference.backward(dout, inp, weight, rstd, dinp, dweight)
+    np.testing.assert_allclose(dinp2, dinp0 + 2 * grad_inp, rtol=1e-13)
+    np.testing.assert_allclose(dweight2, dweight0 + 2 * grad_weight, rtol=1e-13)
+
+
+def test_three_dim_shapes_flatten_to_rows():
+    B, T, C = 2, 5, 24
+    dout, inp, weight = _problem(B * T, C, seed=6)
+    out2, rstd2 = reference.forward(inp, weight)
+    out3, rstd3 = reference.forward(inp.reshape(B, T, C), weight)
+    assert out3.shape == (B, T, C) and rstd3.shape == (B, T)
+    np.testing.assert_array_equal(out3.reshape(-1, C), out2)
+    np.testing.assert_array_equal(rstd3.reshape(-1), rstd2)
+    dinp2, dweight2 = reference.backward(dout, inp, weight, rstd2)
+    dinp3, dweight3 = reference.backward(dout.reshape(B, T, C), inp.reshape(B, T, C), weight, rstd3,
+                                         dinp=np.zeros((B, T, C)), dweight=np.zeros(C))
+    assert dinp3.shape == (B, T, C) and dweight3.shape == (C,)
+    np.testing.assert_array_equal(dinp3.reshape(-1, C), dinp2)
+    np.testing.assert_array_equal(dweight3, dweight2)
+
+
+def test_bf16_inputs_are_widened_exactly():
+    p = reference.random_problem(33, 64, bf16.bfloat16, seed=7)
+    assert p["inp"].dtype == bf16.bfloat16
+    wide = {k: (bf16.from_bf16(v) if v.dtype == bf16.bfloat16 else v) for k, v in p.items()}
+    a = reference.backward(p["dout"], p["inp"], p["weight"], p["rstd"], p["dinp"], p["dweight"])
+    b = reference.backward(wide["dout"], wide["inp"], wide["weight"], wide["rstd"], wide["dinp"], wide["dweight"])
+    np.testing.assert_array_equal(a[0], b[0])
+    np.testing.assert_array_equal(a[1], b[1])
+
+
+@pytest.mark.parametrize("dtype", [np.float32, bf16.bfloat16])
+def test_random_problem_shapes_dtypes_and_seeds(dtype):
+    p = reference.random_problem(11, 40, dtype, seed=8)
+    assert set(p) == {"dout", "inp", "weight", "rstd", "dinp", "dweight"}
+    assert p["inp"].shape == p["dout"].shape == p["dinp"].shape == (11, 40)
+    assert p["weight"].shape == p["dweight"].shape == (40,)
+    assert p["rstd"].shape == (11,) and p["rstd"].dtype == np.float32
+    for k in ("dout", "inp", "weight", "dinp", "dweight"):
+        assert p[k].dtype == np.dtype(dtype)
+        assert np.all(np.abs(p[k].astype(np.float32)) <= 1)
+    # accumulate=True: random initial outputs, so += and = differ
+    assert np.any(p["dinp"].astype(np.float32) != 0) and np.any(p["dweight"].astype(np.float32) != 0)
+    zero = reference.random_problem(11, 40, dtype, seed=8, accumulate=False)
+    assert not np.any(zero["dinp"].astype(np.float32)) and not np.any(zero["dweight"].astype(np.float32))
+    # same seed, same data; rstd is forward's, in float32, from the stored (rounded) inp
+    again = reference.random_problem(11, 40, dtype, seed=8)
+    for k in p:
+        assert np.array_equal(np.asarray(p[k], np.float32), np.asarray(again[k], np.float32))
+    _, rstd = reference.forward(p["inp"].astype(np.float32), p["weight"].astype(np.float32))
+    np.testing.assert_allclose(p["rstd"], rstd, rtol=1e-6)
+
+
+@pytest.mark.parametrize("shape", [(8,), (2, 2, 2, 8), ()])
+def test_bad_inp_ndim_refused(shape):
+    x = np.ones(shape)
+    with pytest.raises(ValueError, match=r"inp must have 2 dims \(N, C\) or 3 dims \(B, T, C\)"):
+        reference.forward(x, np.ones(8))
+    with pytest.raises(ValueError, match=r"must have 2 dims"):
+        reference.backward(x, x, np.ones(8), np.ones(1))
+
+
+def test_bad_shapes_refused():
+    dout, inp, weight = _problem(4, 8, seed=9)
+    _, rstd = reference.forward(inp, weight)
+    with pytest.raises(ValueError, match=r"weight must have shape \(8,\)"):
+        reference.forward(inp, np.ones(7))
+    with pytest.raises(ValueError, match=r"weight must have shape \(8,\)"):
+        reference.backward(dout, inp, np.ones(9), rstd)
+    with pytest.raises(ValueError, match=r"dout must have the shape of inp"):
+        reference.backward(dout[:3], inp, weight, rstd)
+    with pytest.raises(ValueError, match=r"rstd must hold one value per row \(4\)"):
+        reference.backward(dout, inp, weight, rstd[:3])
