@@ -411,8 +411,12 @@ class Launcher:
         self.functions = {name: module.get_function(name) for name in self.spec.kernels}
         main = self.functions[self.spec.kernels[0]]
         static = main.get_attribute(self.drv.function_attribute.SHARED_SIZE_BYTES)
-        if static + self.smem > DEFAULT_SMEM_LIMIT:  # opt in: above 48 KiB a launch fails unless asked for
-            main.set_attribute(self.drv.function_attribute.MAX_DYNAMIC_SHARED_SIZE_BYTES, self.smem)
+        if static + self.smem > DEFAULT_SMEM_LIMIT:
+            # opt in: above 48 KiB a launch fails unless asked for. The attribute belongs to the compiled
+            # function, which launchers of every C share, so ask for the device's whole limit once:
+            # setting it to this launcher's need would break a launcher that needs more.
+            main.set_attribute(self.drv.function_attribute.MAX_DYNAMIC_SHARED_SIZE_BYTES,
+                               facts.shared_memory_per_block_optin - static)
         self._scratch: dict[str, object] = {}
 
     def scratch(self, name: str, nbytes: int, zero: bool = False):
