@@ -114,6 +114,6 @@ def test_tolerances_are_the_seeds():
     assert fp32 == {"dinp": (1e-3, check.FLT_EPSILON), "dweight": (1e-3, check.FLT_EPSILON)}
     b = check.tolerances(bf16.bfloat16, 100)
     assert b == {"dinp": (0.1, 0.079), "dweight": (0.5, 0.079)}
-    # dweight's absolute tolerance grows with N past the seed's N; dinp's does not
+    # dweight's absolute tolerance grows as N**1.5 past the seed's N; dinp's does not
     big = check.tolerances(bf16.bfloat16, 4 * 8192)
-    assert big["dweight"] == (2.0, 0.079) and big["dinp"] == (0.1, 0.079)
+    assert big["dweight"] == (4.0, 0.079) and big["dinp"] == (0.1, 0.079)
