@@ -299,12 +299,6 @@ def test_no_cpu_cell_depends_on_a_gpu_cell(name):
         defined_only_by_gpu -= stored
 
 
-@pytest.mark.parametrize("name", NOTEBOOKS)
-def test_notebook_is_saved_without_outputs(name):
-    for cell in _cells(name):
-        if cell.cell_type == "code":
-            assert not cell.outputs and cell.execution_count is None, cell.source[:80]
-
 
 # --- on the GPU ---------------------------------------------------------------------------------------
 
