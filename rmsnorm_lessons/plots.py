@@ -30,7 +30,7 @@ def bandwidth_bars(results, copy_gbps: float | None = None, title: str = "bandwi
     names = list(dict.fromkeys(r["name"] for r in rows))
     shapes = list(dict.fromkeys((r["N"], r["C"]) for r in rows))
     copy_gbps = copy_gbps or max((r.get("copy_gbps") or 0) for r in rows) or None
-    fig, ax = _figure((max(4.8, 1.1 * len(shapes) * max(1, len(names)) ** 0.5 + 2), 3.2))
+    fig, ax = _figure((min(10.0, max(4.8, 1.0 * len(shapes) + 1.5)), 3.2))
     width = 0.8 / max(1, len(names))
     x = np.arange(len(shapes))
     for i, name in enumerate(names):
