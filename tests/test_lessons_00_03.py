@@ -1,6 +1,5 @@
 """Lessons 00-03 without a GPU: their pictures, exercises (right answers pass, wrong ones fail with a
 useful message), compiling a source string, and the widgets. The GPU paths are marked ``gpu``."""
-import json
 from pathlib import Path
 
 import numpy as np
@@ -283,26 +282,3 @@ def test_check_and_time_runs_on_the_gpu():
     assert len(c.results) == 1
 
 
-# --- the notebooks themselves -------------------------------------------------------------------------
-
-
-@pytest.mark.parametrize("name", NOTEBOOKS)
-def test_notebook_shape(name):
-    import nbformat
-
-    nb = nbformat.read(ROOT / "notebooks" / name, as_version=4)
-    nbformat.validate(nb)
-    cells = nb.cells
-    assert cells[0].cell_type == "markdown" and "What you will be able to do" in cells[0].source
-    first_code = next(c for c in cells if c.cell_type == "code")
-    assert "rl.notebook.setup()" in first_code.source and "%matplotlib inline" in first_code.source
-    assert "What to take away" in cells[-1].source
-    for cell in cells:
-        if cell.cell_type != "code":
-            continue
-        tagged = "gpu" in cell.metadata.get("tags", [])
-        assert tagged == cell.source.startswith("%%gpu"), cell.source[:80]
-    assert any("gpu" in c.metadata.get("tags", []) for c in cells)
-    assert any("lesson0" in c.source and "check" in c.source for c in cells if c.cell_type == "code")
-    assert (ROOT / "notebooks" / name).stat().st_size < 1_000_000
-    json.loads((ROOT / "notebooks" / name).read_text())

@@ -41,3 +41,20 @@ def test_no_cell_shipped_with_an_error(path):
         for out in cell.get("outputs", []):
             assert out.get("output_type") != "error", "".join(cell["source"])[:80]
             assert "Traceback (most recent call last)" not in "".join(out.get("text", [])), "".join(cell["source"])[:80]
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
+def test_lesson_has_the_course_shape(path):
+    nbformat = pytest.importorskip("nbformat")
+    nb = nbformat.read(path, as_version=4)
+    nbformat.validate(nb)
+    cells = nb.cells
+    assert cells[0].cell_type == "markdown" and "What you will be able to do" in cells[0].source
+    first_code = next(c for c in cells if c.cell_type == "code")
+    assert "rl.notebook.setup()" in first_code.source and "%matplotlib inline" in first_code.source
+    assert "What to take away" in cells[-1].source
+    for cell in cells:
+        if cell.cell_type == "code":
+            assert ("gpu" in cell.metadata.get("tags", [])) == cell.source.startswith("%%gpu"), cell.source[:80]
+    # an exercise whose check is called in the lesson
+    assert any("lesson0" in c.source and "check" in c.source for c in cells if c.cell_type == "code")
