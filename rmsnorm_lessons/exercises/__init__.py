@@ -29,3 +29,23 @@ def passed(message: str) -> Verdict:
 
 def failed(message: str) -> Verdict:
     return Verdict(False, message)
+
+
+def read_number(answer, missing: str, whole: bool = False):
+    """The learner's numeric answer as ``(value, None)``, or ``(None, verdict)`` saying what to give instead.
+
+    ``None`` and ``...`` (the placeholders the notebooks leave) mean "not answered yet", and the verdict
+    reads "replace None <missing>" (or "replace the ... <missing>"); ``whole`` asks for an integer (``8.0``
+    is accepted as 8, ``8.5`` is not).
+    """
+    import math
+
+    if answer is None or answer is Ellipsis:
+        return None, failed(f"replace {'None' if answer is None else 'the ...'} {missing}")
+    try:
+        value = None if isinstance(answer, (str, bytes)) else float(answer)
+    except (TypeError, ValueError, OverflowError):
+        value = None
+    if value is None or (whole and (not math.isfinite(value) or value != int(value))):
+        return None, failed(f"give {'a whole number' if whole else 'a number'}, got {answer!r}")
+    return (int(value) if whole else value), None

@@ -5,26 +5,14 @@
 """
 from __future__ import annotations
 
-from . import Verdict, failed, passed
-
-
-def _whole(value, what: str):
-    if value is Ellipsis or value is None:
-        return failed(f"replace the ... of {what} with your answer (a number or an expression)")
-    try:
-        f = float(value)
-    except (TypeError, ValueError):
-        return failed(f"{what} must be a number, got {value!r}")
-    if f != int(f):
-        return failed(f"{what} must be a whole number, got {value!r}: a grid has whole blocks")
-    return int(f)
+from . import Verdict, failed, passed, read_number
 
 
 def check_grid(n: int, block_size: int, grid) -> Verdict:
     """``grid``: the fewest blocks of ``block_size`` threads that give each of ``n`` elements a thread."""
-    got = _whole(grid, "grid")
-    if isinstance(got, Verdict):
-        return got
+    got, verdict = read_number(grid, "of grid with your answer (a number or an expression)", whole=True)
+    if verdict is not None:
+        return verdict
     n, block_size = int(n), int(block_size)
     want = -(-n // block_size)
     if got == want:
@@ -43,9 +31,9 @@ def check_grid(n: int, block_size: int, grid) -> Verdict:
 
 def check_bytes(n: int, nbytes) -> Verdict:
     """``nbytes``: bytes that ``y[i] = a * x[i]`` reads plus writes for ``n`` float32 elements."""
-    got = _whole(nbytes, "nbytes")
-    if isinstance(got, Verdict):
-        return got
+    got, verdict = read_number(nbytes, "of nbytes with your answer (a number or an expression)", whole=True)
+    if verdict is not None:
+        return verdict
     n = int(n)
     if got == 8 * n:
         return passed(f"{8 * n:,} bytes: 4 read and 4 written per element; bandwidth = bytes / time")

@@ -6,20 +6,7 @@ touches at one loop step, in v1 and in v2).
 """
 from __future__ import annotations
 
-from . import Verdict, failed, passed
-
-
-def _number(value, what: str):
-    """The answer as an int, or a Verdict saying why it is not one."""
-    if value is Ellipsis or value is None:
-        return failed(f"replace the ... of {what} with your answer (a number, or an expression in N and C)")
-    try:
-        as_float = float(value)
-    except (TypeError, ValueError):
-        return failed(f"{what} must be a number, got {value!r}")
-    if as_float != int(as_float):
-        return failed(f"{what} must be a whole number, got {value!r}")
-    return int(as_float)
+from . import Verdict, failed, passed, read_number
 
 
 def check_atomics(N: int, C: int, total, per_address) -> Verdict:
@@ -27,9 +14,9 @@ def check_atomics(N: int, C: int, total, per_address) -> Verdict:
     ``dweight[c]``."""
     answers = []
     for value, what in ((total, "total"), (per_address, "per_address")):
-        got = _number(value, what)
-        if isinstance(got, Verdict):
-            return got
+        got, verdict = read_number(value, f"of {what} with your answer (a number, or an expression in N and C)", whole=True)
+        if verdict is not None:
+            return verdict
         answers.append(got)
     total, per_address = answers
     N, C = int(N), int(C)
@@ -71,9 +58,9 @@ def check_sectors(v1, v2, C: int = 1024) -> Verdict:
     """``v1``/``v2``: 32-byte sectors touched by one warp's load of ``inp`` at one loop step (fp32, row C)."""
     answers = []
     for value, what in ((v1, "v1"), (v2, "v2")):
-        got = _number(value, what)
-        if isinstance(got, Verdict):
-            return got
+        got, verdict = read_number(value, f"of {what} with your answer (a number, or an expression in N and C)", whole=True)
+        if verdict is not None:
+            return verdict
         answers.append(got)
     v1, v2 = answers
     want1, want2 = _expected_sectors(int(C))

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import math
 
-from . import Verdict, failed, passed
+from . import Verdict, failed, passed, read_number
 
 H200_SMS = 132  # streaming multiprocessors of an H200
 
@@ -16,14 +16,9 @@ def _v3_blocks(N: int, sms: int, block_size: int = 256, per_sm: int = 4) -> int:
 
 def check_v3_atomics(answer, N: int = 100, C: int = 768, sms: int = H200_SMS) -> Verdict:
     """How many global atomicAdds does v3_smem issue for one call at (N, C) on a GPU with ``sms`` SMs?"""
-    if answer is None:
-        return failed("replace None with your count (an integer)")
-    try:
-        value = int(answer)
-    except (TypeError, ValueError):
-        return failed(f"the answer should be a whole number, got {answer!r}")
-    if value != answer:
-        return failed(f"the answer should be a whole number, got {answer!r}")
+    value, verdict = read_number(answer, "with your count (an integer)", whole=True)
+    if verdict is not None:
+        return verdict
     blocks = _v3_blocks(N, sms)
     want = blocks * C
     if value == want:

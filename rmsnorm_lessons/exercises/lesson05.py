@@ -4,7 +4,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..bf16 import bfloat16, bits, to_bf16
-from . import Verdict, failed, passed
+from . import Verdict, failed, passed, read_number
 
 
 def _test_values() -> np.ndarray:
@@ -67,12 +67,9 @@ def _half_spacing(lo: float) -> float:
 
 def check_half_ulp(answer, lo: float = 32.0) -> Verdict:
     """The largest |bf16(x) - x| over x in [lo, 2*lo) (lo a power of two), in absolute terms."""
-    if answer is None:
-        return failed("replace None with a number")
-    try:
-        value = float(answer)
-    except (TypeError, ValueError):
-        return failed(f"the answer should be a number, got {answer!r}")
+    value, verdict = read_number(answer, "with a number")
+    if verdict is not None:
+        return verdict
     want = _half_spacing(lo)
     if value == want:
         return passed(f"bf16 numbers in [{lo:g}, {2 * lo:g}) are {2 * want:g} apart, so rounding moves a "

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from . import Verdict, failed, passed
+from . import Verdict, failed, passed, read_number
 
 
 def _partials(blocks: int = 264, C: int = 64, seed: int = 6) -> np.ndarray:
@@ -53,13 +53,10 @@ def check_block_order_sum(fn) -> Verdict:
 
 def check_scratch_bytes(answer, blocks: int = 264, C: int = 4096) -> Verdict:
     """Bytes of v5's partials buffer for a grid of ``blocks`` blocks at C channels (fp32 partials)."""
-    if answer is None:
-        return failed("replace None with a number of bytes")
+    value, verdict = read_number(answer, "with a number of bytes", whole=True)
+    if verdict is not None:
+        return verdict
     want = blocks * C * 4
-    try:
-        value = int(answer)
-    except (TypeError, ValueError):
-        return failed(f"the answer should be a whole number of bytes, got {answer!r}")
     if value == want:
         return passed(f"{blocks} blocks x {C} channels x 4 bytes = {want} bytes ({want / 2**20:.1f} MiB)")
     if value == blocks * C * 2:

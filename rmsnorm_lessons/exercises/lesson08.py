@@ -1,7 +1,7 @@
 """Lesson 08 (speed of light): the floor time of a shape, and what the partials add to it."""
 from __future__ import annotations
 
-from . import Verdict, failed, passed
+from . import Verdict, failed, passed, read_number
 
 
 def bytes_moved(N: int, C: int, overwrite: bool = False, itemsize: int = 2) -> int:
@@ -23,12 +23,9 @@ def _close(got: float, want: float, rel: float = 0.01) -> bool:
 def check_floor_time(answer_us, N: int = 32768, C: int = 1024, copy_gbps: float = 4260.0,
                      overwrite: bool = False) -> Verdict:
     """``answer_us``: the floor time of one backward call at (N, C) in microseconds (within 1 %)."""
-    if answer_us is None:
-        return failed("replace None with a number of microseconds")
-    try:
-        got = float(answer_us)
-    except (TypeError, ValueError):
-        return failed(f"give a number of microseconds, not {type(answer_us).__name__}")
+    got, verdict = read_number(answer_us, "with a number of microseconds")
+    if verdict is not None:
+        return verdict
     want = floor_us(N, C, copy_gbps, overwrite)
     if _close(got, want):
         return passed(f"{want:.1f} us: {bytes_moved(N, C, overwrite) / 1e6:.1f} MB at {copy_gbps:.0f} GB/s. "
@@ -59,12 +56,9 @@ def partials_fraction(N: int, C: int, grid: int) -> float:
 
 def check_partials_fraction(answer, N: int = 4096, C: int = 16384, grid: int = 132) -> Verdict:
     """``answer``: the partials' traffic as a fraction of the kernel's bytes (e.g. 0.05 for 5 %)."""
-    if answer is None:
-        return failed("replace None with a fraction, e.g. 0.05 for 5 %")
-    try:
-        got = float(answer)
-    except (TypeError, ValueError):
-        return failed(f"give a number, not {type(answer).__name__}")
+    got, verdict = read_number(answer, "with a fraction, e.g. 0.05 for 5 %")
+    if verdict is not None:
+        return verdict
     want = partials_fraction(N, C, grid)
     if _close(got, want, 0.03):
         return passed(f"{100 * want:.2f} %: {grid} blocks x {C} floats, written and read back, against "
