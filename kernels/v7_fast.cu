@@ -22,6 +22,12 @@
 //     Every column is summed in the same order either way: partial rows b = p, p + P, ... for each of
 //     the P = blockDim / 32 warps, then the warps' sums in warp order. Deterministic, bitwise.
 //  7. 64-bit row offsets; streaming hints (ld.global.cs / st.global.cs) on the row tensors.
+//  8. Prefetch (accumulate mode, 1024 <= C <= 8192, K = 2): the next row's dout and inp are loaded
+//     before this row is reduced and written, so a group's loads never stop at the dot product's exchange.
+//     Two rows fit in the registers only if weight is reread from L1 in each pass (it is 16 bytes a chunk,
+//     always cached) and dinp, needed only after the exchange, is loaded at the start of its own row.
+//  9. The final sum issues all of a warp's partial rows' loads at once (REDUCE_BATCH), then adds them in
+//     row order: one L2 round trip instead of three, on the critical path after the last block arrives.
 // The waiting blocks cannot deadlock: the plan keeps R <= grid / 2, so while they wait, at least as many
 // slots are free as blocks that have yet to start. A wait that lasts 10 s traps (a launch error),
 // rather than hanging the GPU, if that promise is ever broken.
@@ -31,6 +37,7 @@ namespace v7 {
 
 constexpr int MAX_BLOCK = 512;              // every main kernel is compiled for blocks of up to 512
 constexpr int QUADS_PER_PASS = WARP_SIZE;   // final sum: a warp reads 32 float4 = 512 B of a partial row
+constexpr int REDUCE_BATCH = 9;          // final sum: 16 warps x 9 cover 132 partial rows in one round
 constexpr int SCRATCH_HEADER = 32;          // floats before the partials: the ticket counter, one line
 constexpr unsigned long long SPIN_LIMIT_NS = 10ull * 1000 * 1000 * 1000;
 
@@ -105,11 +112,20 @@ __device__ void reduce_slice(__nv_bfloat16* dweight, const float* partials, int 
             }
             __syncthreads();
         }
+        // this warp's partial rows b = warp, warp + warps, ...: BATCH loads in flight, then added in row order
         float4 s = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
         if (mine) {
             const float4* column = reinterpret_cast<const float4*>(partials) + q;
-            #pragma unroll 4
-            for (int b = warp; b < parts; b += warps) add4(s, __ldcg(column + (size_t)b * quads));
+            for (int first = warp; first < parts; first += REDUCE_BATCH * warps) {
+                float4 v[REDUCE_BATCH];
+                #pragma unroll
+                for (int i = 0; i < REDUCE_BATCH; i++) {
+                    const int b = first + i * warps;
+                    v[i] = b < parts ? __ldcg(column + (size_t)b * quads) : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+                }
+                #pragma unroll
+                for (int i = 0; i < REDUCE_BATCH; i++) add4(s, v[i]);
+            }
         }
         red[threadIdx.x] = s;
         __syncthreads();
@@ -132,7 +148,7 @@ __device__ void reduce_slice(__nv_bfloat16* dweight, const float* partials, int 
 
 // The main kernel, for K chunks of 8 channels per thread. G = threads per row group (multiple of 32,
 // blockDim.x a multiple of G, at most 15 groups per block when G > 32).
-template <int K>
+template <int K, bool PREFETCH>
 __device__ __forceinline__ void backward(__nv_bfloat16* dinp, __nv_bfloat16* dweight, float* scratch,
                                          const __nv_bfloat16* dout, const __nv_bfloat16* inp,
                                          const __nv_bfloat16* weight, const float* rstd, int N, int C, int G,
@@ -155,39 +171,62 @@ __device__ __forceinline__ void backward(__nv_bfloat16* dinp, __nv_bfloat16* dwe
     // barrier): float4 `half` of chunk c at region[half * chunks + c], so a warp's accesses are
     // contiguous. Registers would do too, but 8 fp32 per chunk are what pushes K = 4 into spilling.
     float4* region = shared4 + (size_t)group * (C / 4);
+    const uint4* weight4 = reinterpret_cast<const uint4*>(weight);
+#ifdef V7_WEIGHT_L1
+    constexpr bool WEIGHT_IN_REGISTERS = false;
+#else
+    constexpr bool WEIGHT_IN_REGISTERS = !PREFETCH;  // else from L1 in each pass: registers for the next row
+#endif
     uint4 w[K];
     #pragma unroll
     for (int j = 0; j < K; j++) {
         const int chunk = t + j * G;
         w[j] = make_uint4(0u, 0u, 0u, 0u);
         if (chunk < chunks) {
-            w[j] = __ldg(reinterpret_cast<const uint4*>(weight) + chunk);
+            if (WEIGHT_IN_REGISTERS) w[j] = __ldg(weight4 + chunk);
             region[chunk] = region[chunks + chunk] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
         }
     }
 
     const long long stride = (long long)gridDim.x * groups;
     int buffer = 0;
-    #pragma unroll 1  // one row in registers at a time
-    for (long long row = (long long)group * gridDim.x + blockIdx.x; row < N; row += stride) {
-        // every load of the row first: 2 or 3 * K independent 16-byte loads per thread
+    // a row's dout and inp: 2 * K independent 16-byte loads per thread, and its rstd
+    auto load_row = [&](long long row, uint4 (&g)[K], uint4 (&x)[K], float& r) {
         const uint4* dout_row = reinterpret_cast<const uint4*>(dout + (size_t)row * C);
         const uint4* inp_row = reinterpret_cast<const uint4*>(inp + (size_t)row * C);
-        uint4* dinp_row = reinterpret_cast<uint4*>(dinp + (size_t)row * C);
-        uint4 g[K], x[K], d[K];
         #pragma unroll
         for (int j = 0; j < K; j++) {
             const int chunk = t + j * G;
-            g[j] = x[j] = d[j] = make_uint4(0u, 0u, 0u, 0u);
+            g[j] = x[j] = make_uint4(0u, 0u, 0u, 0u);
             if (chunk < chunks) {
                 g[j] = __ldcs(dout_row + chunk);
                 x[j] = __ldcs(inp_row + chunk);
-                if (!overwrite) d[j] = __ldcs(dinp_row + chunk);
             }
         }
-        const float r = __ldg(rstd + row);
+        r = __ldg(rstd + row);
+    };
+    long long row = (long long)group * gridDim.x + blockIdx.x;
+    uint4 g[K], x[K];
+    float r = 0.0f;
+    if (PREFETCH && row < N) load_row(row, g, x, r);
+    #pragma unroll 1  // one row (with PREFETCH, also the next row's dout and inp) in registers at a time
+    for (; row < N; row += stride) {
+        if (!PREFETCH) load_row(row, g, x, r);
+        uint4* dinp_row = reinterpret_cast<uint4*>(dinp + (size_t)row * C);
+        uint4 d[K];  // dinp is needed only after the dot product: its loads fly during pass 1 and the exchange
         #pragma unroll
-        for (int j = 0; j < K; j++) opaque(w[j]);  // widen weight here, in every row (see opaque)
+        for (int j = 0; j < K; j++) {
+            const int chunk = t + j * G;
+            d[j] = make_uint4(0u, 0u, 0u, 0u);
+            if (!overwrite && chunk < chunks) d[j] = __ldcs(dinp_row + chunk);
+        }
+        uint4 gn[K], xn[K];
+        float rn = 0.0f;
+        if (PREFETCH && row + stride < N) load_row(row + stride, gn, xn, rn);  // flies during this row
+        if (WEIGHT_IN_REGISTERS) {
+            #pragma unroll
+            for (int j = 0; j < K; j++) opaque(w[j]);  // widen weight here, in every row (see opaque)
+        }
 
         // pass 1 over the registers: the row's sum of weight * dout * inp, and dweight += norm * dout
         float dot = 0.0f;
@@ -195,7 +234,9 @@ __device__ __forceinline__ void backward(__nv_bfloat16* dinp, __nv_bfloat16* dwe
         for (int j = 0; j < K; j++) {
             const int chunk = t + j * G;
             float4 a = make_float4(0.0f, 0.0f, 0.0f, 0.0f), b = a;
+            uint4 wj = w[j];
             if (chunk < chunks) {
+                if (!WEIGHT_IN_REGISTERS) wj = __ldg(weight4 + chunk);
                 a = region[chunk];
                 b = region[chunks + chunk];
             }
@@ -203,7 +244,7 @@ __device__ __forceinline__ void backward(__nv_bfloat16* dinp, __nv_bfloat16* dwe
             #pragma unroll
             for (int k = 0; k < 8; k++) {
                 const float dout_k = widen(g[j], k), inp_k = widen(x[j], k);
-                dot += widen(w[j], k) * dout_k * inp_k;
+                dot += widen(wj, k) * dout_k * inp_k;
                 sum[k] += inp_k * r * dout_k;
             }
             if (chunk < chunks) {
@@ -230,18 +271,27 @@ __device__ __forceinline__ void backward(__nv_bfloat16* dinp, __nv_bfloat16* dwe
         for (int j = 0; j < K; j++) {
             opaque(g[j]);
             opaque(x[j]);
-            opaque(w[j]);
             const int chunk = t + j * G;
             if (chunk < chunks) {
+                uint4 wj = w[j];
+                if (WEIGHT_IN_REGISTERS) opaque(wj); else wj = __ldg(weight4 + chunk);
                 float out[8];
                 #pragma unroll
                 for (int k = 0; k < 8; k++) {
-                    const float dval = widen(w[j], k) * widen(g[j], k) * r - widen(x[j], k) * scale_inp;
+                    const float dval = widen(wj, k) * widen(g[j], k) * r - widen(x[j], k) * scale_inp;
                     out[k] = overwrite ? dval : widen(d[j], k) + dval;
                 }
                 __stcs(dinp_row + chunk, make_uint4(pack(out[0], out[1]), pack(out[2], out[3]),
                                                     pack(out[4], out[5]), pack(out[6], out[7])));
             }
+        }
+        if (PREFETCH) {
+            #pragma unroll
+            for (int j = 0; j < K; j++) {
+                g[j] = gn[j];
+                x[j] = xn[j];
+            }
+            r = rn;
         }
     }
 
@@ -270,17 +320,41 @@ __device__ __forceinline__ void backward(__nv_bfloat16* dinp, __nv_bfloat16* dwe
 
 }  // namespace v7
 
-// One entry point; K (chunks per thread) is chosen by the plan from C and switched on here. Registers are
-// allocated for the largest case (K = 4 needs about 128; __launch_bounds__(512, 1) allows exactly that).
-extern "C" __global__ void __launch_bounds__(v7::MAX_BLOCK, 1)
+// Knobs for the experiments of tools/v7_explore.py (kernels/NOTES.md has what they measured); the
+// defaults are the course's build: one 512-thread block of up to 128 registers per SM, K up to 4.
+#ifndef V7_BLOCKS_PER_SM
+#define V7_BLOCKS_PER_SM 1
+#endif
+#ifndef V7_K_LIMIT
+#define V7_K_LIMIT 4
+#endif
+
+// One entry point; K (chunks per thread) and prefetch are chosen by the plan from C and the mode and
+// switched on here. Registers are allocated for the largest case (K = 4, or K = 2 holding two rows: about
+// 128; __launch_bounds__(512, 1) allows exactly that).
+extern "C" __global__ void __launch_bounds__(v7::MAX_BLOCK, V7_BLOCKS_PER_SM)
 rmsnorm_backward_v7(__nv_bfloat16* dinp, __nv_bfloat16* dweight, float* scratch, const __nv_bfloat16* dout,
                     const __nv_bfloat16* inp, const __nv_bfloat16* weight, const float* rstd, int N, int C, int G,
-                    int K, int overwrite, int reducers) {
+                    int K, int prefetch, int overwrite, int reducers) {
+    const bool ow = overwrite != 0;
+    if (prefetch) {
+#if V7_K_LIMIT >= 2 && V7_BLOCKS_PER_SM == 1
+        if (K == 2) return v7::backward<2, true>(dinp, dweight, scratch, dout, inp, weight, rstd, N, C, G, ow, reducers);
+#endif
+        __trap();  // the plan prefetches only with K = 2
+    }
     switch (K) {
-        case 1: v7::backward<1>(dinp, dweight, scratch, dout, inp, weight, rstd, N, C, G, overwrite != 0, reducers); break;
-        case 2: v7::backward<2>(dinp, dweight, scratch, dout, inp, weight, rstd, N, C, G, overwrite != 0, reducers); break;
-        case 3: v7::backward<3>(dinp, dweight, scratch, dout, inp, weight, rstd, N, C, G, overwrite != 0, reducers); break;
-        default: v7::backward<4>(dinp, dweight, scratch, dout, inp, weight, rstd, N, C, G, overwrite != 0, reducers);
+        case 1: v7::backward<1, false>(dinp, dweight, scratch, dout, inp, weight, rstd, N, C, G, ow, reducers); break;
+#if V7_K_LIMIT >= 2
+        case 2: v7::backward<2, false>(dinp, dweight, scratch, dout, inp, weight, rstd, N, C, G, ow, reducers); break;
+#endif
+#if V7_K_LIMIT >= 3
+        case 3: v7::backward<3, false>(dinp, dweight, scratch, dout, inp, weight, rstd, N, C, G, ow, reducers); break;
+#endif
+#if V7_K_LIMIT >= 4
+        case 4: v7::backward<4, false>(dinp, dweight, scratch, dout, inp, weight, rstd, N, C, G, ow, reducers); break;
+#endif
+        default: __trap();
     }
 }
 

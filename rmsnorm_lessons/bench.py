@@ -14,7 +14,7 @@ from dataclasses import asdict, dataclass
 
 import numpy as np
 
-from . import gpu, kernels, reference
+from . import bf16, gpu, kernels, reference
 
 #: the shapes of the issue's benchmark (N, C): six above L2, two latency-bound
 LARGE_SHAPES = [(32768, 768), (32768, 1024), (16384, 2048), (16384, 4096), (8192, 8192), (4096, 16384)]
@@ -31,6 +31,10 @@ def progress(iterable, total=None, desc=""):
 
 
 _sleeper = None
+#: how long the busy kernel ahead of each timed launch runs: far more than the host's work per launch
+#: (PyCUDA's argument handling and a version's plan take some 20-60 us, more when the host is busy), so
+#: the launch is always queued before the GPU reaches it
+SLEEP_US = 200
 
 
 def _sleep(us: float, stream=None):
@@ -51,7 +55,7 @@ def time_ms(launch, sets: int = 1, warmup: int = 5, repeats: int = 50, stream=No
         launch(i % sets)
     times = []
     for i in range(repeats):
-        _sleep(40, stream)
+        _sleep(SLEEP_US, stream)
         start.record(stream)
         launch(i % sets)
         stop.record(stream)
@@ -212,6 +216,69 @@ def sweep(versions=None, shapes=None, repeats: int = 50, check: bool = True, cop
     for problem in problems.values():
         problem.free()
     return results
+
+
+STREAM_NAME = "stream ceiling"
+
+
+def _stream_function():
+    from . import build
+
+    return build.source_module("stream_ceiling").get_function("stream_elementwise")
+
+
+def _stream_launcher(accumulate: bool, stream=None):
+    function = _stream_function()
+    blocks = gpu.facts().multiprocessors * 4  # 2048 threads of 32 registers per SM
+
+    def launch(out, a, b, n):
+        function(out, a, b, np.int64(n // 8), np.int32(bool(accumulate)), block=(512, 1, 1), grid=(blocks, 1, 1),
+                 stream=stream)
+    return launch
+
+
+def stream_elementwise(out, a, b, n: int, accumulate: bool = True, stream=None):
+    """Launch kernels/stream_ceiling.cu on device buffers of ``n`` bf16 each (n % 8 == 0):
+    ``out = a * b (+ out)``, the bytes of v7_fast with no reduction."""
+    if n % 8:
+        raise ValueError(f"n (bf16 elements) must be a multiple of 8 (16-byte chunks), got {n}")
+    _stream_launcher(accumulate, stream)(out, a, b, n)
+
+
+def stream_ceiling(N: int, C: int, copy_gbps: float, overwrite: bool = False, repeats: int = 50) -> Timing:
+    """Time the elementwise kernel on (N, C) bf16 tensors rotated through sets larger than L2, counted with
+    v7_fast's bytes for the mode: the fraction of copy that no RMSNorm backward with these bytes can beat
+    by much (it has no reduction, no barrier, no rows)."""
+    if (N * C) % 8:
+        raise ValueError(f"N * C must be a multiple of 8 (16-byte chunks), got {N} * {C}")
+    drv = gpu.driver()
+    nbytes = N * C * 2
+    sets = sets_for(3 * nbytes, gpu.facts().l2_bytes, drv.mem_get_info()[0])
+    rng = np.random.default_rng(N + C)
+    host = [_raw(bf16.to_bf16(rng.standard_normal(N * C))) for _ in range(3)]
+    launch = _stream_launcher(accumulate=not overwrite)
+    buffers = []
+    try:
+        for _ in range(sets):
+            buffers.append([drv.to_device(h) for h in host])
+        times = time_ms(lambda i: launch(*buffers[i], N * C), sets=sets, repeats=repeats)
+    finally:
+        for trio in buffers:
+            for buf in trio:
+                buf.free()
+    spec = kernels.get("v7_fast")
+    return _timing(STREAM_NAME + (" (dinp=)" if overwrite else ""), N, C, times,
+                   spec.bytes_moved(N, C, overwrite=overwrite), copy_gbps)
+
+
+def fit_fixed_cost(ns, ms) -> tuple[float, float]:
+    """Least squares ``ms = fixed + N * per_row`` over a sweep of N at one C: (fixed in us, ns per row).
+    The fixed part is what a launch costs whatever its size (ramp, tail, final sum)."""
+    ns, ms = np.asarray(ns, float), np.asarray(ms, float)
+    if len(ns) < 2 or np.ptp(ns) == 0:
+        raise ValueError("fit_fixed_cost needs at least two different N")
+    per_row, fixed = np.polyfit(ns, ms, 1)
+    return float(fixed * 1e3), float(per_row * 1e6)
 
 
 def table(results, baseline: str | None = None) -> str:

@@ -105,10 +105,11 @@ V7_MAX_C = 8 * V7_MAX_K * V7_MAX_BLOCK  # 16384: a row must fit in one block's r
 V7_REGISTERS = 128  # per thread (ptxas, sm_90): 65536 // (128 * block) blocks fit on an SM
 V7_TOO_LARGE = 1 << 31  # v7's "shared memory" beyond V7_MAX_C: more than any device, so C is refused
 V7_COLUMNS_PER_PASS = 128  # the final sum: one warp reads 32 float4 of a partial row per pass
-#: for experiments (tools/v7_variants.py): {"K": 1..4, "per_sm": blocks per SM, "reduce": "fused" or
-#: "kernel"}; the environment (RMSNORM_V7_K, RMSNORM_V7_PER_SM, RMSNORM_V7_REDUCE) is read first. Set it
+#: for experiments (tools/v7_gpu.py, tools/v7_explore.py): {"K": 1..4, "per_sm": blocks per SM, "reduce": "fused"
+#: or "kernel", "prefetch": 0 or 1}; the environment (RMSNORM_V7_K, _PER_SM, _REDUCE, _PREFETCH) is read first. Set it
 #: before a Launcher is made: the launcher keeps what it found.
 V7_TUNING: dict = {}
+V7_PREFETCH_C = (1024, 8192)  # accumulate mode prefetches the next row (K = 2) for C in this range
 
 
 @dataclass(frozen=True)
@@ -118,6 +119,7 @@ class V7Shape:
     groups: int  # row groups per block
     block: int  # threads per block = groups * group
     smem: int  # dynamic shared memory: the groups' dweight (C floats each) or the final sum's staging
+    prefetch: bool = False  # the next row's dout and inp in registers while this row is finished (K = 2)
 
 
 @dataclass(frozen=True)
@@ -133,7 +135,7 @@ def _v7_tuning() -> dict:
     import os
 
     found = {}
-    for key in ("K", "per_sm", "reduce"):
+    for key in ("K", "per_sm", "reduce", "prefetch"):
         value = os.environ.get("RMSNORM_V7_" + key.upper())
         if value:
             found[key] = value if key == "reduce" else int(value)
@@ -141,17 +143,31 @@ def _v7_tuning() -> dict:
     return found
 
 
-def v7_shape(C: int, block: int = V7_MAX_BLOCK, K: int | None = None) -> V7Shape:
-    """The row group v7_fast uses at this C: K from C (or ``K``/the tuning), the block up to ``block``."""
+def v7_shape(C: int, block: int = V7_MAX_BLOCK, K: int | None = None, overwrite: bool = False,
+             prefetch: bool | None = None) -> V7Shape:
+    """The row group v7_fast uses at this C and mode.
+
+    K (chunks per thread) comes from ``K``, else the tuning, else C; ``prefetch`` likewise (it needs K = 2).
+    By default accumulate mode prefetches for C in :data:`V7_PREFETCH_C` (K = 2), and otherwise a row is
+    one warp while 4 chunks a lane cover it, else 4 chunks a thread. The block is at most ``block``.
+    """
     chunks = C // 8
     block = min(int(block), V7_MAX_BLOCK) // 32 * 32
+    tuning = _v7_tuning()
     if K is None:
-        K = _v7_tuning().get("K")
-    if K is None:  # one warp per row while 4 chunks a lane cover it, else 4 chunks a thread
-        K = min(V7_MAX_K, max(1, ceil_div(chunks, 32)))
+        K = tuning.get("K")
+    if prefetch is None:
+        prefetch = tuning.get("prefetch")
+    if prefetch is None:  # measured (kernels/NOTES.md): helps accumulate mode at these C, not overwrite mode
+        prefetch = K is None and not overwrite and V7_PREFETCH_C[0] <= C <= V7_PREFETCH_C[1]
+    prefetch = bool(prefetch)
+    if K is None:
+        K = 2 if prefetch else min(V7_MAX_K, max(1, ceil_div(chunks, 32)))
     K = int(K)
     if not 1 <= K <= V7_MAX_K:
         raise ValueError(f"v7_fast: K (chunks per thread) must be 1..{V7_MAX_K}, got {K}")
+    if prefetch and K != 2:
+        raise ValueError(f"v7_fast: prefetch needs K = 2 (two rows in 128 registers), got K={K}")
     group = 32 * max(1, ceil_div(chunks, 32 * K))
     if group > block:
         raise ValueError(f"v7_fast keeps a row in one block's registers: at C={C} with K={K} a row needs "
@@ -159,23 +175,24 @@ def v7_shape(C: int, block: int = V7_MAX_BLOCK, K: int | None = None) -> V7Shape
     groups = block // group
     if group > 32:
         groups = min(groups, 15)  # one named barrier (1..15) per row group
-    return V7Shape(K, group, groups, groups * group, max(groups * C * 4, groups * group * 16))
+    return V7Shape(K, group, groups, groups * group, max(groups * C * 4, groups * group * 16), prefetch)
 
 
 def _smem_v7(C, block):
+    # enough for either mode (a launcher's shared memory is fixed before it knows which it will run)
     try:
-        return v7_shape(C, block).smem
+        return max(v7_shape(C, block, overwrite=mode).smem for mode in (False, True))
     except ValueError:
         return V7_TOO_LARGE
 
 
 def _v7_config(L) -> V7Config:
-    """Resolve the launch once per launcher (it keeps the result) from C, N, the block and the tuning."""
+    """Resolve the launch once per launcher (it keeps the result) from C, N, the mode, the block and the tuning."""
     cfg = getattr(L, "_v7", None)
     if cfg is not None:
         return cfg
     tuning = _v7_tuning()
-    shape = v7_shape(L.C, L.block_size, tuning.get("K"))
+    shape = v7_shape(L.C, L.block_size, tuning.get("K"), L.overwrite, tuning.get("prefetch"))
     if shape.smem > L.smem:
         raise RuntimeError(f"v7_fast: the tuning changed after this launcher was made ({shape.smem} bytes of "
                            f"shared memory wanted, {L.smem} prepared); make a new Launcher")
@@ -201,8 +218,9 @@ def _plan_v7(L, b, stream):
     scratch = L.scratch("scratch", (32 + cfg.grid * L.C) * 4, zero=True)
     fused = cfg.reduce == "fused"
     L.call("rmsnorm_backward_v7", (cfg.grid,), stream, b.dinp, b.dweight, scratch, b.dout, b.inp, b.weight,
-           b.rstd, L.N, L.C, s.group, s.K, int(L.overwrite), cfg.reducers if fused else 0, block=s.block)
-    if not fused:  # the same slices and the same order of every sum, in a kernel of their own
+           b.rstd, L.N, L.C, s.group, s.K, int(s.prefetch), int(L.overwrite), cfg.reducers if fused else 0,
+           block=s.block)
+    if cfg.reduce == "kernel":  # the same slices and the same order of every sum, in a kernel of their own
         L.call("reduce_dweight_v7", (cfg.reducers,), stream, b.dweight, scratch, cfg.grid, L.C, cfg.reducers,
                block=s.block)
 

@@ -636,3 +636,30 @@ def floor_and_fixed(shapes, copy_gbps: float, fixed_us: float = 5.0, overwrite: 
     ax.set_title(f"the ceiling with {fixed_us:g} us of fixed cost per launch "
                  f"({'dinp =' if overwrite else 'dinp +='}; floor at {copy_gbps:.0f} GB/s in brackets)", fontsize=8)
     return fig
+
+
+def fixed_cost(lines: dict, C: int | None = None):
+    """Time against N at one C, one line per kernel, with its least-squares fit ``fixed + N * per_row``.
+
+    ``lines``: {name: [(N, ms), ...]}. Where a line meets N = 0 is what each launch costs whatever its size;
+    its slope is the steady-state speed. (:func:`rmsnorm_lessons.bench.fit_fixed_cost` does the fit.)
+    """
+    from .bench import fit_fixed_cost
+
+    fig, ax = _small_figure((5.2, 3.0))
+    top = max(n for pts in lines.values() for n, _ in pts)
+    for i, (name, pts) in enumerate(lines.items()):
+        ns, ms = zip(*sorted(pts))
+        fixed, per_row = fit_fixed_cost(ns, ms)
+        color = f"C{i}"
+        ax.plot(np.array(ns) / 1e3, 1e3 * np.array(ms), "o", ms=3.5, color=color)
+        ax.plot([0, top / 1e3], [fixed, fixed + per_row * top / 1e3], "-", lw=1.2, color=color,
+                label=f"{name}: {fixed:.1f} us + {per_row:.2f} ns/row")
+    ax.set_xlim(0, top / 1e3 * 1.05)
+    ax.set_ylim(0, None)
+    ax.set_xlabel("N (thousands of rows)", fontsize=8)
+    ax.set_ylabel("us per launch", fontsize=8)
+    ax.tick_params(labelsize=7)
+    ax.legend(fontsize=7, loc="upper left")
+    ax.set_title(f"fixed cost and streaming speed{f' at C = {C}' if C else ''}", fontsize=8)
+    return fig

@@ -58,28 +58,50 @@ def tuning():
 # ------------------------------------------------------------------------------------------------------
 # the plan (CPU)
 
-EXPECTED = {  # C: (K, G, groups per block, block)
+EXPECTED = {  # C: (K, G, groups per block, block) in overwrite mode, and accumulate mode outside 1024..8192
     8: (1, 32, 16, 512), 264: (2, 32, 16, 512), 768: (3, 32, 16, 512), 776: (4, 32, 16, 512),
     1024: (4, 32, 16, 512), 1032: (4, 64, 8, 512), 1600: (4, 64, 8, 512), 2048: (4, 64, 8, 512),
     4096: (4, 128, 4, 512), 5120: (4, 160, 3, 480), 8192: (4, 256, 2, 512), 12288: (4, 384, 1, 384),
     16384: (4, 512, 1, 512),
 }
+EXPECTED_PREFETCH = {  # C: (G, groups, block) in accumulate mode for 1024 <= C <= 8192: K = 2, prefetching
+    1024: (64, 8, 512), 1032: (96, 5, 480), 1600: (128, 4, 512), 2048: (128, 4, 512), 4096: (256, 2, 512),
+    5120: (320, 1, 320), 8192: (512, 1, 512),
+}
 
 
 @pytest.mark.parametrize("C", sorted(EXPECTED))
-def test_plan_picks_K_and_the_row_group_from_C(C):
-    s = kernels.v7_shape(C)
-    assert (s.K, s.group, s.groups, s.block) == EXPECTED[C]
+@pytest.mark.parametrize("overwrite", [False, True])
+def test_plan_picks_K_and_the_row_group_from_C(C, overwrite):
+    s = kernels.v7_shape(C, overwrite=overwrite)
+    if overwrite or C not in EXPECTED_PREFETCH:
+        assert (s.K, s.group, s.groups, s.block, s.prefetch) == EXPECTED[C] + (False,)
+    else:
+        assert (s.K, s.group, s.groups, s.block, s.prefetch) == (2,) + EXPECTED_PREFETCH[C] + (True,)
+    assert s.prefetch == (not overwrite and 1024 <= C <= 8192)
     assert s.group % 32 == 0 and s.group * s.K * 8 >= C > (s.group - 32) * s.K * 8  # covers the row, no spare warp
     assert s.block == s.groups * s.group <= kernels.V7_MAX_BLOCK
-    assert s.smem == V7.dynamic_smem(C, 512) == max(s.groups * C * 4, s.block * 16)
+    assert s.smem == max(s.groups * C * 4, s.block * 16) <= V7.dynamic_smem(C, 512)
+    assert V7.dynamic_smem(C, 512) == max(kernels.v7_shape(C, overwrite=m).smem for m in (False, True))
+
+
+def test_prefetch_needs_K_2(tuning):
+    assert kernels.v7_shape(2048, prefetch=True).K == 2
+    assert not kernels.v7_shape(2048, K=2).prefetch  # an explicit K alone does not prefetch
+    with pytest.raises(ValueError, match=r"prefetch needs K = 2 .*got K=4"):
+        kernels.v7_shape(2048, K=4, prefetch=True)
+    tuning["prefetch"] = 0
+    assert kernels.v7_shape(2048) == kernels.v7_shape(2048, overwrite=True)
+    tuning["prefetch"] = 1
+    assert kernels.v7_shape(768).prefetch and kernels.v7_shape(768, overwrite=True).prefetch
 
 
 @pytest.mark.parametrize("C", list(range(8, 16385, 8 * 97)) + [16384])
-def test_every_C_fits_the_shared_memory_and_the_barriers(C):
-    s = kernels.v7_shape(C)
+@pytest.mark.parametrize("overwrite", [False, True])
+def test_every_C_fits_the_shared_memory_and_the_barriers(C, overwrite):
+    s = kernels.v7_shape(C, overwrite=overwrite)
     assert s.smem <= 64 * 1024 <= OPTIN_A100 < OPTIN_H200  # the groups' dweight slices: at most 64 KiB
-    assert kernels.check_shared_memory(V7, C, OPTIN_H200) == s.smem
+    assert kernels.check_shared_memory(V7, C, OPTIN_H200) == V7.dynamic_smem(C, 512) >= s.smem
     if s.group > 32:
         assert s.groups <= 15  # one named barrier (ids 1..15) per row group
     assert 65536 // (kernels.V7_REGISTERS * s.block) >= 1  # one block of 128-register threads fits
@@ -100,7 +122,7 @@ def test_C_above_16384_is_refused_with_the_largest_C():
 @pytest.mark.parametrize("overwrite", [False, True])
 def test_plan_launch(N, C, overwrite):
     L = plan(N, C, overwrite=overwrite)
-    s = kernels.v7_shape(C)
+    s = kernels.v7_shape(C, overwrite=overwrite)
     assert len(L.launches) == 1
     launch = L.launches[0]
     grid = max(1, min(H200_SMS, ceil_div(N, s.groups)))  # one block per SM
@@ -108,7 +130,7 @@ def test_plan_launch(N, C, overwrite):
     assert launch.grid == (grid,) and launch.block == s.block
     passes = ceil_div(C, 128)
     reducers = min(passes, max(1, grid // 2))
-    assert launch.args[7:] == (N, C, s.group, s.K, int(overwrite), reducers)
+    assert launch.args[7:] == (N, C, s.group, s.K, int(s.prefetch), int(overwrite), reducers)
     assert 1 <= reducers <= max(1, grid // 2)  # at most half the grid waits: the others can always start
     nbytes, zero = L.scratches["scratch"]
     assert nbytes == (32 + grid * C) * 4 and zero  # the ticket counter's line, then C partials a block
@@ -128,7 +150,7 @@ def test_plan_with_a_reduce_kernel(tuning):
 def test_tuning_hook_and_environment(tuning, monkeypatch):
     tuning["K"] = 2
     s = kernels.v7_shape(1024)
-    assert (s.K, s.group, s.groups) == (2, 64, 8)
+    assert (s.K, s.group, s.groups, s.prefetch) == (2, 64, 8, False)
     L = plan(70000, 1024, block_size=256)
     assert L.launches[0].block == 256 and L.launches[0].grid == (2 * H200_SMS,)  # two 256-thread blocks a SM
     tuning["per_sm"] = 1
@@ -142,13 +164,15 @@ def test_tuning_hook_and_environment(tuning, monkeypatch):
     with pytest.raises(ValueError, match="reduce must be 'fused' or 'kernel'"):
         plan(5000, 1024)
     monkeypatch.delenv("RMSNORM_V7_REDUCE")
+    monkeypatch.setenv("RMSNORM_V7_PREFETCH", "0")
+    assert kernels.v7_shape(2048) == kernels.v7_shape(2048, overwrite=True)
     monkeypatch.setenv("RMSNORM_V7_K", "5")
     with pytest.raises(ValueError, match=r"K \(chunks per thread\) must be 1..4"):
         kernels.v7_shape(1024)
 
 
 def test_tuning_changed_after_the_launcher_was_made(tuning):
-    L = FakeLauncher(5000, 1024)  # prepared for K = 4: 16 groups, 64 KiB
+    L = FakeLauncher(5000, 1024)  # prepared for K = 4 (overwrite mode): 16 groups, 64 KiB
     tuning["K"] = 1  # 4 groups of 128 threads: 16 KiB, fits
     V7.plan(L, kernels.Buffers(1, 2, 3, 4, 5, 6), None)
     L = FakeLauncher(5000, 8)  # prepared for 8 KiB
@@ -181,6 +205,7 @@ def test_the_kernels_index_arithmetic_covers_everything_once(N, C):
     L = plan(N, C)
     launch = L.launches[0]
     s, grid, reducers = kernels.v7_shape(C), launch.grid[0], launch.args[-1]
+    assert launch.args[9:11] == (s.group, s.K)
     rows = _rows_of(N, grid, s.groups)
     assert sorted(rows) == list(range(N))
     chunks = C // 8
@@ -196,7 +221,9 @@ def test_the_kernels_index_arithmetic_covers_everything_once(N, C):
 
 def test_the_kernel_source_matches_the_mirrors():
     src = build.kernel_source("v7_fast")
-    assert "row = (long long)group * gridDim.x + blockIdx.x; row < N; row += stride" in src
+    assert "long long row = (long long)group * gridDim.x + blockIdx.x;" in src
+    assert "for (; row < N; row += stride)" in src
+    assert "if (PREFETCH && row + stride < N) load_row(row + stride, gn, xn, rn);" in src
     assert "const long long stride = (long long)gridDim.x * groups;" in src
     assert "const int chunk = t + j * G;" in src
     assert "const int at = (q % 2) * chunks + q / 2;" in src
@@ -332,8 +359,9 @@ def test_every_launch_shape_against_the_reference(C, overwrite):
     got = kernels.run(V7, p["dout"], p["inp"], p["weight"], p["rstd"], p["dinp"], p["dweight"], overwrite=overwrite)
     _ok(N, got, _gradient(p, overwrite))
     L = kernels.launcher(V7, N, C, overwrite=overwrite)
-    assert L._v7.shape == kernels.v7_shape(C)  # the plan ran the shape this file expects
-    assert L.smem == kernels.v7_shape(C).smem
+    assert L._v7.shape == kernels.v7_shape(C, overwrite=overwrite)  # the plan ran the shape this file expects
+    assert L._v7.shape.prefetch == (not overwrite and 1024 <= C <= 8192)
+    assert L.smem == V7.dynamic_smem(C, 512)
 
 
 def _tuned(N, C, block=None, **tuning):
@@ -359,7 +387,7 @@ def _run(L, p):
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("N,C", [(4099, 1600), (2053, 16384), (9001, 768)])
+@pytest.mark.parametrize("N,C", [(4099, 1600), (2053, 16384), (9001, 768), (4097, 4096)])
 def test_fused_and_kernel_reductions_are_bitwise_equal(N, C):
     p = reference.random_problem(N, C, bf16.bfloat16, seed=N, accumulate=True)
     fused = _run(_tuned(N, C), p)
@@ -371,7 +399,8 @@ def test_fused_and_kernel_reductions_are_bitwise_equal(N, C):
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("tuning", [dict(K=1), dict(K=2), dict(K=3), dict(K=4), dict(block=256),
-                                    dict(block=128), dict(block=256, per_sm=1)])
+                                    dict(block=128), dict(block=256, per_sm=1), dict(prefetch=0),
+                                    dict(prefetch=1, block=256), dict(prefetch=1, reduce="kernel")])
 def test_launch_variants_are_right(tuning):
     N, C = 2053, 1024
     p = reference.random_problem(N, C, bf16.bfloat16, seed=77, accumulate=True)
@@ -426,3 +455,65 @@ def test_bench_command_writes_every_row(tmp_path, monkeypatch):
     assert out_png.stat().st_size > 1000
     rc = cli.main(["bench", "v7_fast", "--shapes", "8192x768", "--no-peers"])
     assert rc == 0 and calls["sweep"][2] is False
+
+
+# ------------------------------------------------------------------------------------------------------
+# the streaming ceiling and the fixed-cost fit (tools/v7_explore.py, tools/v7_fixed_cost.py, lesson 08)
+
+
+def test_fit_fixed_cost_recovers_a_line():
+    ns = [1024, 4096, 8192, 16384]
+    ms = [(6.5 + 8.25e-3 * n) / 1e3 for n in ns]  # 6.5 us + 8.25 ns per row
+    fixed, per_row = bench.fit_fixed_cost(ns, ms)
+    assert fixed == pytest.approx(6.5) and per_row == pytest.approx(8.25)
+    with pytest.raises(ValueError, match="at least two different N"):
+        bench.fit_fixed_cost([4096, 4096], [0.01, 0.011])
+
+
+def test_fixed_cost_plot():
+    from rmsnorm_lessons import plots
+
+    fig = plots.fixed_cost({"v7_fast": [(1024, 0.017), (16384, 0.142)], bench.STREAM_NAME: [(1024, 0.012), (16384, 0.132)]},
+                           C=4096)
+    labels = [t.get_text() for t in fig.axes[0].get_legend().get_texts()]
+    assert labels[0].startswith("v7_fast: 8.7 us + 8.14 ns/row"), labels
+
+
+def test_stream_elementwise_refuses_a_partial_chunk():
+    with pytest.raises(ValueError, match=r"n \(bf16 elements\) must be a multiple of 8"):
+        bench.stream_elementwise(0, 0, 0, 12)
+
+
+def test_stream_kernel_compiles_lean():
+    res = build.resources("stream_ceiling", "sm_90")["stream_elementwise"]
+    assert not res.spills and res.registers <= 32  # 2048 threads per SM: 4 blocks of 512
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("accumulate", [True, False])
+def test_stream_kernel_computes_what_it_says(accumulate):
+    import rmsnorm_lessons as rl
+
+    drv = rl.gpu.driver()
+    n = 3 * 1000 * 8 + 8 * 7  # not a multiple of the grid's threads
+    rng = np.random.default_rng(3)
+    a, b, c = (bf16.to_bf16(rng.standard_normal(n)) for _ in range(3))
+    dev = [drv.to_device(np.ascontiguousarray(x).view(np.uint16)) for x in (c, a, b)]
+    bench.stream_elementwise(dev[0], dev[1], dev[2], n, accumulate=accumulate)
+    got = np.empty(n, np.uint16)
+    drv.memcpy_dtoh(got, dev[0])
+    for d in dev:
+        d.free()
+    # a * b is exact in fp32 (8-bit mantissas), so fused or not the sum rounds once, then once to bf16
+    want = bf16.from_bf16(a) * bf16.from_bf16(b) + (bf16.from_bf16(c) if accumulate else np.float32(0))
+    assert np.array_equal(got, bf16.bits(bf16.to_bf16(want)))
+
+
+@pytest.mark.gpu
+def test_stream_ceiling_counts_v7s_bytes():
+    import rmsnorm_lessons as rl
+
+    t = bench.stream_ceiling(1024, 4096, copy_gbps=4000.0, overwrite=True, repeats=5)
+    assert t.name == bench.STREAM_NAME + " (dinp=)" and t.bytes == V7.bytes_moved(1024, 4096, overwrite=True)
+    assert 0 < t.ms < 10 and t.gbps == pytest.approx(t.bytes / (t.ms * 1e-3) / 1e9)
+    assert rl.gpu.available()

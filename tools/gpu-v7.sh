@@ -2,8 +2,8 @@
 # Issue 5 in one device call (< 8 minutes): v7_fast checked, benchmarked against v6 and the peers, and its
 # launch variants timed. From the repository root on the GPU machine, with .whl/ carried along:
 #     source .device/gpu-env.sh && bash tools/gpu-v7.sh
-# Writes 8 files under $OUT: info.log check.log pytest.log bench.log bench.json bench.png variants.log
-# variants.json. Prints short tails as it goes and a summary at the end.
+# Writes up to 10 files under $OUT: info.log check.log pytest.log bench.log bench.json bench.png ceiling.log
+# ceiling.json variants.log variants.json (the last two not with V7_VARIANTS=0). Prints short tails as it goes and a summary at the end.
 set -o pipefail
 export PYTHONUNBUFFERED=1 TQDM_DISABLE=1
 OUT=${OUT:-out}
@@ -63,8 +63,14 @@ run bench.log 260 python3 -m rmsnorm_lessons bench v6_last_block v7_fast --json 
     --plot "$OUT/bench.png"
 grep -E "^(skip|peer|torch)|Error" "$OUT/bench.log" | head -n 12
 
-step "variants: K, block, reduce mode, per shape"
-run variants.log 90 python3 tools/v7_gpu.py variants --json "$OUT/variants.json"
+step "ceiling: the elementwise kernel with v7's bytes, against v7_fast as planned, both modes"
+run ceiling.log 60 python3 tools/v7_explore.py --variants default --json "$OUT/ceiling.json"
+sed -n '/^fastest per shape/,$p' "$OUT/ceiling.log"
+
+if [ "${V7_VARIANTS:-1}" != 0 ]; then  # V7_VARIANTS=0 skips this step (tools/v7_explore.py covers more)
+    step "variants: K, prefetch, block, reduce mode, per shape"
+    run variants.log 90 python3 tools/v7_gpu.py variants --json "$OUT/variants.json"
+fi
 
 step "pytest tests/test_v7.py"
 run pytest.log 60 python3 -m pytest -q -x -p no:cacheprovider tests/test_v7.py
@@ -79,6 +85,8 @@ if grep -q '^copy bandwidth' "$OUT/bench.log"; then
 else  # stopped before the end (the versions' rows may be in bench.json already)
     tail -n 40 "$OUT/bench.log"
 fi
-echo "--- variants, fastest per shape:"
-sed -n '/^fastest accumulate-mode variant/,$p' "$OUT/variants.log" | grep -v "^wrote" | head -n 10
+if [ -f "$OUT/variants.log" ]; then
+    echo "--- variants, fastest per shape:"
+    sed -n '/^fastest accumulate-mode variant/,$p' "$OUT/variants.log" | grep -v "^wrote" | head -n 10
+fi
 echo "--- $(($(date +%s) - START)) s; files in $OUT:"; ls "$OUT"

@@ -41,7 +41,8 @@ def tuned_launcher(N, C, overwrite=False, block=None, **tuning):
 def describe(L) -> str:
     c = L._v7
     s = c.shape
-    return (f"K={s.K} G={s.group} groups={s.groups} block={s.block} per_sm={c.per_sm} grid={c.grid} "
+    return (f"K={s.K}{' prefetch' if s.prefetch else ''} G={s.group} groups={s.groups} block={s.block} "
+            f"per_sm={c.per_sm} grid={c.grid} "
             f"{c.reduce}:{c.reducers} smem={s.smem}")
 
 
@@ -80,7 +81,7 @@ SWEEP = [(1, 8), (3, 16), (37, 24), (1031, 8), (129, 264), (4097, 512), (1031, 7
          (513, 1032), (129, 1600), (1000, 2048), (65537, 264), (20001, 768), (4095, 4096), (513, 5120),
          (255, 6152), (1023, 8192), (333, 12288), (257, 16376), (513, 16384), (1, 16384)]
 VARIANT_CHECKS = [dict(reduce="kernel"), dict(K=1), dict(K=2), dict(K=3), dict(block=256), dict(per_sm=1, block=256),
-                  dict(block=128, K=4)]
+                  dict(block=128, K=4), dict(prefetch=0), dict(prefetch=1), dict(prefetch=1, reduce="kernel")]
 
 
 def cmd_check(args) -> int:
@@ -145,13 +146,15 @@ def variants_for(C):
     """Launch variants worth timing at C (the default first)."""
     out = [dict(), dict(reduce="kernel")]
     chunks = C // 8
-    default_K = kernels.v7_shape(C).K
+    default = kernels.v7_shape(C)
+    out.append(dict(prefetch=int(not default.prefetch)))
+    default_K = kernels.v7_shape(C, prefetch=False).K  # the K of dict(prefetch=0)
     for K in (2, 3, 4):
         if K != default_K and 32 * -(-chunks // (32 * K)) <= kernels.V7_MAX_BLOCK:
-            out.append(dict(K=K))
-    if kernels.v7_shape(C).group <= 256:
+            out.append(dict(K=K, prefetch=0))
+    if default.group <= 256:
         out.append(dict(block=256))  # two blocks of 256 per SM: more, smaller blocks
-    if kernels.v7_shape(C).group <= 128:
+    if default.group <= 128:
         out.append(dict(block=128))
     return out
 
