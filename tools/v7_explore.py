@@ -26,7 +26,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import rmsnorm_lessons as rl  # noqa: E402
 from rmsnorm_lessons import bench, bf16, build, kernels, reference  # noqa: E402
-from v7_gpu import V7, compare, run_launcher, tuned_launcher  # noqa: E402
+from v7_gpu import checked_timing, tuned_launcher  # noqa: E402
 
 # name: (-D flags, kernels.V7_TUNING, blocks per SM)
 VARIANTS = {
@@ -94,12 +94,9 @@ def main(argv=None) -> int:
                     except ValueError as exc:
                         print(f"skip {tag} at {N}x{C}: {str(exc)[:80]}")
                         break
-                    a, b = compare(1031, run_launcher(check_L, small, overwrite), small, overwrite)
-                    if not (a.ok and b.ok):
-                        print(f"FAIL {tag} at C={C}: not timed\n  {a}\n  {b}")
+                    t = checked_timing(L, check_L, small, problem, copy, args.repeats, overwrite, tag)
+                    if t is None:
                         continue
-                    t = bench.bench_version(V7, N, C, copy, repeats=args.repeats, problem=problem,
-                                            overwrite=overwrite, launcher=L, name=tag)
                     d = t.as_dict()
                     d.update(variant=tag, grid=L._v7.grid, K=L._v7.shape.K, block=L._v7.shape.block)
                     rows.append(d)

@@ -68,6 +68,17 @@ def compare(N, got, p, overwrite):
             check.compare(got[1], ref[1], *tol["dweight"], name="dweight"))
 
 
+def checked_timing(L, check_L, small, problem, copy, repeats, overwrite, name):
+    """Run check_L on the small host problem against float64; if right, time L on the device problem
+    (a bench.Timing), else print why and return None: a variant is never timed unchecked."""
+    a, b = compare(len(small["rstd"]), run_launcher(check_L, small, overwrite), small, overwrite)
+    if not (a.ok and b.ok):
+        print(f"FAIL {name} at C={L.C}: not timed\n  {a}\n  {b}")
+        return None
+    return bench.bench_version(V7, L.N, L.C, copy, repeats=repeats, problem=problem, overwrite=overwrite,
+                               launcher=L, name=name)
+
+
 def line(tag, N, C, a, b, extra=""):
     ok = a.ok and b.ok
     return (f"{'ok  ' if ok else 'FAIL'} {tag:<22} N={N:<6} C={C:<6} dinp {a.rel_l2_error:.1e}/{a.max_abs_error:.1e} "
@@ -183,12 +194,9 @@ def cmd_variants(args) -> int:
                 except ValueError as exc:
                     print(f"skip {tag} at {N}x{C}: {exc}")
                     continue
-                a, b = compare(1031, run_launcher(check_L, small, overwrite), small, overwrite)
-                if not (a.ok and b.ok):
-                    print(f"FAIL {tag} at C={C}: not timed\n  {a}\n  {b}")
+                t = checked_timing(L, check_L, small, problem, copy, args.repeats, overwrite, f"v7[{tag}]")
+                if t is None:
                     continue
-                t = bench.bench_version(V7, N, C, copy, repeats=args.repeats, problem=problem,
-                                        overwrite=overwrite, launcher=L, name=f"v7[{tag}]")
                 d = t.as_dict()
                 d.update(variant=tag, launch=describe(L), spread=t.ms_spread)
                 rows.append(d)

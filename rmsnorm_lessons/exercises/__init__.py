@@ -49,3 +49,27 @@ def read_number(answer, missing: str, whole: bool = False):
     if value is None or (whole and (not math.isfinite(value) or value != int(value))):
         return None, failed(f"give {'a whole number' if whole else 'a number'}, got {answer!r}")
     return (int(value) if whole else value), None
+
+
+def read_numbers(answers, missing: str, whole: bool = False):
+    """Several numeric answers at once: ``answers`` is ``((value, name), ...)``; ``missing`` may say
+    ``{name}``. Returns ``(values, None)``, or ``(None, verdict)`` for the first one that is not a number."""
+    values = []
+    for value, name in answers:
+        got, verdict = read_number(value, missing.format(name=name), whole=whole)
+        if verdict is not None:
+            return None, verdict
+        values.append(got)
+    return values, None
+
+
+def call_answer(fn, *args, at: str = ""):
+    """Call the learner's function: ``(result, None)``, or ``(None, verdict)`` when it raised or returned None.
+    ``at`` names the case in the message (e.g. ``"at stride 4"``)."""
+    try:
+        got = fn(*args)
+    except Exception as exc:  # a learner's function may raise anything
+        return None, failed(f"your function raised {type(exc).__name__}: {exc}" + (f" ({at})" if at else ""))
+    if got is None:
+        return None, failed("your function returns None: fill it in")
+    return got, None

@@ -6,18 +6,17 @@ touches at one loop step, in v1 and in v2).
 """
 from __future__ import annotations
 
-from . import Verdict, failed, passed, read_number
+from . import Verdict, failed, passed, read_numbers
+
+ANSWER = "of {name} with your answer (a number, or an expression in N and C)"
 
 
 def check_atomics(N: int, C: int, total, per_address) -> Verdict:
     """``total``: atomicAdds v1 issues on dweight for an (N, C) problem; ``per_address``: how many hit one
     ``dweight[c]``."""
-    answers = []
-    for value, what in ((total, "total"), (per_address, "per_address")):
-        got, verdict = read_number(value, f"of {what} with your answer (a number, or an expression in N and C)", whole=True)
-        if verdict is not None:
-            return verdict
-        answers.append(got)
+    answers, verdict = read_numbers(((total, "total"), (per_address, "per_address")), ANSWER, whole=True)
+    if verdict is not None:
+        return verdict
     total, per_address = answers
     N, C = int(N), int(C)
     problems = []
@@ -56,12 +55,9 @@ def _expected_sectors(C: int):
 
 def check_sectors(v1, v2, C: int = 1024) -> Verdict:
     """``v1``/``v2``: 32-byte sectors touched by one warp's load of ``inp`` at one loop step (fp32, row C)."""
-    answers = []
-    for value, what in ((v1, "v1"), (v2, "v2")):
-        got, verdict = read_number(value, f"of {what} with your answer (a number, or an expression in N and C)", whole=True)
-        if verdict is not None:
-            return verdict
-        answers.append(got)
+    answers, verdict = read_numbers(((v1, "v1"), (v2, "v2")), ANSWER, whole=True)
+    if verdict is not None:
+        return verdict
     v1, v2 = answers
     want1, want2 = _expected_sectors(int(C))
     problems = []

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import math
 
-from . import Verdict, failed, passed, read_number
+from . import Verdict, call_answer, failed, passed, read_number
 
 H200_SMS = 132  # streaming multiprocessors of an H200
 
@@ -49,12 +49,9 @@ def check_bank_conflict_degree(fn) -> Verdict:
     """
     wrong = []
     for stride in STRIDES:
-        try:
-            got = fn(stride)
-        except Exception as exc:  # a learner's function may raise anything
-            return failed(f"your function raised {type(exc).__name__}: {exc} (at stride {stride})")
-        if got is None:
-            return failed("your function returns None: fill it in")
+        got, verdict = call_answer(fn, stride, at=f"at stride {stride}")
+        if verdict is not None:
+            return verdict
         if got != _degree(stride):
             wrong.append((stride, got, _degree(stride)))
     if not wrong:

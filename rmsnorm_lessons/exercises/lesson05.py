@@ -4,7 +4,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..bf16 import bfloat16, bits, to_bf16
-from . import Verdict, failed, passed, read_number
+from . import Verdict, call_answer, failed, passed, read_number
 
 
 def _test_values() -> np.ndarray:
@@ -27,12 +27,9 @@ def _test_values() -> np.ndarray:
 def check_bf16_round(fn) -> Verdict:
     """``fn(x)`` takes a float32 array and returns the bf16 bit patterns as uint16 (round to nearest even)."""
     x = _test_values()
-    try:
-        got = fn(x.copy())
-    except Exception as exc:
-        return failed(f"your function raised {type(exc).__name__}: {exc}")
-    if got is None:
-        return failed("your function returns None: fill it in")
+    got, verdict = call_answer(fn, x.copy())
+    if verdict is not None:
+        return verdict
     got = np.asarray(got)
     if got.dtype == bfloat16:
         got = bits(got)

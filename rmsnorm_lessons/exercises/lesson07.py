@@ -1,7 +1,7 @@
 """Lesson 07 (the last block): atomicInc's wrap-around, and what happens without a reset."""
 from __future__ import annotations
 
-from . import Verdict, failed, passed
+from . import Verdict, call_answer, failed, passed
 
 PAIRS = [(old, limit) for limit in (0, 1, 2, 3, 7, 263, 264, 2**32 - 1)
          for old in sorted({0, 1, 2, limit - 1, limit, limit + 1, 2**32 - 1}) if 0 <= old < 2**32]
@@ -15,12 +15,9 @@ def atomic_inc_rule(old: int, limit: int) -> int:
 def check_atomic_inc(fn) -> Verdict:
     """``fn(old, limit)`` -> the value atomicInc stores (it returns ``old``, the ticket)."""
     for old, limit in PAIRS:
-        try:
-            got = fn(old, limit)
-        except Exception as exc:
-            return failed(f"your function raised {type(exc).__name__}: {exc} (at old={old}, limit={limit})")
-        if got is None:
-            return failed("your function returns None: fill it in")
+        got, verdict = call_answer(fn, old, limit, at=f"at old={old}, limit={limit}")
+        if verdict is not None:
+            return verdict
         want = atomic_inc_rule(old, limit)
         if got != want:
             hint = ""
