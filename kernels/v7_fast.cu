@@ -1,5 +1,5 @@
 // v7_fast: past the seed, toward the copy bandwidth.
-// Over v6, what each change is for (kernels/NOTES.md has the prediction for each):
+// Over v6, what each change is for (lab/NOTES.md has the prediction for each):
 //  1. No __syncthreads in the row loop. A thread owns fixed columns of the row (K 16-byte chunks,
 //     strided so that each warp reads 512 contiguous bytes per chunk) and adds its rows' norm * dout
 //     into its own slice of shared memory, which no other thread touches until the end. v6 paid two
@@ -33,13 +33,32 @@
 // rather than hanging the GPU, if that promise is ever broken.
 #include "common.cuh"
 
+// Numbers the Python plan (rmsnorm_lessons/ladder/v7_fast.py, DEFINES) must agree on, passed as -D flags.
+#ifndef V7_MAX_BLOCK
+#error "V7_MAX_BLOCK must be defined by the build (rmsnorm_lessons/ladder/v7_fast.py)"
+#endif
+#ifndef V7_SCRATCH_HEADER
+#error "V7_SCRATCH_HEADER must be defined by the build (rmsnorm_lessons/ladder/v7_fast.py)"
+#endif
+#ifndef V7_QUADS_PER_PASS
+#error "V7_QUADS_PER_PASS must be defined by the build (rmsnorm_lessons/ladder/v7_fast.py)"
+#endif
+#ifndef V7_REDUCE_BATCH
+#error "V7_REDUCE_BATCH must be defined by the build (rmsnorm_lessons/ladder/v7_fast.py)"
+#endif
+
 namespace v7 {
 
-constexpr int MAX_BLOCK = 512;              // every main kernel is compiled for blocks of up to 512
-constexpr int QUADS_PER_PASS = WARP_SIZE;   // final sum: a warp reads 32 float4 = 512 B of a partial row
-constexpr int REDUCE_BATCH = 9;          // final sum: 16 warps x 9 cover 132 partial rows in one round
-constexpr int SCRATCH_HEADER = 32;          // floats before the partials: the ticket counter, one line
+constexpr int MAX_BLOCK = V7_MAX_BLOCK;            // every main kernel is compiled for blocks of up to 512
+constexpr int QUADS_PER_PASS = V7_QUADS_PER_PASS;  // final sum: a warp reads 32 float4 = 512 B of a partial row
+constexpr int REDUCE_BATCH = V7_REDUCE_BATCH;      // final sum: 16 warps x 9 cover 132 partial rows in one round
+constexpr int SCRATCH_HEADER = V7_SCRATCH_HEADER;  // floats before the partials: the ticket counter, one line
 constexpr unsigned long long SPIN_LIMIT_NS = 10ull * 1000 * 1000 * 1000;
+static_assert(MAX_BLOCK % WARP_SIZE == 0 && MAX_BLOCK <= 1024, "V7_MAX_BLOCK: whole warps, at most 1024 threads");
+static_assert(QUADS_PER_PASS == WARP_SIZE, "V7_QUADS_PER_PASS: reduce_slice gives each lane one float4 per pass");
+static_assert(REDUCE_BATCH >= 1, "V7_REDUCE_BATCH: at least one load in flight");
+static_assert(SCRATCH_HEADER >= 1 && SCRATCH_HEADER % 4 == 0,
+              "V7_SCRATCH_HEADER: the counter, then partials aligned to 16 bytes");
 
 // Wait at barrier `id` (1..15; 0 is __syncthreads) until `threads` threads (a multiple of 32) arrive.
 // barrier.sync, not bar.sync (= barrier.sync.aligned): it does not require the warp to be converged.
@@ -146,145 +165,240 @@ __device__ void reduce_slice(__nv_bfloat16* dweight, const float* partials, int 
     }
 }
 
+// Where a thread works. A block is `groups` row groups of G threads (G a multiple of 32, blockDim.x a
+// multiple of G). This thread is thread t of row group `group`, lane `lane` of its warp; its columns are
+// the 16-byte chunks t, t + G, ..., t + (K-1) G of every row its group is dealt (8 channels each; a row
+// has `chunks` of them).
+struct Place {
+    int G, groups, group, t, lane;
+    int warps_in_group, first_slot;  // the group's warps, and the first of their slots in the exchange
+    int chunks;
+    size_t slice;  // the group's dweight sums start at float4 `slice` of the dynamic shared memory
+    __device__ __forceinline__ int chunk(int j) const { return t + j * G; }  // this thread's chunk j
+};
+__device__ __forceinline__ Place place(int G, int C) {
+    Place p;
+    p.G = G;
+    p.groups = blockDim.x / G;
+    p.group = threadIdx.x / G;
+    p.t = threadIdx.x - p.group * G;
+    p.lane = threadIdx.x % WARP_SIZE;
+    p.warps_in_group = G / WARP_SIZE;
+    p.first_slot = p.group * p.warps_in_group;
+    p.chunks = C / 8;
+    p.slice = (size_t)p.group * (C / 4);
+    return p;
+}
+
+// This thread's dweight sums for one of its chunks: `half` 0 holds the chunk's channels 0..3, `half` 1
+// channels 4..7. They live in the group's slice of shared memory, which only this thread touches until
+// the end (no barrier), at slice + half * chunks + chunk, so a warp's accesses are contiguous. Registers
+// would do too, but 8 fp32 per chunk are what pushes K = 4 into spilling.
+// (Indexed from the shared array itself, not through a float4* slice pointer: with a pointer the
+// compiler hoists the 2K addresses out of the row loop and K = 4 spills.)
+__device__ __forceinline__ float4& sums(const Place& p, int half, int chunk) {
+    extern __shared__ float4 shared4[];
+    return shared4[p.slice + (half * p.chunks + chunk)];
+}
+
+// Before the first row: this thread's dweight sums start at zero and, unless it is reread from L1 in
+// each pass, weight's K chunks go into registers: loaded once per kernel, not once per row.
+template <int K, bool WEIGHT_IN_REGISTERS>
+__device__ __forceinline__ void init_columns(const Place& p, const uint4* weight4, uint4 (&w)[K]) {
+    #pragma unroll
+    for (int j = 0; j < K; j++) {
+        const int chunk = p.chunk(j);
+        w[j] = make_uint4(0u, 0u, 0u, 0u);
+        if (chunk < p.chunks) {
+            if (WEIGHT_IN_REGISTERS) w[j] = __ldg(weight4 + chunk);
+            sums(p, 0, chunk) = sums(p, 1, chunk) = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+        }
+    }
+}
+
+// A row's dout and inp: 2 * K independent 16-byte loads per thread, and its rstd.
+template <int K>
+__device__ __forceinline__ void load_row(const Place& p, const __nv_bfloat16* dout, const __nv_bfloat16* inp,
+                                         const float* rstd, int C, long long row, uint4 (&g)[K], uint4 (&x)[K],
+                                         float& r) {
+    const uint4* dout_row = reinterpret_cast<const uint4*>(dout + (size_t)row * C);
+    const uint4* inp_row = reinterpret_cast<const uint4*>(inp + (size_t)row * C);
+    #pragma unroll
+    for (int j = 0; j < K; j++) {
+        const int chunk = p.chunk(j);
+        g[j] = x[j] = make_uint4(0u, 0u, 0u, 0u);
+        if (chunk < p.chunks) {
+            g[j] = __ldcs(dout_row + chunk);
+            x[j] = __ldcs(inp_row + chunk);
+        }
+    }
+    r = __ldg(rstd + row);
+}
+
+// A row's dinp (zeros when overwriting). It is needed only after the dot product: its loads fly during
+// pass 1 and the exchange.
+template <int K>
+__device__ __forceinline__ void load_dinp(const Place& p, const uint4* dinp_row, bool overwrite, uint4 (&d)[K]) {
+    #pragma unroll
+    for (int j = 0; j < K; j++) {
+        const int chunk = p.chunk(j);
+        d[j] = make_uint4(0u, 0u, 0u, 0u);
+        if (!overwrite && chunk < p.chunks) d[j] = __ldcs(dinp_row + chunk);
+    }
+}
+
+// Pass 1 over the registers: this thread's part of the row's sum of weight * dout * inp (returned), and
+// dweight += norm * dout (norm = inp * rstd) into its sums.
+template <int K, bool WEIGHT_IN_REGISTERS>
+__device__ __forceinline__ float row_pass(const Place& p, const uint4* weight4, const uint4 (&w)[K],
+                                          const uint4 (&g)[K], const uint4 (&x)[K], float r) {
+    float dot = 0.0f;
+    #pragma unroll
+    for (int j = 0; j < K; j++) {
+        const int chunk = p.chunk(j);
+        float4 a = make_float4(0.0f, 0.0f, 0.0f, 0.0f), b = a;
+        uint4 wj = w[j];
+        if (chunk < p.chunks) {
+            if (!WEIGHT_IN_REGISTERS) wj = __ldg(weight4 + chunk);
+            a = sums(p, 0, chunk);
+            b = sums(p, 1, chunk);
+        }
+        float sum[8] = {a.x, a.y, a.z, a.w, b.x, b.y, b.z, b.w};
+        #pragma unroll
+        for (int k = 0; k < 8; k++) {
+            const float dout_k = widen(g[j], k), inp_k = widen(x[j], k);
+            dot += widen(wj, k) * dout_k * inp_k;
+            sum[k] += inp_k * r * dout_k;
+        }
+        if (chunk < p.chunks) {
+            sums(p, 0, chunk) = make_float4(sum[0], sum[1], sum[2], sum[3]);
+            sums(p, 1, chunk) = make_float4(sum[4], sum[5], sum[6], sum[7]);
+        }
+    }
+    return dot;
+}
+
+// The row's dot product from the threads' parts: lanes (a warp butterfly), then, when the row group has
+// more than one warp, the group's warps in a fixed order, through `slots` in shared memory after a named
+// barrier (bar.sync id, G) that only the group's warps wait on. Its two slot buffers alternate, so one
+// barrier per row is enough.
+__device__ __forceinline__ float exchange(const Place& p, float dot, float (&slots)[2][MAX_BLOCK / WARP_SIZE],
+                                          int& buffer) {
+    dot = warp_reduce_sum(dot);
+    if (p.warps_in_group > 1) {
+        if (p.lane == 0) slots[buffer][p.first_slot + p.t / WARP_SIZE] = dot;
+        named_barrier(1 + p.group, p.G);
+        dot = 0.0f;
+        for (int i = 0; i < p.warps_in_group; i++) dot += slots[buffer][p.first_slot + i];
+        buffer ^= 1;  // the next row writes the other buffer: no second barrier needed
+    }
+    return dot;
+}
+
+// Pass 2: dinp = (or +=) weight * dout * rstd - inp * scale_inp, 16 bytes a store. dout, inp and weight
+// are widened again rather than kept as 24 fp32 registers per chunk across the exchange (opaque hides
+// that they are the same values).
+template <int K, bool WEIGHT_IN_REGISTERS>
+__device__ __forceinline__ void write_dinp(const Place& p, uint4* dinp_row, const uint4* weight4, const uint4 (&w)[K],
+                                           uint4 (&g)[K], uint4 (&x)[K], const uint4 (&d)[K], float r,
+                                           float scale_inp, bool overwrite) {
+    #pragma unroll
+    for (int j = 0; j < K; j++) {
+        opaque(g[j]);
+        opaque(x[j]);
+        const int chunk = p.chunk(j);
+        if (chunk < p.chunks) {
+            uint4 wj = w[j];
+            if (WEIGHT_IN_REGISTERS) opaque(wj); else wj = __ldg(weight4 + chunk);
+            float out[8];
+            #pragma unroll
+            for (int k = 0; k < 8; k++) {
+                const float dval = widen(wj, k) * widen(g[j], k) * r - widen(x[j], k) * scale_inp;
+                out[k] = overwrite ? dval : widen(d[j], k) + dval;
+            }
+            __stcs(dinp_row + chunk, make_uint4(pack(out[0], out[1]), pack(out[2], out[3]),
+                                                pack(out[4], out[5]), pack(out[6], out[7])));
+        }
+    }
+}
+
+// After the last row, the block's dweight: the groups' slices added in group order, written once as C
+// fp32 partials, row blockIdx.x of `partials`.
+__device__ __forceinline__ void block_partials(const Place& p, const float4* shared4, float* partials, int C) {
+    __syncthreads();
+    float4* mine = reinterpret_cast<float4*>(partials + (size_t)blockIdx.x * C);
+    for (int q = threadIdx.x; q < C / 4; q += blockDim.x) {  // q: columns 4q .. 4q + 3
+        const int at = (q % 2) * p.chunks + q / 2;
+        float4 s = shared4[at];
+        for (int i = 1; i < p.groups; i++) add4(s, shared4[(size_t)i * (C / 4) + at]);
+        __stcg(mine + q, s);
+    }
+}
+
+// The fused final sum: publish the partials, then take a ticket; the last `reducers` blocks to arrive
+// each sum one slice of the columns (reduce_slice first waits until every block has arrived).
+// The ticket counter is scratch's first word; `ticket` is a __shared__ variable, `red` blockDim.x float4
+// of shared memory.
+__device__ __forceinline__ void final_sum(__nv_bfloat16* dweight, float* scratch, const float* partials, int C,
+                                          int reducers, float4* red, unsigned& ticket) {
+    unsigned* counter = reinterpret_cast<unsigned*>(scratch);
+    __threadfence();
+    __syncthreads();
+    if (threadIdx.x == 0) ticket = atomicInc(counter, gridDim.x - 1);  // the last ticket wraps it to 0
+    __syncthreads();
+    const int first_reducer = (int)gridDim.x - reducers;
+    if ((int)ticket < first_reducer) return;
+    reduce_slice(dweight, partials, gridDim.x, C, (int)ticket - first_reducer, reducers, red, counter);
+}
+
 // The main kernel, for K chunks of 8 channels per thread. G = threads per row group (multiple of 32,
-// blockDim.x a multiple of G, at most 15 groups per block when G > 32).
+// blockDim.x a multiple of G, at most 15 groups per block when G > 32). PREFETCH: the next row's dout
+// and inp are loaded while this row is finished.
 template <int K, bool PREFETCH>
 __device__ __forceinline__ void backward(__nv_bfloat16* dinp, __nv_bfloat16* dweight, float* scratch,
                                          const __nv_bfloat16* dout, const __nv_bfloat16* inp,
                                          const __nv_bfloat16* weight, const float* rstd, int N, int C, int G,
                                          bool overwrite, int reducers) {
-    extern __shared__ float4 shared4[];  // the groups' dweight at the end, then the final sum's staging
+    extern __shared__ float4 shared4[];  // the groups' dweight sums (see sums), then the final sum's staging
     __shared__ float slots[2][MAX_BLOCK / WARP_SIZE];  // each warp's part of the row's dot product
     __shared__ unsigned ticket;
-
-    const int groups = blockDim.x / G;
-    const int group = threadIdx.x / G;
-    const int t = threadIdx.x - group * G;  // thread within its row group
-    const int lane = threadIdx.x % WARP_SIZE;
-    const int warps_in_group = G / WARP_SIZE;
-    const int first_slot = group * warps_in_group;
-    const int chunks = C / 8;  // 16-byte chunks of a row
-    const float inv_C = 1.0f / (float)C;
-
-    // this thread's columns: chunks t, t + G, ..., t + (K-1) G, each of 8 channels. Their dweight sums
-    // live in the group's slice of shared memory, which only this thread touches until the end (no
-    // barrier): float4 `half` of chunk c at region[half * chunks + c], so a warp's accesses are
-    // contiguous. Registers would do too, but 8 fp32 per chunk are what pushes K = 4 into spilling.
-    float4* region = shared4 + (size_t)group * (C / 4);
-    const uint4* weight4 = reinterpret_cast<const uint4*>(weight);
-#ifdef V7_WEIGHT_L1
-    constexpr bool WEIGHT_IN_REGISTERS = false;
-#else
     constexpr bool WEIGHT_IN_REGISTERS = !PREFETCH;  // else from L1 in each pass: registers for the next row
-#endif
-    uint4 w[K];
-    #pragma unroll
-    for (int j = 0; j < K; j++) {
-        const int chunk = t + j * G;
-        w[j] = make_uint4(0u, 0u, 0u, 0u);
-        if (chunk < chunks) {
-            if (WEIGHT_IN_REGISTERS) w[j] = __ldg(weight4 + chunk);
-            region[chunk] = region[chunks + chunk] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-        }
-    }
 
-    const long long stride = (long long)gridDim.x * groups;
-    int buffer = 0;
-    // a row's dout and inp: 2 * K independent 16-byte loads per thread, and its rstd
-    auto load_row = [&](long long row, uint4 (&g)[K], uint4 (&x)[K], float& r) {
-        const uint4* dout_row = reinterpret_cast<const uint4*>(dout + (size_t)row * C);
-        const uint4* inp_row = reinterpret_cast<const uint4*>(inp + (size_t)row * C);
-        #pragma unroll
-        for (int j = 0; j < K; j++) {
-            const int chunk = t + j * G;
-            g[j] = x[j] = make_uint4(0u, 0u, 0u, 0u);
-            if (chunk < chunks) {
-                g[j] = __ldcs(dout_row + chunk);
-                x[j] = __ldcs(inp_row + chunk);
-            }
-        }
-        r = __ldg(rstd + row);
-    };
-    long long row = (long long)group * gridDim.x + blockIdx.x;
+    const Place p = place(G, C);
+    const float inv_C = 1.0f / (float)C;
+    const uint4* weight4 = reinterpret_cast<const uint4*>(weight);
+    uint4 w[K];
+    init_columns<K, WEIGHT_IN_REGISTERS>(p, weight4, w);
+
+    const long long stride = (long long)gridDim.x * p.groups;
+    int buffer = 0;  // the exchange's slot buffer for the next row
+    long long row = (long long)p.group * gridDim.x + blockIdx.x;
     uint4 g[K], x[K];
     float r = 0.0f;
-    if (PREFETCH && row < N) load_row(row, g, x, r);
+    if (PREFETCH && row < N) load_row(p, dout, inp, rstd, C, row, g, x, r);
     #pragma unroll 1  // one row (with PREFETCH, also the next row's dout and inp) in registers at a time
     for (; row < N; row += stride) {
-        if (!PREFETCH) load_row(row, g, x, r);
+        if (!PREFETCH) load_row(p, dout, inp, rstd, C, row, g, x, r);
         uint4* dinp_row = reinterpret_cast<uint4*>(dinp + (size_t)row * C);
-        uint4 d[K];  // dinp is needed only after the dot product: its loads fly during pass 1 and the exchange
-        #pragma unroll
-        for (int j = 0; j < K; j++) {
-            const int chunk = t + j * G;
-            d[j] = make_uint4(0u, 0u, 0u, 0u);
-            if (!overwrite && chunk < chunks) d[j] = __ldcs(dinp_row + chunk);
-        }
+        uint4 d[K];
+        load_dinp(p, dinp_row, overwrite, d);
         uint4 gn[K], xn[K];
         float rn = 0.0f;
-        if (PREFETCH && row + stride < N) load_row(row + stride, gn, xn, rn);  // flies during this row
+        if (PREFETCH && row + stride < N) {
+            load_row(p, dout, inp, rstd, C, row + stride, gn, xn, rn);  // flies during this row
+        }
         if (WEIGHT_IN_REGISTERS) {
             #pragma unroll
             for (int j = 0; j < K; j++) opaque(w[j]);  // widen weight here, in every row (see opaque)
         }
 
-        // pass 1 over the registers: the row's sum of weight * dout * inp, and dweight += norm * dout
-        float dot = 0.0f;
-        #pragma unroll
-        for (int j = 0; j < K; j++) {
-            const int chunk = t + j * G;
-            float4 a = make_float4(0.0f, 0.0f, 0.0f, 0.0f), b = a;
-            uint4 wj = w[j];
-            if (chunk < chunks) {
-                if (!WEIGHT_IN_REGISTERS) wj = __ldg(weight4 + chunk);
-                a = region[chunk];
-                b = region[chunks + chunk];
-            }
-            float sum[8] = {a.x, a.y, a.z, a.w, b.x, b.y, b.z, b.w};
-            #pragma unroll
-            for (int k = 0; k < 8; k++) {
-                const float dout_k = widen(g[j], k), inp_k = widen(x[j], k);
-                dot += widen(wj, k) * dout_k * inp_k;
-                sum[k] += inp_k * r * dout_k;
-            }
-            if (chunk < chunks) {
-                region[chunk] = make_float4(sum[0], sum[1], sum[2], sum[3]);
-                region[chunks + chunk] = make_float4(sum[4], sum[5], sum[6], sum[7]);
-            }
-        }
-        // the dot product: lanes, then the group's warps in a fixed order
-        dot = warp_reduce_sum(dot);
-        if (warps_in_group > 1) {
-            if (lane == 0) slots[buffer][first_slot + t / WARP_SIZE] = dot;
-            named_barrier(1 + group, G);
-            dot = 0.0f;
-            for (int i = 0; i < warps_in_group; i++) dot += slots[buffer][first_slot + i];
-            buffer ^= 1;  // the next row writes the other buffer: no second barrier needed
-        }
+        float dot = row_pass<K, WEIGHT_IN_REGISTERS>(p, weight4, w, g, x, r);
+        dot = exchange(p, dot, slots, buffer);
         // dinp = rstd * (weight * dout - norm * mean(dnorm * norm)), with norm = inp * rstd and
         // mean(dnorm * norm) = dot * rstd / C, so the inp term is inp * dot * rstd^3 / C
         const float scale_inp = dot * r * r * r * inv_C;
+        write_dinp<K, WEIGHT_IN_REGISTERS>(p, dinp_row, weight4, w, g, x, d, r, scale_inp, overwrite);
 
-        // pass 2: dinp. dout, inp and weight are widened again rather than kept as 24 fp32 registers
-        // per chunk across the exchange above (opaque hides that they are the same values)
-        #pragma unroll
-        for (int j = 0; j < K; j++) {
-            opaque(g[j]);
-            opaque(x[j]);
-            const int chunk = t + j * G;
-            if (chunk < chunks) {
-                uint4 wj = w[j];
-                if (WEIGHT_IN_REGISTERS) opaque(wj); else wj = __ldg(weight4 + chunk);
-                float out[8];
-                #pragma unroll
-                for (int k = 0; k < 8; k++) {
-                    const float dval = widen(wj, k) * widen(g[j], k) * r - widen(x[j], k) * scale_inp;
-                    out[k] = overwrite ? dval : widen(d[j], k) + dval;
-                }
-                __stcs(dinp_row + chunk, make_uint4(pack(out[0], out[1]), pack(out[2], out[3]),
-                                                    pack(out[4], out[5]), pack(out[6], out[7])));
-            }
-        }
         if (PREFETCH) {
             #pragma unroll
             for (int j = 0; j < K; j++) {
@@ -295,65 +409,32 @@ __device__ __forceinline__ void backward(__nv_bfloat16* dinp, __nv_bfloat16* dwe
         }
     }
 
-    // the block's dweight: the groups' slices added in group order, written once as C fp32 partials
-    __syncthreads();
-    float* partials = scratch + SCRATCH_HEADER;
-    float4* mine = reinterpret_cast<float4*>(partials + (size_t)blockIdx.x * C);
-    for (int q = threadIdx.x; q < C / 4; q += blockDim.x) {  // q: columns 4q .. 4q + 3
-        const int at = (q % 2) * chunks + q / 2;
-        float4 s = shared4[at];
-        for (int i = 1; i < groups; i++) add4(s, shared4[(size_t)i * (C / 4) + at]);
-        __stcg(mine + q, s);
-    }
+    float* partials = scratch + SCRATCH_HEADER;  // after the ticket counter's cache line
+    block_partials(p, shared4, partials, C);
     if (reducers == 0) return;  // a second kernel sums the partials
-
-    // publish the partials, then take a ticket; the last `reducers` blocks to arrive sum the columns
-    unsigned* counter = reinterpret_cast<unsigned*>(scratch);
-    __threadfence();
-    __syncthreads();
-    if (threadIdx.x == 0) ticket = atomicInc(counter, gridDim.x - 1);  // the last ticket wraps it to 0
-    __syncthreads();
-    const int first_reducer = (int)gridDim.x - reducers;
-    if ((int)ticket < first_reducer) return;
-    reduce_slice(dweight, partials, gridDim.x, C, (int)ticket - first_reducer, reducers, shared4, counter);
+    final_sum(dweight, scratch, partials, C, reducers, shared4, ticket);
 }
 
 }  // namespace v7
 
-// Knobs for the experiments of tools/v7_explore.py (kernels/NOTES.md has what they measured); the
-// defaults are the course's build: one 512-thread block of up to 128 registers per SM, K up to 4.
-#ifndef V7_BLOCKS_PER_SM
-#define V7_BLOCKS_PER_SM 1
-#endif
-#ifndef V7_K_LIMIT
-#define V7_K_LIMIT 4
-#endif
-
 // One entry point; K (chunks per thread) and prefetch are chosen by the plan from C and the mode and
 // switched on here. Registers are allocated for the largest case (K = 4, or K = 2 holding two rows: about
-// 128; __launch_bounds__(512, 1) allows exactly that).
-extern "C" __global__ void __launch_bounds__(v7::MAX_BLOCK, V7_BLOCKS_PER_SM)
+// 128; __launch_bounds__(512, 1) allows exactly that): one 512-thread block per SM, the course's build.
+// (Other launch bounds, and weight reread from L1, were measured by lab/v7_explore.py: lab/NOTES.md.)
+extern "C" __global__ void __launch_bounds__(v7::MAX_BLOCK, 1)
 rmsnorm_backward_v7(__nv_bfloat16* dinp, __nv_bfloat16* dweight, float* scratch, const __nv_bfloat16* dout,
                     const __nv_bfloat16* inp, const __nv_bfloat16* weight, const float* rstd, int N, int C, int G,
                     int K, int prefetch, int overwrite, int reducers) {
     const bool ow = overwrite != 0;
     if (prefetch) {
-#if V7_K_LIMIT >= 2 && V7_BLOCKS_PER_SM == 1
         if (K == 2) return v7::backward<2, true>(dinp, dweight, scratch, dout, inp, weight, rstd, N, C, G, ow, reducers);
-#endif
         __trap();  // the plan prefetches only with K = 2
     }
     switch (K) {
         case 1: v7::backward<1, false>(dinp, dweight, scratch, dout, inp, weight, rstd, N, C, G, ow, reducers); break;
-#if V7_K_LIMIT >= 2
         case 2: v7::backward<2, false>(dinp, dweight, scratch, dout, inp, weight, rstd, N, C, G, ow, reducers); break;
-#endif
-#if V7_K_LIMIT >= 3
         case 3: v7::backward<3, false>(dinp, dweight, scratch, dout, inp, weight, rstd, N, C, G, ow, reducers); break;
-#endif
-#if V7_K_LIMIT >= 4
         case 4: v7::backward<4, false>(dinp, dweight, scratch, dout, inp, weight, rstd, N, C, G, ow, reducers); break;
-#endif
         default: __trap();
     }
 }
