@@ -7,12 +7,13 @@ notebook magic. Nothing here touches a GPU until asked to; see ``python -m rmsno
 """
 import importlib
 
-from . import bf16, build, check, gpu, kernels, reference
+from . import bf16, build, check, gpu, kernels, ladder, launch, reference, validate
 from .gpu import GpuUnavailable
 
-_LAZY = ("bench", "cli", "exercises", "inspect", "notebook", "occupancy", "peers", "plots", "widgets")
+_LAZY = ("access", "bench", "cli", "exercises", "notebook", "occupancy", "peers", "plots", "sass", "widgets")
 
-__all__ = ["bf16", "build", "check", "gpu", "kernels", "reference", "GpuUnavailable", *_LAZY]
+__all__ = ["bf16", "build", "check", "gpu", "kernels", "ladder", "launch", "reference", "validate", "GpuUnavailable",
+           *_LAZY]
 __version__ = "0.1.0"
 
 

@@ -14,7 +14,7 @@ from dataclasses import asdict, dataclass
 
 import numpy as np
 
-from . import bf16, gpu, kernels, reference
+from . import bf16, build, check, gpu, ladder, launch, reference, validate
 
 #: the shapes of the issue's benchmark (N, C): six above L2, two latency-bound
 LARGE_SHAPES = [(32768, 768), (32768, 1024), (16384, 2048), (16384, 4096), (8192, 8192), (4096, 16384)]
@@ -39,8 +39,6 @@ SLEEP_US = 200
 
 def _sleep(us: float, stream=None):
     global _sleeper
-    from . import build
-
     if _sleeper is None:
         _sleeper = build.source_module("timing").get_function("gpu_sleep")
     clock_khz = gpu.require().device.get_attribute(gpu.driver().device_attribute.CLOCK_RATE)
@@ -116,8 +114,9 @@ class DeviceProblem:
         for _ in range(sets):
             bufs = {k: drv.to_device(_raw(p[k])) for k in ("dout", "inp", "dinp", "rstd")}
             self._allocs += list(bufs.values())
-            self.buffers.append(kernels.Buffers(dinp=bufs["dinp"], dweight=self.dweight, dout=bufs["dout"],
-                                                inp=bufs["inp"], weight=self.weight, rstd=bufs["rstd"]))
+            self.buffers.append(launch.Tensors(dinp=int(bufs["dinp"]), dweight=int(self.dweight),
+                                               dout=int(bufs["dout"]), inp=int(bufs["inp"]),
+                                               weight=int(self.weight), rstd=int(bufs["rstd"])))
 
     def free(self):
         for a in self._allocs:
@@ -127,23 +126,24 @@ class DeviceProblem:
 
 def overwrite_name(version) -> str:
     """The name of a version's row when it runs in overwrite mode (dinp =, dinp not read)."""
-    return f"{kernels.get(version).name} (dinp=)"
+    return f"{ladder.get(version).name} (dinp=)"
 
 
 def bench_version(version, N: int, C: int, copy_gbps: float, repeats: int = 50, problem=None, *,
-                  overwrite: bool = False, launcher=None, name: str | None = None) -> Timing:
+                  overwrite: bool = False, config=None, block_size: int | None = None,
+                  name: str | None = None) -> Timing:
     """Time one version at one shape (inputs rotated among buffer sets larger than L2).
 
-    ``overwrite``: time the overwrite mode (dinp =), counting the bytes that mode moves; ``launcher``: a
-    :class:`kernels.Launcher` of one's own (a tuned variant) instead of the cached one; ``name``: the row's
-    name (default: the version's, with `` (dinp=)`` in overwrite mode).
+    ``overwrite``: time the overwrite mode (dinp =), counting the bytes that mode moves; ``config``: v7's
+    variants (:class:`~rmsnorm_lessons.ladder.v7_fast.Config`); ``name``: the row's name (default: the
+    version's, with `` (dinp=)`` in overwrite mode).
     """
-    spec = kernels.get(version)
+    spec = ladder.get(version)
     own = problem is None
     problem = problem or DeviceProblem(N, C, spec.dtype)
     try:
-        L = launcher or kernels.launcher(spec, N, C, overwrite=overwrite)
-        times = time_ms(lambda i: L(problem.buffers[i]), sets=problem.sets, repeats=repeats)
+        L = launch.launcher(spec, C, overwrite=overwrite, config=config, block_size=block_size)
+        times = time_ms(lambda i: L(N, problem.buffers[i]), sets=problem.sets, repeats=repeats)
     finally:
         if own:
             problem.free()
@@ -160,17 +160,7 @@ def _timing(name, N, C, times, nbytes, copy_gbps) -> Timing:
 def check_overwrite(version, N: int, C: int, seed=0):
     """Run ``version`` in overwrite mode on random inputs (dinp starting non-zero) and compare with the
     float64 gradient alone (dinp) and the accumulated dweight: a :class:`check.CheckReport`."""
-    from . import check as checking
-
-    spec = kernels.get(version)
-    p = reference.random_problem(N, C, spec.dtype, seed=seed, accumulate=True)
-    dinp, dweight = kernels.run(spec, p["dout"], p["inp"], p["weight"], p["rstd"], p["dinp"], p["dweight"],
-                                overwrite=True)
-    ref_dinp, ref_dweight = reference.backward(p["dout"], p["inp"], p["weight"], p["rstd"], None, p["dweight"])
-    tol = checking.tolerances(spec.dtype, N)
-    return checking.CheckReport(overwrite_name(spec), N, C,
-                                checking.compare(dinp, ref_dinp, *tol["dinp"], name="dinp"),
-                                checking.compare(dweight, ref_dweight, *tol["dweight"], name="dweight"))
+    return check.check_version(version, N, C, seed=seed, overwrite=True)
 
 
 def sweep(versions=None, shapes=None, repeats: int = 50, check: bool = True, copy_gbps: float | None = None,
@@ -181,31 +171,27 @@ def sweep(versions=None, shapes=None, repeats: int = 50, check: bool = True, cop
     is left out and reported on stderr. With ``overwrite``, versions that offer the overwrite mode get a
     second row in that mode (named by :func:`overwrite_name`), checked in that mode first.
     """
-    from . import check as checking
-
-    versions = list(versions or kernels.VERSIONS)
+    versions = list(versions or ladder.VERSIONS)
     shapes = list(shapes or LARGE_SHAPES + SMALL_SHAPES)
     copy_gbps = copy_gbps or gpu.copy_bandwidth()
     results = []
     jobs = [(v, s, False) for s in shapes for v in versions]
     if overwrite:
         jobs = [(v, s, o) for s in shapes for v in versions
-                for o in ((False, True) if kernels.get(v).overwrite_mode else (False,))]
+                for o in ((False, True) if ladder.get(v).overwrite_mode else (False,))]
     problems = {}  # one set of device buffers per shape and dtype, shared by the versions timed on it
     for version, (N, C), mode in progress(jobs, total=len(jobs), desc="bench"):
-        spec = kernels.get(version)
+        spec = ladder.get(version)
         for key in [k for k in problems if k[:2] != (N, C)]:  # done with an earlier shape: free it
             problems.pop(key).free()
         try:
-            kernels.check_inputs(spec, *(np.empty((N, C), spec.dtype),) * 2, np.empty(C, spec.dtype),
-                                 np.empty(N, np.float32))
-            kernels.check_shared_memory(spec, C, gpu.facts().shared_memory_per_block_optin)
+            runnable(spec, N, C)
         except ValueError as exc:
             print(f"skip {version} at {N}x{C}: {exc}", file=sys.stderr)
             continue
         if check:
             report = (check_overwrite(version, N, C, seed=N + C + 1) if mode
-                      else checking.check_version(version, N, C, seed=N + C))
+                      else check.check_version(version, N, C, seed=N + C))
             if not report.ok:
                 raise AssertionError(f"{report.version} is wrong at N={N} C={C}; not timing it:\n{report}")
         key = (N, C, spec.dtype)
@@ -218,12 +204,20 @@ def sweep(versions=None, shapes=None, repeats: int = 50, check: bool = True, cop
     return results
 
 
+def runnable(version, N: int, C: int) -> None:
+    """Raise ValueError (saying why) when ``version`` cannot run (N, C) on this GPU: its C rule, or more
+    shared memory than the device has (static shared memory counted)."""
+    spec = ladder.get(version)
+    validate.check_inputs(spec, *(np.empty((N, C), spec.dtype),) * 2, np.empty(C, spec.dtype),
+                          np.empty(N, np.float32))
+    spec.shared_memory(C, spec.block_size)
+    launch.launcher(spec, C)  # compiles it and checks every launch's shared memory on this device
+
+
 STREAM_NAME = "stream ceiling"
 
 
 def _stream_function():
-    from . import build
-
     return build.source_module("stream_ceiling").get_function("stream_elementwise")
 
 
@@ -266,7 +260,7 @@ def stream_ceiling(N: int, C: int, copy_gbps: float, overwrite: bool = False, re
         for trio in buffers:
             for buf in trio:
                 buf.free()
-    spec = kernels.get("v7_fast")
+    spec = ladder.get("v7_fast")
     return _timing(STREAM_NAME + (" (dinp=)" if overwrite else ""), N, C, times,
                    spec.bytes_moved(N, C, overwrite=overwrite), copy_gbps)
 

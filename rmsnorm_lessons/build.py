@@ -11,18 +11,36 @@ from __future__ import annotations
 
 import functools
 import hashlib
+import importlib.resources
 import os
 import re
 import shutil
 import subprocess
-import sysconfig
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
+from . import gpu, ladder
+
 #: flags of every build: the seed's (-O3 --use_fast_math), C++17, line info for the SASS listings
 NVCC_FLAGS = ("-O3", "--use_fast_math", "-std=c++17", "-lineinfo")
 DEFAULT_ARCH = "sm_90"
+
+
+KERNEL_PACKAGE = "rmsnorm_lessons.kernel_sources"  # the wheel ships kernels/ under this name
+
+
+@functools.lru_cache(maxsize=None)
+def _shipped_kernel_dir() -> Path:
+    # an installed wheel (or an editable install) maps kernels/ to KERNEL_PACKAGE; a checkout on
+    # PYTHONPATH has it beside the package
+    try:
+        found = Path(str(importlib.resources.files(KERNEL_PACKAGE)))
+        if (found / "common.cuh").is_file():
+            return found
+    except (ModuleNotFoundError, TypeError):
+        pass
+    return Path(__file__).resolve().parent.parent / "kernels"
 
 
 def kernel_dir() -> Path:
@@ -30,7 +48,7 @@ def kernel_dir() -> Path:
     override = os.environ.get("RMSNORM_LESSONS_KERNELS")
     if override:
         return Path(override)
-    return Path(__file__).resolve().parent.parent / "kernels"
+    return _shipped_kernel_dir()
 
 
 def kernel_path(name: str) -> Path:
@@ -55,58 +73,26 @@ def _header_digest() -> str:
     return h.hexdigest()[:16]
 
 
-def _site_dirs():
-    """Folders where pip may have put NVIDIA's wheels: this interpreter's site-packages (venv, user,
-    system) and every folder of the ``nvidia`` namespace package (which also covers PYTHONPATH)."""
-    import site
-
-    dirs = [Path(sysconfig.get_paths()["purelib"])]
-    try:
-        dirs += [Path(p) for p in site.getsitepackages()]
-    except AttributeError:  # old virtualenv's site module
-        pass
-    try:
-        dirs.append(Path(site.getusersitepackages()))
-    except AttributeError:
-        pass
-    try:
-        import importlib.util
-
-        spec = importlib.util.find_spec("nvidia")
-        if spec is not None and spec.submodule_search_locations:
-            dirs += [Path(p).parent for p in spec.submodule_search_locations]
-    except (ImportError, ValueError):
-        pass
-    seen = []
-    for d in dirs:
-        if d not in seen:
-            seen.append(d)
-    return seen
-
-
-def _cuda_roots():
-    for var in ("CUDA_HOME", "CUDA_PATH"):
-        if os.environ.get(var):
-            yield Path(os.environ[var])
-    # NVIDIA's pip wheels unpack a CUDA tree here: CUDA 13's wheels (nvidia-cuda-nvcc,
-    # nvidia-cuda-cuobjdump, nvidia-cuda-nvdisasm...) share nvidia/cu13/bin; CUDA 12's have one
-    # folder per component
-    for site_dir in _site_dirs():
-        for sub in ("nvidia/cu13", "nvidia/cuda_nvcc", "nvidia/cuda_cuobjdump", "nvidia/cuda_nvdisasm"):
-            yield site_dir / sub
-    yield Path("/usr/local/cuda")
-
-
 def find_tool(tool: str) -> str | None:
-    """Path of a CUDA tool (``nvcc``, ``cuobjdump``, ``nvdisasm``): PATH, CUDA_HOME, the pip wheels."""
+    """Path of a CUDA tool (``nvcc``, ``cuobjdump``, ``nvdisasm``, ``compute-sanitizer``): PATH first, then
+    NVIDIA's ``cuda-pathfinder`` (pip wheels in any site-packages, a conda prefix, CUDA_PATH/CUDA_HOME),
+    then ``/usr/local/cuda/bin``."""
     found = shutil.which(tool)
     if found:
         return found
-    for root in _cuda_roots():
-        candidate = root / "bin" / tool
-        if candidate.is_file() and os.access(candidate, os.X_OK):
-            return str(candidate)
-    return None
+    try:
+        from cuda.pathfinder import find_nvidia_binary_utility  # a dependency; lazy: most calls stop at PATH
+    except ImportError:
+        find_nvidia_binary_utility = None
+    if find_nvidia_binary_utility is not None:
+        try:
+            found = find_nvidia_binary_utility(tool)
+        except Exception:  # a tool it does not know: fall through to the last place to look
+            found = None
+        if found:
+            return found
+    candidate = Path("/usr/local/cuda/bin") / tool
+    return str(candidate) if candidate.is_file() and os.access(candidate, os.X_OK) else None
 
 
 def find_nvcc() -> str | None:
@@ -237,42 +223,75 @@ class CompileError(RuntimeError):
     pass
 
 
-def compile_file(name: str, arch: str = DEFAULT_ARCH, kind: str = "cubin", extra_flags=()) -> Compiled:
-    """Compile ``kernels/<name>.cu`` with nvcc for ``arch``; no GPU needed.
+def _rung(name):
+    """The registered rung called ``name`` (or ``name`` itself when it is a Rung), else None: a plain file."""
+    if isinstance(name, ladder.Rung):
+        return name
+    try:
+        return ladder.get(name)
+    except (ValueError, TypeError):
+        return None
+
+
+def _define_flags(defines: dict) -> tuple:
+    return tuple(f"-D{k}={v}" for k, v in sorted(defines.items()))
+
+
+def kernel_text(name) -> tuple[str, str, dict]:
+    """``(file stem, CUDA text, defines)`` of a version (shipped or registered) or of a file of ``kernels/``."""
+    rung = _rung(name)
+    if rung is not None and rung.source is not None:
+        return rung.name, rung.source, rung.defines
+    stem = rung.name if rung is not None else str(name)
+    return kernel_path(stem).stem, kernel_source(stem), (rung.defines if rung is not None else {})
+
+
+def compile_file(name, arch: str = DEFAULT_ARCH, kind: str = "cubin", extra_flags=()) -> Compiled:
+    """Compile a version (its ``kernels/<name>.cu``, or a registered rung's source, with its defines) or
+    any file of ``kernels/`` with nvcc for ``arch``; no GPU needed.
 
     ``kind`` is ``"cubin"`` (machine code, with the ptxas resource report) or ``"ptx"``.
     """
     if kind not in ("cubin", "ptx"):
         raise ValueError(f"kind must be 'cubin' or 'ptx', got {kind!r}")
-    path = kernel_path(name)
+    rung = _rung(name)
+    if rung is not None and rung.source is not None:
+        return compile_source(rung.source, arch, kind, name=rung.name, defines=rung.defines,
+                              extra_flags=extra_flags)
+    path = kernel_path(rung.name if rung is not None else name)
+    flags = _define_flags(rung.defines if rung is not None else {}) + tuple(extra_flags)
     stamp = f"{path.stat().st_mtime_ns}:{_header_digest()}"
-    return _compile_cached(str(path), stamp, _check_arch(arch), kind, tuple(extra_flags))
+    return _compile_cached(str(path), stamp, _check_arch(arch), kind, flags)
 
 
-def resources(name: str, arch: str = DEFAULT_ARCH) -> dict[str, Resources]:
-    """The ptxas report of every kernel in ``kernels/<name>.cu`` for ``arch``."""
+def resources(name, arch: str = DEFAULT_ARCH) -> dict[str, Resources]:
+    """The ptxas report of every kernel of a version or of ``kernels/<name>.cu`` for ``arch``."""
     return compile_file(name, arch).resources
 
 
-def source_module(name: str, arch: str | None = None, defines: dict | None = None):
-    """Compile ``kernels/<name>.cu`` with PyCUDA's ``SourceModule`` on the current device (cached)."""
-    from . import gpu
-
+def source_module(name, arch: str | None = None, defines: dict | None = None):
+    """Compile a version (or a file of ``kernels/``) with PyCUDA's ``SourceModule`` on the current device,
+    cached by its text, defines and headers."""
     gpu.require()
-    key = (name, arch, tuple(sorted((defines or {}).items())), kernel_path(name).stat().st_mtime_ns,
-           _header_digest())
-    return _module_cache(key)
+    stem, text, own = kernel_text(name)
+    merged = {**own, **(defines or {})}
+    return _module_cache((stem, text, arch, tuple(sorted(merged.items())), _header_digest()))
 
 
-@functools.lru_cache(maxsize=None)
+@functools.lru_cache(maxsize=64)
 def _module_cache(key):
-    from pycuda.compiler import SourceModule
+    from pycuda.compiler import SourceModule  # PyCUDA loads libcuda: only where a GPU is used
 
-    name, arch, defines, _, digest = key
-    source = f"// headers {digest}\n" + kernel_source(name)
-    options = list(NVCC_FLAGS) + [f"-D{k}={v}" for k, v in defines]
-    return SourceModule(source, nvcc=require_nvcc(), options=options, no_extern_c=True, arch=arch,
-                        include_dirs=_include_dirs())
+    stem, text, arch, defines, digest = key
+    source = f"// headers {digest}\n" + text
+    options = list(NVCC_FLAGS) + list(_define_flags(dict(defines)))
+    try:
+        return SourceModule(source, nvcc=require_nvcc(), options=options, no_extern_c=True, arch=arch,
+                            include_dirs=_include_dirs())
+    except Exception as exc:  # pycuda.driver.CompileError, without importing pycuda.driver here
+        if type(exc).__name__ == "CompileError":
+            raise CompileError(f"nvcc failed for {stem}:\n{getattr(exc, 'stderr', '') or exc}") from exc
+        raise
 
 
 def clear_module_cache() -> None:
@@ -280,18 +299,21 @@ def clear_module_cache() -> None:
     _module_cache.cache_clear()
 
 
+gpu.on_shutdown(clear_module_cache)
+
+
 # --- compiling a source string (lesson 03's exercise; any inline kernel) ----------------------------
 
 
 @functools.lru_cache(maxsize=32)
-def _compile_source_cached(source: str, arch: str, kind: str, name: str, digest: str) -> Compiled:
+def _compile_source_cached(source: str, arch: str, kind: str, name: str, digest: str, flags: tuple) -> Compiled:
     nvcc = require_nvcc()
     with tempfile.TemporaryDirectory(prefix="rmsnorm-lessons-") as tmp:
         path = Path(tmp) / f"{name}.cu"
         path.write_text(source)
         out = Path(tmp) / f"{name}.{kind}"
         report = ["-Xptxas", "-v"] if kind == "cubin" else []
-        cmd = [nvcc, f"-{kind}", f"-arch={arch}", *NVCC_FLAGS, *report,
+        cmd = [nvcc, f"-{kind}", f"-arch={arch}", *NVCC_FLAGS, *flags, *report,
                *[f"-I{d}" for d in _include_dirs()], "-o", str(out), str(path)]
         proc = subprocess.run(cmd, capture_output=True, text=True, cwd=tmp)
         if proc.returncode != 0:
@@ -300,7 +322,8 @@ def _compile_source_cached(source: str, arch: str, kind: str, name: str, digest:
         return Compiled(name, arch, kind, out.read_bytes(), parse_ptxas(log), log)
 
 
-def compile_source(source: str, arch: str = DEFAULT_ARCH, kind: str = "cubin", name: str = "inline") -> Compiled:
+def compile_source(source: str, arch: str = DEFAULT_ARCH, kind: str = "cubin", name: str = "inline",
+                   defines: dict | None = None, extra_flags=()) -> Compiled:
     """Compile CUDA C held in a string with nvcc, as :func:`compile_file` does a file; no GPU needed.
 
     ``kernels/`` is on the include path, so ``#include "common.cuh"`` works. Raises :class:`CompileError`
@@ -310,4 +333,5 @@ def compile_source(source: str, arch: str = DEFAULT_ARCH, kind: str = "cubin", n
         raise ValueError(f"kind must be 'cubin' or 'ptx', got {kind!r}")
     if not re.fullmatch(r"[A-Za-z0-9_.-]+", name):
         raise ValueError(f"name must be a plain file stem, got {name!r}")
-    return _compile_source_cached(source, _check_arch(arch), kind, name, _header_digest())
+    flags = _define_flags(defines or {}) + tuple(extra_flags)
+    return _compile_source_cached(source, _check_arch(arch), kind, name, _header_digest(), flags)

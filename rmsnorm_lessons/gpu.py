@@ -7,9 +7,11 @@ the one the CUDA runtime (and so PyTorch) uses, so arrays can be shared with PyT
 from __future__ import annotations
 
 import atexit
+import ctypes
 import os
 import statistics
-from dataclasses import dataclass
+import threading
+from dataclasses import dataclass, replace
 
 
 class GpuUnavailable(RuntimeError):
@@ -25,11 +27,17 @@ class _Gpu:
 
 _gpu: _Gpu | None = None
 _failure: GpuUnavailable | None = None
+_start_lock = threading.Lock()
+_thread = threading.local()  # .current: the primary context is current in this thread
+_shutdown_hooks: list = []
+
+
+def on_shutdown(hook) -> None:
+    """Call ``hook()`` before the context goes away at exit (the build's module cache registers here)."""
+    _shutdown_hooks.append(hook)
 
 
 def _has_driver_library() -> bool:
-    import ctypes
-
     try:
         ctypes.CDLL("libcuda.so.1")
         return True
@@ -65,6 +73,7 @@ def _start() -> _Gpu:
     device = drv.Device(index)
     context = device.retain_primary_context()
     context.push()
+    _thread.current = True
     atexit.register(_shutdown)
     return _Gpu(drv, device, context)
 
@@ -75,9 +84,8 @@ def _shutdown() -> None:
         return
     import gc
 
-    from . import build
-
-    build.clear_module_cache()
+    for hook in _shutdown_hooks:
+        hook()
     gc.collect()
     try:
         _gpu.context.synchronize()
@@ -88,18 +96,26 @@ def _shutdown() -> None:
 
 
 def require() -> _Gpu:
-    """The started GPU, or :class:`GpuUnavailable` (the same one on every call)."""
+    """The started GPU, its primary context current in the calling thread; or :class:`GpuUnavailable`
+    (the same one on every call). Any Python thread may call it: PyCUDA's context stack is per thread,
+    so a thread that has not used the GPU yet gets the primary context pushed once."""
     global _gpu, _failure
-    if _gpu is not None:
-        return _gpu
-    if _failure is not None:
-        raise _failure
-    try:
-        _gpu = _start()
-    except GpuUnavailable as exc:
-        _failure = exc
-        raise
-    return _gpu
+    g = _gpu
+    if g is None:
+        with _start_lock:
+            if _failure is not None:
+                raise _failure
+            if _gpu is None:
+                try:
+                    _gpu = _start()
+                except GpuUnavailable as exc:
+                    _failure = exc
+                    raise
+            g = _gpu
+    if not getattr(_thread, "current", False):
+        g.context.push()
+        _thread.current = True
+    return g
 
 
 def available() -> bool:
@@ -147,7 +163,48 @@ class DeviceFacts:
         return "sm_%d%d" % self.compute_capability
 
 
+#: The H200 this course was measured on (`python -m rmsnorm_lessons info` there, 2026-12-02): the labelled
+#: fallback where no GPU is present, so lessons can still say what a plan does on the course's GPU.
+H200 = DeviceFacts(
+    name="NVIDIA H200", compute_capability=(9, 0), multiprocessors=132, shared_memory_per_block=48 * 1024,
+    shared_memory_per_block_optin=227 * 1024, shared_memory_per_multiprocessor=228 * 1024,
+    max_threads_per_multiprocessor=2048, registers_per_multiprocessor=65536, l2_bytes=60 * 1024 * 1024,
+    total_memory=150_110_011_392, driver_version=13000,
+)
+#: the copy bandwidth measured in the run the course's published figures come from
+#: (lab/results/h200-2026-12-02/bench.json; a test keeps the two equal)
+H200_COPY_GBPS = 4161.8
+SAVED_DATE = "2026-12-02"
+
+
+def facts_or_fallback() -> tuple[DeviceFacts, str]:
+    """This GPU's facts and a label saying so; without a GPU, :data:`H200` labelled as saved facts."""
+    if available():
+        f = facts()
+        return f, f"{f.name} (this GPU)"
+    return H200, f"{H200.name} (saved facts of {SAVED_DATE}: no GPU here)"
+
+
+def copy_bandwidth_or_saved() -> tuple[float, str]:
+    """The copy bandwidth measured now on this GPU, or the H200's saved figure, with a label saying which."""
+    if available():
+        f = facts()
+        return copy_bandwidth(), f"measured now on {f.name}"
+    return H200_COPY_GBPS, f"saved: {H200.name}, {SAVED_DATE} (no GPU here)"
+
+
+_facts: DeviceFacts | None = None
+
+
 def facts() -> DeviceFacts:
+    """The device's facts (read once: a device does not change under a process)."""
+    global _facts
+    if _facts is None:
+        _facts = _read_facts()
+    return _facts
+
+
+def _read_facts() -> DeviceFacts:
     g = require()
     attr = g.driver.device_attribute
     d = g.device
@@ -206,3 +263,88 @@ def copy_bandwidth(nbytes: int = 1 << 30, warmup: int = 3, repeats: int = 20) ->
     finally:
         src.free()
         dst.free()
+
+
+# --- streams that are not PyCUDA's (PyTorch's, a raw CUstream handle) -----------------------------------
+# PyCUDA launches only on its own Stream objects. A foreign stream F is joined through a private stream S
+# and two events: S waits for what F holds so far, the launches go on S, then F waits for S. The events
+# are the driver's (cuEventRecord, cuStreamWaitEvent), called through ctypes on libcuda: PyCUDA offers
+# no way to record an event on a stream it did not make.
+
+
+def foreign_handle(stream) -> int | None:
+    """The raw CUstream of ``stream`` when it is not a PyCUDA Stream (None for PyCUDA's or for None).
+
+    Accepts an int handle, a PyTorch stream (``.cuda_stream``) or anything with an int ``.handle``."""
+    if stream is None or type(stream).__module__.startswith("pycuda"):
+        return None
+    if isinstance(stream, bool):
+        raise TypeError("stream must be None, a PyCUDA Stream, a PyTorch stream or an int CUstream handle, got bool")
+    if isinstance(stream, int):
+        handle = stream
+    elif isinstance(getattr(stream, "cuda_stream", None), int):
+        handle = stream.cuda_stream
+    elif isinstance(getattr(stream, "handle", None), int):
+        handle = stream.handle
+    else:
+        raise TypeError(f"stream must be None, a PyCUDA Stream, a PyTorch stream or an int CUstream handle, "
+                        f"got {type(stream).__module__}.{type(stream).__name__}")
+    if handle < 0:
+        raise ValueError(f"stream handle must be a CUstream (a non-negative int), got {handle}")
+    return handle
+
+
+class _LibCuda:
+    def __init__(self):
+        lib = ctypes.CDLL("libcuda.so.1")
+        self.create = lib.cuEventCreate
+        self.create.argtypes = [ctypes.POINTER(ctypes.c_void_p), ctypes.c_uint]
+        self.record = lib.cuEventRecord
+        self.record.argtypes = [ctypes.c_void_p, ctypes.c_void_p]
+        self.wait = lib.cuStreamWaitEvent
+        self.wait.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_uint]
+        self.destroy = lib.cuEventDestroy_v2
+        self.destroy.argtypes = [ctypes.c_void_p]
+
+    def check(self, result: int, what: str) -> None:
+        if result != 0:
+            raise RuntimeError(f"{what} failed: CUresult {result}")
+
+
+_libcuda: _LibCuda | None = None
+CU_EVENT_DISABLE_TIMING = 2
+
+
+class StreamBridge:
+    """A private PyCUDA stream joined to a foreign stream before and after each use."""
+
+    def __init__(self, handle: int):
+        global _libcuda
+        g = require()
+        if _libcuda is None:
+            _libcuda = _LibCuda()
+        self.handle = handle
+        self.stream = g.driver.Stream()
+        self._events = []
+        for _ in range(2):
+            ev = ctypes.c_void_p()
+            _libcuda.check(_libcuda.create(ctypes.byref(ev), CU_EVENT_DISABLE_TIMING), "cuEventCreate")
+            self._events.append(ev)
+
+    def enter(self) -> None:
+        """The private stream waits for the work queued on the foreign stream so far."""
+        ready = self._events[0]
+        _libcuda.check(_libcuda.record(ready, ctypes.c_void_p(self.handle)), "cuEventRecord")
+        _libcuda.check(_libcuda.wait(ctypes.c_void_p(self.stream.handle_int), ready, 0), "cuStreamWaitEvent")
+
+    def leave(self) -> None:
+        """Work queued on the foreign stream from now on waits for the private stream's work."""
+        done = self._events[1]
+        _libcuda.check(_libcuda.record(done, ctypes.c_void_p(self.stream.handle_int)), "cuEventRecord")
+        _libcuda.check(_libcuda.wait(ctypes.c_void_p(self.handle), done, 0), "cuStreamWaitEvent")
+
+    def close(self) -> None:
+        self.stream.synchronize()
+        for ev in self._events:
+            _libcuda.destroy(ev)
+        self._events = []

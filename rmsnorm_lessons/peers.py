@@ -248,10 +248,7 @@ def check_peer(peer: _Peer, problem: dict, ref=None) -> check.CheckReport:
     dx, dw = peer.check_call()
     if ref is None:  # (each peer computes rstd itself, in fp32 from the same bf16 inp: the same to ~1 ulp)
         ref = reference.backward(problem["dout"], problem["inp"], problem["weight"], problem["rstd"])
-    tol = check.tolerances(bfloat16, peer.N)
-    return check.CheckReport(peer.name, peer.N, peer.C,
-                             check.compare(to_numpy(dx), ref[0], *tol["dinp"], name="dinp"),
-                             check.compare(to_numpy(dw), ref[1], *tol["dweight"], name="dweight"))
+    return check.compare_outputs(bfloat16, peer.N, (to_numpy(dx), to_numpy(dw)), ref, name=peer.name, C=peer.C)
 
 
 def bench_peer(name: str, N: int, C: int, copy_gbps: float, repeats: int = 50, problem=None, ref=None,

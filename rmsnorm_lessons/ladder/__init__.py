@@ -1,0 +1,112 @@
+"""The ladder of versions: one module per rung, beside its kernel in ``kernels/``.
+
+A rung's module holds its record (:class:`Rung`), ``plan(N, C, device, ...)`` (the launches, as data)
+and ``shared_memory(C, block)``. Read a rung in two files: ``kernels/<name>.cu`` and
+``rmsnorm_lessons/ladder/<name>.py``. :func:`register` makes a learner's kernel a rung like ours.
+
+    >>> from rmsnorm_lessons import ladder
+    >>> for launch in ladder.plan("v3_smem", 8192, 1024):
+    ...     print(launch)
+"""
+from __future__ import annotations
+
+from typing import Callable
+
+from .. import gpu
+from . import v1_naive, v2_warp, v3_smem, v4_vec_bf16, v5_two_pass, v6_last_block, v7_fast
+from .rung import (BF16, FP32, STANDARD_TENSORS, TENSOR_NAMES, Launch, Rung, Scratch, Tensor, ceil_div,
+                   persistent_grid, standard_args, tensor_args)
+
+__all__ = ["BF16", "FP32", "Launch", "Rung", "Scratch", "Tensor", "TENSOR_NAMES", "STANDARD_TENSORS", "VERSIONS",
+           "blocks_per_sm", "ceil_div", "get", "persistent_grid", "plan", "register", "rung_from_source",
+           "shared_memory", "standard_args", "tensor_args", "unregister", "v7_fast"]
+
+SHIPPED = tuple(m.RUNG for m in (v1_naive, v2_warp, v3_smem, v4_vec_bf16, v5_two_pass, v6_last_block, v7_fast))
+_rungs: dict[str, Rung] = {r.name: r for r in SHIPPED}
+VERSIONS: tuple[str, ...] = tuple(_rungs)
+
+
+def get(version) -> Rung:
+    """The :class:`Rung` of a version name (or the rung itself)."""
+    if isinstance(version, Rung):
+        return version
+    if not isinstance(version, str):
+        raise TypeError(f"version must be a version name (str) or a Rung, got {type(version).__name__} "
+                        f"{version!r}")
+    try:
+        return _rungs[version]
+    except KeyError:
+        raise ValueError(f"version must be one of {', '.join(VERSIONS)}; got {version!r}") from None
+
+
+def register(rung: Rung, replace: bool = False) -> Rung:
+    """Add ``rung`` to the ladder: ``run``, ``check``, ``bench``, ``sass`` and ``occupancy`` then take its name.
+
+    A shipped rung cannot be replaced; a registered one can, with ``replace=True`` (a learner re-running
+    the cell that defines it).
+    """
+    global VERSIONS
+    if not isinstance(rung, Rung):
+        raise TypeError(f"register takes a Rung, got {type(rung).__name__}")
+    if rung.name in _rungs:
+        if any(r.name == rung.name for r in SHIPPED):
+            raise ValueError(f"{rung.name!r} is a shipped rung; give yours another name")
+        if not replace and _rungs[rung.name] != rung:
+            raise ValueError(f"a rung named {rung.name!r} is registered already; pass replace=True to replace it")
+    _rungs[rung.name] = rung
+    VERSIONS = tuple(_rungs)
+    return rung
+
+
+def unregister(name: str) -> None:
+    """Remove a registered (not shipped) rung."""
+    global VERSIONS
+    if any(r.name == name for r in SHIPPED):
+        raise ValueError(f"{name!r} is a shipped rung and stays on the ladder")
+    _rungs.pop(name, None)
+    VERSIONS = tuple(_rungs)
+
+
+def rung_from_source(*, name: str, source: str, plan: Callable, kernels, dtype, adds: str = "a learner's kernel",
+                     c_multiple: int = 1, deterministic: bool = False, block_size: int = 256,
+                     max_block: int = 1024, shared_memory: Callable | None = None, overwrite_mode: bool = False,
+                     defines: dict | None = None, register_it: bool = True) -> Rung:
+    """A rung whose CUDA is the text ``source`` (a notebook cell), registered unless ``register_it=False``.
+
+    ``plan(N, C, device, *, block, overwrite, config)`` returns the :class:`Launch` list, exactly as the
+    shipped rungs' plans do.
+    """
+    if not isinstance(source, str) or not source.strip():
+        raise ValueError("source must be the kernel's CUDA C text")
+    if not name.isidentifier():
+        raise ValueError(f"name must be a plain identifier (letters, digits, _), got {name!r}")
+    kw = {} if shared_memory is None else {"shared_memory": shared_memory}
+    rung = Rung(name=name, adds=adds, dtype=dtype, c_multiple=c_multiple, deterministic=deterministic,
+                block_size=block_size, max_block=max_block, kernels=tuple(kernels), plan=plan,
+                overwrite_mode=overwrite_mode, source=source, defines=defines or {}, **kw)
+    return register(rung, replace=True) if register_it else rung
+
+
+def _device(device):
+    return device if device is not None else gpu.facts_or_fallback()[0]
+
+
+def plan(version, N: int, C: int, device=None, *, block_size: int | None = None, overwrite: bool = False,
+         config=None) -> list[Launch]:
+    """The launches of one call at (N, C): on ``device`` (default: this GPU, else the saved H200 facts)."""
+    rung = get(version)
+    return list(rung.plan(int(N), int(C), _device(device), block=int(block_size or rung.block_size),
+                          overwrite=overwrite, config=config))
+
+
+def shared_memory(version, C: int, block_size: int | None = None) -> int:
+    """Bytes of dynamic shared memory the version's main kernel asks for at this C."""
+    rung = get(version)
+    return int(rung.shared_memory(int(C), int(block_size or rung.block_size)))
+
+
+def blocks_per_sm(version, C: int, device=None, block_size: int | None = None) -> float:
+    """Blocks per SM the plan launches for a large N (rows enough for every block), read from the plan."""
+    device = _device(device)
+    first = plan(version, 1 << 24, C, device, block_size=block_size)[0]
+    return first.grid / device.multiprocessors

@@ -1,0 +1,138 @@
+"""Every argument of a call, checked before anything touches the GPU.
+
+Errors are ``TypeError`` (wrong kind of thing, wrong dtype) or ``ValueError`` (shape, layout, range,
+overlap, a version's rule), and every message names the argument and the rule it breaks.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from . import ladder
+
+FP32 = np.dtype(np.float32)
+MAX_C = 1 << 30  # kernels index a row's columns with int, stepping by up to 1024 past the last one
+MAX_N = (1 << 31) - 1  # kernels take N as int
+INPUTS = ("dout", "inp", "weight", "rstd")
+OUTPUTS = ("dinp", "dweight")
+
+
+@dataclass(frozen=True)
+class Shape:
+    N: int
+    C: int
+    shape: tuple  # the shape of inp as given: (N, C) or (B, T, C)
+
+
+def is_gpuarray(x) -> bool:
+    return hasattr(x, "gpudata") and hasattr(x, "strides")
+
+
+def _describe(x) -> str:
+    return f"{type(x).__module__}.{type(x).__name__}"
+
+
+def _dtype_name(dt: np.dtype) -> str:
+    order = {"<": "little-endian ", ">": "big-endian "}.get(dt.byteorder, "")
+    return f"{order}{dt.name}"
+
+
+def rung(version) -> ladder.Rung:
+    """The version as a :class:`Rung`: a name of the ladder or a Rung, else TypeError/ValueError."""
+    return ladder.get(version)
+
+
+def block_size(rung_: ladder.Rung, value) -> int:
+    """The block size to launch: the rung's default for None, else an int multiple of 32 in the rung's range."""
+    if value is None:
+        return rung_.block_size
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, np.integer)):
+        raise TypeError(f"block_size must be an int (threads per block) or None, got {type(value).__name__} "
+                        f"{value!r}")
+    value = int(value)
+    if value % 32 or not 32 <= value <= rung_.max_block:
+        raise ValueError(f"block_size for {rung_.name} must be a multiple of 32 from 32 to {rung_.max_block}"
+                         f"{' (its __launch_bounds__)' if rung_.max_block < 1024 else ''}, got {value}")
+    return value
+
+
+def flag(name: str, value) -> bool:
+    if not isinstance(value, (bool, np.bool_)):
+        raise TypeError(f"{name} must be True or False, got {type(value).__name__} {value!r}")
+    return bool(value)
+
+
+def check_inputs(version, dout, inp, weight, rstd, dinp=None, dweight=None) -> Shape:
+    """Check kinds, shapes, dtypes, layout, alignment, overlaps and the version's C rule; return N and C."""
+    spec = rung(version)
+    arrays = dict(dout=dout, inp=inp, weight=weight, rstd=rstd, dinp=dinp, dweight=dweight)
+    for name, a in arrays.items():
+        if a is None and name in OUTPUTS:
+            continue
+        if not (isinstance(a, np.ndarray) or is_gpuarray(a)):
+            raise TypeError(f"{name} must be a NumPy array or a PyCUDA GPUArray, got {_describe(a)}")
+    given = [n for n, a in arrays.items() if a is not None]
+    kinds = {n: is_gpuarray(arrays[n]) for n in given}
+    if len(set(kinds.values())) > 1:
+        on_gpu = [n for n in given if kinds[n]]
+        raise TypeError(f"arrays must all be NumPy or all GPUArrays; GPUArrays: {', '.join(on_gpu)}")
+
+    if inp.ndim not in (2, 3):
+        raise ValueError(f"inp must have 2 dims (N, C) or 3 dims (B, T, C), got shape {tuple(inp.shape)}")
+    shape = tuple(int(s) for s in inp.shape)
+    C = shape[-1]
+    N = int(np.prod(shape[:-1]))
+    expect = {"dout": shape, "dinp": shape, "weight": (C,), "rstd": shape[:-1], "dweight": (C,)}
+    for name, want in expect.items():
+        a = arrays[name]
+        if a is not None and tuple(a.shape) != want:
+            raise ValueError(f"{name} must have shape {want} to match inp {shape}, got {tuple(a.shape)}")
+
+    for name in ("dout", "inp", "weight", "dinp", "dweight"):
+        a = arrays[name]
+        if a is not None and np.dtype(a.dtype) != spec.dtype:
+            raise TypeError(f"{name} must be native {spec.dtype.name} for {spec.name}, got "
+                            f"{_dtype_name(np.dtype(a.dtype))}")
+    if np.dtype(rstd.dtype) != FP32:
+        raise TypeError(f"rstd must be native float32 (the forward pass caches it in fp32), got "
+                        f"{_dtype_name(np.dtype(rstd.dtype))}")
+
+    for name in given:
+        if not arrays[name].flags.c_contiguous:
+            raise ValueError(f"{name} must be C-contiguous (rows stored one after another); "
+                             f"use np.ascontiguousarray or a fresh GPUArray")
+    if C < 1:
+        raise ValueError(f"C (the last dim of inp) must be at least 1, got {C}")
+    if C > MAX_C:
+        raise ValueError(f"C (the last dim of inp) must be at most 2**30 (kernels index columns with int), got {C}")
+    if C % spec.c_multiple:
+        raise ValueError(f"{spec.name} needs C to be a multiple of {spec.c_multiple} (128-bit loads of "
+                         f"{spec.c_multiple} values), got C={C}")
+    if N > MAX_N:
+        raise ValueError(f"N (rows) must be below 2**31 (kernels take it as int), got {N}")
+    if kinds.get("inp"):
+        _check_device_arrays(spec, {n: arrays[n] for n in given})
+    return Shape(N, C, shape)
+
+
+def _check_device_arrays(spec: ladder.Rung, arrays: dict) -> None:
+    # 128-bit rungs load 16 bytes at a time; the others need their element's own alignment
+    for name, a in arrays.items():
+        itemsize = np.dtype(a.dtype).itemsize
+        align = 16 if spec.c_multiple > 1 and name != "rstd" else itemsize
+        address = int(a.gpudata)
+        if address % align:
+            raise ValueError(f"{name} must start on a {align}-byte boundary for {spec.name} "
+                             f"({'128-bit loads' if align == 16 else 'its element size'}); its address ends in "
+                             f"{address % 16:#x}")
+    spans = {n: (int(a.gpudata), int(a.gpudata) + int(a.nbytes)) for n, a in arrays.items() if a.nbytes}
+    for out in OUTPUTS:
+        if out not in spans:
+            continue
+        lo, hi = spans[out]
+        for other, (olo, ohi) in spans.items():
+            if other != out and lo < ohi and olo < hi and not (other == "dinp" and out == "dweight"):
+                kind = "is the same memory as" if (lo, hi) == (olo, ohi) else "overlaps"
+                raise ValueError(f"{out} {kind} {other}: an output may not share memory with another "
+                                 f"tensor (the kernels read and write them in different orders)")
