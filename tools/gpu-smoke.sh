@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# One device call: environment facts, the GPU tests, the CLI check and a short benchmark; logs in $OUT.
+# Smoke-test a GPU machine: environment facts, the GPU tests, the CLI check and a short benchmark; logs in $OUT.
+#     OUT=out bash tools/gpu-smoke.sh      # from the repository root, with the package and PyCUDA installed
 set -o pipefail
 export PYTHONUNBUFFERED=1
 OUT=${OUT:-out}; mkdir -p "$OUT"

@@ -1,9 +1,12 @@
 #!/usr/bin/env bash
-# Issue 5 in one device call (< 8 minutes): v7_fast checked, benchmarked against v6 and the peers, and its
-# launch variants timed. From the repository root on the GPU machine, with .whl/ carried along:
-#     source .device/gpu-env.sh && bash tools/gpu-v7.sh
+# v7_fast on a GPU machine in one go (< 8 minutes): checked, benchmarked against v6 and the peers, its
+# launch variants timed, the streaming ceiling measured. From the repository root, with the package and
+# PyCUDA installed (torch for the peers; Liger-Kernel wheels in .whl/ if you have them):
+#     OUT=lab/results/<name> bash lab/gpu-v7.sh
 # Writes up to 10 files under $OUT: info.log check.log pytest.log bench.log bench.json bench.png ceiling.log
-# ceiling.json variants.log variants.json (the last two not with V7_VARIANTS=0). Prints short tails as it goes and a summary at the end.
+# ceiling.json variants.log variants.json (the last two not with V7_VARIANTS=0), and MANIFEST.json: which
+# command wrote which file (lab/manifest.py). Without git on the machine, set LAB_COMMIT to the commit.
+# Prints short tails as it goes and a summary at the end.
 set -o pipefail
 export PYTHONUNBUFFERED=1 TQDM_DISABLE=1
 OUT=${OUT:-out}
@@ -19,13 +22,23 @@ left() {  # seconds left for a step: min(cap, budget - elapsed), at least 10
     [ "$cap" -lt "$rest" ] && echo "$cap" || echo "$rest"
 }
 step() { echo; echo "=== $* ($(($(date +%s) - START)) s)"; }
-run() {  # run LOG CAP COMMAND...: the command's output to $OUT/LOG; on failure, the log's last lines
+record() {  # record LOG COMMAND...: MANIFEST.json says LOG and the files under $OUT the command names came from it
+    local log=$1 arg files=()
+    shift
+    files+=("$OUT/$log")
+    for arg in "$@"; do
+        case "$arg" in "$OUT"/*) [ -f "$arg" ] && files+=("$arg") ;; esac
+    done
+    python3 lab/manifest.py "$OUT" "${files[@]}" -- "$@" > /dev/null || echo "could not record $log in MANIFEST.json"
+}
+run() {  # run LOG CAP COMMAND...: the command's output to $OUT/LOG, recorded; on failure, the log's last lines
     local log=$1 cap=$2 rc
     shift 2
     timeout "$(left "$cap")" "$@" > "$OUT/$log" 2>&1
     rc=$?
     echo "exit $rc$([ $rc -eq 124 ] && echo ' (timed out)')"
     [ $rc -ne 0 ] && tail -n 8 "$OUT/$log"
+    record "$log" "$@"
     return 0
 }
 
@@ -52,10 +65,11 @@ for arch in ("sm_90", "sm_80"):
               f"spills {r.spill_stores}/{r.spill_loads} B, {r.shared_bytes} B static shared")
 EOF
 } > "$OUT/info.log" 2>&1
+record info.log bash lab/gpu-v7.sh "(its info step)"
 tail -n 12 "$OUT/info.log"
 
 step "check: v7_fast against float64, both modes, launch variants, determinism"
-run check.log 100 python3 tools/v7_gpu.py check
+run check.log 100 python3 lab/v7_gpu.py check
 grep -E "^FAIL|failed \(" "$OUT/check.log" | tail -n 12
 
 step "bench: v6_last_block v7_fast and the peers at the 8 shapes"
@@ -64,12 +78,12 @@ run bench.log 260 python3 -m rmsnorm_lessons bench v6_last_block v7_fast --json 
 grep -E "^(skip|peer|torch)|Error" "$OUT/bench.log" | head -n 12
 
 step "ceiling: the elementwise kernel with v7's bytes, against v7_fast as planned, both modes"
-run ceiling.log 60 python3 tools/v7_explore.py --variants default --json "$OUT/ceiling.json"
+run ceiling.log 60 python3 lab/v7_explore.py --variants default --json "$OUT/ceiling.json"
 sed -n '/^fastest per shape/,$p' "$OUT/ceiling.log"
 
-if [ "${V7_VARIANTS:-1}" != 0 ]; then  # V7_VARIANTS=0 skips this step (tools/v7_explore.py covers more)
+if [ "${V7_VARIANTS:-1}" != 0 ]; then  # V7_VARIANTS=0 skips this step (lab/v7_explore.py covers more)
     step "variants: K, prefetch, block, reduce mode, per shape"
-    run variants.log 90 python3 tools/v7_gpu.py variants --json "$OUT/variants.json"
+    run variants.log 90 python3 lab/v7_gpu.py variants --json "$OUT/variants.json"
 fi
 
 step "pytest tests/test_v7.py"

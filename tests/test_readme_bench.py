@@ -1,0 +1,57 @@
+"""The README's benchmark is what tools/readme_bench.py renders from the bench.json it names (CPU)."""
+import importlib.util
+import json
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+@pytest.fixture(scope="module")
+def tool():
+    spec = importlib.util.spec_from_file_location("readme_bench", ROOT / "tools" / "readme_bench.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_readme_benchmark_is_rendered_from_its_bench_json(tool):
+    source = tool.readme_source()
+    assert (ROOT / source).is_file(), f"README.md's bench:start marker names {source}, which does not exist"
+    assert tool.readme_block() == tool.render(source), (
+        f"README.md's benchmark differs from what {source} gives: run python tools/readme_bench.py --write")
+
+
+def test_the_published_bench_has_a_manifest_and_a_plot(tool):
+    source = ROOT / tool.readme_source()
+    run = tool._run_of(source)
+    assert run["device"] and run["date"] and run["command"]
+    assert (source.parent / "bench.png").is_file()
+    assert "bench.png" in run["produced"]
+
+
+def _row(name, N, C, ms, tensors):
+    nbytes = tensors * N * C * 2 + 4 * N + 3 * C * 2
+    gbps = nbytes / (ms * 1e-3) / 1e9
+    return dict(name=name, N=N, C=C, ms=ms, bytes=nbytes, gbps=gbps, copy_gbps=4000.0,
+                percent_of_copy=100 * gbps / 4000.0)
+
+
+def test_render_bolds_the_fastest_of_those_moving_the_same_bytes(tool, tmp_path):
+    rows = [_row("v6_last_block", 8192, 1024, 0.10, 4), _row("v7_fast", 8192, 1024, 0.040, 4),
+            _row("v7_fast (dinp=)", 8192, 1024, 0.045, 3), _row("torch.compile", 8192, 1024, 0.050, 3)]
+    folder = tmp_path / "run"
+    folder.mkdir()
+    (folder / "bench.json").write_text(json.dumps(rows))
+    (folder / "MANIFEST.json").write_text(json.dumps({"runs": [dict(
+        command="python -m rmsnorm_lessons bench --repeats 30 --json bench.json", produced=["bench.json"],
+        device="NVIDIA X", date="2027-01-02T10:00:00+00:00", packages={})]}))
+    text = tool.render(folder / "bench.json")
+    assert "Measured on one NVIDIA X on 2027-01-02" in text and "median of 30 launches" in text
+    assert "copy bandwidth 4000 GB/s" in text
+    assert "| 8192x1024 | 0.1000 (" in text
+    assert "| 0.0400 (" in text  # v7_fast accumulates: faster, but not on the same bytes
+    assert "| **0.0450** (" in text
+    assert "![" not in text  # no bench.png beside it
+    assert "1.11x over the fastest of them" in text
