@@ -11,13 +11,15 @@ An SM takes a block only when all of the block fits at once:
 The smallest of those numbers is the occupancy; the resource that gives it is the limiter. These are the
 rules of NVIDIA's occupancy calculator for the default carveout. On a GPU, :func:`driver_blocks_per_sm`
 asks the driver (``cuOccupancyMaxActiveBlocksPerMultiprocessor``) for the same number, and
-``tests/test_inspect.py`` checks that both agree.
+``tests/test_sass.py`` checks that both agree. :func:`report` is :func:`rmsnorm_lessons.sass.report`
+followed by this arithmetic (``python -m rmsnorm_lessons inspect`` prints it).
 """
 from __future__ import annotations
 
+import ctypes
 from dataclasses import dataclass, field
 
-from . import build
+from . import build, gpu, ladder, sass
 
 DEFAULT_ARCH = build.DEFAULT_ARCH
 KIB = 1024
@@ -144,7 +146,7 @@ def from_resources(registers: int, static_smem: int, block_size: int, dynamic_sm
     """Occupancy of a kernel with these resources (the calculator's rules; no compiler, no GPU).
 
     ``opt_in``: the launch raises the kernel's dynamic shared memory limit above 48 KiB when it needs
-    more (as :class:`~rmsnorm_lessons.kernels.Launcher` does). ``max_threads_per_block``: the kernel's
+    more (as the launcher, :mod:`rmsnorm_lessons.launch`, does). ``max_threads_per_block``: the kernel's
     ``__launch_bounds__``, if any.
     """
     L = limits(arch)
@@ -198,29 +200,52 @@ def from_resources(registers: int, static_smem: int, block_size: int, dynamic_sm
                      shared_per_sm=L.shared_per_sm, barriers=barriers, notes=tuple(notes))
 
 
+_LARGE_N = 1 << 24  # rows enough for every block of a persistent grid; the block and shared memory do not depend on N
+
+
+def launch_shape(version, C: int, block_size: int | None = None, kernel: str | None = None,
+                 device=None) -> tuple[str, int, int]:
+    """``(kernel, threads per block, dynamic shared memory bytes)`` of one kernel of a version, read from
+    the version's plan at (a large N, ``C``): the block and the shared memory its launch asks for.
+
+    ``kernel`` defaults to the version's main kernel (its first); ``block_size`` is handed to the plan
+    (it may launch fewer threads: v7_fast rounds a block down to whole row groups). A kernel the plan
+    does not launch by default (v7_fast's ``reduce_dweight_v7``) gets ``block_size`` (else the version's)
+    and no dynamic shared memory.
+    """
+    rung = ladder.get(version)
+    kernel = kernel or rung.kernels[0]
+    if kernel not in rung.kernels:
+        raise ValueError(f"{rung.name} has the kernels {', '.join(rung.kernels)}; got {kernel!r}")
+    launches = ladder.plan(rung, _LARGE_N, C, device, block_size=block_size)
+    found = next((l for l in launches if l.kernel == kernel), None)
+    if found is None:
+        return kernel, int(block_size or rung.block_size), 0
+    return kernel, int(found.block), int(found.shared)
+
+
+def plan_blocks_per_sm(version, C: int, block_size: int | None = None, device=None) -> int | None:
+    """Blocks per SM the version's plan launches for a large N (:func:`rmsnorm_lessons.ladder.blocks_per_sm`),
+    or None where its grid grows with N (a block per few rows, as in v1 and v2: no fixed number per SM)."""
+    device = device if device is not None else gpu.facts_or_fallback()[0]
+    per_sm = ladder.blocks_per_sm(version, C, device, block_size=block_size)
+    more = ladder.plan(version, 2 * _LARGE_N, C, device, block_size=block_size)[0].grid / device.multiprocessors
+    return int(per_sm) if more == per_sm and per_sm == int(per_sm) else None
+
+
 def occupancy(version, C: int, arch: str = DEFAULT_ARCH, block_size: int | None = None, *,
               kernel: str | None = None, registers: int | None = None, opt_in: bool = True) -> Occupancy:
-    """Occupancy of ``version``'s main kernel at width ``C`` on ``arch``, computed on the CPU.
+    """Occupancy of one kernel of ``version`` at width ``C`` on ``arch``, computed on the CPU.
 
-    Registers and static shared memory come from ptxas (nvcc compiles the file for ``arch``), dynamic
-    shared memory from the version's launch rule ``dynamic_smem(C, block)``. ``block_size`` defaults to
-    the version's. ``registers`` overrides ptxas's figure, to ask "what if". ``kernel`` picks another
-    kernel of the version (launched without dynamic shared memory).
+    Registers and static shared memory come from ptxas (nvcc compiles the version for ``arch``), the block
+    and the dynamic shared memory from the version's plan (:func:`launch_shape`). ``block_size`` defaults
+    to the version's. ``registers`` overrides ptxas's figure, to ask "what if". ``kernel`` picks another
+    kernel of the version (its main kernel, the first, by default).
     """
-    from . import inspect, kernels
-
-    spec = kernels.get(version)
-    main = spec.kernels[0]
-    kernel = kernel or main
-    if kernel not in spec.kernels:
-        raise ValueError(f"{spec.name} has the kernels {', '.join(spec.kernels)}; got {kernel!r}")
-    if kernel == main:
-        block = int(block_size or spec.block_size)
-        dynamic = int(spec.dynamic_smem(C, block))
-    else:
-        block, dynamic = int(block_size or 256), 0
-    res = build.resources(spec.name, arch)[kernel]
-    bound = inspect.max_threads_per_block(spec.name, kernel, arch)
+    rung = ladder.get(version)
+    kernel, block, dynamic = launch_shape(rung, C, block_size, kernel)
+    res = build.resources(rung, arch)[kernel]
+    bound = sass.max_threads_per_block(rung, kernel, arch)
     return from_resources(registers if registers is not None else res.registers, res.shared_bytes, block,
                           dynamic, arch, kernel=kernel, barriers=res.barriers, max_threads_per_block=bound,
                           opt_in=opt_in)
@@ -228,14 +253,33 @@ def occupancy(version, C: int, arch: str = DEFAULT_ARCH, block_size: int | None 
 
 def table(versions=None, C: int = 4096, arch: str = DEFAULT_ARCH) -> str:
     """One line per version: registers, shared memory, blocks and warps per SM, the limiter."""
-    from . import kernels
-
     rows = [f"{'version':<15} {'block':>5} {'regs':>4} {'smem/block':>10} {'blocks/SM':>9} {'warps/SM':>8}  limiter"]
-    for v in versions or kernels.VERSIONS:
+    for v in versions or ladder.VERSIONS:
         o = occupancy(v, C, arch)
-        rows.append(f"{kernels.get(v).name:<15} {o.block_size:>5} {o.registers:>4} {o.smem_per_block:>10} "
+        rows.append(f"{ladder.get(v).name:<15} {o.block_size:>5} {o.registers:>4} {o.smem_per_block:>10} "
                     f"{o.blocks_per_sm:>9} {o.warps_per_sm:>5}/{o.max_warps_per_sm:<2}  {o.limiter}")
     return "\n".join(rows)
+
+
+def report(name, arch: str = DEFAULT_ARCH, C: int | None = 4096, block_size: int | None = None) -> str:
+    """What ``python -m rmsnorm_lessons inspect`` prints, no GPU needed: :func:`rmsnorm_lessons.sass.report`
+    (resources and instruction counts of every kernel) and, for a version at width ``C``, its main
+    kernel's launch (block, dynamic shared memory, from the plan) and occupancy with the arithmetic
+    (:meth:`Occupancy.explain`)."""
+    target = sass.resolve(name)
+    lines = [sass.report(target, arch)]
+    if C is None or not isinstance(target, ladder.Rung):
+        return lines[0]
+    try:
+        kernel, block, dynamic = launch_shape(target, C, block_size)
+    except ValueError as exc:  # a C or block the version cannot launch
+        return "\n".join(lines + [f"launch at C={C}: {exc}"])
+    lines.append(f"dynamic shared memory at C={C}: {dynamic} B (block of {block} threads)")
+    try:
+        lines.append(occupancy(target, C, arch=arch, block_size=block_size).explain())
+    except ValueError as exc:  # an arch without a limits table
+        lines.append(f"occupancy: {exc}")
+    return "\n".join(lines)
 
 
 # ----------------------------------------------------------------------------------------------------
@@ -268,10 +312,6 @@ class _Driver:
     """
 
     def __init__(self):
-        import ctypes
-
-        from . import gpu
-
         gpu.require()  # the primary context, current on this thread
         self.c = ctypes
         lib = ctypes.CDLL("libcuda.so.1")
@@ -336,20 +376,18 @@ def driver_blocks_per_sm(version, C: int, block_size: int | None = None, *, kern
                          arch: str | None = None) -> DriverOccupancy:
     """The driver's ``cuOccupancyMaxActiveBlocksPerMultiprocessor`` for ``version`` at ``C`` (GPU only).
 
-    The file is compiled with nvcc for the device's target (the flags of every build), loaded with
-    ``cuModuleLoadData``, given the opt-in shared memory limit exactly as the launcher would, and asked.
+    The version is compiled with nvcc for the device's target (the flags and defines of every build),
+    loaded with ``cuModuleLoadData``, given the opt-in shared memory limit where the launch needs more than
+    the device's default, and asked, for the block and shared memory of :func:`launch_shape` (the same
+    launch :func:`occupancy` computes).
     """
-    from . import gpu, kernels
-
-    spec = kernels.get(version)
-    main = spec.kernels[0]
-    kernel = kernel or main
-    block = int(block_size or (spec.block_size if kernel == main else 256))
-    dynamic = int(spec.dynamic_smem(C, block)) if kernel == main else 0
+    rung = ladder.get(version)
+    kernel, block, dynamic = launch_shape(rung, C, block_size, kernel)
     arch = arch or gpu.facts().arch
     d = _driver()
     c = d.c
-    image = c.create_string_buffer(build.compile_file(spec.name, arch).binary)
+    default_limit = d.device_attribute("max_shared_memory_per_block")  # a block's shared memory without opting in
+    image = c.create_string_buffer(build.compile_file(rung, arch).binary)
     module, function = c.c_void_p(), c.c_void_p()
     d.check(d.lib.cuModuleLoadData(c.byref(module), c.cast(image, c.c_void_p)), "cuModuleLoadData")
     try:
@@ -358,7 +396,7 @@ def driver_blocks_per_sm(version, C: int, block_size: int | None = None, *, kern
         d.check(d.lib.cuFuncGetAttribute(c.byref(regs), _CU_FUNC_ATTRIBUTE_NUM_REGS, function), "cuFuncGetAttribute")
         d.check(d.lib.cuFuncGetAttribute(c.byref(static), _CU_FUNC_ATTRIBUTE_SHARED_SIZE_BYTES, function),
                 "cuFuncGetAttribute")
-        if static.value + dynamic > 48 * KIB:  # what kernels.Launcher does above the default limit
+        if static.value + dynamic > default_limit:  # the launch opts in above the default limit
             d.check(d.lib.cuFuncSetAttribute(function, _CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, dynamic),
                     "cuFuncSetAttribute(MAX_DYNAMIC_SHARED_SIZE_BYTES)")
         blocks = c.c_int()

@@ -2,14 +2,21 @@
 
 Figures are small on purpose: the notebooks ship with their outputs, so each PNG must stay light.
 Functions return the matplotlib Figure; in a notebook it is displayed by being the cell's last value
-or by ``plt.show()``.
+or by ``plt.show()``. What the pictures show (lanes, sectors, banks, the butterfly) is computed in
+:mod:`rmsnorm_lessons.access`; this module only draws.
 """
 from __future__ import annotations
 
 import matplotlib
-
 import matplotlib.pyplot as plt
 import numpy as np
+from matplotlib.collections import LineCollection
+from matplotlib.figure import Figure
+from matplotlib.patches import Rectangle
+from matplotlib.ticker import MaxNLocator
+
+from . import access, bench, ladder, occupancy
+from .ladder import v7_fast
 
 FIGSIZE = (6.4, 3.2)
 DPI = 80
@@ -51,66 +58,8 @@ def bandwidth_bars(results, copy_gbps: float | None = None, title: str = "bandwi
 def _small_figure(figsize=FIGSIZE, **kw):
     # a Figure outside pyplot: shown once as a cell's value, never again by the inline backend,
     # and never piling up in pyplot's list of open figures
-    from matplotlib.figure import Figure
-
     fig = Figure(figsize=figsize, dpi=DPI, layout="constrained")
     return fig, fig.subplots(**kw)
-
-
-LAYOUTS = {"thread_per_row": "v1_naive: one thread per row", "warp_per_row": "v2_warp: one warp per row"}
-WARP = 32
-
-
-def _layout(layout: str) -> str:
-    aliases = {"v1_naive": "thread_per_row", "v1": "thread_per_row", "v2_warp": "warp_per_row", "v2": "warp_per_row"}
-    layout = aliases.get(layout, layout)
-    if layout not in LAYOUTS:
-        raise ValueError(f"layout must be one of {', '.join(LAYOUTS)} (or v1_naive / v2_warp), got {layout!r}")
-    return layout
-
-
-def touched_elements(layout: str, N: int, C: int, step: int = 0):
-    """Which element of ``inp[N, C]`` every thread loads at loop step ``step``.
-
-    Returns a list of ``(thread, row, col)``: in ``thread_per_row`` (v1) thread ``t`` owns row ``t`` and
-    reads column ``step``; in ``warp_per_row`` (v2) warp ``w`` owns row ``w`` and its lane ``l`` reads
-    column ``step*32 + l``. Threads with no element at this step (past N or C) are left out.
-    """
-    layout = _layout(layout)
-    found = []
-    if layout == "thread_per_row":
-        if 0 <= step < C:
-            found = [(t, t, step) for t in range(N)]
-    else:
-        for w in range(N):
-            for lane in range(WARP):
-                col = step * WARP + lane
-                if col < C:
-                    found.append((w * WARP + lane, w, col))
-    return found
-
-
-def warp_addresses(layout: str, C: int, step: int = 0, warp: int = 0, itemsize: int = 4):
-    """Byte offsets (from the start of ``inp``) that the 32 lanes of ``warp`` load at ``step``."""
-    layout = _layout(layout)
-    if layout == "thread_per_row":
-        rows = np.arange(warp * WARP, (warp + 1) * WARP)
-        cols = np.full(WARP, step)
-    else:
-        cols = step * WARP + np.arange(WARP)
-        rows = np.full(WARP, warp)
-        keep = cols < C
-        rows, cols = rows[keep], cols[keep]
-    return (rows * C + cols) * itemsize
-
-
-def warp_sectors(layout: str, C: int, step: int = 0, warp: int = 0, itemsize: int = 4, sector: int = 32) -> int:
-    """How many distinct ``sector``-byte pieces of memory one warp's load touches at one step.
-
-    The memory system moves whole 32-byte sectors: 32 lanes reading 32 neighbouring floats need 4 of
-    them, 32 lanes reading from 32 different rows need 32 (one per lane, unless rows are tiny).
-    """
-    return int(np.unique(warp_addresses(layout, C, step, warp, itemsize) // sector).size)
 
 
 def access_pattern(layout: str = "thread_per_row", rows: int = 32, C: int = 64, step: int = 0,
@@ -118,21 +67,18 @@ def access_pattern(layout: str = "thread_per_row", rows: int = 32, C: int = 64, 
     """The elements of ``inp`` (rows x columns) that the threads load at one step, coloured by lane.
 
     Thin marks inside each row are the 32-byte sector boundaries; thick horizontal lines separate the
-    thread blocks. The title counts the sectors the first warp touches (:func:`warp_sectors`).
+    thread blocks. The title counts the sectors the first warp touches (:func:`access.warp_sectors`).
     ``layout``: ``"thread_per_row"`` (v1) or ``"warp_per_row"`` (v2).
     """
-    from matplotlib.collections import LineCollection
-    from matplotlib.ticker import MaxNLocator
-
-    layout = _layout(layout)
+    layout = access.layout_name(layout)
     rows, C, block_size = int(rows), int(C), int(block_size)
     if rows < 1 or C < 1:
         raise ValueError(f"rows and C must be at least 1, got rows={rows} C={C}")
-    if block_size % WARP or not WARP <= block_size <= 1024:
+    if block_size % access.WARP or not access.WARP <= block_size <= 1024:
         raise ValueError(f"block_size must be a multiple of 32 between 32 and 1024, got {block_size}")
-    steps = C if layout == "thread_per_row" else -(-C // WARP)
+    steps = access.loop_steps(layout, C)
     step = int(min(max(step, 0), steps - 1))
-    touched = touched_elements(layout, rows, C, step)
+    touched = access.touched_elements(layout, rows, C, step)
 
     width = min(C, max_cols)
     cols = [c for _, _, c in touched] or [0]
@@ -141,12 +87,12 @@ def access_pattern(layout: str = "thread_per_row", rows: int = 32, C: int = 64, 
     grid = np.full((rows, width), np.nan)
     for thread, r, c in touched:
         if start <= c < start + width:
-            grid[r, c - start] = thread % WARP
+            grid[r, c - start] = thread % access.WARP
 
     fig, ax = _small_figure((FIGSIZE[0], min(3.6, 1.2 + 0.07 * rows)))
     cmap = matplotlib.colormaps["viridis"].with_extremes(bad="#eeeeee")
     mesh = ax.pcolormesh(np.arange(start, start + width + 1) - 0.5, np.arange(rows + 1) - 0.5,
-                         np.ma.masked_invalid(grid), cmap=cmap, vmin=0, vmax=WARP - 1,
+                         np.ma.masked_invalid(grid), cmap=cmap, vmin=0, vmax=access.WARP - 1,
                          edgecolors="white", linewidth=0.2)
     per_sector = 32 // itemsize
     segments = []
@@ -155,11 +101,11 @@ def access_pattern(layout: str = "thread_per_row", rows: int = 32, C: int = 64, 
             if (r * C + c) % per_sector == 0:
                 segments.append([(c - 0.5, r - 0.45), (c - 0.5, r + 0.45)])
     ax.add_collection(LineCollection(segments, colors="#555555", linewidths=0.8))
-    rows_per_block = block_size if layout == "thread_per_row" else block_size // WARP
+    rows_per_block = block_size if layout == "thread_per_row" else block_size // access.WARP
     for b in range(rows_per_block, rows, rows_per_block):
         ax.axhline(b - 0.5, color="black", lw=1.5)
     if layout == "thread_per_row":
-        for w in range(WARP, rows, WARP):
+        for w in range(access.WARP, rows, access.WARP):
             if w % rows_per_block:
                 ax.axhline(w - 0.5, color="black", lw=0.6, ls=":")
     ax.set_xlim(start - 0.5, start + width - 0.5)
@@ -169,30 +115,13 @@ def access_pattern(layout: str = "thread_per_row", rows: int = 32, C: int = 64, 
     ax.set_ylabel("row", fontsize=8)
     ax.yaxis.set_major_locator(MaxNLocator(integer=True))
     ax.tick_params(labelsize=7)
-    n_sec = warp_sectors(layout, C, step, 0, itemsize)
-    ax.set_title(f"{LAYOUTS[layout]}, loop step {step}: warp 0's load touches {n_sec} sector(s) of 32 B\n"
+    n_sec = access.warp_sectors(layout, C, step, 0, itemsize)
+    ax.set_title(f"{access.LAYOUTS[layout]}, loop step {step}: warp 0's load touches {n_sec} sector(s) of 32 B\n"
                  f"grey marks: sector boundaries; thick lines: blocks of {block_size} threads", fontsize=8)
     bar = fig.colorbar(mesh, ax=ax, pad=0.01, fraction=0.04)
     bar.set_label("lane", fontsize=7)
     bar.ax.tick_params(labelsize=6)
     return fig
-
-
-def butterfly_values(values, offsets=(16, 8, 4, 2, 1)):
-    """Simulate ``value += __shfl_xor_sync(mask, value, offset)`` for each offset on 32 lanes.
-
-    Returns an array of shape ``(len(offsets) + 1, 32)``: row 0 holds the inputs, row k every lane's
-    value after step k. With the offsets 16, 8, 4, 2, 1 every lane ends with the sum of all 32.
-    """
-    v = np.asarray(values, dtype=np.float64).copy()
-    if v.shape != (WARP,):
-        raise ValueError(f"values must hold one number per lane (32), got shape {v.shape}")
-    lanes = np.arange(WARP)
-    out = [v.copy()]
-    for o in offsets:
-        v = v + v[lanes ^ int(o)]
-        out.append(v.copy())
-    return np.array(out)
 
 
 def butterfly(offsets=(16, 8, 4, 2, 1), highlight: int | None = 0):
@@ -204,21 +133,10 @@ def butterfly(offsets=(16, 8, 4, 2, 1), highlight: int | None = 0):
     """
     offsets = tuple(int(o) for o in offsets)
     fig, ax = _small_figure((FIGSIZE[0], 1.0 + 0.55 * (len(offsets) + 1)))
-    lanes = np.arange(WARP)
-    # which inputs each lane's value contains, step by step (a 32 x 32 0/1 matrix per step)
-    contains = [np.eye(WARP, dtype=int)]
-    for o in offsets:
-        m = contains[-1]
-        contains.append(m + m[lanes ^ o])
-    needed = np.zeros((len(offsets) + 1, WARP), bool)  # lanes whose value at step k reaches the highlight
-    if highlight is not None:
-        needed[-1, highlight] = True
-        for k in range(len(offsets), 0, -1):
-            on = np.flatnonzero(needed[k])
-            needed[k - 1, on] = True
-            needed[k - 1, on ^ offsets[k - 1]] = True
-    from matplotlib.collections import LineCollection
-
+    lanes = np.arange(access.WARP)
+    contains = access.butterfly_contents(offsets)  # which inputs each lane's value holds, step by step
+    needed = (access.butterfly_feeders(offsets, highlight) if highlight is not None
+              else np.zeros((len(offsets) + 1, access.WARP), bool))  # lanes whose value reaches the highlight
     faint, strong = [], []
     for k, o in enumerate(offsets, start=1):
         for i in lanes:
@@ -226,7 +144,7 @@ def butterfly(offsets=(16, 8, 4, 2, 1), highlight: int | None = 0):
             (strong if on else faint).append([(i ^ o, k - 1), (i, k)])  # the value received
             if on:
                 strong.append([(i, k - 1), (i, k)])  # the lane's own value, kept
-        ax.text(WARP - 0.2, k - 0.5, f"xor {o}", fontsize=7, va="center", color="#08519c")
+        ax.text(access.WARP - 0.2, k - 0.5, f"xor {o}", fontsize=7, va="center", color="#08519c")
     # plain (not antialiased) faint lines keep the PNG small
     ax.add_collection(LineCollection(faint, colors="#9ecae1", linewidths=0.6, antialiaseds=False, zorder=1))
     ax.add_collection(LineCollection(strong, colors="black", linewidths=1.1, zorder=2))
@@ -234,16 +152,16 @@ def butterfly(offsets=(16, 8, 4, 2, 1), highlight: int | None = 0):
     for k, m in enumerate(contains):
         groups = {}
         colour_of = [groups.setdefault(tuple(m[:, i]), len(groups)) for i in lanes]
-        ax.scatter(lanes, np.full(WARP, k), c=[cmap(g % 20) for g in colour_of], s=18, zorder=3,
+        ax.scatter(lanes, np.full(access.WARP, k), c=[cmap(g % 20) for g in colour_of], s=18, zorder=3,
                    edgecolors="black", linewidths=0.3)
         counts = sorted({int(m[:, i].sum()) for i in lanes})
         label = "/".join(str(c) for c in counts)
-        ax.text(WARP + 2.6, k, f"{label} lane{'s' if counts != [1] else ''}", fontsize=7, va="center")
+        ax.text(access.WARP + 2.6, k, f"{label} lane{'s' if counts != [1] else ''}", fontsize=7, va="center")
     ax.set_yticks(range(len(offsets) + 1), ["input"] + [f"step {k}" for k in range(1, len(offsets) + 1)],
                   fontsize=7)
-    ax.set_xticks(range(0, WARP, 4))
+    ax.set_xticks(range(0, access.WARP, 4))
     ax.tick_params(axis="x", labelsize=7)
-    ax.set_xlim(-0.8, WARP + 6.5)
+    ax.set_xlim(-0.8, access.WARP + 6.5)
     ax.set_ylim(len(offsets) + 0.4, -0.4)
     ax.set_xlabel("lane", fontsize=8)
     for side in ("top", "right"):
@@ -261,8 +179,6 @@ def thread_indices(n: int = 20, block_size: int = 8):
     One box per thread, coloured by block; threads with ``i >= n`` (greyed) exist because the grid is
     rounded up to whole blocks, which is why kernels test ``if (i < n)``.
     """
-    from matplotlib.patches import Rectangle
-
     n, block_size = int(n), int(block_size)
     if n < 1 or block_size < 1:
         raise ValueError(f"n and block_size must be at least 1, got n={n} block_size={block_size}")
@@ -340,19 +256,11 @@ def speedup_bars(results, baseline: str = "v1_naive", title: str | None = None):
 
 def _figure_0407(figsize=FIGSIZE, **subplots):
     # a Figure outside pyplot: displayed once as a cell's value, never piling up in pyplot's list
-    from matplotlib.figure import Figure
-
     fig = Figure(figsize=figsize, dpi=DPI, layout="constrained")
     return fig, fig.subplots(**subplots)
 
 
-def _bank_layout(stride: int, lanes: int = 32, banks: int = 32):
-    """(row, bank) of the 4-byte word each lane touches when lane i reads word ``i * stride``."""
-    words = np.arange(lanes) * int(stride)
-    return words // banks, words % banks
-
-
-def bank_conflicts(strides=(1, 2, 32), lanes: int = 32, banks: int = 32):
+def bank_conflicts(strides=(1, 2, 32), lanes: int = access.WARP, banks: int = access.BANKS):
     """Shared memory as rows of 32 four-byte banks; the cells one warp touches, coloured by lane.
 
     Lane ``i`` reads word ``i * stride``. A bank that holds k different touched words serves them one
@@ -362,16 +270,14 @@ def bank_conflicts(strides=(1, 2, 32), lanes: int = 32, banks: int = 32):
     fig, axes = _figure_0407((FIGSIZE[0], FIGSIZE[1] + 0.3), nrows=1, ncols=len(strides), squeeze=False)
     cmap = matplotlib.colormaps["viridis"].with_extremes(bad="#f2f2f2")
     for ax, stride in zip(axes[0], strides):
-        rows, bank = _bank_layout(stride, lanes, banks)
+        rows, bank = access.bank_layout(stride, lanes, banks)
         needed = int(rows.max()) + 1
         shown = max(4, min(needed, 32))
         grid = np.full((shown, banks), np.nan)
-        per_bank = {}
         for lane, (r, b) in enumerate(zip(rows, bank)):
-            per_bank.setdefault(int(b), set()).add(int(r))
             if r < shown:
                 grid[r, b] = lane
-        degree = max(len(v) for v in per_bank.values())
+        degree = access.bank_conflict_degree(stride, lanes, banks)
         ax.pcolormesh(np.arange(banks + 1) - 0.5, np.arange(shown + 1) - 0.5, np.ma.masked_invalid(grid),
                       cmap=cmap, vmin=0, vmax=lanes - 1)
         for y in np.arange(shown + 1) - 0.5:  # row boundaries
@@ -394,8 +300,6 @@ def bank_conflicts(strides=(1, 2, 32), lanes: int = 32, banks: int = 32):
 def partials_reduction(rows: int = 12, warps_per_block: int = 2, blocks: int = 3, channels: int = 8):
     """v5's two passes: rows go to blocks (grid-stride), each block writes one row of C partials to
     scratch, then thread c of a second kernel adds column c top to bottom (block 0 first)."""
-    from matplotlib.patches import Rectangle
-
     colors = matplotlib.colormaps["tab10"]
     fig, ax = _figure_0407((FIGSIZE[0], FIGSIZE[1] + 0.4))
     ax.set_xlim(-0.5, 3 * channels + 3.5)
@@ -460,7 +364,7 @@ def ticket_timeline(blocks: int = 8, seed: int = 0, reduce_time: float = 0.35):
     times = np.concatenate([[0.0], np.sort(finish)])
     value = [0]
     for _ in range(blocks):
-        value.append(0 if value[-1] >= blocks - 1 else value[-1] + 1)
+        value.append(access.atomic_inc(value[-1], blocks - 1))
     axc.step(np.append(times, times[-1] + reduce_time + 0.05), value + [value[-1]], where="post", color="black")
     axc.set_ylabel("counter", fontsize=8)
     axc.set_xlabel("time (illustrative)", fontsize=8)
@@ -501,27 +405,22 @@ def bf16_error_histogram(samples: dict, limit: float | None = None, xlabel: str 
     return fig
 
 
-#: blocks per SM that each version's launch plan asks for (kernels.py: _plan_v3/_plan_v4 use
-#: _persistent_grid(L, 4), _plan_v5 _persistent_grid(L, 2), _plan_v6 2 * multiprocessors)
-PLAN_BLOCKS_PER_SM = {"v3_smem": 4, "v4_vec_bf16": 4, "v5_two_pass": 2, "v6_last_block": 2}
-
-
 def shared_memory_chart(version: str = "v3_smem", block_size: int | None = None, C: int | None = None,
                         arch: str = "sm_90", Cs=None):
     """Dynamic shared memory per block (left) and blocks per SM (right) against C, for one version.
 
     Computed on the CPU (:func:`rmsnorm_lessons.occupancy.occupancy`, which compiles the kernel once with
-    nvcc). Lines: the 48 KiB a block gets without opting in, the opt-in maximum, the plan's blocks per SM.
+    nvcc; the block and shared memory are what the version's plan launches). Lines: the 48 KiB a block gets
+    without opting in, the opt-in maximum, the plan's blocks per SM.
     """
-    from . import kernels, occupancy
-
-    spec = kernels.get(version)
+    spec = ladder.get(version)
     block = int(block_size or spec.block_size)
     lim = occupancy.limits(arch)
     step = spec.c_multiple if spec.c_multiple > 1 else 1
     Cs = np.asarray(Cs if Cs is not None else sorted({int(c) // step * step for c in np.geomspace(256, 32768, 49)}))
-    smem = np.array([spec.dynamic_smem(int(c), block) for c in Cs]) / 1024
+    smem = np.array([occupancy.launch_shape(spec, int(c), block)[2] for c in Cs]) / 1024
     blocks = np.array([occupancy.occupancy(spec, int(c), arch, block).blocks_per_sm for c in Cs])
+    plans = {occupancy.plan_blocks_per_sm(spec, int(c), block) for c in Cs}
     fig, (a1, a2) = _figure_0407((FIGSIZE[0], FIGSIZE[1]), nrows=1, ncols=2)
     a1.plot(Cs, smem, color="black", lw=1.3)
     a1.axhline(lim.shared_per_block / 1024, color="#2ca02c", ls="--", lw=1, label="48 KiB: no opt-in needed")
@@ -529,7 +428,7 @@ def shared_memory_chart(version: str = "v3_smem", block_size: int | None = None,
                label=f"{lim.shared_per_block_optin // 1024} KiB: the most a block may have")
     a1.set_ylabel("KiB per block", fontsize=8)
     a2.step(Cs, blocks, where="post", color="black", lw=1.3, label="blocks that fit on one SM")
-    plan = PLAN_BLOCKS_PER_SM.get(spec.name)
+    plan = plans.pop() if len(plans) == 1 else None  # a fixed number per SM, the same at every C
     if plan:
         a2.axhline(plan, color="#1f77b4", ls=":", lw=1.2, label=f"the plan launches {plan} per SM")
     a2.set_ylabel("blocks per SM", fontsize=8)
@@ -555,13 +454,10 @@ def v7_row_layout(C: int = 2048, K: int | None = None, block: int = 512):
     One column per thread of the group, one row per j (the thread's K chunks): each cell shows the chunk
     number, so a warp's 32 threads read 32 neighbouring chunks (512 contiguous bytes) at every j.
     """
-    from . import kernels
-
-    shape = kernels.v7_shape(C, block, K)
+    shape = v7_fast.row_layout(C, block, K)
     chunks = C // 8
     G, K = shape.group, shape.K
-    grid = np.array([[t + j * G for t in range(G)] for j in range(K)], float)
-    grid[grid >= chunks] = np.nan  # lanes with nothing to load in their last chunk
+    grid = access.v7_chunks(C, G, K)
     fig, ax = _small_figure((FIGSIZE[0], 0.9 + 0.35 * K))
     cmap = matplotlib.colormaps["viridis"].with_extremes(bad="#eeeeee")
     ax.pcolormesh(np.arange(G + 1) - 0.5, np.arange(K + 1) - 0.5, np.ma.masked_invalid(grid), cmap=cmap,
@@ -618,9 +514,7 @@ def speed_of_light(results, copy_gbps: float | None = None, target: float = 0.9,
 def floor_and_fixed(shapes, copy_gbps: float, fixed_us: float = 5.0, overwrite: bool = False):
     """The best fraction of the copy bandwidth a kernel can reach when each launch also pays ``fixed_us``
     of start-up and finish (ramp, partials, final sum, tail), per shape: floor / (floor + fixed)."""
-    from . import kernels
-
-    spec = kernels.get("v7_fast")
+    spec = ladder.get("v7_fast")
     floors = np.array([spec.bytes_moved(N, C, overwrite) / (copy_gbps * 1e9) * 1e6 for N, C in shapes])
     frac = floors / (floors + fixed_us)
     fig, ax = _small_figure((max(4.8, 0.9 * len(shapes) + 2.0), 2.8))
@@ -644,13 +538,11 @@ def fixed_cost(lines: dict, C: int | None = None):
     ``lines``: {name: [(N, ms), ...]}. Where a line meets N = 0 is what each launch costs whatever its size;
     its slope is the steady-state speed. (:func:`rmsnorm_lessons.bench.fit_fixed_cost` does the fit.)
     """
-    from .bench import fit_fixed_cost
-
     fig, ax = _small_figure((5.2, 3.0))
     top = max(n for pts in lines.values() for n, _ in pts)
     for i, (name, pts) in enumerate(lines.items()):
         ns, ms = zip(*sorted(pts))
-        fixed, per_row = fit_fixed_cost(ns, ms)
+        fixed, per_row = bench.fit_fixed_cost(ns, ms)
         color = f"C{i}"
         ax.plot(np.array(ns) / 1e3, 1e3 * np.array(ms), "o", ms=3.5, color=color)
         ax.plot([0, top / 1e3], [fixed, fixed + per_row * top / 1e3], "-", lw=1.2, color=color,

@@ -7,10 +7,17 @@ Nothing here launches a kernel until a button is pressed.
 """
 from __future__ import annotations
 
+import html
+
+import matplotlib.pyplot as plt
+import numpy as np
+
+from . import access, bench, check, gpu, ladder, occupancy, plots, validate
+
 
 def _ipywidgets():
     try:
-        import ipywidgets
+        import ipywidgets  # lazy: ipywidgets is optional (the test and lab extras)
     except ImportError as exc:  # pragma: no cover - ipywidgets is in the test and lab extras
         raise ImportError("the interactive controls need ipywidgets: pip install ipywidgets") from exc
     return ipywidgets
@@ -28,13 +35,10 @@ class AccessExplorer:
 
     def __init__(self, layout: str = "thread_per_row", N: int = 32, C: int = 64, block_size: int = 64,
                  step: int = 0):
-        from . import plots
-
         w = _ipywidgets()
-        self._plots = plots
-        layout = plots._layout(layout)
+        layout = access.layout_name(layout)
         style = {"description_width": "initial"}
-        self.layout = w.ToggleButtons(options=[(text, key) for key, text in plots.LAYOUTS.items()],
+        self.layout = w.ToggleButtons(options=[(text, key) for key, text in access.LAYOUTS.items()],
                                       value=layout, description="layout",
                                       style={**style, "button_width": "250px"})
         self.block_size = w.IntSlider(value=block_size, min=32, max=1024, step=32, description="block size",
@@ -54,19 +58,18 @@ class AccessExplorer:
         self._update_note()
 
     def _steps(self) -> int:
-        C = int(self.C.value)
-        return C if self.layout.value == "thread_per_row" else -(-C // 32)
+        return access.loop_steps(self.layout.value, int(self.C.value))
 
     def _update_note(self):
         C = int(self.C.value)
-        sectors = self._plots.warp_sectors(self.layout.value, C, int(self.step.value))
+        sectors = access.warp_sectors(self.layout.value, C, int(self.step.value))
         self.note.value = (f"<small>{self._steps()} loop steps cover a row; at this step warp 0's load of "
                            f"<code>inp</code> touches <b>{sectors}</b> sector(s) of 32 bytes.</small>")
 
     def figure(self):
         """The picture for the current settings (a matplotlib Figure)."""
-        return self._plots.access_pattern(self.layout.value, rows=int(self.N.value), C=int(self.C.value),
-                                          step=int(self.step.value), block_size=int(self.block_size.value))
+        return plots.access_pattern(self.layout.value, rows=int(self.N.value), C=int(self.C.value),
+                                    step=int(self.step.value), block_size=int(self.block_size.value))
 
     def _changed(self, change=None):
         self.step.max = max(0, self._steps() - 1)  # clamps the step's value when the range shrinks
@@ -75,7 +78,7 @@ class AccessExplorer:
             self._handle.update(self.figure())
 
     def _ipython_display_(self):
-        from IPython.display import display
+        from IPython.display import display  # lazy: IPython is there only where the widget is shown
 
         display(self.controls)
         self._handle = display(self.figure(), display_id=True)
@@ -96,12 +99,10 @@ class CheckAndTime:
     """
 
     def __init__(self, versions=None, N: int = 8192, C: int = 1024, repeats: int = 20, version: str | None = None):
-        from . import kernels
-
         w = _ipywidgets()
-        versions = list(versions or kernels.VERSIONS)
+        versions = list(versions or ladder.VERSIONS)
         for v in versions:
-            kernels.get(v)  # a clear error for a misspelt version
+            ladder.get(v)  # a clear error for a misspelt version
         style = {"description_width": "initial"}
         if version is not None and version not in versions:
             raise ValueError(f"version {version!r} is not among the versions offered: {', '.join(versions)}")
@@ -121,16 +122,14 @@ class CheckAndTime:
 
     def run(self) -> str:
         """Check and time the current choice; return the report as text (the button prints it)."""
-        from . import bench, check, gpu, kernels
-
         reason = gpu.why_unavailable()
         if reason is not None:
             return f"Nothing was launched: {reason}"
         version, N, C = self.version.value, int(self.N.value), int(self.C.value)
-        spec = kernels.get(version)
-        try:
-            kernels.check_inputs(spec, *(_empty((N, C), spec.dtype),) * 2, _empty((C,), spec.dtype),
-                                 _empty((N,), "float32"))
+        spec = ladder.get(version)
+        try:  # the shape rules first (C a multiple of 8 for bf16, ...), on empty host arrays
+            validate.check_inputs(spec, *(np.empty((N, C), spec.dtype),) * 2, np.empty((C,), spec.dtype),
+                                  np.empty((N,), np.float32))
             report = check.check_version(version, N, C)
         except ValueError as exc:
             return f"{version} cannot run N={N} C={C}: {exc}"
@@ -147,7 +146,7 @@ class CheckAndTime:
         return "\n".join(lines)
 
     def _clicked(self, _button=None):
-        from IPython.display import display
+        from IPython.display import display  # lazy: IPython is there only where the widget is shown
 
         self.button.disabled = True
         try:
@@ -158,9 +157,6 @@ class CheckAndTime:
                 self.output.clear_output()
                 print(text)
                 if self.results:
-                    from . import plots
-                    import matplotlib.pyplot as plt
-
                     fig = plots.bandwidth_bars(self.results, self.copy_gbps, title="every run of this control")
                     display(fig)
                     plt.close(fig)
@@ -168,9 +164,7 @@ class CheckAndTime:
             self.button.disabled = False
 
     def _ipython_display_(self):
-        from IPython.display import display
-
-        from . import gpu
+        from IPython.display import display  # lazy: IPython is there only where the widget is shown
 
         display(self.controls)
         reason = gpu.why_unavailable()
@@ -179,12 +173,6 @@ class CheckAndTime:
                   "reference, then times it against the copy bandwidth.")
         else:
             print("No GPU here, so the button will only say so; on a GPU it checks and times the version.")
-
-
-def _empty(shape, dtype):
-    import numpy as np
-
-    return np.empty(shape, dtype)
 
 
 def check_and_time(versions=None, N: int = 8192, C: int = 1024, repeats: int = 20,
@@ -201,12 +189,9 @@ def shared_memory_summary(version: str = "v3_smem", C: int = 4096, block_size: i
     """One paragraph: a version's dynamic shared memory at C, whether the launch must opt in, how many
     blocks fit on one SM and whether the plan's grid (for N large enough to fill it) runs in one wave.
     No GPU needed."""
-    from . import kernels, occupancy, plots
-
-    spec = kernels.get(version)
-    block = int(block_size or spec.block_size)
+    spec = ladder.get(version)
+    _, block, need = occupancy.launch_shape(spec, int(C), block_size)
     lim = occupancy.limits(arch)
-    need = int(spec.dynamic_smem(int(C), block))
     if need <= lim.shared_per_block:
         where = f"within the {lim.shared_per_block // 1024} KiB every block may use"
     elif need <= lim.shared_per_block_optin:
@@ -214,10 +199,10 @@ def shared_memory_summary(version: str = "v3_smem", C: int = 4096, block_size: i
                  f"(MAX_DYNAMIC_SHARED_SIZE_BYTES, up to {lim.shared_per_block_optin // 1024} KiB)")
     else:
         where = f"more than the {lim.shared_per_block_optin // 1024} KiB a block may have: it cannot launch"
-    occ = occupancy.occupancy(spec, int(C), arch, block)
+    occ = occupancy.occupancy(spec, int(C), arch, block_size)
     text = (f"{spec.name} at C={C} with {block} threads a block: {need} B of dynamic shared memory per block, "
             f"{where}. {occ.blocks_per_sm} block(s) fit on one SM (limited by {occ.limiter}).")
-    plan = plots.PLAN_BLOCKS_PER_SM.get(spec.name)
+    plan = occupancy.plan_blocks_per_sm(spec, int(C), block_size)
     if plan and occ.blocks_per_sm:
         if occ.blocks_per_sm >= plan:
             text += f" The plan launches {plan} per SM: all of them run at once."
@@ -236,10 +221,8 @@ class SharedMemoryExplorer:
 
     def __init__(self, version: str = "v3_smem", C: int = 4096, block_size: int | None = None,
                  arch: str = "sm_90"):
-        from . import kernels
-
         w = _ipywidgets()
-        spec = kernels.get(version)
+        spec = ladder.get(version)
         self.arch = arch
         style = {"description_width": "initial"}
         self.version = w.Dropdown(options=list(self.VERSIONS), value=spec.name, description="version",
@@ -259,15 +242,11 @@ class SharedMemoryExplorer:
         return shared_memory_summary(self.version.value, int(self.C.value), int(self.block_size.value), self.arch)
 
     def figure(self):
-        from . import plots
-
         return plots.shared_memory_chart(self.version.value, int(self.block_size.value), int(self.C.value),
                                          self.arch)
 
     def _version_changed(self, change=None):
-        from . import kernels
-
-        self.block_size.value = kernels.get(self.version.value).block_size  # fires _changed if it moves
+        self.block_size.value = ladder.get(self.version.value).block_size  # fires _changed if it moves
         self._changed()
 
     def _changed(self, change=None):
@@ -277,7 +256,7 @@ class SharedMemoryExplorer:
             self._handle.update(self.figure())
 
     def _ipython_display_(self):
-        from IPython.display import display
+        from IPython.display import display  # lazy: IPython is there only where the widget is shown
 
         display(self.controls)
         # the text and the picture are ordinary outputs, so a saved notebook shows them without widgets
@@ -295,8 +274,6 @@ class _Text:
         return self.text
 
     def _repr_html_(self) -> str:
-        import html
-
         return f"<p><small>{html.escape(self.text)}</small></p>"
 
 

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 from matplotlib.figure import Figure
 
-from rmsnorm_lessons import build, plots
+from rmsnorm_lessons import access, build, plots
 from rmsnorm_lessons.exercises import lesson00, lesson01, lesson02, lesson03
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -33,11 +33,11 @@ def test_access_pattern_rejects_bad_arguments():
 
 
 def test_touched_elements_follow_the_kernels_indexing():
-    v1 = plots.touched_elements("thread_per_row", N=40, C=64, step=5)
+    v1 = access.touched_elements("thread_per_row", N=40, C=64, step=5)
     assert v1 == [(t, t, 5) for t in range(40)]
-    v2 = plots.touched_elements("warp_per_row", N=2, C=40, step=1)  # columns 32..39 only
+    v2 = access.touched_elements("warp_per_row", N=2, C=40, step=1)  # columns 32..39 only
     assert v2 == [(w * 32 + lane, w, 32 + lane) for w in range(2) for lane in range(8)]
-    assert plots.touched_elements("thread_per_row", N=4, C=8, step=8) == []
+    assert access.touched_elements("thread_per_row", N=4, C=8, step=8) == []
 
 
 @pytest.mark.parametrize("layout,C,step,sectors", [
@@ -46,15 +46,15 @@ def test_touched_elements_follow_the_kernels_indexing():
     ("warp_per_row", 8, 0, 1),
 ])
 def test_warp_sectors(layout, C, step, sectors):
-    assert plots.warp_sectors(layout, C, step) == sectors
+    assert access.warp_sectors(layout, C, step) == sectors
 
 
 def test_butterfly_values_sum_in_every_lane():
     x = np.arange(32.0)
-    steps = plots.butterfly_values(x)
+    steps = access.butterfly_values(x)
     assert steps.shape == (6, 32)
     assert np.all(steps[-1] == x.sum())
-    four = plots.butterfly_values(x, offsets=(16, 8, 4, 2))[-1]
+    four = access.butterfly_values(x, offsets=(16, 8, 4, 2))[-1]
     assert four[0] == sum(range(0, 32, 2)) and four[1] == sum(range(1, 32, 2))
 
 

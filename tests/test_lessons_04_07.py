@@ -1,6 +1,7 @@
 """Lessons 04-07 without a GPU: their pictures, exercises (right answers pass, wrong ones fail with a
 useful message), the shared-memory widget and the notebooks' shape. The GPU paths are marked ``gpu``."""
 import ast
+import dataclasses
 import math
 from pathlib import Path
 
@@ -8,7 +9,7 @@ import numpy as np
 import pytest
 from matplotlib.figure import Figure
 
-from rmsnorm_lessons import bf16, kernels, plots
+from rmsnorm_lessons import access, bf16, gpu, kernels, ladder, launch, occupancy, plots
 from rmsnorm_lessons.exercises import Verdict, lesson04, lesson05, lesson06, lesson07
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -34,10 +35,12 @@ def test_bank_conflicts_figure(strides):
 
 
 def test_bank_layout_follows_the_word_index():
-    rows, banks = plots._bank_layout(33)
+    rows, banks = access.bank_layout(33)
     assert rows[1] == 1 and banks[1] == 1 and len(set(banks.tolist())) == 32
-    rows, banks = plots._bank_layout(32)
+    rows, banks = access.bank_layout(32)
     assert set(banks.tolist()) == {0} and rows.tolist() == list(range(32))
+    for stride in (0, 1, 2, 3, 32, 33, 48, 64, 1024):
+        assert access.bank_conflict_degree(stride) == (math.gcd(stride, 32) if stride else 1)
 
 
 def test_partials_and_ticket_figures():
@@ -64,31 +67,16 @@ def test_shared_memory_chart(version, C):
     _small(plots.shared_memory_chart(version, C=C, Cs=[256, 1024, 4096, 16384]))
 
 
-class _FakeLauncher:
-    """Just enough of kernels.Launcher for a plan function to say which grid it launches."""
-
-    def __init__(self, version, N, C, multiprocessors=132):
-        self.spec = kernels.get(version)
-        self.N, self.C, self.block_size, self.multiprocessors = N, C, self.spec.block_size, multiprocessors
-        self.grids = []
-
-    def call(self, kernel, grid, stream, *args, block=None):
-        self.grids.append((kernel, grid[0]))
-
-    def scratch(self, name, nbytes, zero=False):
-        return 0
-
-    def memset32(self, ptr, count, stream=None):
-        pass
-
-
-@pytest.mark.parametrize("version", sorted(plots.PLAN_BLOCKS_PER_SM))
-def test_plan_blocks_per_sm_matches_the_launch_plans(version):
-    L = _FakeLauncher(version, N=1 << 22, C=1024)
-    L.spec.plan(L, kernels.Buffers(*range(1, 7)), None)
-    kernel, grid = L.grids[0]
-    assert kernel == L.spec.kernels[0]
-    assert grid == plots.PLAN_BLOCKS_PER_SM[version] * L.multiprocessors
+@pytest.mark.parametrize("version,per_sm", [("v1_naive", None), ("v2_warp", None), ("v3_smem", 4),
+                                            ("v4_vec_bf16", 4), ("v5_two_pass", 2), ("v6_last_block", 2)])
+def test_plan_blocks_per_sm_is_read_from_the_plans(version, per_sm):
+    # what the shared-memory chart and summary draw as "the plan launches k per SM"
+    assert occupancy.plan_blocks_per_sm(version, 1024) == per_sm
+    if per_sm is not None:
+        assert per_sm == getattr(ladder, version).BLOCKS_PER_SM
+        for sms in (1, 108, 132):
+            device = dataclasses.replace(gpu.H200, multiprocessors=sms)
+            assert ladder.plan(version, 1 << 22, 1024, device)[0].grid == per_sm * sms
 
 
 # --- exercises ----------------------------------------------------------------------------------------
@@ -103,12 +91,18 @@ def _degree(stride):
 
 
 def test_lesson04_atomics():
+    sms = gpu.facts_or_fallback()[0].multiprocessors  # the checker asks about this GPU (else the H200)
     assert lesson04.check_v3_atomics(13 * 768).passed  # 13 blocks of 8 warps for 100 rows
-    assert lesson04.check_v3_atomics(528 * 4096, N=1 << 20, C=4096).passed
-    for wrong, expect in [(100 * 768, "v2's count"), (528 * 768, "upper limit"), (13, "number of blocks"),
-                          (12345, "not it"), (None, "replace None"), ("many", "whole number"), (9984.5, "whole")]:
+    assert lesson04.check_v3_atomics(4 * sms * 4096, N=1 << 20, C=4096).passed
+    assert lesson04.check_v3_atomics(528 * 4096, N=1 << 20, C=4096, sms=132).passed
+    v = lesson04.check_v3_atomics(432 * 4096, N=1 << 20, C=4096, sms=108)
+    assert v.passed and "a GPU of 108 SMs" in v.message, v.message
+    for wrong, expect in [(100 * 768, "v2's count"), (13, "number of blocks"), (12345, "not it"),
+                          (None, "replace None"), ("many", "whole number"), (9984.5, "whole")]:
         v = lesson04.check_v3_atomics(wrong)
         assert isinstance(v, Verdict) and not v.passed and expect in v.message, v.message
+    v = lesson04.check_v3_atomics(528 * 768, N=100, C=768, sms=132)
+    assert not v.passed and "upper limit" in v.message and "132 SMs" in v.message, v.message
 
 
 def test_lesson04_bank_conflict_degree():
@@ -311,7 +305,7 @@ def test_v6_counter_reads_zero_after_every_launch():
     for _ in range(3):
         kernels.run("v6_last_block", p["dout"], p["inp"], p["weight"], p["rstd"], p["dinp"], p["dweight"])
         counter = np.ones(1, np.uint32)
-        drv.memcpy_dtoh(counter, kernels.launcher("v6_last_block", N, C).scratch("scratch", 0))
+        drv.memcpy_dtoh(counter, launch.launcher("v6_last_block", C).scratch("scratch"))
         assert counter[0] == 0
 
 
@@ -324,7 +318,7 @@ def test_v4_accumulator_readback_is_what_dweight_adds():
     p = reference.random_problem(N, C, bf16.bfloat16, seed=3)
     _, dweight = kernels.run("v4_vec_bf16", p["dout"], p["inp"], p["weight"], p["rstd"], p["dinp"], p["dweight"])
     accum = np.empty(C, np.float32)
-    gpu.driver().memcpy_dtoh(accum, kernels.launcher("v4_vec_bf16", N, C).scratch("dweight_accum", C * 4))
+    gpu.driver().memcpy_dtoh(accum, launch.launcher("v4_vec_bf16", C).scratch("dweight_accum"))
     expect = bf16.to_bf16(bf16.from_bf16(p["dweight"]) + accum)
     assert np.array_equal(bf16.bits(dweight), bf16.bits(expect))
     _, grad = reference.backward(p["dout"], p["inp"], p["weight"], p["rstd"])

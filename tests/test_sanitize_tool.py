@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from rmsnorm_lessons import build, kernels
+from rmsnorm_lessons import build, ladder
 
 ROOT = Path(__file__).resolve().parent.parent
 spec = importlib.util.spec_from_file_location("sanitize_tool", ROOT / "tools" / "sanitize.py")
@@ -47,7 +47,7 @@ def test_no_summary_is_none():
 
 
 def test_shapes_are_a_small_and_an_odd_one_the_version_accepts():
-    for v in kernels.VERSION_LIST:
+    for v in map(ladder.get, ladder.VERSIONS):
         shapes = sanitize.shapes_for(v)
         assert len(shapes) == 2
         assert all(C % v.c_multiple == 0 for _, C in shapes)
@@ -58,9 +58,9 @@ def test_list_names_every_tool_and_version():
     p = _run("--list")
     assert p.returncode == 0, p.stderr
     lines = p.stdout.splitlines()
-    assert len(lines) == len(sanitize.TOOLS) * len(kernels.VERSIONS)
+    assert len(lines) == len(sanitize.TOOLS) * len(ladder.VERSIONS)
     for tool in sanitize.TOOLS:
-        for v in kernels.VERSIONS:
+        for v in ladder.VERSIONS:
             assert any(f"--tool {tool} " in l and l.endswith(f"--launch {v}") for l in lines), (tool, v)
 
 

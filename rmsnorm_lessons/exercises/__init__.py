@@ -5,6 +5,7 @@ wrong, and displays as one line in a notebook. Tests feed each check a wrong ans
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 
@@ -38,8 +39,6 @@ def read_number(answer, missing: str, whole: bool = False):
     reads "replace None <missing>" (or "replace the ... <missing>"); ``whole`` asks for an integer (``8.0``
     is accepted as 8, ``8.5`` is not).
     """
-    import math
-
     if answer is None or answer is Ellipsis:
         return None, failed(f"replace {'None' if answer is None else 'the ...'} {missing}")
     try:

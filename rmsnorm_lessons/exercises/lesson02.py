@@ -6,6 +6,7 @@ touches at one loop step, in v1 and in v2).
 """
 from __future__ import annotations
 
+from ..access import warp_sectors
 from . import Verdict, failed, passed, read_numbers
 
 ANSWER = "of {name} with your answer (a number, or an expression in N and C)"
@@ -48,8 +49,6 @@ def check_atomics(N: int, C: int, total, per_address) -> Verdict:
 
 
 def _expected_sectors(C: int):
-    from ..plots import warp_sectors
-
     return warp_sectors("thread_per_row", C), warp_sectors("warp_per_row", C)
 
 

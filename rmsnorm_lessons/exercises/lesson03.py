@@ -15,9 +15,10 @@ import re
 
 import numpy as np
 
+from .. import access, build, gpu
 from . import Verdict, failed, passed
 
-WARP = 32
+WARP = access.WARP  # lanes in a warp
 
 STARTER = """\
     // value is this lane's number; return the sum of all 32 lanes' numbers, in every lane.
@@ -66,8 +67,6 @@ def _nvcc_errors(message: str, keep: int = 6) -> str:
 
 def compile_body(body: str, arch: str | None = None):
     """Compile the learner's body with nvcc; return ``(Compiled, None)`` or ``(None, Verdict)``."""
-    from .. import build
-
     try:
         return build.compile_source(source(body), arch or build.DEFAULT_ARCH, name="warp_sum"), None
     except build.CompileError as exc:
@@ -150,10 +149,8 @@ def judge(one_hot_out, random_in, random_out) -> Verdict:
 
 def _launch(body: str):
     """Compile with SourceModule on this GPU and run the test kernel on both inputs."""
-    from pycuda import gpuarray
+    from pycuda import gpuarray  # lazy: PyCUDA loads libcuda, present only where a GPU is
     from pycuda.compiler import SourceModule
-
-    from .. import build, gpu
 
     gpu.require()
     module = SourceModule(source(body), nvcc=build.require_nvcc(), options=list(build.NVCC_FLAGS),
@@ -170,8 +167,6 @@ def _launch(body: str):
 
 def check_warp_sum(body: str) -> Verdict:
     """Compile the learner's body of ``warp_sum`` (always) and, where a GPU works, run and judge it."""
-    from .. import build, gpu
-
     if not isinstance(body, str):
         return failed(f"pass the body as a string (r'''...'''), not {type(body).__name__}")
     code = _strip_comments(body)

@@ -1,42 +1,47 @@
 """Lesson 04 (shared memory, v3_smem): counting global atomics, and bank conflicts."""
 from __future__ import annotations
 
-import math
+import dataclasses
 
+from .. import gpu, ladder
+from ..access import bank_conflict_degree
 from . import Verdict, call_answer, failed, passed, read_number
 
-H200_SMS = 132  # streaming multiprocessors of an H200
+
+def _device(sms: int | None):
+    """This GPU's facts (the H200's saved facts where there is none) and their label; ``sms`` asks
+    "what if the GPU had this many SMs"."""
+    device, label = gpu.facts_or_fallback()
+    if sms is not None:
+        device, label = dataclasses.replace(device, multiprocessors=int(sms)), f"a GPU of {int(sms)} SMs"
+    return device, label
 
 
-def _v3_blocks(N: int, sms: int, block_size: int = 256, per_sm: int = 4) -> int:
-    # kernels._persistent_grid: 4 blocks per SM, never more than the rows need
-    warps = block_size // 32
-    return max(1, min(sms * per_sm, -(-N // warps)))
-
-
-def check_v3_atomics(answer, N: int = 100, C: int = 768, sms: int = H200_SMS) -> Verdict:
-    """How many global atomicAdds does v3_smem issue for one call at (N, C) on a GPU with ``sms`` SMs?"""
+def check_v3_atomics(answer, N: int = 100, C: int = 768, sms: int | None = None) -> Verdict:
+    """How many global atomicAdds does v3_smem issue for one call at (N, C)? On this GPU (the H200's saved
+    facts where there is none), or on a GPU of ``sms`` SMs."""
     value, verdict = read_number(answer, "with your count (an integer)", whole=True)
     if verdict is not None:
         return verdict
-    blocks = _v3_blocks(N, sms)
+    device, label = _device(sms)
+    rung = ladder.get("v3_smem")
+    blocks = ladder.plan(rung, N, C, device)[0].grid
+    per_sm = int(ladder.blocks_per_sm(rung, C, device))
+    most = per_sm * device.multiprocessors  # the plan's grid once the rows are enough for every block
     want = blocks * C
     if value == want:
-        return passed(f"{blocks} blocks x {C} channels = {want} global atomics (v2 would issue {N * C})")
+        return passed(f"{blocks} blocks x {C} channels = {want} global atomics on {label} (v2 would issue "
+                      f"{N * C})")
     if value == N * C:
         return failed("that is v2's count, one atomic per row and channel; v3 issues one per block and channel")
-    if value == sms * 4 * C:
-        return failed(f"{sms * 4} blocks is the plan's upper limit; with {N} rows and 8 warps a block, "
-                      f"how many blocks does _persistent_grid launch?")
+    if value == most * C and most != blocks:
+        return failed(f"{most} blocks ({per_sm} per SM x {device.multiprocessors} SMs of {label}) is the plan's "
+                      f"upper limit; with {N} rows and {rung.block_size // 32} warps a block, how many blocks "
+                      f"does persistent_grid launch?")
     if value == blocks:
         return failed("that is the number of blocks; each block adds all C channels")
-    return failed(f"{value} is not it: count the blocks the plan launches, then the atomics each block issues")
-
-
-def _degree(stride: int) -> int:
-    if stride == 0:
-        return 1  # every lane reads the same word: one broadcast
-    return math.gcd(stride, 32)
+    return failed(f"{value} is not it: count the blocks the plan launches on {label}, then the atomics each "
+                  f"block issues")
 
 
 STRIDES = list(range(0, 70)) + [96, 127, 128, 129, 256, 1000, 1024, 1025]
@@ -52,8 +57,8 @@ def check_bank_conflict_degree(fn) -> Verdict:
         got, verdict = call_answer(fn, stride, at=f"at stride {stride}")
         if verdict is not None:
             return verdict
-        if got != _degree(stride):
-            wrong.append((stride, got, _degree(stride)))
+        if got != bank_conflict_degree(stride):
+            wrong.append((stride, got, bank_conflict_degree(stride)))
     if not wrong:
         return passed(f"right for all {len(STRIDES)} strides: the degree is gcd(stride, 32), and 1 at stride 0")
     stride, got, want = wrong[0]

@@ -1,15 +1,11 @@
 """Lesson 07 (the last block): atomicInc's wrap-around, and what happens without a reset."""
 from __future__ import annotations
 
+from ..access import atomic_inc
 from . import Verdict, call_answer, failed, passed
 
 PAIRS = [(old, limit) for limit in (0, 1, 2, 3, 7, 263, 264, 2**32 - 1)
          for old in sorted({0, 1, 2, limit - 1, limit, limit + 1, 2**32 - 1}) if 0 <= old < 2**32]
-
-
-def atomic_inc_rule(old: int, limit: int) -> int:
-    """CUDA's atomicInc(address, limit) stores this and returns ``old``."""
-    return 0 if old >= limit else old + 1
 
 
 def check_atomic_inc(fn) -> Verdict:
@@ -18,7 +14,7 @@ def check_atomic_inc(fn) -> Verdict:
         got, verdict = call_answer(fn, old, limit, at=f"at old={old}, limit={limit}")
         if verdict is not None:
             return verdict
-        want = atomic_inc_rule(old, limit)
+        want = atomic_inc(old, limit)
         if got != want:
             hint = ""
             if old == limit and got == old + 1:
@@ -40,7 +36,7 @@ def seed_tickets(blocks: int, launches: int, limit: int | None = None, start: in
         drawn = []
         for _ in range(blocks):
             drawn.append(counter)
-            counter = atomic_inc_rule(counter, limit)
+            counter = atomic_inc(counter, limit)
         out.append(drawn)
     return out
 

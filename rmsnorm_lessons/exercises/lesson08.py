@@ -1,14 +1,19 @@
-"""Lesson 08 (speed of light): the floor time of a shape, and what the partials add to it."""
+"""Lesson 08 (speed of light): the floor time of a shape, and what the partials add to it.
+
+The copy bandwidth and the grid default to this GPU's (measured now, and v7_fast's plan on it); where
+there is no GPU, to the H200's saved figures (:func:`rmsnorm_lessons.gpu.copy_bandwidth_or_saved`,
+:func:`rmsnorm_lessons.gpu.facts_or_fallback`).
+"""
 from __future__ import annotations
 
+from .. import gpu, ladder
 from . import Verdict, failed, passed, read_number
 
 
-def bytes_moved(N: int, C: int, overwrite: bool = False, itemsize: int = 2) -> int:
-    """What v7_fast must move: dout, inp, (dinp read unless overwriting), dinp written; rstd (4 bytes a row);
-    weight read, dweight read and written."""
-    tensors = 3 if overwrite else 4
-    return tensors * N * C * itemsize + 4 * N + 3 * C * itemsize
+def bytes_moved(N: int, C: int, overwrite: bool = False, version: str = "v7_fast") -> int:
+    """What v7_fast must move (:meth:`rmsnorm_lessons.ladder.Rung.bytes_moved`): dout, inp, (dinp read
+    unless overwriting), dinp written; rstd (4 bytes a row); weight read, dweight read and written."""
+    return ladder.get(version).bytes_moved(N, C, overwrite)
 
 
 def floor_us(N: int, C: int, copy_gbps: float, overwrite: bool = False) -> float:
@@ -20,18 +25,22 @@ def _close(got: float, want: float, rel: float = 0.01) -> bool:
     return abs(got - want) <= rel * abs(want)
 
 
-def check_floor_time(answer_us, N: int = 32768, C: int = 1024, copy_gbps: float = 4260.0,
+def check_floor_time(answer_us, N: int = 32768, C: int = 1024, copy_gbps: float | None = None,
                      overwrite: bool = False) -> Verdict:
-    """``answer_us``: the floor time of one backward call at (N, C) in microseconds (within 1 %)."""
+    """``answer_us``: the floor time of one backward call at (N, C) in microseconds (within 1 %), at
+    ``copy_gbps`` (default: measured now on this GPU, else the H200's saved figure)."""
     got, verdict = read_number(answer_us, "with a number of microseconds")
     if verdict is not None:
         return verdict
+    if copy_gbps is None:
+        copy_gbps, _ = gpu.copy_bandwidth_or_saved()
     want = floor_us(N, C, copy_gbps, overwrite)
     if _close(got, want):
         return passed(f"{want:.1f} us: {bytes_moved(N, C, overwrite) / 1e6:.1f} MB at {copy_gbps:.0f} GB/s. "
                       f"No kernel with these semantics runs much faster on this GPU")
     other = floor_us(N, C, copy_gbps, not overwrite)
-    bf16_as_fp32 = (bytes_moved(N, C, overwrite, itemsize=4)) / (copy_gbps * 1e9) * 1e6
+    # the same count with 4-byte values: what an fp32 rung (v1_naive) moves
+    bf16_as_fp32 = bytes_moved(N, C, overwrite, version="v1_naive") / (copy_gbps * 1e9) * 1e6
     for wrong, hint in (
         (other, "you counted the tensors of the other mode: with dinp += the kernel reads dinp too (4 row "
                 "tensors), with dinp = it does not (3)"),
@@ -54,11 +63,15 @@ def partials_fraction(N: int, C: int, grid: int) -> float:
     return 2 * grid * C * 4 / bytes_moved(N, C)
 
 
-def check_partials_fraction(answer, N: int = 4096, C: int = 16384, grid: int = 132) -> Verdict:
-    """``answer``: the partials' traffic as a fraction of the kernel's bytes (e.g. 0.05 for 5 %)."""
+def check_partials_fraction(answer, N: int = 4096, C: int = 16384, grid: int | None = None) -> Verdict:
+    """``answer``: the partials' traffic as a fraction of the kernel's bytes (e.g. 0.05 for 5 %), for a grid
+    of ``grid`` blocks (default: what v7_fast's plan launches at (N, C) on this GPU, else on the H200)."""
     got, verdict = read_number(answer, "with a fraction, e.g. 0.05 for 5 %")
     if verdict is not None:
         return verdict
+    if grid is None:
+        device, _ = gpu.facts_or_fallback()
+        grid = ladder.plan("v7_fast", N, C, device)[0].grid
     want = partials_fraction(N, C, grid)
     if _close(got, want, 0.03):
         return passed(f"{100 * want:.2f} %: {grid} blocks x {C} floats, written and read back, against "
