@@ -27,11 +27,14 @@ SEED_ROWS = 8192  # B*T of the seed's own check
 def tolerances(dtype, N: int) -> dict:
     """``{"dinp": (tol, eps), "dweight": (tol, eps)}`` for a version storing ``dtype``, at N rows.
 
-    dinp is per row, so the seed's figure holds at any N. dweight is a sum over N rows: each of the N
-    additions rounds at the size of the partial sum (which grows like sqrt(N)), and the N roundings add
-    up like a random walk (another sqrt(N)), so its absolute tolerance is the seed's scaled by
-    (N / 8192)**1.5 above the seed's own N. (Measured on the H200: v1's fp32 atomics over 3 x 8191 rows
-    missed a linear scaling.)
+    dinp is per row, so the seed's figure holds at any N. dweight[c] is a sum of N terms, added one by
+    one (by a thread, an atomic or a block's partials) in fp32. The k-th addition rounds with an error of
+    at most u * |S_k| (u = 2**-24), and with terms of zero mean |S_k| grows like sqrt(k). If the N errors
+    were independent they would add like a random walk, sqrt(sum of k) ~ N / sqrt(2): linear in N. Their
+    sum is bounded only by u * sum(sqrt(k)) ~ (2/3) u N**1.5, reached when they lean one way, and
+    float atomics arriving in an order that depends on N give no independence to count on. So the
+    tolerance grows with the bound, (N / 8192)**1.5 above the seed's own N. (The linear rule was tried:
+    v1's fp32 atomics over 3 x 8191 rows broke it on the H200.)
     """
     dtype = np.dtype(dtype)
     tol_dinp, tol_dweight = SEED_TOLERANCE[dtype]

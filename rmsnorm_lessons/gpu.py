@@ -7,11 +7,12 @@ the one the CUDA runtime (and so PyTorch) uses, so arrays can be shared with PyT
 from __future__ import annotations
 
 import atexit
+import contextlib
 import ctypes
 import os
 import statistics
 import threading
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 
 class GpuUnavailable(RuntimeError):
@@ -96,9 +97,13 @@ def _shutdown() -> None:
 
 
 def require() -> _Gpu:
-    """The started GPU, its primary context current in the calling thread; or :class:`GpuUnavailable`
-    (the same one on every call). Any Python thread may call it: PyCUDA's context stack is per thread,
-    so a thread that has not used the GPU yet gets the primary context pushed once."""
+    """The started GPU, or :class:`GpuUnavailable` (the same one on every call).
+
+    The thread that starts it keeps the primary context current until exit. Other threads get it with
+    ``with in_context():`` (``run`` and ``forward`` do that themselves): PyCUDA keeps a context stack per
+    thread and aborts the process when a thread ends with a context still pushed, so a pushed context
+    must be popped before the thread ends.
+    """
     global _gpu, _failure
     g = _gpu
     if g is None:
@@ -112,10 +117,23 @@ def require() -> _Gpu:
                     _failure = exc
                     raise
             g = _gpu
-    if not getattr(_thread, "current", False):
-        g.context.push()
-        _thread.current = True
     return g
+
+
+@contextlib.contextmanager
+def in_context():
+    """Make the primary context current in this thread for the block (a no-op where it already is)."""
+    g = require()
+    if getattr(_thread, "current", False):
+        yield g
+        return
+    g.context.push()
+    _thread.current = True
+    try:
+        yield g
+    finally:
+        _thread.current = False
+        g.driver.Context.pop()
 
 
 def available() -> bool:

@@ -67,7 +67,13 @@ def run(version, dout, inp, weight, rstd, dinp=None, dweight=None, *, block_size
     if shp.N == 0:
         return dinp, dweight
 
-    drv = gpu.require().driver
+    with gpu.in_context() as g:  # any thread: the context is pushed for this call and popped after it
+        return _run_on_gpu(spec, g.driver, shp, dout, inp, weight, rstd, dinp, dweight, on_gpu, block_size,
+                           overwrite, config, stream)
+
+
+def _run_on_gpu(spec, drv, shp, dout, inp, weight, rstd, dinp, dweight, on_gpu, block_size, overwrite, config,
+                stream):
     L = launch.launcher(spec, shp.C, block_size=block_size, overwrite=overwrite, config=config)
     pstream, bridge = launch.resolve_stream(stream)
     if on_gpu:
@@ -140,8 +146,11 @@ def forward(inp, weight, eps: float = 1e-5):
     rstd = np.empty(x.shape[:-1], np.float32)
     if N == 0:
         return out, rstd
-    gpu.require()
-    drv = gpu.driver()
+    with gpu.in_context() as g:
+        return _forward_on_gpu(g.driver, x, w, out, rstd, N, C, eps)
+
+
+def _forward_on_gpu(drv, x, w, out, rstd, N, C, eps):
     fn = build.source_module("rmsnorm_forward").get_function("rmsnorm_forward")
     d_inp, d_w = drv.to_device(np.ascontiguousarray(x)), drv.to_device(w)
     d_out, d_rstd = drv.mem_alloc(out.nbytes), drv.mem_alloc(max(rstd.nbytes, 4))
@@ -150,7 +159,7 @@ def forward(inp, weight, eps: float = 1e-5):
         fn(d_out, d_rstd, d_inp, d_w, np.int32(N), np.int32(C), np.float32(eps),
            block=(32 * warps, 1, 1), grid=(ladder.ceil_div(N, warps), 1, 1))
         try:
-            gpu.synchronize()
+            drv.Context.synchronize()
         except drv.Error as exc:
             raise LaunchError(f"rmsnorm_forward: the kernel failed: {exc}") from exc
         drv.memcpy_dtoh(out, d_out)

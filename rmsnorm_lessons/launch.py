@@ -54,7 +54,10 @@ class _ScratchSet:
     def __init__(self):
         self.buffers: dict[str, tuple[object, int]] = {}  # name -> (allocation, bytes)
 
-    def get(self, drv, spec: Scratch, stream):
+    def get(self, drv, spec: Scratch, stream, zeroed: set):
+        """The buffer for ``spec``; a ``zero="each"`` buffer is zeroed the first time a call asks for it
+        (``zeroed`` holds the names this call has zeroed already: v4's accumulator is read by its second
+        kernel, so it must not be zeroed again in between)."""
         held = self.buffers.get(spec.name)
         if held is None or held[1] < spec.nbytes:
             if held is not None:
@@ -66,8 +69,9 @@ class _ScratchSet:
                 drv.memset_d8_async(buf, 0, nbytes, stream)
             held = (buf, nbytes)
             self.buffers[spec.name] = held
-        if spec.zero == "each":
+        if spec.zero == "each" and spec.name not in zeroed:
             drv.memset_d8_async(held[0], 0, spec.nbytes, stream)
+            zeroed.add(spec.name)
         return held[0]
 
     def free(self):
@@ -96,17 +100,17 @@ class Launcher:
         if config is not None and self.rung.name != "v7_fast":
             raise ValueError(f"config is for v7_fast's variants; {self.rung.name} takes none")
         self.config = config
-        g = gpu.require()
-        self.drv = g.driver
-        self.device = gpu.facts()
-        # the plan at one row says every kernel and its shared memory, which do not depend on N
-        probe = self._plan_uncached(1)
-        self.module = build.source_module(self.rung)
-        self.functions = {}
-        self._static: dict[str, int] = {}
-        self._opted_in: set[str] = set()
-        for launch in probe:
-            self._function(launch)
+        with gpu.in_context() as g:
+            self.drv = g.driver
+            self.device = gpu.facts()
+            # the plan at one row says every kernel and its shared memory, which do not depend on N
+            probe = self._plan_uncached(1)
+            self.module = build.source_module(self.rung)
+            self.functions = {}
+            self._static: dict[str, int] = {}
+            self._opted_in: set[str] = set()
+            for launch in probe:
+                self._function(launch)
         self._plans: OrderedDict = OrderedDict()
         self._scratch: OrderedDict = OrderedDict()  # stream handle -> _ScratchSet
         self._lock = threading.Lock()
@@ -174,10 +178,10 @@ class Launcher:
         """Enqueue one call on ``stream`` (a PyCUDA Stream or None); returns at once."""
         if N == 0:
             return
-        gpu.require()  # the context current in this thread
         launches = self.plan(N)
-        with self._lock:
+        with gpu.in_context(), self._lock:
             scratch = self._scratch_for(stream)
+            zeroed: set = set()
             for launch in launches:
                 fn = self._function(launch)
                 args = []
@@ -185,7 +189,7 @@ class Launcher:
                     if isinstance(value, Tensor):
                         args.append(np.uintp(getattr(tensors, value.name)))
                     elif isinstance(value, Scratch):
-                        args.append(np.uintp(int(scratch.get(self.drv, value, stream))))
+                        args.append(np.uintp(int(scratch.get(self.drv, value, stream, zeroed))))
                     else:
                         args.append(np.int32(value))
                 try:
@@ -204,7 +208,7 @@ class Launcher:
 
     def free(self) -> None:
         """Free this launcher's scratch (waiting for the streams that use it)."""
-        with self._lock:
+        with gpu.in_context(), self._lock:
             for scratch, stream in self._scratch.values():
                 _wait(stream)
                 scratch.free()
@@ -257,11 +261,13 @@ def launcher(version, C: int, *, block_size: int | None = None, overwrite: bool 
 
 def release() -> None:
     """Free every cached launcher's scratch and forget the launchers (and the foreign-stream bridges)."""
-    with _cache_lock:
+    if not gpu.available():
+        return
+    with gpu.in_context(), _cache_lock:
         for L in _cache.values():
             L.free()
         _cache.clear()
-    with _bridges_lock:
+    with gpu.in_context(), _bridges_lock:
         for b in _bridges.values():
             b.close()
         _bridges.clear()

@@ -117,6 +117,8 @@ def check_inputs(version, dout, inp, weight, rstd, dinp=None, dweight=None) -> S
 
 
 def _check_device_arrays(spec: ladder.Rung, arrays: dict) -> None:
+    # empty arrays have no memory (PyCUDA gives them gpudata None): nothing to align or overlap
+    arrays = {n: a for n, a in arrays.items() if a.gpudata is not None and int(a.nbytes) > 0}
     # 128-bit rungs load 16 bytes at a time; the others need their element's own alignment
     for name, a in arrays.items():
         itemsize = np.dtype(a.dtype).itemsize

@@ -8,9 +8,9 @@ and the outputs must be right.
 import numpy as np
 import pytest
 
-from rmsnorm_lessons import kernels, reference
+from rmsnorm_lessons import kernels, launch, reference
 
-from _gpu_support import compare, reference_of
+from _gpu_support import compare, free, reference_of
 
 pytestmark = pytest.mark.gpu
 
@@ -74,14 +74,14 @@ def test_margins_around_the_outputs_stay_intact(version):
         p = reference.random_problem(N, C, spec.dtype, seed=N + C)
         dinp, dweight = Guarded(p["dinp"]), Guarded(p["dweight"])
         inputs = {k: gpuarray.to_gpu(np.ascontiguousarray(p[k])) for k in ("dout", "inp", "weight", "rstd")}
-        L = kernels.Launcher(spec, N, C)
-        bufs = kernels.Buffers(dinp=dinp.ptr, dweight=dweight.ptr, **{k: v.gpudata for k, v in inputs.items()})
+        L = launch.Launcher(spec, C)
+        bufs = launch.Tensors(dinp=dinp.ptr, dweight=dweight.ptr, **{k: int(v.gpudata) for k, v in inputs.items()})
         want = (p["dinp"], p["dweight"])
-        for launch in range(3):  # the same launcher several times: scratch reused
-            L(bufs)
+        for i in range(3):  # the same launcher several times: scratch reused
+            L(N, bufs)
             rl.gpu.synchronize()
-            dinp.assert_margins_intact(f"{version} N={N} C={C} launch {launch}: dinp")
-            dweight.assert_margins_intact(f"{version} N={N} C={C} launch {launch}: dweight")
+            dinp.assert_margins_intact(f"{version} N={N} C={C} launch {i}: dinp")
+            dweight.assert_margins_intact(f"{version} N={N} C={C} launch {i}: dweight")
             want = reference_of(p, *want)
         got = (dinp.read()[1], dweight.read()[1])
         a, b = compare(version, 3 * N, got, want, label=f"N={N} C={C} x3")
@@ -89,3 +89,5 @@ def test_margins_around_the_outputs_stay_intact(version):
         assert b.ok, str(b)
         dinp.alloc.free()
         dweight.alloc.free()
+        L.free()
+        free(inputs)

@@ -117,3 +117,58 @@ def test_tolerances_are_the_seeds():
     # dweight's absolute tolerance grows as N**1.5 past the seed's N; dinp's does not
     big = check.tolerances(bf16.bfloat16, 4 * 8192)
     assert big["dweight"] == (4.0, 0.079) and big["dinp"] == (0.1, 0.079)
+
+
+# ------------------------------------------------------------------------------------------------------
+# compare_outputs: the one comparison of (dinp, dweight) with the reference
+
+
+def _pair(N=6, C=50, seed=1):
+    rng = np.random.default_rng(seed)
+    return rng.uniform(-3, 3, (N, C)), rng.uniform(-3, 3, C)
+
+
+@pytest.mark.parametrize("what", [np.dtype(np.float32), bf16.bfloat16, np.float32])
+def test_compare_outputs_takes_a_dtype(what):
+    ref = _pair()
+    report = check.compare_outputs(what, 6, ref, ref, name="mine")
+    assert report.ok and report.version == "mine" and (report.N, report.C) == (6, 50)
+    tol = check.tolerances(what, 6)
+    assert (report.dinp.tol, report.dinp.eps) == tol["dinp"]
+    assert (report.dweight.tol, report.dweight.eps) == tol["dweight"]
+    assert report.dinp.name == "dinp" and report.dweight.name == "dweight"
+
+
+def test_compare_outputs_takes_a_rung():
+    from rmsnorm_lessons import ladder
+
+    ref = _pair()
+    for version in ("v1_naive", "v6_last_block"):
+        rung = ladder.get(version)
+        report = check.compare_outputs(rung, 3 * 8192, ref, ref)
+        assert report.ok
+        tol = check.tolerances(rung.dtype, 3 * 8192)
+        assert (report.dweight.tol, report.dweight.eps) == tol["dweight"]  # the dtype's, at this N
+
+
+def test_compare_outputs_takes_a_version_name():
+    ref = _pair()
+    for version in ("v1_naive", "v6_last_block"):
+        report = check.compare_outputs(version, 6, ref, ref)
+        assert report.ok and (report.dinp.tol, report.dinp.eps) == check.tolerances(
+            np.float32 if version == "v1_naive" else bf16.bfloat16, 6)["dinp"]
+    with pytest.raises(ValueError, match=r"version must be one of"):
+        check.compare_outputs("float32", 6, ref, ref)  # a string names a version
+
+
+def test_compare_outputs_reports_each_tensor():
+    ref = _pair()
+    got = (ref[0].copy(), ref[1].copy())
+    got[1][7] += 10.0
+    report = check.compare_outputs(bf16.bfloat16, 6, got, ref, name="v9")
+    assert report.dinp.ok and not report.dweight.ok and not report.ok
+    assert report.dweight.worst[0][0] == (7,)
+    text = str(report)
+    assert text.startswith("v9 N=6 C=50\n") and "dinp: OK" in text and "dweight: FAIL" in text
+    report = check.compare_outputs(bf16.bfloat16, 6, got, ref, C=49)
+    assert report.C == 49  # (as given)

@@ -1,6 +1,6 @@
 """Determinism (GPU): deterministic versions give the same bits on every run; the others stay in tolerance.
 
-Every version whose ``Version.deterministic`` is true must produce bitwise-identical dinp and dweight over
+Every version whose ``Rung.deterministic`` is true must produce bitwise-identical dinp and dweight over
 20 runs from the same inputs, at shapes where many blocks contribute to every channel. For the versions
 that add with atomics (float addition is not associative, so the order the hardware serves them changes
 the last bits), the test measures how much dweight moves between runs, prints it, and asserts that every
@@ -10,15 +10,15 @@ import numpy as np
 import pytest
 
 import rmsnorm_lessons as rl
-from rmsnorm_lessons import check, kernels, reference
+from rmsnorm_lessons import check, kernels, launch, reference
 
-from _gpu_support import bits, buffers, compare, reference_of, to_device
+from _gpu_support import bits, compare, free, reference_of, tensors, to_device
 
 pytestmark = pytest.mark.gpu
 
 RUNS = 20
-DETERMINISTIC = [v.name for v in kernels.VERSION_LIST if v.deterministic]
-ATOMIC = [v.name for v in kernels.VERSION_LIST if not v.deterministic]
+DETERMINISTIC = [v for v in kernels.VERSIONS if kernels.get(v).deterministic]
+ATOMIC = [v for v in kernels.VERSIONS if not kernels.get(v).deterministic]
 
 
 def _repeat(version, N, C, seed):
@@ -30,20 +30,23 @@ def _repeat(version, N, C, seed):
     spec = kernels.get(version)
     p = reference.random_problem(N, C, spec.dtype, seed=seed)
     dev = to_device(p)
-    L = kernels.Launcher(spec, N, C)
-    bufs = buffers(dev)
+    L = launch.Launcher(spec, C)  # a launcher of its own: fresh scratch
     first, dweights = None, []
-    for i in range(RUNS):
-        dev["dinp"].set(np.ascontiguousarray(p["dinp"]))
-        dev["dweight"].set(np.ascontiguousarray(p["dweight"]))
-        L(bufs)
-        rl.gpu.synchronize()
-        dinp = dev["dinp"].get()
-        dweights.append(dev["dweight"].get())
-        if first is None:
-            first = (dinp, dweights[0])
-        else:
-            assert np.array_equal(bits(dinp), bits(first[0])), f"run {i}: dinp differs from run 0"
+    try:
+        for i in range(RUNS):
+            dev["dinp"].set(np.ascontiguousarray(p["dinp"]))
+            dev["dweight"].set(np.ascontiguousarray(p["dweight"]))
+            L(N, tensors(dev))
+            rl.gpu.synchronize()
+            dinp = dev["dinp"].get()
+            dweights.append(dev["dweight"].get())
+            if first is None:
+                first = (dinp, dweights[0])
+            else:
+                assert np.array_equal(bits(dinp), bits(first[0])), f"run {i}: dinp differs from run 0"
+    finally:
+        L.free()
+        free(dev)
     return p, first, dweights
 
 
@@ -76,7 +79,7 @@ def test_atomic_versions_vary_only_within_tolerance(version):
     spec = kernels.get(version)
     p, first, dweights = _repeat(version, N, C, seed=21)  # (asserts dinp is the same every run)
     ref = reference_of(p)
-    tol, eps = check.tolerances(spec.dtype, N)["dweight"]
+    tol, eps = check.tolerances(spec.dtype, N)["dweight"]  # what compare_outputs allows dweight
     stack = np.stack([np.asarray(d, np.float64) for d in dweights])
     spread = stack.max(axis=0) - stack.min(axis=0)
     varied = int(np.count_nonzero(spread))
@@ -85,6 +88,6 @@ def test_atomic_versions_vary_only_within_tolerance(version):
           f"largest spread {spread.max():.3g} (|dweight| up to {np.abs(ref[1]).max():.3g}; "
           f"allowed error {tol:g} + |ref|*{eps:g})")
     for i, d in enumerate(dweights):
-        c = check.compare(d, ref[1], tol, eps, name=f"dweight run {i}")
+        c = check.compare_outputs(spec, N, (first[0], d), ref, name=f"{version} run {i}")
         assert c.ok, str(c)
     assert np.all(spread <= tol + np.abs(ref[1]) * eps)

@@ -3,7 +3,9 @@ import numpy as np
 import pytest
 
 import rmsnorm_lessons as rl
-from rmsnorm_lessons import bf16, check, kernels, reference
+from rmsnorm_lessons import bf16, check, kernels, launch, reference
+
+from _gpu_support import free, tensors, to_device
 
 pytestmark = pytest.mark.gpu
 
@@ -15,10 +17,9 @@ def _case(version, N, C, seed):
     spec = kernels.get(version)
     p = reference.random_problem(N, C, spec.dtype, seed=seed)
     dinp, dweight = kernels.run(version, p["dout"], p["inp"], p["weight"], p["rstd"], p["dinp"], p["dweight"])
-    ref_dinp, ref_dweight = reference.backward(p["dout"], p["inp"], p["weight"], p["rstd"], p["dinp"], p["dweight"])
-    tol = check.tolerances(spec.dtype, N)
-    a = check.compare(dinp, ref_dinp, *tol["dinp"], name="dinp")
-    b = check.compare(dweight, ref_dweight, *tol["dweight"], name="dweight")
+    ref = reference.backward(p["dout"], p["inp"], p["weight"], p["rstd"], p["dinp"], p["dweight"])
+    report = check.compare_outputs(spec, N, (dinp, dweight), ref, name=version)
+    a, b = report.dinp, report.dweight
     print(f"{version} N={N} C={C}: dinp ||err||/||ref|| {a.rel_l2_error:.2e} max {a.max_abs_error:.2e}; "
           f"dweight {b.rel_l2_error:.2e} max {b.max_abs_error:.2e}")
     return a, b
@@ -59,7 +60,7 @@ def test_outputs_accumulate_not_overwrite():
                                    rtol=0.02, atol=0.02)
 
 
-@pytest.mark.parametrize("version", [v.name for v in kernels.VERSION_LIST if v.deterministic])
+@pytest.mark.parametrize("version", [v for v in kernels.VERSIONS if kernels.get(v).deterministic])
 def test_deterministic_versions_are_bitwise_repeatable(version):
     spec = kernels.get(version)
     p = reference.random_problem(4099, 1600, spec.dtype, seed=11)
@@ -73,22 +74,20 @@ def test_deterministic_versions_are_bitwise_repeatable(version):
 def test_v6_many_launches_without_host_reset():
     # the ticket counter must come back to zero by itself after every launch: after 100 launches with
     # nothing reset on the host, one more launch from fresh outputs gives exactly the first result
-    from pycuda import gpuarray
-
     spec = kernels.get("v6_last_block")
     N, C = 1031, 1024
     p = reference.random_problem(N, C, spec.dtype, seed=13)
     expected = kernels.run(spec, p["dout"], p["inp"], p["weight"], p["rstd"], p["dinp"], p["dweight"])
-    dev = {k: gpuarray.to_gpu(np.ascontiguousarray(p[k])) for k in ("dout", "inp", "weight", "rstd", "dinp", "dweight")}
-    L = kernels.Launcher(spec, N, C)  # a fresh launcher: its own, freshly zeroed ticket counter
-    bufs = kernels.Buffers(**{k: v.gpudata for k, v in dev.items()})
+    dev = to_device(p)
+    L = launch.Launcher(spec, C)  # a fresh launcher: its own, freshly zeroed ticket counter
+    bufs = tensors(dev)
     for _ in range(100):
-        L(bufs)
+        L(N, bufs)
     rl.gpu.synchronize()
     after_100 = dev["dweight"].get().astype(np.float64)
     dev["dinp"].set(np.ascontiguousarray(p["dinp"]))
     dev["dweight"].set(np.ascontiguousarray(p["dweight"]))
-    L(bufs)
+    L(N, bufs)
     rl.gpu.synchronize()
     assert np.array_equal(bf16.bits(dev["dinp"].get()), bf16.bits(expected[0]))
     assert np.array_equal(bf16.bits(dev["dweight"].get()), bf16.bits(expected[1]))
@@ -96,6 +95,8 @@ def test_v6_many_launches_without_host_reset():
     _, grad = reference.backward(p["dout"], p["inp"], p["weight"], p["rstd"])
     moved = after_100 - p["dweight"].astype(np.float64)
     assert np.corrcoef(moved, grad)[0, 1] > 0.99
+    L.free()
+    free(dev)
 
 
 def test_gpuarray_inputs_update_in_place():
@@ -109,5 +110,7 @@ def test_gpuarray_inputs_update_in_place():
         assert out[0] is dev["dinp"] and out[1] is dev["dweight"]
         ref = kernels.run(version, p["dout"], p["inp"], p["weight"], p["rstd"], p["dinp"], p["dweight"])
         assert np.array_equal(np.asarray(dev["dinp"].get(), np.float32), np.asarray(ref[0], np.float32)) or version == "v2_warp"
-        tol = check.tolerances(spec.dtype, 77)
-        assert check.compare(dev["dinp"].get(), ref[0], *tol["dinp"]).ok
+        want = reference.backward(p["dout"], p["inp"], p["weight"], p["rstd"], p["dinp"], p["dweight"])
+        report = check.compare_outputs(spec, 77, (dev["dinp"].get(), dev["dweight"].get()), want)
+        assert report.ok, str(report)
+        free(dev)

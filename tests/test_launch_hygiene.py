@@ -1,23 +1,25 @@
 """Launch hygiene (GPU): many launches without a host reset, two streams at once, errors named.
 
 * 100 back-to-back launches of one Launcher with nothing reset on the host: whatever state a version
-  keeps in its scratch (v6's ticket counter) must come back by itself, so a launch after them gives
-  exactly the result of a first launch (for the deterministic versions; the others within tolerance).
-* Two Launchers (separate scratch) on two PyCUDA streams, interleaved, each on its own problem: both right.
-* A CUDA error raised by a launch (here: an impossible shared memory size or block) becomes
-  ``rl.kernels.LaunchError`` naming the version.
+  keeps in its scratch (v6's and v7's ticket counters) must come back by itself, so a launch after them
+  gives exactly the result of a first launch (for the deterministic versions; the others within
+  tolerance).
+* Two PyCUDA streams, interleaved, each on its own problem, through two Launchers and through one (which
+  keeps scratch per stream): both right.
+* A CUDA error raised by a launch (here: a plan asking for more threads than a block may have) becomes
+  ``rl.kernels.LaunchError`` naming the version and the kernel.
 """
+import dataclasses
+
 import numpy as np
 import pytest
 
 import rmsnorm_lessons as rl
-from rmsnorm_lessons import kernels, reference
+from rmsnorm_lessons import kernels, launch, reference
 
-from _gpu_support import bits, buffers, compare, reference_of, to_device
+from _gpu_support import bits, compare, free, reference_of, tensors, to_device
 
 pytestmark = pytest.mark.gpu
-
-DETERMINISTIC = [v.name for v in kernels.VERSION_LIST if v.deterministic]
 
 
 @pytest.mark.parametrize("version", kernels.VERSIONS)
@@ -26,20 +28,22 @@ def test_100_launches_without_host_reset(version):
     N, C = 1031, 1024
     p = reference.random_problem(N, C, spec.dtype, seed=13)
     dev = to_device(p)
-    L = kernels.Launcher(spec, N, C)  # fresh scratch
-    bufs = buffers(dev)
-    L(bufs)
+    L = launch.Launcher(spec, C)  # fresh scratch
+    bufs = tensors(dev)
+    L(N, bufs)
     rl.gpu.synchronize()
     first = (dev["dinp"].get(), dev["dweight"].get())
     for _ in range(100):
-        L(bufs)
+        L(N, bufs)
     rl.gpu.synchronize()
     after = np.asarray(dev["dweight"].get(), np.float64)
     dev["dinp"].set(np.ascontiguousarray(p["dinp"]))
     dev["dweight"].set(np.ascontiguousarray(p["dweight"]))
-    L(bufs)
+    L(N, bufs)
     rl.gpu.synchronize()
     again = (dev["dinp"].get(), dev["dweight"].get())
+    L.free()
+    free(dev)
     if spec.deterministic:
         assert np.array_equal(bits(again[0]), bits(first[0])), "dinp after 100 launches differs from the first"
         assert np.array_equal(bits(again[1]), bits(first[1])), "dweight after 100 launches differs from the first"
@@ -53,18 +57,20 @@ def test_100_launches_without_host_reset(version):
         assert np.allclose(moved, 100 * grad, rtol=1e-3, atol=1e-3 * np.abs(100 * grad).max())
 
 
+@pytest.mark.parametrize("shared", [False, True], ids=["two launchers", "one launcher"])
 @pytest.mark.parametrize("version", kernels.VERSIONS)
-def test_two_streams_two_launchers(version):
+def test_two_streams(version, shared):
     drv = rl.gpu.driver()
     spec = kernels.get(version)
     N, C = 8191, 2048
     problems = [reference.random_problem(N, C, spec.dtype, seed=s) for s in (31, 32)]
     devs = [to_device(p) for p in problems]
-    launchers = [kernels.Launcher(spec, N, C), kernels.Launcher(spec, N, C)]
+    one = launch.Launcher(spec, C)
+    launchers = [one, one] if shared else [one, launch.Launcher(spec, C)]
     streams = [drv.Stream(), drv.Stream()]
     for _ in range(3):  # interleaved, so the two streams' kernels can overlap
         for L, d, s in zip(launchers, devs, streams):
-            L(buffers(d), s)
+            L(N, tensors(d), s)
     for s in streams:
         s.synchronize()
     for i, (p, d) in enumerate(zip(problems, devs)):
@@ -77,53 +83,73 @@ def test_two_streams_two_launchers(version):
         if spec.deterministic:
             # the same as three launches one after another on the default stream
             ref_dev = to_device(p)
-            L = kernels.Launcher(spec, N, C)
+            L = launch.Launcher(spec, C)
             for _ in range(3):
-                L(buffers(ref_dev))
+                L(N, tensors(ref_dev))
             rl.gpu.synchronize()
             assert np.array_equal(bits(got[0]), bits(ref_dev["dinp"].get()))
             assert np.array_equal(bits(got[1]), bits(ref_dev["dweight"].get()))
+            L.free()
+            free(ref_dev)
+    for L in set(launchers):
+        L.free()
+    for d in devs:
+        free(d)
+
+
+def _too_many_threads(plan):
+    """The same launches with 2048 threads per block: more than any block may have (a launch error)."""
+    return [dataclasses.replace(L, block=2048) for L in plan]
 
 
 @pytest.mark.parametrize("version", kernels.VERSIONS)
-def test_a_launch_error_names_the_version(version):
+def test_a_launch_error_names_the_version(version, monkeypatch):
     spec = kernels.get(version)
     N, C = 64, 256
     p = reference.random_problem(N, C, spec.dtype, seed=3)
     dev = to_device(p)
-    L = kernels.Launcher(spec, N, C)
-    L.smem = 1 << 20  # 1 MiB of dynamic shared memory for the main kernel: no GPU has that
+    L = launch.Launcher(spec, C)
+    bad = _too_many_threads(L.plan(N))
+    monkeypatch.setattr(L, "plan", lambda n: bad)
     with pytest.raises(kernels.LaunchError, match=rf"^{version}: launching {spec.kernels[0]} failed"):
-        L(buffers(dev))
+        L(N, tensors(dev))
     # an invalid configuration is not sticky: the same version still runs afterwards
     rl.gpu.synchronize()
     got = kernels.run(version, p["dout"], p["inp"], p["weight"], p["rstd"], p["dinp"], p["dweight"])
     a, b = compare(version, N, got, reference_of(p), label="after a refused launch")
     assert a.ok and b.ok
+    L.free()
+    free(dev)
 
 
-def test_run_reports_a_launch_error_with_the_version():
+def test_run_reports_a_launch_error_with_the_version(monkeypatch):
     spec = kernels.get("v2_warp")
     N, C = 50, 128
     p = reference.random_problem(N, C, spec.dtype, seed=4)
-    L = kernels.launcher(spec, N, C)  # the cached launcher run() uses
-    keep = L.block_size
-    L.block_size = 4096
-    try:
-        with pytest.raises(kernels.LaunchError, match=r"^v2_warp: launching rmsnorm_backward_v2 failed"):
-            kernels.run(spec, p["dout"], p["inp"], p["weight"], p["rstd"], p["dinp"], p["dweight"])
-    finally:
-        L.block_size = keep
+    L = launch.launcher(spec, C)  # the cached launcher run() uses
+    bad = _too_many_threads(L.plan(N))
+    monkeypatch.setattr(L, "plan", lambda n: bad)
+    with pytest.raises(kernels.LaunchError, match=r"^v2_warp: launching rmsnorm_backward_v2 failed"):
+        kernels.run(spec, p["dout"], p["inp"], p["weight"], p["rstd"], p["dinp"], p["dweight"])
+    monkeypatch.undo()
     rl.gpu.synchronize()
+    got = kernels.run(spec, p["dout"], p["inp"], p["weight"], p["rstd"], p["dinp"], p["dweight"])
+    a, b = compare(spec, N, got, reference_of(p), label="after a launch error")
+    assert a.ok and b.ok
 
 
-def test_too_many_threads_is_a_launch_error():
+def test_too_many_threads_is_refused_or_a_launch_error(monkeypatch):
     spec = kernels.get("v6_last_block")
     N, C = 64, 1024
+    with pytest.raises(ValueError, match=r"block_size for v6_last_block must be a multiple of 32 from 32 to 512"):
+        launch.Launcher(spec, C, block_size=2048)  # refused before anything is launched
     p = reference.random_problem(N, C, spec.dtype, seed=6)
     dev = to_device(p)
-    L = kernels.Launcher(spec, N, C)
-    L.block_size = 2048  # more threads than a block may have
+    L = launch.Launcher(spec, C)
+    bad = _too_many_threads(L.plan(N))
+    monkeypatch.setattr(L, "plan", lambda n: bad)
     with pytest.raises(kernels.LaunchError, match=r"^v6_last_block: launching rmsnorm_backward_v6 failed"):
-        L(buffers(dev))
+        L(N, tensors(dev))
     rl.gpu.synchronize()
+    L.free()
+    free(dev)

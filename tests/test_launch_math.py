@@ -1,61 +1,41 @@
-"""Launch arithmetic (CPU): ceil_div, shared memory per version, bytes moved, grid sizes of every plan.
+"""Launch arithmetic (CPU): ceil_div, shared memory per version, bytes moved, the grid of every plan, and
+the launcher executing a plan against a fake driver.
 
-The plans are run against a fake launcher that records what would be launched instead of launching.
+Plans are data (``ladder.plan`` on ``gpu.H200`` or a made-up device): the grids, blocks and scratch are
+read from them. The launcher (:class:`rmsnorm_lessons.launch.Launcher`) is the real one, with the driver,
+the device and the compiler replaced by recording fakes (``_gpu_support.install_fake_cuda``): how it packs
+arguments, gives shared memory, zeroes and keeps scratch, and names a failed launch.
 """
-from types import SimpleNamespace
+import dataclasses
 
 import numpy as np
 import pytest
 
-from rmsnorm_lessons import kernels
-from rmsnorm_lessons.kernels import ceil_div
+from rmsnorm_lessons import gpu, kernels, ladder, launch
+from rmsnorm_lessons.ladder import Scratch, Tensor, ceil_div
 
+from _gpu_support import FakeStream, install_fake_cuda
+
+H200 = gpu.H200
 H200_SMS = 132
 SEED_LADDER = ("v1_naive", "v2_warp", "v3_smem", "v4_vec_bf16", "v5_two_pass", "v6_last_block")
+SHIPPED = tuple(r.name for r in ladder.SHIPPED)
 
 
-class FakeAllocation:
-    """Stands for a pycuda DeviceAllocation: converts to its address with int()."""
-
-    def __init__(self, address):
-        self.address = address
-
-    def __int__(self):
-        return self.address
+def _plan(version, N, C, device=H200, **kw):
+    return ladder.plan(version, N, C, device, **kw)
 
 
-class FakeLauncher:
-    """Looks like a :class:`kernels.Launcher` to a plan; records scratch, memsets and launches."""
-
-    def __init__(self, version, N, C, multiprocessors=H200_SMS, block_size=None, overwrite=False):
-        self.spec = kernels.get(version)
-        self.N, self.C = N, C
-        self.block_size = block_size or self.spec.block_size
-        self.multiprocessors = multiprocessors
-        self.overwrite = overwrite
-        self.smem = self.spec.dynamic_smem(C, self.block_size)
-        self.launches = []  # (kernel, grid, block, args)
-        self.scratches = {}  # name -> (nbytes, zero)
-        self.memsets = []
-        self._next = 0x7000_0000_0000
-
-    def scratch(self, name, nbytes, zero=False):
-        if name not in self.scratches:
-            self.scratches[name] = (nbytes, zero, FakeAllocation(self._next))
-            self._next += ceil_div(nbytes, 256) * 256 + 256
-        return self.scratches[name][2]
-
-    def memset32(self, ptr, count, stream=None):
-        self.memsets.append((ptr, count))
-
-    def call(self, kernel, grid, stream, *args, block=None):
-        self.launches.append((kernel, tuple(int(g) for g in grid), block or self.block_size, args))
+def _kgb(plan):
+    return [(L.kernel, L.grid, L.block) for L in plan]
 
 
-def _plan(version, N, C, **kw):
-    L = FakeLauncher(version, N, C, **kw)
-    L.spec.plan(L, kernels.Buffers(0x1000, 0x2000, 0x3000, 0x4000, 0x5000, 0x6000), None)
-    return L
+def _scratch(plan):
+    return {v.name: v for L in plan for _, v in L.args if isinstance(v, Scratch)}
+
+
+def test_the_saved_h200_facts():
+    assert H200.multiprocessors == H200_SMS and H200.shared_memory_per_block_optin == 227 * 1024
 
 
 @pytest.mark.parametrize("a,b,q", [(0, 4, 0), (1, 4, 1), (4, 4, 1), (5, 4, 2), (1000, 256, 4), (1024, 256, 4),
@@ -65,34 +45,46 @@ def test_ceil_div(a, b, q):
 
 
 def test_dynamic_smem_formulas_at_known_C():
-    smem = {v: kernels.get(v).dynamic_smem for v in SEED_LADDER}
-    assert smem["v1_naive"](4096, 256) == 0
-    assert smem["v2_warp"](4096, 256) == 0
-    assert smem["v3_smem"](768, 256) == 768 * 4
-    assert smem["v4_vec_bf16"](1600, 256) == 1600 * 4
+    smem = lambda v, C, block: ladder.shared_memory(v, C, block)  # noqa: E731
+    assert smem("v1_naive", 4096, 256) == 0
+    assert smem("v2_warp", 4096, 256) == 0
+    assert smem("v3_smem", 768, 256) == 768 * 4
+    assert smem("v4_vec_bf16", 1600, 256) == 1600 * 4
     # v5: rounded C (to 256) floats of block dweight + 4 floats per lane of warps 1..15
-    assert smem["v5_two_pass"](1024, 512) == (1024 + 480 * 4) * 4 == 11776
-    assert smem["v5_two_pass"](1600, 512) == (1792 + 1920) * 4 == 14848
+    assert smem("v5_two_pass", 1024, 512) == (1024 + 480 * 4) * 4 == 11776
+    assert smem("v5_two_pass", 1600, 512) == (1792 + 1920) * 4 == 14848
     # v6: the seed's (2 * rounded_C + 2 * (block_size - 32) * 4) * 4
-    assert smem["v6_last_block"](1024, 512) == (2 * 1024 + 2 * 480 * 4) * 4 == 23552
-    assert smem["v6_last_block"](768, 512) == (2 * 768 + 3840) * 4 == 21504
-    assert smem["v6_last_block"](776, 512) == (2 * 1024 + 3840) * 4
+    assert smem("v6_last_block", 1024, 512) == (2 * 1024 + 2 * 480 * 4) * 4 == 23552
+    assert smem("v6_last_block", 768, 512) == (2 * 768 + 3840) * 4 == 21504
+    assert smem("v6_last_block", 776, 512) == (2 * 1024 + 3840) * 4
     # C > 4096 passes the 48 KiB a launch gets without opting in
-    assert smem["v6_last_block"](4096, 512) <= kernels.DEFAULT_SMEM_LIMIT < smem["v6_last_block"](4352, 512)
+    assert smem("v6_last_block", 4096, 512) <= launch.DEFAULT_SMEM_LIMIT < smem("v6_last_block", 4352, 512)
+    # the default block is the rung's
+    assert ladder.shared_memory("v6_last_block", 1024) == smem("v6_last_block", 1024, 512)
+    assert ladder.shared_memory("v6_last_block", 1024, 128) == (2 * 1024 + 2 * 96 * 4) * 4
 
 
-@pytest.mark.parametrize("version", kernels.VERSIONS)
+@pytest.mark.parametrize("version", SHIPPED)
 def test_dynamic_smem_is_a_byte_count(version):
-    spec = kernels.get(version)
+    spec = ladder.get(version)
     Cs = list(range(spec.c_multiple, 20000, spec.c_multiple * 37))
-    need = [spec.dynamic_smem(C, spec.block_size) for C in Cs]
+    need, beyond = [], []
+    for C in Cs:
+        try:
+            need.append(ladder.shared_memory(version, C))
+        except ValueError:  # a C this version cannot run at all (v7_fast: a row per block, C <= 16384)
+            beyond.append(C)
     assert all(isinstance(n, int) and n >= 0 and n % 4 == 0 for n in need)
+    if version == "v7_fast":
+        assert beyond and min(beyond) > 16384 and max(c for c in Cs if c not in beyond) <= 16384
+    else:
+        assert not beyond
     if version in SEED_LADDER:  # (a later version may trade shared memory per row group for C)
         assert need == sorted(need)
 
 
 def test_bytes_moved():
-    v1, v6 = kernels.get("v1_naive"), kernels.get("v6_last_block")
+    v1, v6 = ladder.get("v1_naive"), ladder.get("v6_last_block")
     N, C = 8192, 1024
     # dout, inp, dinp read, dinp written; rstd; weight, dweight read, dweight written
     assert v1.bytes_moved(N, C) == 4 * N * C * 4 + N * 4 + 3 * C * 4
@@ -105,128 +97,265 @@ def test_bytes_moved():
 
 @pytest.mark.parametrize("N", [1, 7, 8, 9, 1000, 70000])
 def test_v1_and_v2_grids(N):
-    L = _plan("v1_naive", N, 768)
-    assert [(k, g, b) for k, g, b, _ in L.launches] == [("rmsnorm_backward_v1", (ceil_div(N, 256),), 256)]
-    assert L.launches[0][3][-2:] == (N, 768)
-    L = _plan("v2_warp", N, 768)
-    assert [(k, g, b) for k, g, b, _ in L.launches] == [("rmsnorm_backward_v2", (ceil_div(N, 8),), 256)]
+    plan = _plan("v1_naive", N, 768)
+    assert _kgb(plan) == [("rmsnorm_backward_v1", ceil_div(N, 256), 256)]
+    assert [v for _, v in plan[0].args[-2:]] == [N, 768]
+    assert _kgb(_plan("v2_warp", N, 768)) == [("rmsnorm_backward_v2", ceil_div(N, 8), 256)]
+    assert _kgb(_plan("v2_warp", N, 768, block_size=128)) == [("rmsnorm_backward_v2", ceil_div(N, 4), 128)]
 
 
 @pytest.mark.parametrize("N", [1, 8, 9, 100, 4224, 4225, 70000])
 def test_persistent_grids(N):
     C = 1600
     want4 = max(1, min(H200_SMS * 4, ceil_div(N, 8)))  # 256 threads = 8 warps, 4 blocks per SM
-    L = _plan("v3_smem", N, C)
-    assert [(k, g) for k, g, _, _ in L.launches] == [("rmsnorm_backward_v3", (want4,))]
+    assert _kgb(_plan("v3_smem", N, C)) == [("rmsnorm_backward_v3", want4, 256)]
 
-    L = _plan("v4_vec_bf16", N, C)
-    assert [(k, g, b) for k, g, b, _ in L.launches] == [("rmsnorm_backward_v4", (want4,), 256),
-                                                        ("add_dweight_v4", (ceil_div(C, 256),), 256)]
-    nbytes, _, ptr = L.scratches["dweight_accum"]
-    assert nbytes == C * 4
-    assert L.memsets == [(ptr, C)]  # the fp32 accumulator is zeroed before every launch
+    plan = _plan("v4_vec_bf16", N, C)
+    assert _kgb(plan) == [("rmsnorm_backward_v4", want4, 256), ("add_dweight_v4", ceil_div(C, 256), 256)]
+    accum = _scratch(plan)["dweight_accum"]
+    assert accum.nbytes == C * 4
+    assert accum.zero == "each"  # the fp32 accumulator is zeroed before every launch
+    assert dict(plan[0].args)["dweight_accum"] is accum and dict(plan[1].args)["dweight_accum"] is accum
 
     want2 = max(1, min(H200_SMS * 2, ceil_div(N, 16)))  # 512 threads = 16 warps, 2 blocks per SM
-    L = _plan("v5_two_pass", N, C)
-    assert [(k, g, b) for k, g, b, _ in L.launches] == [("rmsnorm_backward_v5", (want2,), 512),
-                                                        ("reduce_dweight_v5", (ceil_div(C, 256),), 256)]
-    assert L.scratches["partials"][0] == want2 * C * 4
-    assert L.launches[1][3][-2:] == (want2, C)  # the reducer is told how many partial rows there are
+    plan = _plan("v5_two_pass", N, C)
+    assert _kgb(plan) == [("rmsnorm_backward_v5", want2, 512), ("reduce_dweight_v5", ceil_div(C, 256), 256)]
+    assert _scratch(plan)["partials"].nbytes == want2 * C * 4
+    assert _scratch(plan)["partials"].zero == "none"  # every partial row is written before it is read
+    assert [v for _, v in plan[1].args[-2:]] == [want2, C]  # the reducer is told how many partial rows there are
 
-    L = _plan("v6_last_block", N, C)
-    assert [(k, g, b) for k, g, b, _ in L.launches] == [("rmsnorm_backward_v6", (2 * H200_SMS,), 512)]
-    nbytes, zero, _ = L.scratches["scratch"]
-    assert nbytes == (32 + 2 * C * 2 * H200_SMS) * 4 and zero
+    plan = _plan("v6_last_block", N, C)
+    assert _kgb(plan) == [("rmsnorm_backward_v6", 2 * H200_SMS, 512)]
+    s = _scratch(plan)["scratch"]
+    assert s.nbytes == (32 + 2 * C * 2 * H200_SMS) * 4 and s.zero == "once"
 
 
 def test_grids_follow_the_multiprocessor_count():
-    assert _plan("v6_last_block", 10**5, 1024, multiprocessors=108).launches[0][1] == (216,)
-    assert _plan("v3_smem", 10**5, 1024, multiprocessors=108).launches[0][1] == (432,)
-    assert _plan("v5_two_pass", 10**5, 1024, multiprocessors=78).launches[0][1] == (156,)
+    def device(sms):
+        return dataclasses.replace(H200, multiprocessors=sms)
+
+    assert _plan("v6_last_block", 10**5, 1024, device(108))[0].grid == 216
+    assert _plan("v3_smem", 10**5, 1024, device(108))[0].grid == 432
+    assert _plan("v5_two_pass", 10**5, 1024, device(78))[0].grid == 156
+    assert _plan("v7_fast", 10**5, 1024, device(78))[0].grid == 78
 
 
 @pytest.mark.parametrize("N,C", [(1, 8), (37, 776), (70000, 1600), (4096, 16384)])
-@pytest.mark.parametrize("version", kernels.VERSIONS)
+@pytest.mark.parametrize("version", SHIPPED)
 def test_every_plan_launches_its_kernels_with_legal_configurations(version, N, C):
-    spec = kernels.get(version)
+    spec = ladder.get(version)
     if C % spec.c_multiple:
         pytest.skip(f"{version} needs C % {spec.c_multiple} == 0")
-    L = _plan(version, N, C)
-    assert L.launches, f"{version} launched nothing"
-    assert L.launches[0][0] == spec.kernels[0], "the first launch must be the main kernel (it gets the shared memory)"
-    for kernel, grid, block, args in L.launches:
-        assert kernel in spec.kernels
-        assert all(1 <= g < 2**31 for g in grid)
-        assert 32 <= block <= 1024 and block % 32 == 0
-        for a in args:
-            # Launcher.call packs Python ints as the kernels' int parameters: a pointer passed as a plain
-            # int would be truncated to 32 bits, so pointers must be np.uintp or allocations
+    plan = _plan(version, N, C)
+    assert plan, f"{version} launched nothing"
+    assert plan[0].kernel == spec.kernels[0], "the first launch must be the main kernel (it gets the shared memory)"
+    for L in plan:
+        assert L.kernel in spec.kernels
+        assert 1 <= L.grid < 2**31
+        assert 32 <= L.block <= 1024 and L.block % 32 == 0
+        for name, a in L.args:
+            # the launcher passes ints as the kernels' 32-bit int parameters and Tensors/Scratch as 64-bit
+            # addresses: a pointer given as an int would be truncated
             if isinstance(a, int):
-                assert 0 <= a < 2**31, f"{kernel}: {a!r} is passed as an int parameter but looks like a pointer"
+                assert not isinstance(a, bool) and 0 <= a < 2**31, f"{L.kernel}: {name}={a!r}"
             else:
-                assert isinstance(a, (np.uintp, FakeAllocation)), f"{kernel}: unexpected argument {a!r}"
+                assert isinstance(a, (Tensor, Scratch)), f"{L.kernel}: unexpected argument {name}={a!r}"
 
 
-def test_buffers_hold_device_pointers():
-    b = kernels.Buffers(1, 2, 3, 4, 5, 2**40)
-    assert all(isinstance(getattr(b, k), np.uintp) for k in ("dinp", "dweight", "dout", "inp", "weight", "rstd"))
-    assert int(b.rstd) == 2**40
+def test_tensors_hold_device_pointers():
+    t = launch.Tensors(1, 2, 3, 4, 5, 2**40)
+    assert t._fields == ("dinp", "dweight", "dout", "inp", "weight", "rstd") == ladder.TENSOR_NAMES
+    assert t.rstd == 2**40 and t.dinp == 1
 
 
 # ------------------------------------------------------------------------------------------------------
-# Launcher.call: argument packing and error translation, with a fake driver and fake kernels
+# the launcher, against a fake driver
 
 
-class _FakeDriverError(Exception):
-    pass
+@pytest.fixture
+def fake_cuda(monkeypatch):
+    """A fake driver (and the H200's facts) for the launcher; the launcher cache is emptied around it."""
+    launch.release()
+    made = []
+
+    def install(**kw):
+        drv = install_fake_cuda(monkeypatch, **kw)
+        made.append(drv)
+        return drv
+
+    yield install
+    launch.release()  # (still with the fakes in place)
 
 
-def _bare_launcher(version, N, C, fail=False):
-    L = object.__new__(kernels.Launcher)  # skip __init__: it needs a GPU
-    L.spec = kernels.get(version)
-    L.N, L.C, L.block_size, L.overwrite = N, C, L.spec.block_size, False
-    L.multiprocessors = H200_SMS
-    L.smem = L.spec.dynamic_smem(C, L.block_size)
-    L.drv = SimpleNamespace(Error=_FakeDriverError)
-    L._scratch = {}
-    calls = []
-
-    def make(name):
-        def fn(*args, **kw):
-            if fail:
-                raise _FakeDriverError("cuLaunchKernel failed: invalid argument")
-            calls.append((name, args, kw))
-        return fn
-
-    L.functions = {k: make(k) for k in L.spec.kernels}
-    return L, calls
+def test_launcher_packs_pointers_and_ints(fake_cuda):
+    drv = fake_cuda()
+    L = launch.Launcher("v2_warp", 768)
+    t = launch.Tensors(2**40, 2**40 + 4096, 3 << 32, 4 << 32, 5 << 32, 6 << 32)
+    L(100, t)
+    (_, kernel, grid, block, stream, args, shared), = drv.launches()
+    assert kernel == "rmsnorm_backward_v2" and grid == (13, 1, 1) and block == (256, 1, 1)
+    assert stream is None and shared == 0
+    assert [type(a) for a in args] == [np.uintp] * 6 + [np.int32] * 2
+    assert [int(a) for a in args] == list(t) + [100, 768]
+    assert L.module.functions["rmsnorm_backward_v2"].codes == "PPPPPPii"
 
 
-def test_launcher_call_packs_ints_and_pointers():
-    L, calls = _bare_launcher("v2_warp", 100, 768)
-    L.call("rmsnorm_backward_v2", (13,), None, FakeAllocation(2**40), np.uintp(0x2000), 100, 768)
-    (name, args, kw), = calls
-    assert [type(a) for a in args] == [np.uintp, np.uintp, np.int32, np.int32]
-    assert int(args[0]) == 2**40
-    assert kw == dict(block=(256, 1, 1), grid=(13, 1, 1), shared=0, stream=None)
+def test_launcher_gives_the_main_kernel_its_shared_memory_only(fake_cuda):
+    drv = fake_cuda()
+    L = launch.Launcher("v5_two_pass", 1024)
+    s = FakeStream()
+    L(100, launch.Tensors(1, 2, 3, 4, 5, 6), s)
+    main, reduce = drv.launches()
+    assert main[1] == "rmsnorm_backward_v5" and main[6] == 11776 and main[3] == (512, 1, 1)
+    assert reduce[1] == "reduce_dweight_v5" and reduce[6] == 0 and reduce[3] == (256, 1, 1)
+    assert main[4] is s and reduce[4] is s
+    # the partials: one scratch buffer, passed to both kernels
+    assert int(main[5][1]) == int(reduce[5][1]) == drv.allocations[0].address
+    assert [int(a) for a in reduce[5][2:]] == [7, 1024]  # ceil(100 / 16) partial rows
 
 
-def test_launcher_call_gives_the_main_kernel_its_shared_memory_only():
-    L, calls = _bare_launcher("v5_two_pass", 100, 1024)
-    L.call("rmsnorm_backward_v5", (7,), "s", 1, 100)
-    L.call("reduce_dweight_v5", (4,), "s", 1, 7, 1024, block=256)
-    assert calls[0][2]["shared"] == 11776 and calls[0][2]["block"] == (512, 1, 1)
-    assert calls[1][2]["shared"] == 0 and calls[1][2]["block"] == (256, 1, 1)
-    assert calls[1][2]["stream"] == "s"
+def test_a_failed_launch_is_a_launch_error_naming_the_version(fake_cuda):
+    fake_cuda(fail=True)
+    L = launch.Launcher("v3_smem", 768)
+    with pytest.raises(launch.LaunchError,
+                       match=r"^v3_smem: launching rmsnorm_backward_v3 failed: .*invalid argument"):
+        L(100, launch.Tensors(1, 2, 3, 4, 5, 6))
+    assert kernels.LaunchError is launch.LaunchError
 
 
-def test_a_failed_launch_is_a_launch_error_naming_the_version():
-    L, _ = _bare_launcher("v3_smem", 100, 768, fail=True)
-    with pytest.raises(kernels.LaunchError, match=r"^v3_smem: launching rmsnorm_backward_v3 failed: .*invalid argument"):
-        L.spec.plan(L, kernels.Buffers(1, 2, 3, 4, 5, 6), None)
+def test_a_plan_naming_a_kernel_the_module_lacks(fake_cuda):
+    fake_cuda(kernels_in_module=("rmsnorm_backward_v4",))  # add_dweight_v4 missing from the "compiled" module
+    with pytest.raises(ValueError, match=r"v4_vec_bf16: no entry point 'add_dweight_v4' in its CUDA "
+                                         r"\(is it extern \"C\" __global__\?\)"):
+        launch.Launcher("v4_vec_bf16", 1024)
 
 
-def test_launcher_with_N_zero_launches_nothing():
-    L, calls = _bare_launcher("v6_last_block", 0, 1024)
-    L(kernels.Buffers(1, 2, 3, 4, 5, 6))
-    assert calls == []
+def test_launcher_with_N_zero_launches_nothing(fake_cuda):
+    drv = fake_cuda()
+    L = launch.Launcher("v6_last_block", 1024)
+    L(0, launch.Tensors(1, 2, 3, 4, 5, 6))
+    assert drv.launches() == [] and drv.allocations == []
+
+
+def test_scratch_zeroed_before_each_call(fake_cuda):
+    drv = fake_cuda()
+    v4 = launch.Launcher("v4_vec_bf16", 1024)
+    s = FakeStream()
+    for _ in range(3):
+        v4(5000, launch.Tensors(1, 2, 3, 4, 5, 6), s)
+    (accum,) = drv.allocations
+    memsets = [e for e in drv.log if e[0] == "memset"]
+    # once before every call, on its stream, and before that call's launches (not between them)
+    assert [e[0] for e in drv.log if e[0] in ("memset", "launch")] == ["memset", "launch", "launch"] * 3
+    assert memsets == [("memset", accum.address, 0, 1024 * 4, s)] * 3
+
+
+def test_scratch_zeroed_once_when_made(fake_cuda):
+    drv = fake_cuda()
+    s = FakeStream()
+    v6 = launch.Launcher("v6_last_block", 1024)
+    for _ in range(3):
+        v6(5000, launch.Tensors(1, 2, 3, 4, 5, 6), s)
+    allocs = [e for e in drv.log if e[0] == "alloc"]
+    memsets = [e for e in drv.log if e[0] == "memset"]
+    assert len(allocs) == 1 and memsets == [("memset", allocs[0][1], 0, allocs[0][2], s)]  # zeroed once, when made
+    assert allocs[0][2] == (32 + 2 * 1024 * 2 * H200_SMS) * 4
+    assert [e[0] for e in drv.log] == ["alloc", "memset", "launch", "launch", "launch"]
+
+
+def test_scratch_grows_with_N_and_never_per_N(fake_cuda):
+    drv = fake_cuda()
+    L = launch.Launcher("v5_two_pass", 1024)
+    s = FakeStream()
+    t = launch.Tensors(1, 2, 3, 4, 5, 6)
+    L(16, t, s)  # one block: 1024 floats of partials
+    assert [a.nbytes for a in drv.allocations] == [1024 * 4]
+    L(160, t, s)  # ten blocks: a bigger buffer, the old one freed after the stream is waited for
+    assert [a.nbytes for a in drv.allocations] == [1024 * 4, 10 * 1024 * 4]
+    assert drv.allocations[0].freed and s.synchronized == 1
+    for N in range(1, 161, 7):  # smaller N: the buffer is reused
+        L(N, t, s)
+    assert len(drv.allocations) == 2 and len(drv.live()) == 1
+    for N in range(5000, 9000, 100):  # past the persistent grid's size: never more
+        L(N, t, s)
+    assert [a.nbytes for a in drv.live()] == [2 * H200_SMS * 1024 * 4]
+    assert len(drv.allocations) == 3
+    assert len(L._plans) <= launch.PLANS_KEPT
+
+
+def test_each_stream_gets_its_own_scratch(fake_cuda):
+    drv = fake_cuda()
+    L = launch.Launcher("v6_last_block", 1024)
+    t = launch.Tensors(1, 2, 3, 4, 5, 6)
+    streams = [FakeStream() for _ in range(launch.STREAMS_KEPT + 3)]
+    for s in streams[:2]:
+        L(100, t, s)
+    a, b = (int(e[5][2]) for e in drv.launches())
+    assert a != b, "two streams share one scratch (v6's ticket counter)"
+    L(100, t, streams[0])
+    assert int(drv.launches()[-1][5][2]) == a  # the same stream: the same scratch
+    for s in streams[2:]:  # more streams than kept: the oldest's scratch is freed, after waiting for it
+        L(100, t, s)
+    assert len(drv.live()) == launch.STREAMS_KEPT
+    assert streams[0].synchronized >= 1 or streams[1].synchronized >= 1
+    L.free()
+    assert drv.live() == []
+
+
+def test_more_than_48k_of_shared_memory_is_opted_in_once(fake_cuda):
+    drv = fake_cuda(static=16)
+    small = launch.Launcher("v6_last_block", 1024)  # 23552 B: no opt-in
+    assert not [e for e in drv.log if e[0] == "set_attribute"]
+    big = launch.Launcher("v6_last_block", 8192)  # 2 * 8192 * 4 + 15360 B: past 48 KiB
+    big(100, launch.Tensors(1, 2, 3, 4, 5, 6))
+    opted = [e for e in drv.log if e[0] == "set_attribute"]
+    assert opted == [("set_attribute", "rmsnorm_backward_v6", "MAX_DYNAMIC_SHARED_SIZE_BYTES",
+                      H200.shared_memory_per_block_optin - 16)]  # the device's whole limit
+    assert drv.launches()[-1][6] == ladder.shared_memory("v6_last_block", 8192) > launch.DEFAULT_SMEM_LIMIT
+    small(100, launch.Tensors(1, 2, 3, 4, 5, 6))
+
+
+@pytest.mark.parametrize("version", [v for v in SHIPPED if ladder.get(v).shared_memory is not
+                                     ladder.get("v1_naive").shared_memory and v != "v7_fast"])
+def test_more_shared_memory_than_the_device_has_is_refused(fake_cuda, version):
+    rung = ladder.get(version)
+    static = 16
+    fake_cuda(static=static)
+    limit = H200.shared_memory_per_block_optin
+    largest = launch.largest_c(rung, limit - static, rung.block_size)
+    assert largest % rung.c_multiple == 0
+    assert static + ladder.shared_memory(version, largest) <= limit < static + ladder.shared_memory(
+        version, largest + rung.c_multiple)
+    launch.Launcher(version, largest)  # fits
+    too_big = largest + rung.c_multiple
+    need = ladder.shared_memory(version, too_big)
+    with pytest.raises(ValueError, match=rf"^C={too_big} needs {need} bytes of dynamic shared memory per block for "
+                                         rf"{version} \(\+ {static} static\), more than this device allows "
+                                         rf"\({limit} bytes\); the largest C it can run is {largest}$"):
+        launch.Launcher(version, too_big)
+
+
+@pytest.mark.parametrize("version", ["v3_smem", "v4_vec_bf16", "v5_two_pass", "v6_last_block"])
+def test_a_device_of_48k_refuses_what_needs_more(fake_cuda, version):
+    rung = ladder.get(version)
+    small = dataclasses.replace(H200, name="48 KiB GPU", shared_memory_per_block_optin=launch.DEFAULT_SMEM_LIMIT)
+    fake_cuda(device=small)
+    C = next(C for C in range(rung.c_multiple, 1 << 18, rung.c_multiple)
+             if ladder.shared_memory(version, C) > launch.DEFAULT_SMEM_LIMIT)
+    launch.Launcher(version, C - rung.c_multiple)
+    with pytest.raises(ValueError, match=rf"^C={C} needs \d+ bytes of dynamic shared memory per block for {version}"):
+        launch.Launcher(version, C)
+
+
+def test_the_launcher_cache_is_bounded_and_keyed(fake_cuda):
+    fake_cuda()
+    a = launch.launcher("v7_fast", 1024)
+    assert launch.launcher("v7_fast", 1024) is a
+    assert launch.launcher(ladder.get("v7_fast"), 1024) is a
+    for other in (launch.launcher("v7_fast", 1024, overwrite=True), launch.launcher("v7_fast", 2048),
+                  launch.launcher("v7_fast", 1024, block_size=256),
+                  launch.launcher("v7_fast", 1024, config=ladder.v7_fast.Config(K=1))):
+        assert other is not a
+    made = [launch.launcher("v2_warp", C) for C in range(8, 8 * (launch.CACHE_SIZE + 5), 8)]
+    assert launch.launcher("v2_warp", made[-1].C) is made[-1]
+    assert launch.launcher("v2_warp", 8) is not made[0]  # the oldest was dropped (and freed)

@@ -1,0 +1,335 @@
+"""The ladder as data (CPU): every shipped rung's plan, checked against its CUDA; the defines the builds
+pass; a learner's rung registered from a source string.
+
+Plans are pure data (:func:`rmsnorm_lessons.ladder.plan` on ``gpu.H200`` or a made-up device), so every
+launch of every rung can be checked here without a GPU: its kernel is one the rung lists, its grid and
+block are legal, its arguments match the kernel's parameters as the ``.cu`` file declares them (count,
+order, names, pointer or int), its shared memory is the rung's, and its scratch does not grow with N.
+"""
+import dataclasses
+import importlib
+
+import numpy as np
+import pytest
+
+import rmsnorm_lessons as rl
+from rmsnorm_lessons import build, gpu, kernels, ladder, launch
+from rmsnorm_lessons.ladder import Launch, Scratch, Tensor, v6_last_block, v7_fast
+
+from _gpu_support import kernel_signatures, reference_of, rung_signatures
+
+SHIPPED = tuple(r.name for r in ladder.SHIPPED)
+H200 = gpu.H200
+SMALL_GPU = dataclasses.replace(gpu.H200, name="a made-up GPU", multiprocessors=20)
+PERSISTENT = ("v3_smem", "v4_vec_bf16", "v5_two_pass", "v6_last_block", "v7_fast")  # grids bounded by the SMs
+# odd N, N = 1, C not a power of two (and odd C for the fp32 rungs), the largest C of v7
+SHAPES = [(1, 8), (3, 24), (37, 776), (129, 777), (1001, 1600), (4099, 5120), (70001, 768), (5, 16384)]
+
+
+def _cases():
+    for v in SHIPPED:
+        for N, C in SHAPES:
+            if C % ladder.get(v).c_multiple == 0:
+                yield v, N, C
+
+
+CASES = list(_cases())
+
+
+def _plans(version, N, C, device=H200):
+    """Every plan a rung makes at (N, C): both modes where it offers overwrite, both v7 reductions."""
+    rung = ladder.get(version)
+    out = [ladder.plan(version, N, C, device)]
+    if rung.overwrite_mode:
+        out.append(ladder.plan(version, N, C, device, overwrite=True))
+    if version == "v7_fast":
+        out.append(ladder.plan(version, N, C, device, config=v7_fast.Config(reduce="kernel")))
+    return out
+
+
+def test_the_shipped_ladder():
+    assert SHIPPED == ("v1_naive", "v2_warp", "v3_smem", "v4_vec_bf16", "v5_two_pass", "v6_last_block", "v7_fast")
+    assert ladder.VERSIONS[:len(SHIPPED)] == SHIPPED
+    assert kernels.VERSIONS == ladder.VERSIONS
+    for v in SHIPPED:
+        rung = ladder.get(v)
+        assert rung.name == v and rung.source is None and rung.kernels
+        assert ladder.get(rung) is rung
+        assert build.kernel_path(v).is_file()
+
+
+@pytest.mark.parametrize("version,N,C", CASES, ids=[f"{v}-{N}x{C}" for v, N, C in CASES])
+def test_every_launch_is_legal(version, N, C):
+    rung = ladder.get(version)
+    sigs = rung_signatures(rung)
+    for device in (H200, SMALL_GPU):
+        for plan in _plans(version, N, C, device):
+            assert plan, f"{version} plans no launch"
+            assert plan[0].kernel == rung.kernels[0], "the first launch is the main kernel"
+            for L in plan:
+                assert isinstance(L, Launch)
+                assert L.kernel in rung.kernels
+                assert isinstance(L.grid, int) and 1 <= L.grid < 2**31
+                assert isinstance(L.block, int) and 32 <= L.block <= rung.max_block and L.block % 32 == 0
+                bound = sigs[L.kernel].max_threads
+                assert bound is None or L.block <= bound, f"{L.kernel}: {L.block} threads > __launch_bounds__"
+                assert isinstance(L.shared, int) and L.shared >= 0
+                if L.kernel != rung.kernels[0]:
+                    assert L.shared == 0, f"{L.kernel}: only the main kernel takes dynamic shared memory"
+
+
+@pytest.mark.parametrize("version,N,C", CASES, ids=[f"{v}-{N}x{C}" for v, N, C in CASES])
+def test_arguments_match_the_kernels_parameters(version, N, C):
+    """Count, order and names from the ``extern "C" __global__`` declaration; a pointer parameter gets a
+    Tensor or a Scratch (passed as a 64-bit address), an int parameter an int that fits 32 bits."""
+    sigs = rung_signatures(version)
+    for plan in _plans(version, N, C):
+        for L in plan:
+            params = sigs[L.kernel].params
+            assert [name for name, _ in L.args] == [p.name for p in params], L.kernel
+            for (name, value), p in zip(L.args, params):
+                if p.pointer:
+                    assert isinstance(value, (Tensor, Scratch)), f"{L.kernel}: {name} is a pointer, got {value!r}"
+                else:
+                    assert p.ctype == "int", f"{L.kernel}: {name} is {p.ctype}; the launcher passes ints as int32"
+                    assert isinstance(value, int) and not isinstance(value, bool) and 0 <= value < 2**31, (
+                        f"{L.kernel}: {name}={value!r}")
+                if isinstance(value, Tensor):
+                    assert value.name in ladder.TENSOR_NAMES
+            named = {name: value for name, value in L.args}
+            for k in ("N", "C"):
+                if k in named:
+                    assert named[k] == {"N": N, "C": C}[k]
+
+
+@pytest.mark.parametrize("version,N,C", CASES, ids=[f"{v}-{N}x{C}" for v, N, C in CASES])
+def test_main_kernel_shared_memory_is_the_rungs(version, N, C):
+    rung = ladder.get(version)
+    for block in sorted({rung.block_size, 256, 128}):
+        if version == "v7_fast":
+            try:
+                need = ladder.shared_memory(version, C, block)
+            except ValueError:  # a row of this C does not fit this block
+                continue
+            # v7's shared_memory is enough for either mode: the larger of the two plans'
+            modes = [ladder.plan(version, N, C, H200, block_size=block, overwrite=o)[0].shared for o in (False, True)]
+            assert max(modes) == need
+        else:
+            assert ladder.plan(version, N, C, H200, block_size=block)[0].shared == ladder.shared_memory(version, C,
+                                                                                                         block)
+
+
+@pytest.mark.parametrize("C", [8, 776, 1600, 5120, 16384])
+@pytest.mark.parametrize("version", SHIPPED)
+def test_scratch_and_grid_do_not_grow_with_N(version, C):
+    if C % ladder.get(version).c_multiple:
+        pytest.skip("C rule")
+
+    def scratch(N):
+        return {v.name: (v.nbytes, v.zero) for L in ladder.plan(version, N, C, H200) for _, v in L.args
+                if isinstance(v, Scratch)}
+
+    big = scratch(10**6)
+    assert scratch(10**5) == big
+    for N in (1, 7, 1000, 4099, 70001):
+        small = scratch(N)
+        assert small.keys() == big.keys()
+        assert all(small[k][0] <= big[k][0] for k in big), "scratch at a small N larger than at a large N"
+    for L in ladder.plan(version, 10**6, C, H200):
+        for _, v in L.args:
+            if isinstance(v, Scratch):
+                assert v.nbytes <= (32 + 2 * 4 * H200.multiprocessors * C) * 4, f"{v!r}: not bounded by C x SMs"
+    if version in PERSISTENT:
+        g5, g6 = (ladder.plan(version, N, C, H200)[0].grid for N in (10**5, 10**6))
+        assert g5 == g6 <= 4 * H200.multiprocessors
+    else:  # one thread or one warp per row
+        assert ladder.plan(version, 10**6, C, H200)[0].grid > ladder.plan(version, 10**5, C, H200)[0].grid
+
+
+@pytest.mark.parametrize("N,C", [(1, 8), (37, 776), (70001, 1600), (4099, 16384)])
+def test_v6_scratch_header_is_the_define(N, C):
+    assert ladder.get("v6_last_block").defines == v6_last_block.DEFINES == {"V6_SCRATCH_HEADER": 32}
+    (L,) = ladder.plan("v6_last_block", N, C, H200)
+    s = dict(L.args)["scratch"]
+    assert s.zero == "once"  # the ticket counter: zeroed when allocated, left at zero by every launch
+    assert s.nbytes % 4 == 0 and s.nbytes // 4 - 2 * C * L.grid == v6_last_block.DEFINES["V6_SCRATCH_HEADER"]
+
+
+@pytest.mark.parametrize("N,C", [(1, 8), (37, 776), (70001, 1600), (4099, 16384)])
+@pytest.mark.parametrize("reduce", ["fused", "kernel"])
+def test_v7_scratch_header_is_the_define(N, C, reduce):
+    assert ladder.get("v7_fast").defines == v7_fast.DEFINES
+    assert set(v7_fast.DEFINES) == {"V7_MAX_BLOCK", "V7_SCRATCH_HEADER", "V7_QUADS_PER_PASS", "V7_REDUCE_BATCH"}
+    plan = ladder.plan("v7_fast", N, C, H200, config=v7_fast.Config(reduce=reduce))
+    scratches = {dict(L.args)["scratch"] for L in plan}
+    assert len(scratches) == 1, "the main kernel and the reduce kernel share one scratch"
+    (s,) = scratches
+    assert s.zero == "once"
+    assert s.nbytes // 4 - plan[0].grid * C == v7_fast.DEFINES["V7_SCRATCH_HEADER"]
+    assert ladder.get("v7_fast").max_block == v7_fast.DEFINES["V7_MAX_BLOCK"]
+
+
+def test_only_v6_and_v7_take_defines():
+    for v in SHIPPED:
+        assert bool(ladder.get(v).defines) == (v in ("v6_last_block", "v7_fast"))
+
+
+@pytest.mark.parametrize("version", ["v6_last_block", "v7_fast"])
+def test_the_build_passes_the_defines(version):
+    # the .cu file #errors without them: that it compiles at all says they were passed
+    src = build.kernel_source(version)
+    for name in ladder.get(version).defines:
+        assert f"#ifndef {name}" in src and f'#error "{name} must be defined by the build' in src
+    compiled = build.compile_file(version, "sm_90")
+    assert set(ladder.get(version).kernels) <= set(compiled.resources)
+
+
+@pytest.mark.parametrize("version,missing", [("v6_last_block", "V6_SCRATCH_HEADER")] +
+                         [("v7_fast", d) for d in v7_fast.DEFINES])
+def test_a_missing_define_is_a_compile_error_naming_it(version, missing):
+    defines = {k: v for k, v in ladder.get(version).defines.items() if k != missing}
+    with pytest.raises(build.CompileError, match=rf"{missing} must be defined by the build"):
+        build.compile_source(build.kernel_source(version), "sm_90", name=f"{version}_without_{missing}",
+                             defines=defines)
+
+
+@pytest.mark.parametrize("version", ["v3_smem", "v4_vec_bf16", "v5_two_pass", "v6_last_block"])
+def test_blocks_per_sm_is_read_from_the_plan(version):
+    module = importlib.import_module(f"rmsnorm_lessons.ladder.{version}")
+    for device in (H200, SMALL_GPU):
+        assert ladder.blocks_per_sm(version, 4096, device) == module.BLOCKS_PER_SM
+    assert ladder.blocks_per_sm("v7_fast", 4096, H200) == 1  # one 512-thread block per SM
+
+
+def test_get_refuses_what_is_not_a_version():
+    with pytest.raises(ValueError, match=r"version must be one of v1_naive, v2_warp, .*v7_fast; got 'v8'"):
+        ladder.get("v8")
+    with pytest.raises(TypeError, match=r"version must be a version name \(str\) or a Rung, got list"):
+        ladder.get(["v1_naive"])
+    with pytest.raises(TypeError, match=r"register takes a Rung, got str"):
+        ladder.register("v1_naive")
+
+
+def test_a_plan_prints():
+    text = "\n".join(str(L) for L in ladder.plan("v5_two_pass", 8192, 1024, H200))
+    assert "rmsnorm_backward_v5<<<264, 512, 11776>>>(dinp=dinp, partials=scratch 'partials'" in text
+    assert "reduce_dweight_v5<<<4, 256, 0>>>(dweight=dweight, partials=scratch 'partials' (" in text
+
+
+def test_the_kernel_signature_parser():
+    sigs = kernel_signatures("""
+        // extern "C" __global__ void commented_out(int x) {}
+        extern "C" __global__ void __launch_bounds__(256, 2)
+        k1(float* a, const __nv_bfloat16* __restrict__ b, int n /* rows */, long long m) { }
+        extern "C" __global__ void __launch_bounds__(ns::MAX) k2(const float* p) { }
+        extern "C" __global__ void k3() { }
+    """)
+    assert list(sigs) == ["k1", "k2", "k3"]
+    assert [(p.name, p.pointer, p.ctype) for p in sigs["k1"].params] == [
+        ("a", True, "float*"), ("b", True, "const __nv_bfloat16* __restrict__"), ("n", False, "int"),
+        ("m", False, "long long")]
+    assert sigs["k1"].max_threads == 256 and sigs["k2"].max_threads is None and sigs["k2"].launch_bounds == "ns::MAX"
+    assert sigs["k3"].params == ()
+
+
+# ------------------------------------------------------------------------------------------------------
+# a learner's rung: v2's kernel under another name, registered from its source text
+
+
+def _my_v2_source() -> str:
+    src = build.kernel_source("v2_warp")
+    assert src.count("rmsnorm_backward_v2") == 1
+    return src.replace("rmsnorm_backward_v2", "my_v2")
+
+
+def _my_v2_plan(N, C, device, *, block, overwrite=False, config=None):
+    return [Launch("my_v2", ladder.ceil_div(N, block // 32), block, 0, ladder.standard_args(N, C))]
+
+
+@pytest.fixture
+def my_v2():
+    before = ladder.VERSIONS
+    rung = ladder.rung_from_source(name="my_v2", source=_my_v2_source(), plan=_my_v2_plan, kernels=("my_v2",),
+                                   dtype=np.float32, adds="v2, typed by a learner")
+    try:
+        yield rung
+    finally:
+        ladder.unregister("my_v2")
+        launch.release()
+    assert ladder.VERSIONS == before
+
+
+def test_a_registered_rung_joins_the_ladder(my_v2):
+    before = tuple(v for v in ladder.VERSIONS if v != "my_v2")
+    assert ladder.VERSIONS == before + ("my_v2",)
+    assert "my_v2" in kernels.VERSIONS and "my_v2" in rl.kernels.VERSIONS
+    assert ladder.get("my_v2") is my_v2 and kernels.get("my_v2") is my_v2
+    assert my_v2.source == _my_v2_source() and my_v2.kernels == ("my_v2",)
+    plan = ladder.plan("my_v2", 1001, 777, H200)
+    assert [(L.kernel, L.grid, L.block, L.shared) for L in plan] == [("my_v2", 126, 256, 0)]
+    # its plan's arguments match its own source's declaration, as the shipped rungs' do
+    assert [n for n, _ in plan[0].args] == [p.name for p in rung_signatures("my_v2")["my_v2"].params]
+    assert ladder.shared_memory("my_v2", 777) == 0
+
+
+def test_unregister_restores_the_ladder(my_v2):
+    others = tuple(v for v in ladder.VERSIONS if v != "my_v2")
+    ladder.unregister("my_v2")
+    assert "my_v2" not in ladder.VERSIONS and "my_v2" not in kernels.VERSIONS
+    assert ladder.VERSIONS == others and ladder.VERSIONS[:len(SHIPPED)] == SHIPPED
+    with pytest.raises(ValueError, match=r"version must be one of"):
+        ladder.get("my_v2")
+    ladder.register(my_v2)  # back, for the fixture to remove
+    assert ladder.get("my_v2") is my_v2
+
+
+def test_a_registered_rung_compiles_and_reports(my_v2):
+    res = build.resources("my_v2")
+    assert set(res) == {"my_v2"} and 0 < res["my_v2"].registers <= 255
+    assert build.resources(my_v2) == res
+    from rmsnorm_lessons import sass
+
+    text = sass.report("my_v2")
+    assert text.startswith("my_v2 (sm_90): ") and "registers" in text
+
+
+def test_a_shipped_rung_cannot_be_replaced(my_v2):
+    v2 = ladder.get("v2_warp")
+    for replace in (False, True):
+        with pytest.raises(ValueError, match=r"'v2_warp' is a shipped rung; give yours another name"):
+            ladder.register(dataclasses.replace(v2, adds="mine now"), replace=replace)
+    with pytest.raises(ValueError, match=r"'v2_warp' is a shipped rung"):
+        ladder.rung_from_source(name="v2_warp", source=_my_v2_source(), plan=_my_v2_plan, kernels=("my_v2",),
+                                dtype=np.float32)
+    with pytest.raises(ValueError, match=r"'v2_warp' is a shipped rung and stays on the ladder"):
+        ladder.unregister("v2_warp")
+    assert ladder.get("v2_warp") is v2 and ladder.VERSIONS[:len(SHIPPED)] == SHIPPED
+
+
+def test_a_registered_name_is_replaced_only_when_asked(my_v2):
+    other = dataclasses.replace(my_v2, adds="another version of it")
+    with pytest.raises(ValueError, match=r"a rung named 'my_v2' is registered already; pass replace=True"):
+        ladder.register(other)
+    ladder.register(my_v2)  # the same rung again: fine
+    again = ladder.rung_from_source(name="my_v2", source=_my_v2_source(), plan=_my_v2_plan, kernels=("my_v2",),
+                                    dtype=np.float32, adds="re-run cell")  # a re-run notebook cell replaces it
+    assert ladder.get("my_v2") is again and ladder.VERSIONS.count("my_v2") == 1
+
+
+def test_rung_from_source_refuses_bad_input():
+    with pytest.raises(ValueError, match=r"source must be the kernel's CUDA C text"):
+        ladder.rung_from_source(name="x1", source="  ", plan=_my_v2_plan, kernels=("my_v2",), dtype=np.float32)
+    with pytest.raises(ValueError, match=r"name must be a plain identifier"):
+        ladder.rung_from_source(name="my v2", source=_my_v2_source(), plan=_my_v2_plan, kernels=("my_v2",),
+                                dtype=np.float32)
+    assert "x1" not in ladder.VERSIONS and "my v2" not in ladder.VERSIONS
+
+
+@pytest.mark.gpu
+def test_a_registered_rung_runs(my_v2):
+    from rmsnorm_lessons import check, reference
+
+    p = reference.random_problem(1001, 777, np.float32, seed=5)
+    got = kernels.run("my_v2", p["dout"], p["inp"], p["weight"], p["rstd"], p["dinp"], p["dweight"])
+    report = check.compare_outputs(my_v2, 1001, got, reference_of(p), name="my_v2")
+    assert report.ok, str(report)
