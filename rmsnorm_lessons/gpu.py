@@ -73,8 +73,6 @@ def _start() -> _Gpu:
         raise GpuUnavailable(f"RMSNORM_LESSONS_DEVICE={index} but this machine has {count} device(s).")
     device = drv.Device(index)
     context = device.retain_primary_context()
-    context.push()
-    _thread.current = True
     atexit.register(_shutdown)
     return _Gpu(drv, device, context)
 
@@ -85,21 +83,24 @@ def _shutdown() -> None:
         return
     import gc
 
-    for hook in _shutdown_hooks:
-        hook()
-    gc.collect()
     try:
+        if not getattr(_thread, "current", False):  # the GPU was used from other threads only
+            _gpu.context.push()
+        for hook in _shutdown_hooks:
+            hook()
+        gc.collect()
         _gpu.context.synchronize()
         _gpu.driver.Context.pop()
     except Exception:
         pass
+    _thread.current = False
     _gpu = None
 
 
 def require() -> _Gpu:
     """The started GPU, or :class:`GpuUnavailable` (the same one on every call).
 
-    The thread that starts it keeps the primary context current until exit. Other threads get it with
+    The main thread keeps the primary context current until exit. Other threads get it with
     ``with in_context():`` (``run`` and ``forward`` do that themselves): PyCUDA keeps a context stack per
     thread and aborts the process when a thread ends with a context still pushed, so a pushed context
     must be popped before the thread ends.
@@ -117,6 +118,9 @@ def require() -> _Gpu:
                     _failure = exc
                     raise
             g = _gpu
+    if threading.current_thread() is threading.main_thread() and not getattr(_thread, "current", False):
+        g.context.push()  # the main thread keeps it until exit (_shutdown pops it)
+        _thread.current = True
     return g
 
 
@@ -353,12 +357,12 @@ class StreamBridge:
         """The private stream waits for the work queued on the foreign stream so far."""
         ready = self._events[0]
         _libcuda.check(_libcuda.record(ready, ctypes.c_void_p(self.handle)), "cuEventRecord")
-        _libcuda.check(_libcuda.wait(ctypes.c_void_p(self.stream.handle_int), ready, 0), "cuStreamWaitEvent")
+        _libcuda.check(_libcuda.wait(ctypes.c_void_p(self.stream.handle), ready, 0), "cuStreamWaitEvent")
 
     def leave(self) -> None:
         """Work queued on the foreign stream from now on waits for the private stream's work."""
         done = self._events[1]
-        _libcuda.check(_libcuda.record(done, ctypes.c_void_p(self.stream.handle_int)), "cuEventRecord")
+        _libcuda.check(_libcuda.record(done, ctypes.c_void_p(self.stream.handle)), "cuEventRecord")
         _libcuda.check(_libcuda.wait(ctypes.c_void_p(self.handle), done, 0), "cuStreamWaitEvent")
 
     def close(self) -> None:

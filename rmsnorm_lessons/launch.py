@@ -161,7 +161,7 @@ class Launcher:
                 f"is {largest}")
 
     def _scratch_for(self, stream) -> _ScratchSet:
-        key = None if stream is None else stream.handle_int
+        key = None if stream is None else stream.handle
         found = self._scratch.get(key)
         if found is None:
             found = _ScratchSet()
@@ -201,7 +201,7 @@ class Launcher:
     def scratch(self, name: str, stream=None):
         """The device buffer called ``name`` that this launcher holds for ``stream`` (to look at what a
         kernel left there, e.g. v6's ticket counter); None before a call on that stream made it."""
-        key = None if stream is None else stream.handle_int
+        key = None if stream is None else stream.handle
         held = self._scratch.get(key)
         found = held[0].buffers.get(name) if held else None
         return found[0] if found else None

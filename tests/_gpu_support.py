@@ -169,7 +169,7 @@ class FakeStream:
 
     def __init__(self):
         FakeStream._next += 16
-        self.handle_int = FakeStream._next
+        self.handle = FakeStream._next
         self.synchronized = 0
 
     def synchronize(self):

@@ -410,11 +410,12 @@ def in_a_new_thread():
 
     def fresh():
         try:
-            box["numpy"] = kernels.run(version, *[p[k] for k in TENSORS])
-            dev = to_device(p)  # and GPUArrays made in this thread
-            kernels.run(version, *[dev[k] for k in TENSORS])
-            box["gpuarray"] = (dev["dinp"].get(), dev["dweight"].get())
-            free(dev)
+            box["numpy"] = kernels.run(version, *[p[k] for k in TENSORS])  # run() needs nothing else
+            with gpu.in_context():  # PyCUDA calls of the thread's own (GPUArrays) need the context current
+                dev = to_device(p)
+                kernels.run(version, *[dev[k] for k in TENSORS])
+                box["gpuarray"] = (dev["dinp"].get(), dev["dweight"].get())
+                free(dev)
         except BaseException as exc:  # reported by the main thread
             box["error"] = exc
 
