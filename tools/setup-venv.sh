@@ -14,15 +14,18 @@ has_driver() {
 has_nvcc() {
     command -v nvcc >/dev/null 2>&1 || [ -x "${CUDA_HOME:-/nonexistent}/bin/nvcc" ]
 }
+has_nvdisasm() {
+    command -v nvdisasm >/dev/null 2>&1 || [ -x "${CUDA_HOME:-/nonexistent}/bin/nvdisasm" ] \
+        || [ -x /usr/local/cuda/bin/nvdisasm ]
+}
 
 extras="test,lab"
 has_driver && extras="$extras,gpu"
 nvcc_wheels=""
 has_nvcc || nvcc_wheels="nvidia-cuda-nvcc==13.0.* nvidia-cuda-crt==13.0.* nvidia-nvvm==13.0.* nvidia-cuda-runtime==13.0.* nvidia-cuda-cccl==13.0.*"
-# cuobjdump for the SASS listings, from NVIDIA's wheels when the system has none; cuobjdump -sass runs
-# nvdisasm, a wheel of its own
-command -v cuobjdump >/dev/null 2>&1 \
-    || nvcc_wheels="$nvcc_wheels nvidia-cuda-cuobjdump>=13.0,<14 nvidia-cuda-nvdisasm>=13.0,<14"
+# nvdisasm for the SASS listings (rmsnorm_lessons.sass reads `nvdisasm -json`), from NVIDIA's wheel when
+# the system has none; cuobjdump is not needed
+has_nvdisasm || nvcc_wheels="$nvcc_wheels nvidia-cuda-nvdisasm>=13.0,<14"
 
 stamp_text="$(cat pyproject.toml tools/setup-venv.sh) extras=$extras wheels=$nvcc_wheels"
 stamp=$(printf '%s' "$stamp_text" | sha1sum | cut -c1-16)
