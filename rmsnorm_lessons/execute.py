@@ -14,9 +14,15 @@ def execute(path: Path, timeout: int = 900) -> float:
     import nbformat
     from nbclient import NotebookClient
 
+    from . import gpu
+    from .notebook import RUN_KEY
+
     nb = nbformat.read(path, as_version=4)
     start = time.perf_counter()
     NotebookClient(nb, timeout=timeout, kernel_name="python3", resources={"metadata": {"path": str(path.parent)}}).execute()
+    # where the outputs came from: %%gpu cells show them, labelled so, where no GPU is present
+    device = gpu.facts().name if gpu.available() else "a machine without a GPU"
+    nb.metadata[RUN_KEY] = {"device": device, "date": time.strftime("%Y-%m-%d")}
     nbformat.write(nb, path)
     return time.perf_counter() - start
 

@@ -1,17 +1,33 @@
 """Notebook support: the ``%%gpu`` cell magic and a one-line status banner.
 
 A cell that launches kernels starts with ``%%gpu`` (and carries the cell tag ``gpu``). Where a GPU works
-the cell runs as usual; where not, it prints one sentence saying why and the notebook goes on.
+the cell runs as usual. Where not, it says so in one sentence and shows the output the same cell made
+on the course's GPU, read from the notebook file itself (the lessons ship with the outputs of an H200
+run, and ``python -m rmsnorm_lessons.execute`` records in the notebook's metadata where and when that
+run was), so the prose that follows still has its tables and figures beside it.
 """
 from __future__ import annotations
 
+import json
+import os
+from pathlib import Path
+
 from . import gpu
+
+#: notebook metadata key where rmsnorm_lessons.execute records the device and date of the run
+RUN_KEY = "rmsnorm_lessons"
 
 
 def gpu_cell(line: str, cell: str):
     reason = gpu.why_unavailable()
     if reason is not None:
-        print(f"Skipped (this cell launches kernels): {reason}")
+        saved = saved_outputs(cell)
+        if saved is None:
+            print(f"Skipped (this cell launches kernels): {reason}")
+            return None
+        outputs, where = saved
+        print(f"Not run here ({reason.split(':')[0]}). Saved output from {where}:")
+        show(outputs)
         return None
     from IPython import get_ipython
 
@@ -23,6 +39,61 @@ def gpu_cell(line: str, cell: str):
 
 class GpuCellFailed(RuntimeError):
     pass
+
+
+def _body(source: str) -> str:
+    """A %%gpu cell's code without its magic line, for matching (trailing space ignored)."""
+    lines = source.splitlines()
+    if lines and lines[0].startswith("%%gpu"):
+        lines = lines[1:]
+    return "\n".join(line.rstrip() for line in lines).strip()
+
+
+def _notebooks() -> list[Path]:
+    # JupyterLab tells the kernel its notebook (JPY_SESSION_NAME); otherwise the kernel's folder holds it
+    named = os.environ.get("JPY_SESSION_NAME")
+    found = [Path(named)] if named and named.endswith(".ipynb") and Path(named).is_file() else []
+    return found + sorted(Path.cwd().glob("*.ipynb"))
+
+
+def saved_outputs(cell: str, notebooks=None):
+    """``(outputs, "NVIDIA H200, 2026-12-02")`` saved for the %%gpu cell with this code, or None.
+
+    Looks in the running notebook's file (and the other notebooks of its folder) for a cell with the same
+    code whose outputs came from a GPU run recorded in the notebook's metadata.
+    """
+    want = _body(cell)
+    for path in notebooks if notebooks is not None else _notebooks():
+        try:
+            nb = json.loads(Path(path).read_text())
+        except (OSError, ValueError):
+            continue
+        run = nb.get("metadata", {}).get(RUN_KEY)
+        if not run:
+            continue
+        for c in nb.get("cells", []):
+            if c.get("cell_type") != "code" or not c.get("outputs"):
+                continue
+            source = "".join(c.get("source", []))
+            if source.startswith("%%gpu") and _body(source) == want:
+                return c["outputs"], f"{run.get('device', 'a GPU')}, {run.get('date', 'date not recorded')}"
+    return None
+
+
+def show(outputs) -> None:
+    """Display saved notebook outputs (streams, rich displays, results) in the running IPython."""
+    from IPython.display import publish_display_data  # only inside IPython
+
+    for out in outputs:
+        kind = out.get("output_type")
+        if kind == "stream":
+            text = "".join(out.get("text", []))
+            print(text, end="" if text.endswith("\n") else "\n")
+        elif kind in ("display_data", "execute_result"):
+            data = {k: "".join(v) if isinstance(v, list) else v for k, v in out.get("data", {}).items()}
+            publish_display_data(data, out.get("metadata", {}))
+        elif kind == "error":
+            print(f"{out.get('ename')}: {out.get('evalue')}")
 
 
 def load_ipython_extension(ipython) -> None:
@@ -43,4 +114,5 @@ def setup() -> str:
     if reason is None:
         f = gpu.facts()
         return f"GPU: {f.name} ({f.arch}, {f.multiprocessors} SMs): every cell of this lesson runs here."
-    return f"No GPU here, so cells marked %%gpu will say so and skip. {reason}"
+    return (f"No GPU here: cells marked %%gpu show the output they made on the course's GPU instead of "
+            f"running. {reason}")

@@ -58,3 +58,32 @@ def test_lesson_has_the_course_shape(path):
             assert ("gpu" in cell.metadata.get("tags", [])) == cell.source.startswith("%%gpu"), cell.source[:80]
     # an exercise whose check is called in the lesson
     assert any("lesson0" in c.source and "check" in c.source for c in cells if c.cell_type == "code")
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
+def test_lesson_says_where_its_outputs_were_made(path):
+    # rmsnorm_lessons.execute records it; %%gpu cells label their saved outputs with it where no GPU is
+    from rmsnorm_lessons.notebook import RUN_KEY
+
+    run = json.loads(path.read_text())["metadata"].get(RUN_KEY)
+    assert run and "H200" in run["device"] and len(run["date"]) == 10, run
+
+
+def test_a_gpu_cell_without_a_gpu_shows_its_saved_output(tmp_path, capsys, monkeypatch):
+    from rmsnorm_lessons import gpu, notebook
+
+    nb = {"metadata": {notebook.RUN_KEY: {"device": "NVIDIA H200", "date": "2026-12-02"}}, "cells": [
+        {"cell_type": "code", "source": ["%%gpu\n", "x = 1  \n", "print(x)"], "metadata": {"tags": ["gpu"]},
+         "outputs": [{"output_type": "stream", "name": "stdout", "text": ["1 from the H200\n"]}]}]}
+    path = tmp_path / "lesson.ipynb"
+    path.write_text(json.dumps(nb))
+    outputs, where = notebook.saved_outputs("x = 1\nprint(x)\n", notebooks=[path])
+    assert where == "NVIDIA H200, 2026-12-02" and outputs[0]["text"] == ["1 from the H200\n"]
+    assert notebook.saved_outputs("print(2)", notebooks=[path]) is None  # other code: nothing to show
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(gpu, "why_unavailable", lambda: "No NVIDIA driver here: ...")
+    notebook.gpu_cell("", "x = 1\nprint(x)")
+    printed = capsys.readouterr().out
+    assert "Saved output from NVIDIA H200, 2026-12-02" in printed and "1 from the H200" in printed
+    notebook.gpu_cell("", "print(3)")
+    assert "Skipped (this cell launches kernels)" in capsys.readouterr().out
