@@ -1,19 +1,28 @@
 # The two commands: `make lab` (JupyterLab on the lessons) and `make test` (the whole suite).
 # Both build .venv from nothing on first use (tools/setup-venv.sh) and reuse it afterwards.
 VENV ?= .venv
-PY := $(VENV)/bin/python
+PY ?= $(VENV)/bin/python
+# the folder JupyterLab serves (tests/test_browser.py points it at a copy)
+NOTEBOOKS ?= notebooks
 PYTEST_ARGS ?=
+# extra arguments for JupyterLab, e.g. make lab ARGS="--no-browser --port 8890"
+ARGS ?=
+# JupyterLab refuses to run as root without --allow-root (containers, cloud VMs): add it there
+ROOT_FLAG := $(if $(filter 0,$(shell id -u 2>/dev/null)),--allow-root,)
 
 .PHONY: venv test lab info check bench inspect notebooks sanitize clean
 
 venv:
 	@VENV=$(VENV) tools/setup-venv.sh
 
+# strict nbval: every cell's output is compared with the committed one, but for cells tagged
+# nbval-ignore-output (tools/tag_notebooks.py) and the numbers nbval_sanitize.cfg normalises
 test: venv
-	$(PY) -m pytest --nbval-lax --nbval-current-env tests notebooks $(PYTEST_ARGS)
+	$(PY) -m pytest --nbval --nbval-current-env --nbval-sanitize-with nbval_sanitize.cfg tests notebooks $(PYTEST_ARGS)
 
+# the server prints its URL with the token (http://127.0.0.1:8888/lab?token=...) on the terminal
 lab: venv
-	$(VENV)/bin/jupyter lab notebooks
+	$(PY) -m jupyterlab $(ROOT_FLAG) $(ARGS) $(NOTEBOOKS)
 
 info: venv
 	$(PY) -m rmsnorm_lessons info

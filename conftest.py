@@ -1,15 +1,36 @@
-"""GPU tests (marker ``gpu``) and notebook cells tagged ``gpu`` run only where a CUDA device works."""
+"""GPU tests (marker ``gpu``) and notebook cells tagged ``gpu`` run only where a CUDA device works.
+
+Also: strict nbval normalises machine numbers with ``nbval_sanitize.cfg`` unless another file is given
+(``pytest --nbval notebooks`` as well as ``make test``), and the summary says in one line how many GPU
+items were skipped and why, instead of one line per file (the other skip reasons are grouped by reason).
+"""
+from collections import Counter
+from pathlib import Path
+
 import pytest
 
 from rmsnorm_lessons import gpu
+
+ROOT = Path(__file__).resolve().parent
+SANITIZE = ROOT / "nbval_sanitize.cfg"
+GPU_TEST = "needs a GPU: "
+GPU_CELL = "notebook cell tagged gpu: no GPU here"
+
+
+def pytest_configure(config):
+    # nbval's option exists only where nbval is installed; an explicit --nbval-sanitize-with wins
+    option = config.option
+    if hasattr(option, "nbval_sanitize_with") and not option.nbval_sanitize_with \
+            and not getattr(option, "sanitize_with", None) and SANITIZE.is_file():
+        option.nbval_sanitize_with = str(SANITIZE)
 
 
 def pytest_collection_modifyitems(config, items):
     reason = gpu.why_unavailable()
     if reason is None:
         return
-    skip_test = pytest.mark.skip(reason=f"needs a GPU: {reason}")
-    skip_cell = pytest.mark.skip(reason="notebook cell tagged gpu: no GPU here")
+    skip_test = pytest.mark.skip(reason=f"{GPU_TEST}{reason}")
+    skip_cell = pytest.mark.skip(reason=GPU_CELL)
     for item in items:
         cell = getattr(item, "cell", None)
         if cell is not None:
@@ -19,7 +40,24 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker(skip_test)
 
 
+def _skip_reason(report) -> str:
+    longrepr = report.longrepr
+    text = longrepr[2] if isinstance(longrepr, tuple) and len(longrepr) == 3 else str(longrepr)
+    return text.removeprefix("Skipped: ")
+
+
 def pytest_terminal_summary(terminalreporter):
-    reason = gpu.why_unavailable()
-    if reason is not None:
-        terminalreporter.write_line(f"GPU tests and gpu-tagged notebook cells were skipped: {reason}")
+    skipped = [r for r in terminalreporter.stats.get("skipped", []) if getattr(r, "skipped", False)]
+    if not skipped:
+        return
+    reasons = Counter(_skip_reason(r) for r in skipped)
+    tests = sum(n for why, n in reasons.items() if why.startswith(GPU_TEST))
+    cells = reasons.pop(GPU_CELL, 0)
+    why = gpu.why_unavailable() or "no GPU"
+    for key in [k for k in reasons if k.startswith(GPU_TEST)]:
+        del reasons[key]
+    parts = [f"{n} {what}" for n, what in ((tests, "GPU tests"), (cells, "gpu-tagged notebook cells")) if n]
+    if parts:
+        terminalreporter.write_line(f"skipped {' and '.join(parts)}: {why}")
+    for text, n in reasons.most_common():
+        terminalreporter.write_line(f"skipped {n}: {text}")

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import functools
 import hashlib
-import importlib.resources
+import importlib.util
 import os
 import re
 import shutil
@@ -34,12 +34,15 @@ KERNEL_PACKAGE = "rmsnorm_lessons.kernel_sources"  # the wheel ships kernels/ un
 def _shipped_kernel_dir() -> Path:
     # an installed wheel (or an editable install) maps kernels/ to KERNEL_PACKAGE; a checkout on
     # PYTHONPATH has it beside the package
+    # kernel_sources has no __init__.py: a namespace package, whose files() is a MultiplexedPath (its
+    # str() is not a path), so ask the import system for its folders
     try:
-        found = Path(str(importlib.resources.files(KERNEL_PACKAGE)))
-        if (found / "common.cuh").is_file():
-            return found
-    except (ModuleNotFoundError, TypeError):
-        pass
+        spec = importlib.util.find_spec(KERNEL_PACKAGE)
+    except ModuleNotFoundError:
+        spec = None
+    for folder in (spec.submodule_search_locations or []) if spec else []:
+        if (Path(folder) / "common.cuh").is_file():
+            return Path(folder)
     return Path(__file__).resolve().parent.parent / "kernels"
 
 

@@ -1,31 +1,34 @@
-"""``python -m rmsnorm_lessons info | check | bench | inspect``."""
+"""The course's command line: what works here, checks, timings and resource reports of the kernels."""
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import platform
+import re
+import subprocess
 import sys
+from pathlib import Path
+
+import ml_dtypes
+import numpy
+
+from . import bench, build, check, gpu, ladder, occupancy, peers, sass
+from .gpu import GpuUnavailable
 
 
 def _info(args) -> int:
-    from . import build, gpu, kernels
-
     print(f"python     {platform.python_version()} ({sys.executable})")
+    print(f"numpy      {numpy.__version__}, ml_dtypes {ml_dtypes.__version__}")
     try:
-        import numpy, ml_dtypes  # noqa: E401
-
-        print(f"numpy      {numpy.__version__}, ml_dtypes {ml_dtypes.__version__}")
-    except ImportError as exc:
-        print(f"numpy      MISSING ({exc})")
-    try:
-        import pycuda
+        import pycuda  # lazy: reported when present, needed only to launch kernels
 
         print(f"pycuda     {pycuda.VERSION_TEXT}")
     except ImportError:
         print("pycuda     not installed (only needed to launch kernels)")
     nvcc = build.find_nvcc()
     print(f"nvcc       {build.nvcc_version() + ' at ' + nvcc if nvcc else 'NOT FOUND: compiling is impossible'}")
-    for tool in ("cuobjdump", "nvdisasm"):
+    for tool in ("nvdisasm",):
         print(f"{tool:<11}{build.find_tool(tool) or 'not found (SASS listings unavailable)'}")
     reason = gpu.why_unavailable()
     if reason is None:
@@ -38,37 +41,94 @@ def _info(args) -> int:
             print(f"copy       {gpu.copy_bandwidth():.0f} GB/s device-to-device (read + write)")
     else:
         print(f"GPU        none usable: {reason}")
+    sources = (build.kernel_dir() / "common.cuh").is_file()  # the .cu files (shipped in the wheel)
+    if not sources:
+        print(f"kernels    MISSING: no kernel sources in {build.kernel_dir()}")
+    compiles = bool(nvcc) and sources
     works = ["reference math", "plots"]
-    if nvcc:
+    if compiles:
         works += ["compiling every kernel", "resource reports (inspect)"]
-    if reason is None and nvcc:
+    if reason is None and compiles:
         works += ["launching, checking and timing kernels"]
     print("works here: " + ", ".join(works))
-    if reason is not None or not nvcc:
-        print("not here:   " + ", ".join((["launching kernels"] if reason else []) + ([] if nvcc else ["compiling"])))
-    print(f"versions   {', '.join(kernels.VERSIONS)}")
+    if reason is not None or not compiles:
+        print("not here:   " + ", ".join((["launching kernels"] if reason else []) + ([] if compiles else ["compiling"])))
+    print(f"versions   {', '.join(ladder.VERSIONS)}")
     return 0
 
 
-def _parse_shapes(text: str | None):
-    if not text:
-        return None
+# exit codes (also in --help)
+EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_NO_GPU = 0, 1, 2, 3
+EPILOG = """exit codes:
+  0  done
+  1  a check found wrong results, or nvcc / a CUDA tool failed
+  2  usage error: an unknown command, version or option, or a bad value
+  3  the command needs a GPU and none is usable here (info says why)"""
+
+
+def _shapes(text: str):
+    """argparse type of --shapes: comma-separated NxC with positive N and C."""
     shapes = []
     for item in text.split(","):
-        n, c = item.lower().split("x")
-        shapes.append((int(n), int(c)))
+        m = re.fullmatch(r"\s*(\d+)\s*[xX]\s*(\d+)\s*", item)
+        if not m:
+            raise argparse.ArgumentTypeError(f"{item.strip()!r} is not NxC (rows x channels, e.g. 4096x768)")
+        n, c = int(m.group(1)), int(m.group(2))
+        if n < 1 or c < 1:
+            raise argparse.ArgumentTypeError(f"{item.strip()!r}: N and C must be at least 1")
+        shapes.append((n, c))
     return shapes
 
 
-def _check(args) -> int:
-    from . import check, gpu, kernels
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{text!r} must be at least 1")
+    return value
 
+
+def _arch(text: str) -> str:
+    """argparse type of --arch: sm_XY (optionally with a) that this nvcc can build for."""
+    if not re.fullmatch(r"sm_\d{2,3}a?", text):
+        raise argparse.ArgumentTypeError(f"{text!r} is not a GPU architecture such as sm_90 or sm_80")
+    nvcc = build.find_nvcc()
+    if nvcc:
+        try:
+            out = subprocess.run([nvcc, "--list-gpu-code"], capture_output=True, text=True, timeout=60).stdout
+        except (OSError, subprocess.SubprocessError):
+            out = ""
+        known = re.findall(r"sm_\d+", out)
+        if known and re.sub(r"a$", "", text) not in known:
+            raise argparse.ArgumentTypeError(f"{text!r}: this nvcc builds for {', '.join(known)}")
+    return text
+
+
+def _output_path(text: str) -> str:
+    """argparse type of --json and --plot: a file in a folder that exists."""
+    folder = Path(text).expanduser().resolve().parent
+    if not folder.is_dir():
+        raise argparse.ArgumentTypeError(f"{text!r}: the folder {folder} does not exist")
+    return text
+
+
+def _versions(args, shapes=()) -> list[str]:
+    """The versions asked for (all by default), each checked against the ladder before any GPU work."""
+    names = args.versions or list(ladder.VERSIONS)
+    for name in names:
+        ladder.get(name)  # ValueError naming the versions: a usage error
+    return names
+
+
+def _check(args) -> int:
+    versions = _versions(args)
     gpu.require()
-    versions = args.versions or list(kernels.VERSIONS)
-    shapes = _parse_shapes(args.shapes) or [(1, 8), (7, 776), (129, 1600), (1000, 2048), (4096, 768)]
+    shapes = args.shapes or [(1, 8), (7, 776), (129, 1600), (1000, 2048), (4096, 768)]
     failed = 0
     for v in versions:
-        spec = kernels.get(v)
+        spec = ladder.get(v)
         for N, C in shapes:
             if C % spec.c_multiple:
                 continue
@@ -85,21 +145,20 @@ def _check(args) -> int:
 
 def _torch_imports() -> bool:
     try:
-        import torch  # noqa: F401
+        import torch  # noqa: F401  (lazy: torch is optional and slow to import)
     except ImportError:
         return False
     return True
 
 
 def _bench(args) -> int:
-    from . import bench, gpu
-
+    versions = _versions(args) if args.versions else None
     gpu.require()
-    shapes = _parse_shapes(args.shapes)
+    shapes = args.shapes
     want_peers = _torch_imports() if args.peers is None else args.peers  # on by default where torch imports
     overwrite = want_peers if args.overwrite is None else args.overwrite  # peers overwrite dinp: compare so
     copy_gbps = gpu.copy_bandwidth()
-    results = bench.sweep(args.versions or None, shapes, repeats=args.repeats, copy_gbps=copy_gbps,
+    results = bench.sweep(versions, shapes, repeats=args.repeats, copy_gbps=copy_gbps,
                           overwrite=overwrite)
 
     def write_json():
@@ -108,8 +167,6 @@ def _bench(args) -> int:
                 json.dump(bench.records(results, baseline="v6_last_block"), f, indent=1)
 
     if want_peers:
-        from . import peers
-
         write_json()  # the versions' rows are safe on disk (and shown) before the peers run
         print(bench.table(results, baseline="v6_last_block"), flush=True)
         results += peers.sweep(shapes, repeats=args.repeats, copy_gbps=copy_gbps)
@@ -117,8 +174,6 @@ def _bench(args) -> int:
     print(f"copy bandwidth {copy_gbps:.0f} GB/s (bytes read + written)")
     print(bench.table(results, baseline="v6_last_block"))
     if want_peers:
-        from . import peers
-
         mine = [r.name for r in results if r.name not in peers.PEERS]
         for name in dict.fromkeys(mine):
             lines = bench.against(results, name, peers.PEERS)
@@ -128,7 +183,7 @@ def _bench(args) -> int:
         write_json()
         print(f"wrote {args.json}")
     if args.plot:
-        from . import plots
+        from . import plots  # lazy: plots imports matplotlib
 
         plots.bandwidth_bars(results, copy_gbps).savefig(args.plot, dpi=plots.DPI)
         print(f"wrote {args.plot}")
@@ -136,85 +191,141 @@ def _bench(args) -> int:
 
 
 def _inspect(args) -> int:
-    from . import build, kernels
-    from . import inspect as insp
-
     name = args.version
     try:
-        build.kernel_path(name)  # a version or any other file of kernels/
-    except FileNotFoundError as exc:
-        print(f"inspect: {exc}; versions: {', '.join(kernels.VERSIONS)}", file=sys.stderr)
-        return 2
-    is_version = name in kernels.VERSIONS
-    try:
-        listing = insp.listing(name, args.arch)
-        missing = None
-    except insp.ToolMissing as exc:
-        listing, missing = None, str(exc)
-    for kernel, r in insp.resources(name, args.arch).items():
-        print(insp.describe(r))
-        if listing is not None and kernel in listing.functions:
-            print("    " + insp.summary(insp.count(name, args.arch, kernel=kernel)))
-    if missing:
-        print(f"SASS counts unavailable: {missing}")
-    if is_version:
-        from . import occupancy
-
-        spec = kernels.get(name)
-        block = getattr(args, "block", None) or spec.block_size
-        print(f"dynamic shared memory at C={args.C}: {spec.dynamic_smem(args.C, block)} B "
-              f"(block of {block} threads)")
-        try:
-            occ = occupancy.occupancy(name, args.C, arch=args.arch, block_size=block)
-            print(occ.explain())
-        except ValueError as exc:
-            print(f"occupancy: {exc}")
+        print(occupancy.report(name, args.arch, C=args.C))
+    except FileNotFoundError as exc:  # neither a version nor a file of kernels/
+        print(f"inspect: {exc}; versions: {', '.join(ladder.VERSIONS)}", file=sys.stderr)
+        return EXIT_USAGE
+    except build.CompileError as exc:  # a kernel that does not build: nvcc's first error, one line
+        print(f"inspect: {_first_error(exc)}", file=sys.stderr)
+        return EXIT_FAILED
     if args.ptx:
-        print(insp.ptx(name, args.arch))
+        print(sass.ptx(name, args.arch))
     if args.sass:
-        if missing:
-            print(f"inspect: no SASS listing: {missing}", file=sys.stderr)
-            return 2
-        print(insp.sass(name, args.arch, marked=True))
+        try:
+            print(sass.sass(name, args.arch, marked=True))
+        except sass.ToolMissing as exc:
+            print(f"inspect: no SASS listing: {exc}", file=sys.stderr)
+            return EXIT_FAILED
     return 0
 
 
+def _first_error(exc: Exception) -> str:
+    lines = [l.strip() for l in str(exc).splitlines() if l.strip()]
+    errors = [l for l in lines[1:] if re.search(r"error|fatal", l, re.I)]
+    return lines[0].rstrip(":") + (f": {errors[0]}" if errors else "") if lines else type(exc).__name__
+
+
+def _prog() -> str:
+    """The name the user typed: the console script, or ``python -m rmsnorm_lessons``."""
+    name = Path(sys.argv[0]).name if sys.argv and sys.argv[0] else ""
+    return name if name.startswith("rmsnorm-lessons") else "python -m rmsnorm_lessons"
+
+
+class _Formatter(argparse.RawDescriptionHelpFormatter):
+    pass
+
+
+class _Parser(argparse.ArgumentParser):
+    """Usage errors in one line, exit code 2."""
+
+    def error(self, message):
+        self.exit(EXIT_USAGE, f"{self.prog}: {message} (see {self.prog} --help)\n")
+
+
+def _student(args) -> int:
+    from . import student  # lazy: only this subcommand needs it
+
+    sources = args.notebooks or [student.default_notebooks()]
+    written = student.write_student_edition(sources, args.out)
+    print(f"wrote the student edition of {len(written)} notebook(s) to {args.out}: solutions replaced by their "
+          f"skeletons, the outputs of solution and check cells cleared")
+    return 0
+
+
+def _progress(args) -> int:
+    from . import progress  # lazy: imports nbclient
+
+    return progress.main(args.notebooks, timeout=args.timeout)
+
+
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m rmsnorm_lessons", description=__doc__)
-    sub = parser.add_subparsers(dest="command", required=True)
-    p = sub.add_parser("info", help="what works here: GPU, driver, PyCUDA, nvcc (no GPU needed)")
-    p.add_argument("--bandwidth", action="store_true", help="also measure the copy bandwidth (GPU)")
+    from . import __version__
+
+    parser = _Parser(prog=_prog(), description=__doc__, epilog=EPILOG, formatter_class=_Formatter)
+    parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="command")
+
+    def command(name, help, description):
+        return sub.add_parser(name, help=help, description=description, epilog=EPILOG, formatter_class=_Formatter)
+
+    versions_help = f"versions of the ladder (default: all): {', '.join(ladder.VERSIONS)}"
+    p = command("info", "what works here: GPU, driver, PyCUDA, nvcc (no GPU needed)",
+                "Print what works on this machine: Python, PyCUDA, nvcc, nvdisasm, the GPU (no GPU needed).")
+    p.add_argument("--bandwidth", action="store_true", help="also measure the copy bandwidth (needs a GPU)")
     p.set_defaults(func=_info)
-    p = sub.add_parser("check", help="every version against the float64 reference on a shape sweep (GPU)")
-    p.add_argument("versions", nargs="*")
-    p.add_argument("--shapes", help="comma-separated NxC, e.g. 7x776,4096x768")
+    p = command("check", "every version against the float64 reference on a shape sweep (GPU)",
+                "Run versions on a sweep of shapes and compare with the NumPy float64 reference (needs a GPU).")
+    p.add_argument("versions", nargs="*", help=versions_help)
+    p.add_argument("--shapes", type=_shapes, metavar="NxC[,NxC...]",
+                   help="shapes to check, rows x channels, comma-separated, e.g. 7x776,4096x768 "
+                        "(default: 1x8, 7x776, 129x1600, 1000x2048, 4096x768)")
     p.set_defaults(func=_check)
-    p = sub.add_parser("bench", help="time versions: ms, GB/s, %% of the copy bandwidth (GPU)")
-    p.add_argument("versions", nargs="*")
-    p.add_argument("--shapes", help="comma-separated NxC")
-    p.add_argument("--repeats", type=int, default=50)
-    p.add_argument("--json", help="write every row here (name, N, C, ms, GB/s, %% of copy, speedup over v6)")
+    p = command("bench", "time versions: ms, GB/s, %% of the copy bandwidth (GPU)",
+                "Time versions with CUDA events: milliseconds, GB/s and the share of the copy bandwidth "
+                "(needs a GPU).")
+    p.add_argument("versions", nargs="*", help=versions_help)
+    p.add_argument("--shapes", type=_shapes, metavar="NxC[,NxC...]",
+                   help="shapes to time, rows x channels, comma-separated (default: the benchmark's sweep)")
+    p.add_argument("--repeats", type=_positive_int, default=50, metavar="R",
+                   help="launches timed per version and shape; the median is reported (default: 50)")
+    p.add_argument("--json", type=_output_path, metavar="PATH",
+                   help="write every row here (name, N, C, ms, GB/s, %% of copy, speedup over v6)")
     p.add_argument("--peers", action=argparse.BooleanOptionalAction, default=None,
                    help="also PyTorch eager, torch.compile and Liger-Kernel (default: on where torch imports)")
     p.add_argument("--overwrite", action=argparse.BooleanOptionalAction, default=None,
                    help="also time versions that offer it in overwrite mode, dinp = (default: as --peers)")
-    p.add_argument("--plot", metavar="PATH", help="save a picture of GB/s against the copy line here")
+    p.add_argument("--plot", type=_output_path, metavar="PATH",
+                   help="save a picture of GB/s against the copy line here (PNG)")
     p.set_defaults(func=_bench)
-    p = sub.add_parser("inspect", help="registers, shared memory, spills, PTX/SASS of a version (no GPU)")
-    p.add_argument("version")
-    p.add_argument("--arch", default="sm_90")
-    p.add_argument("--C", type=int, default=4096, help="C for the dynamic shared memory figure")
-    p.add_argument("--sass", action="store_true")
-    p.add_argument("--ptx", action="store_true")
+    p = command("inspect", "registers, shared memory, spills, PTX/SASS of a version (no GPU)",
+                "Compile a version (or a file of kernels/) with nvcc and report registers, shared memory, "
+                "spills and occupancy; optionally its PTX or SASS (no GPU needed).")
+    p.add_argument("version", help="a version of the ladder or the name of a file of kernels/ (without .cu)")
+    p.add_argument("--arch", type=_arch, default="sm_90",
+                   help="GPU architecture to compile for, e.g. sm_80 (A100), sm_90 (H100/H200) (default: sm_90)")
+    p.add_argument("--C", type=_positive_int, default=4096,
+                   help="channels per row, for the launch (dynamic shared memory) and the occupancy (default: 4096)")
+    p.add_argument("--sass", action="store_true", help="also print the SASS listing (needs nvdisasm)")
+    p.add_argument("--ptx", action="store_true", help="also print the PTX")
     p.set_defaults(func=_inspect)
+    p = sub.add_parser("student", help="write the student edition of the lessons (solutions out, skeletons in)")
+    p.add_argument("out", help="folder to write the notebooks into")
+    p.add_argument("notebooks", nargs="*", help="notebooks or folders (default: the course's notebooks/)")
+    p.set_defaults(func=_student)
+    p = sub.add_parser("progress", help="run notebooks and print each exercise's verdict and a total per lesson")
+    p.add_argument("notebooks", nargs="*", help="a learner's notebooks (default: the course's notebooks/)")
+    p.add_argument("--timeout", type=_positive_int, default=900, help="seconds a cell may run")
+    p.set_defaults(func=_progress)
     args = parser.parse_args(argv)
-    from .gpu import GpuUnavailable
-
     try:
-        return args.func(args)
+        code = args.func(args)
+        sys.stdout.flush()
+        return code
+    except BrokenPipeError:  # the reader closed the pipe (rmsnorm-lessons info | head -1): stop quietly
+        try:  # Python would report the failed flush at exit: point stdout at /dev/null first
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        except (OSError, ValueError, AttributeError):
+            pass
+        return 141  # 128 + SIGPIPE, what a shell reports for a tool stopped by a closed pipe
     except GpuUnavailable as exc:
         print(f"{args.command}: needs a GPU. {exc}", file=sys.stderr)
-        return 2
+        return EXIT_NO_GPU
     except ValueError as exc:
         print(f"{args.command}: {exc}", file=sys.stderr)
-        return 2
+        return EXIT_USAGE
+    except build.CompileError as exc:
+        print(f"{args.command}: {_first_error(exc)}", file=sys.stderr)
+        return EXIT_FAILED
+

@@ -1,6 +1,6 @@
 """A lesson in a real browser: JupyterLab on localhost, driven by Debian's Chromium through Playwright.
 
-What a learner does: open the lesson, Run > Run All Cells, wait for the kernel to go idle. The test then
+What a learner does: start the server as the README says (``make lab ARGS=...``), open the lesson, Run > Run All Cells, wait for the kernel to go idle. The test then
 asserts that no cell shows an error, that a figure (an ``<img>`` in an output area) and an ipywidget
 rendered, and saves a screenshot under pytest's tmp dir and as ``build/screenshots/<lesson>.png``.
 
@@ -56,6 +56,7 @@ pytestmark = [
     pytest.mark.skipif(not Path(CHROMIUM).exists(),
                        reason=f"{CHROMIUM} is missing (apt-get install chromium; .ci/run installs it)"),
     pytest.mark.skipif(_PLAYWRIGHT is not None, reason=_PLAYWRIGHT or ""),
+    pytest.mark.skipif(shutil.which("make") is None, reason="make is missing: the server starts with `make lab`"),
 ]
 
 
@@ -166,15 +167,16 @@ class Lab:
         env.update(JUPYTER_CONFIG_DIR=str(config), JUPYTER_DATA_DIR=str(data), JUPYTER_RUNTIME_DIR=str(runtime),
                    IPYTHONDIR=str(ipython), JUPYTER_PLATFORM_DIRS="0", PYTHONUNBUFFERED="1",
                    PYTHONPATH=os.pathsep.join([str(ROOT)] + ([env["PYTHONPATH"]] if env.get("PYTHONPATH") else [])))
-        cmd = [sys.executable, "-m", "jupyterlab", "--no-browser", "--ServerApp.ip=127.0.0.1",
-               f"--ServerApp.port={self.port}", "--ServerApp.port_retries=0",
-               f"--IdentityProvider.token={self.token}", f"--ServerApp.root_dir={root}",
-               "--LabApp.news_url=None", "--LabApp.check_for_updates_class=jupyterlab.NeverCheckForUpdate",
-               "--ServerApp.terminals_enabled=False", "--LabApp.extension_manager=readonly"]
-        if hasattr(os, "geteuid") and os.geteuid() == 0:  # CI runs as root
-            cmd.append("--allow-root")
+        # the README's way: make lab ARGS="..." (it adds --allow-root as root). With this interpreter
+        # (PY=, and -o venv: no venv build) and on the copy (NOTEBOOKS=); the rest is ARGS
+        args = ["--no-browser", "--ServerApp.ip=127.0.0.1", f"--ServerApp.port={self.port}",
+                "--ServerApp.port_retries=0", f"--IdentityProvider.token={self.token}",
+                "--LabApp.news_url=None", "--LabApp.check_for_updates_class=jupyterlab.NeverCheckForUpdate",
+                "--ServerApp.terminals_enabled=False", "--LabApp.extension_manager=readonly"]
+        cmd = ["make", "--no-print-directory", "-C", str(ROOT), "-o", "venv", "lab", f"PY={sys.executable}",
+               f"NOTEBOOKS={root}", "ARGS=" + " ".join(args)]
         self._log = open(self.log_path, "w")
-        self.proc = subprocess.Popen(cmd, cwd=root, env=env, stdout=self._log, stderr=subprocess.STDOUT,
+        self.proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=self._log, stderr=subprocess.STDOUT,
                                      stdin=subprocess.DEVNULL, start_new_session=True)
 
     def wait_ready(self) -> None:
@@ -190,6 +192,12 @@ class Lab:
                 pass
             time.sleep(0.5)
         raise TimeoutError(f"JupyterLab did not answer within {SERVER_START_S} s:\n{self.log_tail()}")
+
+    def printed_url(self) -> bool:
+        """The server printed its URL with the token (what a learner copies into the browser). Jupyter
+        writes a token it was given as ``token=...`` (the one it makes up, as with ``make lab``, in full)."""
+        self._log.flush()
+        return f"127.0.0.1:{self.port}/lab?token=" in self.log_path.read_text(errors="replace")
 
     def log_tail(self, n: int = 40) -> str:
         try:
@@ -227,6 +235,7 @@ def lab(tmp_path_factory):
     server = Lab(root, work)
     try:
         server.wait_ready()
+        _wait(server.printed_url, 10, "the server to print its URL with the token")
         yield server
     finally:
         server.stop()

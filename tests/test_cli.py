@@ -1,12 +1,13 @@
 """The command line (CPU): info and inspect work without a GPU; check and bench say in one sentence why not."""
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
-from rmsnorm_lessons import gpu, kernels
+from rmsnorm_lessons import __version__, cli, gpu, ladder
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -25,7 +26,7 @@ def test_info_says_what_works_here():
     for field in ("python", "numpy", "pycuda", "nvcc", "GPU", "works here:", "versions"):
         assert field in out, f"info does not print {field!r}:\n{out}"
     assert "compiling every kernel" in out  # nvcc is present wherever the tests run
-    assert ", ".join(kernels.VERSIONS) in out
+    assert ", ".join(ladder.VERSIONS) in out
     if not gpu.available():
         assert "GPU        none usable:" in out
         assert "not here:   launching kernels" in out
@@ -56,9 +57,9 @@ def test_inspect_unknown_version_is_one_sentence():
 
 @pytest.mark.skipif(gpu.available(), reason="a GPU is here: check and bench run for real")
 @pytest.mark.parametrize("command", ["check", "bench"])
-def test_gpu_commands_exit_2_with_one_sentence(command):
+def test_gpu_commands_exit_3_with_one_sentence(command):
     p = _cli(command)
-    assert p.returncode == 2, (p.stdout, p.stderr)
+    assert p.returncode == cli.EXIT_NO_GPU == 3, (p.stdout, p.stderr)
     lines = [l for l in p.stderr.splitlines() if l.strip()]
     assert len(lines) == 1, p.stderr
     assert lines[0].startswith(f"{command}: needs a GPU. ")
@@ -67,4 +68,99 @@ def test_gpu_commands_exit_2_with_one_sentence(command):
 
 def test_usage_errors():
     p = _cli()
-    assert p.returncode == 2 and "usage:" in p.stderr
+    assert p.returncode == 2 and "command" in p.stderr
+
+
+def _one_line_usage_error(p, *words):
+    """Exit 2, one line on stderr naming what was wrong, nothing on stdout, no traceback."""
+    lines = [l for l in p.stderr.splitlines() if l.strip()]
+    assert p.returncode == cli.EXIT_USAGE == 2, (p.returncode, p.stdout, p.stderr)
+    assert len(lines) == 1, p.stderr
+    assert "Traceback" not in p.stderr and p.stdout == ""
+    for w in words:
+        assert w in lines[0], (w, lines[0])
+    return lines[0]
+
+
+# each is refused before any GPU work: the same message and code on a GPU machine
+@pytest.mark.parametrize("args, words", [
+    (["inspect", "v6_last_block", "--C", "-8"], ["--C", "'-8'", "at least 1"]),
+    (["inspect", "v6_last_block", "--C", "wide"], ["--C", "not a whole number"]),
+    (["inspect", "v6_last_block", "--arch", "banana"], ["--arch", "'banana'", "sm_90"]),
+    (["inspect", "v6_last_block", "--arch", "sm_10"], ["--arch", "'sm_10'", "sm_90"]),
+    (["bench", "--shapes", "4096"], ["--shapes", "'4096'", "NxC"]),
+    (["check", "--shapes", "7x776,4096x0"], ["--shapes", "'4096x0'", "at least 1"]),
+    (["bench", "--repeats", "0"], ["--repeats", "at least 1"]),
+    (["bench", "--json", "/nonexistent-folder/bench.json"], ["--json", "does not exist"]),
+    (["check", "v9_missing"], ["v9_missing", "v1_naive"]),
+    (["bench", "v9_missing", "--shapes", "8x8"], ["v9_missing", "v7_fast"]),
+    (["frobnicate"], ["frobnicate", "info"]),
+])
+def test_bad_arguments_are_one_line_exit_2(args, words):
+    _one_line_usage_error(_cli(*args), *words)
+
+
+def test_program_name_and_version():
+    p = _cli("--version")
+    assert p.returncode == 0 and p.stdout.strip() == f"python -m rmsnorm_lessons {__version__}", p.stdout
+    # the console script: argparse's name is what the user typed
+    code = ("import sys; sys.argv[0] = '/somewhere/bin/rmsnorm-lessons'; from rmsnorm_lessons.cli import main; "
+            "raise SystemExit(main(sys.argv[1:]))")
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    for args, stream in ((["--version"], "stdout"), (["inspect", "--C", "-8", "v1_naive"], "stderr")):
+        p = subprocess.run([sys.executable, "-c", code, *args], cwd=ROOT, env=env, capture_output=True, text=True)
+        text = getattr(p, stream)
+        assert text.startswith("rmsnorm-lessons"), (args, p.stdout, p.stderr)
+        assert "python -m" not in text
+
+
+@pytest.mark.parametrize("command", [None, "info", "check", "bench", "inspect"])
+def test_help_is_plain_text_and_explains_every_option(command):
+    p = _cli(*([command] if command else []), "--help")
+    assert p.returncode == 0, p.stderr
+    out = p.stdout
+    for markup in ("``", ":func:", ":class:", ":mod:", "%(", "%%"):
+        assert markup not in out, f"raw markup {markup!r} in the help:\n{out}"
+    assert "exit codes:" in out and "3  the command needs a GPU" in out
+    # every option and positional has its sentence: on its line after two spaces, or on the next line
+    lines = out.split("exit codes:")[0].splitlines()
+    for k, line in enumerate(lines):
+        m = re.match(r"^  (-[-\w]+|[a-z]\w*)\b(.*)$", line)
+        if m and m.group(1) != "command":  # the list of commands follows it
+            explained = re.search(r"\S\s{2,}\S", line.strip()) or (k + 1 < len(lines) and lines[k + 1].startswith(" " * 8))
+            assert explained, f"{m.group(1)} has no help:\n{out}"
+
+
+def test_closed_pipe_is_quiet():
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    p = subprocess.run(f"{sys.executable} -m rmsnorm_lessons info | head -1", shell=True, cwd=ROOT, env=env,
+                       capture_output=True, text=True, executable="/bin/bash", timeout=120)
+    assert p.stdout.startswith("python ") and len(p.stdout.splitlines()) == 1, p.stdout
+    assert "Traceback" not in p.stderr and "BrokenPipe" not in p.stderr, p.stderr
+
+
+def test_compile_error_is_one_line(tmp_path):
+    import shutil
+
+    from rmsnorm_lessons import build
+
+    kernels = tmp_path / "kernels"
+    shutil.copytree(build.kernel_dir(), kernels)
+    (kernels / "broken.cu").write_text('extern "C" __global__ void broken(float *x) { x[0] = undefined_name; }\n')
+    env = dict(os.environ, RMSNORM_LESSONS_KERNELS=str(kernels))
+    env["PYTHONPATH"] = str(ROOT)
+    p = subprocess.run([sys.executable, "-m", "rmsnorm_lessons", "inspect", "broken"], cwd=ROOT, env=env,
+                       capture_output=True, text=True, timeout=120)
+    lines = [l for l in p.stderr.splitlines() if l.strip()]
+    assert p.returncode == cli.EXIT_FAILED == 1, (p.stdout, p.stderr)
+    assert len(lines) == 1 and lines[0].startswith("inspect: ") and "undefined_name" in lines[0], p.stderr
+    assert "Traceback" not in p.stderr
+
+
+def test_info_claims_compiling_only_with_kernel_sources(tmp_path):
+    env = dict(os.environ, RMSNORM_LESSONS_KERNELS=str(tmp_path), PYTHONPATH=str(ROOT))
+    p = subprocess.run([sys.executable, "-m", "rmsnorm_lessons", "info"], cwd=tmp_path, env=env,
+                       capture_output=True, text=True, timeout=120)
+    assert p.returncode == 0, p.stderr
+    assert "compiling every kernel" not in p.stdout and "kernels    MISSING" in p.stdout
+    assert "compiling" in next(l for l in p.stdout.splitlines() if l.startswith("not here:"))

@@ -13,9 +13,9 @@ except ImportError:  # Python 3.10
 
 # conda-only entries: the interpreter, pip, and the CUDA compiler that pip users get from NVIDIA's wheels
 # (tools/setup-venv.sh installs nvidia-cuda-nvcc and friends where no nvcc is found)
-CONDA_ONLY = {"python", "pip", "cuda-nvcc", "cuda-version"}
+CONDA_ONLY = {"python", "pip", "cuda-nvcc", "cuda-version", "cuda-nvdisasm"}
 # the same package under another name on conda-forge (PyPI name -> conda name)
-CONDA_NAME = {}
+CONDA_NAME = {"playwright": "playwright-python"}  # conda-forge's `playwright` is the Node.js CLI
 
 
 def _norm(name: str) -> str:
@@ -104,7 +104,9 @@ def _make_recipe(target: str) -> list[str]:
 def test_make_test_runs_pytest_on_tests_and_notebooks():
     recipe = " ".join(_make_recipe("test"))
     assert re.search(r"-m pytest\b", recipe), recipe
-    assert "--nbval-lax" in recipe and "tests" in recipe.split() and "notebooks" in recipe.split()
+    assert "--nbval" in recipe.split() and "--nbval-lax" not in recipe  # strict
+    assert "--nbval-sanitize-with nbval_sanitize.cfg" in recipe
+    assert "tests" in recipe.split() and "notebooks" in recipe.split()
     assert re.match(r"^test:\s*venv\b", next(l for l in (ROOT / "Makefile").read_text().splitlines()
                                                 if l.startswith("test:")))
 
@@ -125,3 +127,54 @@ def test_readme_gives_make_test():
 def test_makefile_has_a_sanitize_target():
     recipe = " ".join(_make_recipe("sanitize"))
     assert "tools/sanitize.py" in recipe
+
+
+def test_every_package_folder_is_in_the_wheel_list():
+    # setuptools cannot combine `packages.find` with the kernels/ mapping, so pyproject lists the
+    # packages: a new subpackage must be added there (tests/test_wheel.py checks the built wheel)
+    setuptools = _pyproject()["tool"]["setuptools"]
+    listed = set(setuptools["packages"])
+    found = {".".join(p.parent.relative_to(ROOT).parts) for p in (ROOT / "rmsnorm_lessons").rglob("__init__.py")
+             if "__pycache__" not in p.parts}
+    assert found <= listed, f"packages with an __init__.py missing from pyproject's packages: {sorted(found - listed)}"
+    assert setuptools["package-dir"]["rmsnorm_lessons.kernel_sources"] == "kernels"
+    assert "rmsnorm_lessons.kernel_sources" in listed
+    assert set(setuptools["package-data"]["rmsnorm_lessons.kernel_sources"]) >= {"*.cu", "*.cuh"}
+
+
+def test_license_is_spdx_and_shipped():
+    project = _pyproject()["project"]
+    assert project["license"] == "MIT AND CC-BY-4.0"
+    assert project["license-files"] == ["LICENSE"] and (ROOT / "LICENSE").is_file()
+    assert "SPDX-License-Identifier: MIT AND CC-BY-4.0" in (ROOT / "LICENSE").read_text()
+
+
+def test_colab_links_are_rendered_from_the_one_placeholder():
+    import subprocess
+    import sys
+
+    p = subprocess.run([sys.executable, str(ROOT / "tools" / "colab_links.py"), "--check"],
+                       capture_output=True, text=True, timeout=60)
+    assert p.returncode == 0, f"{p.stderr}run python3 tools/colab_links.py"
+    # the placeholder is written in one place of the sources: the tool (the rest is rendered from it)
+    defined = [f for f in (ROOT / "tools").glob("*.py") if 'REPO = "https://github.com/' in f.read_text()]
+    assert [f.name for f in defined] == ["colab_links.py"]
+
+
+def test_binder_config_installs_the_package():
+    import os
+
+    postbuild = ROOT / "binder" / "postBuild"
+    assert os.access(postbuild, os.X_OK), "binder/postBuild must be executable"
+    assert postbuild.read_text().startswith("#!") and "pip install --no-deps -e ." in postbuild.read_text()
+    assert re.fullmatch(r"python-3\.\d+\s*", (ROOT / "binder" / "runtime.txt").read_text())
+    reqs = {}
+    for line in (ROOT / "binder" / "requirements.txt").read_text().splitlines():
+        line = line.split("#")[0].strip()
+        if line:
+            name, spec = _split(line)
+            reqs[name] = spec
+    runtime = dict(_split(r) for r in _pyproject()["project"]["dependencies"])
+    for name, spec in runtime.items():
+        assert reqs.get(name) == spec, f"binder/requirements.txt: {name}{spec} (as in pyproject.toml)"
+    assert "jupyterlab" in reqs and "ipywidgets" in reqs and "nvidia-cuda-nvcc" in reqs

@@ -1,0 +1,63 @@
+"""Strict nbval: every code cell whose output depends on the machine carries nbval-ignore-output
+(tools/tag_notebooks.py adds it; the rules live there), and the sanitize file parses."""
+import configparser
+import importlib.util
+import json
+import re
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+_spec = importlib.util.spec_from_file_location("tag_notebooks", ROOT / "tools" / "tag_notebooks.py")
+tag_notebooks = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(tag_notebooks)
+NOTEBOOKS = sorted((ROOT / "notebooks").glob("*.ipynb"))
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
+def test_machine_dependent_cells_are_tagged(path):
+    missing = tag_notebooks.untagged(json.loads(path.read_text(encoding="utf-8")))
+    assert not missing, "\n".join(f"{path.name} code cell {n}: {'; '.join(why)}" for n, why in missing) + \
+        "\nrun python3 tools/tag_notebooks.py"
+
+
+def _cell(source, text, tags=()):
+    return {"cell_type": "code", "metadata": {"tags": list(tags)}, "source": source,
+            "outputs": [{"output_type": "stream", "name": "stdout", "text": text}]}
+
+
+@pytest.mark.parametrize("source, text", [
+    ("print(f'{t:.3f} ms')", "v7_fast: 0.213 ms\n"),
+    ("print(rate)", "copy 4217 GB/s\n"),
+    ("print(rl.notebook.setup())", "GPU: NVIDIA H200 (sm_90, 132 SMs)\n"),
+    ("print(path)", "/work/main/.venv/lib/python3.11/site-packages/x\n"),
+    ("rl.widgets.check_and_time(['v1_naive'])", "Pick a version\n"),
+])
+def test_an_untagged_machine_dependent_cell_is_caught(source, text):
+    nb = {"cells": [_cell("x = 1", "1\n"), _cell(source, text)]}
+    assert [n for n, _ in tag_notebooks.untagged(nb)] == [1]
+    nb["cells"][1]["metadata"]["tags"].append("nbval-ignore-output")
+    assert tag_notebooks.untagged(nb) == []
+
+
+def test_a_deterministic_cell_needs_no_tag():
+    nb = {"cells": [_cell("print(rl.build.kernel_source('v1_naive'))", "// v1_naive.cu\n__global__ ...\n"),
+                    _cell("print(2 + 2)", "4\n")]}
+    assert tag_notebooks.untagged(nb) == []
+
+
+def test_sanitize_file_parses_and_normalises():
+    cfg = configparser.ConfigParser()
+    cfg.read(ROOT / "nbval_sanitize.cfg")
+    assert cfg.sections()
+    rules = [(re.compile(cfg[s]["regex"]), cfg[s]["replace"]) for s in cfg.sections()]
+
+    def clean(text):
+        for rx, rep in rules:
+            text = rx.sub(rep, text)
+        return text
+
+    assert clean("v7 took 0.213 ms at 4217 GB/s") == clean("v7 took 0.198 ms at 4302 GB/s")
+    assert clean("at 0x7f3a12bc4d50") == clean("at 0x7f00deadbeef")
+    assert clean("mask 0xffffffff") == "mask 0xffffffff"  # a 32-bit mask is not an address

@@ -1,0 +1,115 @@
+"""The wheel a user gets from `pip install .` or `pip install git+URL`: built here, installed into a
+fresh venv outside the repository, and used from another folder: `inspect`, compiling a kernel, an
+exercise's check and `info`. Needs network access or a pip cache for the five runtime dependencies."""
+import os
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+
+import pytest
+
+from rmsnorm_lessons import build
+
+ROOT = Path(__file__).resolve().parent.parent
+RUNTIME = ["numpy", "ml_dtypes", "matplotlib", "tqdm", "cuda-pathfinder"]
+
+pytestmark = pytest.mark.slow
+
+
+def _clean_env() -> dict:
+    """No checkout in sight: notebooks/conftest.py puts the repository on PYTHONPATH, where pip would
+    find rmsnorm_lessons.egg-info and call the wheel installed already."""
+    return {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "RMSNORM_LESSONS_KERNELS", "VIRTUAL_ENV")}
+
+
+def _run(cmd, cwd, env=None, timeout=600):
+    env = _clean_env() if env is None else env
+    p = subprocess.run([str(c) for c in cmd], cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout)
+    print(f"$ {' '.join(map(str, cmd))}\n{p.stdout}{p.stderr}")
+    return p
+
+
+@pytest.fixture(scope="module")
+def wheel(tmp_path_factory):
+    out = tmp_path_factory.mktemp("wheel")
+    p = _run([sys.executable, "-m", "pip", "wheel", "--no-deps", "-q", "-w", out, ROOT], cwd=out)
+    if p.returncode != 0 and ("Could not find a version" in p.stderr or "No matching distribution" in p.stderr):
+        pytest.skip(f"no package index or cache for the build backend: {p.stderr.strip().splitlines()[-1]}")
+    assert p.returncode == 0, p.stderr
+    (whl,) = out.glob("rmsnorm_lessons-*.whl")
+    return whl
+
+
+@pytest.fixture(scope="module")
+def venv(wheel, tmp_path_factory):
+    env_dir = tmp_path_factory.mktemp("venv") / "v"
+    assert _run([sys.executable, "-m", "venv", env_dir], cwd=env_dir.parent).returncode == 0
+    py = env_dir / "bin" / "python"
+    p = _run([py, "-m", "pip", "install", "-q", *RUNTIME], cwd=env_dir.parent)
+    if p.returncode != 0:
+        pytest.skip(f"cannot install the runtime dependencies here (no index, no cache): {p.stderr.strip()[-300:]}")
+    assert _run([py, "-m", "pip", "install", "-q", "--no-deps", wheel], cwd=env_dir.parent).returncode == 0
+    return py
+
+
+def test_the_wheel_ships_every_module_and_kernel(wheel):
+    names = set(zipfile.ZipFile(wheel).namelist())
+    for path in sorted((ROOT / "rmsnorm_lessons").rglob("*.py")):
+        if "__pycache__" not in path.parts:
+            assert path.relative_to(ROOT).as_posix() in names, f"{path.relative_to(ROOT)} is not in the wheel"
+    for path in sorted((ROOT / "kernels").iterdir()):
+        if path.suffix in (".cu", ".cuh"):
+            shipped = "/".join(("rmsnorm_lessons", "kernel_sources", path.name))  # the mapped package
+            assert shipped in names, f"kernels/{path.name} is not in the wheel"
+    meta = zipfile.ZipFile(wheel).read(next(n for n in names if n.endswith(".dist-info/METADATA"))).decode()
+    assert "License-Expression: MIT AND CC-BY-4.0" in meta
+    assert any(n.endswith("licenses/LICENSE") for n in names)
+
+
+@pytest.fixture
+def elsewhere(tmp_path):
+    """A folder with no checkout in sight, and an environment without the repository on PYTHONPATH."""
+    return tmp_path, _clean_env()
+
+
+def test_inspect_from_another_folder(venv, elsewhere):
+    cwd, env = elsewhere
+    p = _run([venv, "-m", "rmsnorm_lessons", "inspect", "v6_last_block", "--arch", "sm_90"], cwd, env)
+    assert p.returncode == 0, p.stderr
+    assert "rmsnorm_backward_v6" in p.stdout and "registers" in p.stdout
+
+
+def test_compile_and_exercise_from_another_folder(venv, elsewhere):
+    cwd, env = elsewhere
+    code = """
+import rmsnorm_lessons as rl
+from rmsnorm_lessons.exercises import lesson01
+print("kernels from", rl.build.kernel_dir())
+assert "site-packages" in str(rl.build.kernel_dir()), rl.build.kernel_dir()
+compiled = rl.build.compile_file("v7_fast")
+print("compiled v7_fast:", len(compiled.binary), "bytes of cubin,", ", ".join(sorted(compiled.resources)))
+import numpy as np
+def term2(dout, inp, weight, rstd):
+    norm = inp * rstd[:, None]
+    dnorm = dout * weight
+    return -norm * (dnorm * norm).mean(axis=1, keepdims=True) * rstd[:, None]
+verdict = lesson01.check_term2(term2)
+print("lesson01.check_term2:", verdict)
+assert verdict.passed, verdict
+print("exercise check ran")
+"""
+    p = _run([venv, "-c", code], cwd, env)
+    assert p.returncode == 0, p.stderr
+    assert "compiled v7_fast:" in p.stdout and "exercise check ran" in p.stdout
+
+
+def test_info_from_another_folder(venv, elsewhere):
+    cwd, env = elsewhere
+    p = _run([venv, "-m", "rmsnorm_lessons", "info"], cwd, env)
+    assert p.returncode == 0, p.stderr
+    works = next(l for l in p.stdout.splitlines() if l.startswith("works here:"))
+    assert ("compiling every kernel" in works) == (build.find_nvcc() is not None)
+    console = venv.parent / "rmsnorm-lessons"
+    p = _run([console, "--version"], cwd, env)
+    assert p.returncode == 0 and p.stdout.startswith("rmsnorm-lessons "), p.stdout
