@@ -14,7 +14,8 @@ from dataclasses import asdict, dataclass
 
 import numpy as np
 
-from . import bf16, build, check, gpu, ladder, launch, reference, validate
+from . import bf16, build, gpu, ladder, launch, reference, validate
+from . import check as checking  # sweep() has a parameter called check
 
 #: the shapes of the issue's benchmark (N, C): six above L2, two latency-bound
 LARGE_SHAPES = [(32768, 768), (32768, 1024), (16384, 2048), (16384, 4096), (8192, 8192), (4096, 16384)]
@@ -160,7 +161,7 @@ def _timing(name, N, C, times, nbytes, copy_gbps) -> Timing:
 def check_overwrite(version, N: int, C: int, seed=0):
     """Run ``version`` in overwrite mode on random inputs (dinp starting non-zero) and compare with the
     float64 gradient alone (dinp) and the accumulated dweight: a :class:`check.CheckReport`."""
-    return check.check_version(version, N, C, seed=seed, overwrite=True)
+    return checking.check_version(version, N, C, seed=seed, overwrite=True)
 
 
 def sweep(versions=None, shapes=None, repeats: int = 50, check: bool = True, copy_gbps: float | None = None,
@@ -191,7 +192,7 @@ def sweep(versions=None, shapes=None, repeats: int = 50, check: bool = True, cop
             continue
         if check:
             report = (check_overwrite(version, N, C, seed=N + C + 1) if mode
-                      else check.check_version(version, N, C, seed=N + C))
+                      else checking.check_version(version, N, C, seed=N + C))
             if not report.ok:
                 raise AssertionError(f"{report.version} is wrong at N={N} C={C}; not timing it:\n{report}")
         key = (N, C, spec.dtype)

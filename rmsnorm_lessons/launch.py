@@ -215,6 +215,14 @@ class Launcher:
             self._scratch.clear()
 
 
+def held_bytes() -> int:
+    """Device memory the cached launchers hold between calls (their scratch, every stream): the only
+    memory the package keeps after ``run`` returns."""
+    with _cache_lock:
+        launchers = list(_cache.values())
+    return sum(n for L in launchers for scratch, _ in L._scratch.values() for _, n in scratch.buffers.values())
+
+
 def largest_c(rung: ladder.Rung, budget: int, block: int) -> int:
     """The largest C (a multiple of the rung's) whose dynamic shared memory fits in ``budget`` bytes."""
     lo, hi = 0, validate.MAX_C // rung.c_multiple  # in units of c_multiple; the need grows with C

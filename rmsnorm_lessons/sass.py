@@ -239,6 +239,10 @@ _REGISTER_AND_OFFSET = ("BRX", "BRXU", "JMX", "JMXU", "RET", "CALL")  # "BRX R4 
 _TWO_ADDRESSES = re.compile(r"(\[[^\[\]]*\])(\[[^\[\]]*\])")  # "[R7][R2.64]": two operands, no comma
 
 
+# nvdisasm 13.0's JSON joins a register and the address after it with no comma (`LDS.128 R4[R24+UR4]`)
+_REGISTER_THEN_ADDRESS = re.compile(r"(U?R\d+|U?RZ|U?P\d|U?PT)(\[.+\])")
+
+
 def _text(ins: dict, function: str) -> str:
     """One instruction as cuobjdump prints it, e.g. ``@P0 LDG.E.128 R4, desc[UR6][R2.64]``.
 
@@ -254,7 +258,7 @@ def _text(ins: dict, function: str) -> str:
     operands = ins.get("operands") or ""
     ops = []
     for op in operands.split(",") if operands else []:
-        two = _TWO_ADDRESSES.fullmatch(op)
+        two = _TWO_ADDRESSES.fullmatch(op) or _REGISTER_THEN_ADDRESS.fullmatch(op)
         ops += two.groups() if two else [op]
     if pred and not pred.startswith("@"):  # P2R R0, PR, RZ, 0x1: PR is an operand
         if pred not in ops:

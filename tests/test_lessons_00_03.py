@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 from matplotlib.figure import Figure
 
-from rmsnorm_lessons import access, build, plots
+from rmsnorm_lessons import access, build, gpu, plots
 from rmsnorm_lessons.exercises import lesson00, lesson01, lesson02, lesson03
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -188,9 +188,13 @@ def test_lesson03_static_checks_need_no_compiler():
 
 @needs_nvcc
 def test_lesson03_right_body_compiles_here():
+    # without a GPU the best a check can say is NOT VERIFIED (it compiled and its SASS looks right)
     verdict = lesson03.check_warp_sum(lesson03.SOLUTION)
-    assert verdict.passed, verdict.message
-    assert "compiled" in verdict.message
+    if gpu.available():
+        assert verdict.passed, verdict.message
+    else:
+        assert not verdict.passed and str(verdict).startswith("NOT VERIFIED"), verdict
+        assert "SHFL.BFLY" in verdict.message, verdict.message
 
 
 @needs_nvcc

@@ -9,13 +9,30 @@ import math
 from dataclasses import dataclass
 
 
+#: the three words a verdict starts with (``progress`` counts them)
+STATES = ("PASS", "NOT YET", "NOT VERIFIED")
+
+
 @dataclass
 class Verdict:
+    """``PASS`` (checked and right), ``NOT YET`` (checked and wrong, or unfinished) or ``NOT VERIFIED``
+    (``verified=False``: nothing found wrong, but the decisive check needs what is missing here, a GPU).
+    A NOT VERIFIED verdict is never passed: ``bool(verdict)`` is True for PASS only."""
+
     passed: bool
     message: str
+    verified: bool = True
+
+    def __post_init__(self):
+        if self.passed and not self.verified:
+            raise ValueError("a verdict that was not verified cannot pass")
+
+    @property
+    def status(self) -> str:
+        return "PASS" if self.passed else ("NOT YET" if self.verified else "NOT VERIFIED")
 
     def __str__(self) -> str:
-        return ("PASS: " if self.passed else "NOT YET: ") + self.message
+        return f"{self.status}: {self.message}"
 
     def _repr_pretty_(self, p, cycle):  # IPython shows the sentence, not the dataclass
         p.text(str(self))
@@ -30,6 +47,11 @@ def passed(message: str) -> Verdict:
 
 def failed(message: str) -> Verdict:
     return Verdict(False, message)
+
+
+def not_verified(message: str) -> Verdict:
+    """Nothing found wrong, but not run: e.g. a kernel compiled where there is no GPU."""
+    return Verdict(False, message, verified=False)
 
 
 def read_number(answer, missing: str, whole: bool = False):

@@ -2,8 +2,10 @@
 
 The learner writes the body of ``__device__ float warp_sum(float value)``: every lane passes its own
 number and every lane must get back the sum of all 32. :func:`check_warp_sum` always compiles it with
-nvcc (no GPU needed, errors point at the learner's lines); where a GPU works it also launches it with
-PyCUDA's ``SourceModule`` on two inputs and compares every lane with NumPy:
+nvcc (no GPU needed, errors point at the learner's lines). Without a GPU it reads the SASS
+(:func:`static_check`: five ``SHFL.BFLY``, or one-way shuffles followed by a broadcast) and says NOT YET or
+NOT VERIFIED, never PASS. Where a GPU works it launches it with PyCUDA's ``SourceModule`` on two inputs
+and compares every lane with NumPy:
 
 * one-hot warps (warp ``w`` holds 1 in lane ``w``, 0 elsewhere), which show whose values reach each lane:
   that is how "only 4 steps" or "only lane 0 holds the sum" are told apart and named;
@@ -16,7 +18,7 @@ import re
 import numpy as np
 
 from .. import access, build, gpu
-from . import Verdict, failed, passed
+from . import Verdict, failed, not_verified, passed
 
 WARP = access.WARP  # lanes in a warp
 
@@ -147,6 +149,37 @@ def judge(one_hot_out, random_in, random_out) -> Verdict:
                   f"every lane's result contains every lane's value exactly once")
 
 
+def static_check(body: str, arch: str):
+    """What the SASS of the test kernel tells without running it: ``(problem or None, what was checked)``.
+
+    Every lane needs the sum, so a reduction that shuffles one way (``SHFL.DOWN``/``UP``) must end with a
+    broadcast (``SHFL.IDX``, ``__shfl_sync``); a butterfly needs five ``SHFL.BFLY``. Without cuobjdump only
+    the compile is reported.
+    """
+    from .. import ladder, sass
+
+    # the test file as an unregistered rung: what rmsnorm_lessons.sass lists (the same nvcc build, cached)
+    rung = ladder.rung_from_source(name="warp_sum", source=source(body), plan=lambda *a, **k: [],
+                                   kernels=("run_warp_sum",), dtype=ladder.FP32, register_it=False)
+    try:
+        functions = sass.listing(rung, arch).functions
+    except sass.ToolMissing as exc:
+        return None, f"the SASS was not checked ({str(exc).split('. ')[0]})"
+    ops = [i.opcode for f in functions.values() for i in f.instructions if i.opcode.startswith("SHFL")]
+    kinds = {k: sum(op.startswith(f"SHFL.{k}") for op in ops) for k in ("BFLY", "DOWN", "UP", "IDX")}
+    seen = ", ".join(f"{n} SHFL.{k}" for k, n in kinds.items() if n) or "no shuffle"
+    if kinds["DOWN"] + kinds["UP"] and not kinds["IDX"] and not kinds["BFLY"]:
+        return (f"the SASS has {seen}: a one-way shuffle (__shfl_down_sync) leaves the sum in lane 0 only, but "
+                f"every lane must hold it: use __shfl_xor_sync, or broadcast lane 0's sum with __shfl_sync"), seen
+    if kinds["BFLY"] and not (kinds["DOWN"] or kinds["UP"] or kinds["IDX"]) and kinds["BFLY"] < 5:
+        return (f"the SASS has {seen}: {kinds['BFLY']} exchange step(s) reach {2 ** kinds['BFLY']} lanes; the "
+                f"butterfly needs log2(32) = 5 (offsets 16, 8, 4, 2, 1)"), seen
+    if len(ops) < 5:
+        return (f"the SASS has {seen}: summing 32 lanes by shuffles takes at least 5 exchanges (offsets 16, 8, "
+                f"4, 2, 1)"), seen
+    return None, f"checked in the SASS: {seen}"
+
+
 def _launch(body: str):
     """Compile with SourceModule on this GPU and run the test kernel on both inputs."""
     from pycuda import gpuarray  # lazy: PyCUDA loads libcuda, present only where a GPU is
@@ -184,9 +217,12 @@ def check_warp_sum(body: str) -> Verdict:
         return verdict
     regs = compiled.resources.get("run_warp_sum")
     built = f"nvcc compiled it for {arch}" + (f" ({regs.registers} registers)" if regs else "")
-    if reason is not None:
-        return passed(f"{built}. No GPU here, so it was only compiled, not run; on a GPU this check also runs "
-                      f"it and compares every lane with NumPy.")
+    if reason is not None:  # no GPU: what the SASS shows decides between NOT YET and NOT VERIFIED
+        static, checked = static_check(body, arch)
+        if static is not None:
+            return failed(f"{built}; {static}")
+        return not_verified(f"no GPU here, so it was compiled and inspected but not run. {built}; {checked}. On a "
+                            f"GPU this check also runs it and compares every lane with NumPy.")
     try:
         one_hot_out, random_out = _launch(body)
     except Exception as exc:  # a CUDA error from the learner's kernel, reported as one line
@@ -194,3 +230,26 @@ def check_warp_sum(body: str) -> Verdict:
                       f"(after an illegal address or a similar error, restart the Python kernel)")
     verdict = judge(one_hot_out, random_input(), random_out)
     return Verdict(verdict.passed, f"{built} and ran it on the GPU: {verdict.message}")
+
+
+# --- the kernel exercise: v2's coalesced loops and the butterfly ------------------------------------
+
+def check_v2_kernel(source: str, sanitize: bool = False) -> Verdict:
+    """Lesson 03's kernel exercise: the learner's ``rmsnorm_backward_v2`` (one warp per row), checked as the
+    rung ``yours_v2`` with v2_warp's plan, and timed beside v2_warp."""
+    from .. import ladder
+    from . import kernel_check as kc
+
+    kernel = "rmsnorm_backward_v2"
+    return kc.check_kernel(
+        source, name="yours_v2", kernels=(kernel,), plan=ladder.v2_warp.plan, dtype=ladder.FP32,
+        compare_with="v2_warp", block_size=256, sanitize_it=sanitize,
+        static=(kc.sass_lacks(("SHFL.DOWN", "SHFL.UP"), "no one-way shuffle (SHFL.DOWN/UP)",
+                              "__shfl_down_sync leaves the row's sum in lane 0 only, but every lane needs it "
+                              "for its own columns: use __shfl_xor_sync (the butterfly)", kernel=kernel),
+                kc.sass_has("SHFL.BFLY", "five butterfly shuffles (SHFL.BFLY)",
+                            "the butterfly needs log2(32) = 5 __shfl_xor_sync steps, offsets 16, 8, 4, 2, 1",
+                            kernel=kernel, at_least=5),
+                kc.sass_has(kc.GLOBAL_ATOMICS, "a global atomic adds to dweight",
+                            "dweight[c] takes one addition per row: use atomicAdd", kernel=kernel),
+                kc.no_local_memory(kernel)))

@@ -69,3 +69,27 @@ def check_bank_conflict_degree(fn) -> Verdict:
         hint = " (that looks like the number of banks in use, not the lanes per bank)"
     return failed(f"{len(wrong)} of {len(STRIDES)} strides wrong; e.g. stride {stride}: you said {got}, "
                   f"it is {want}{hint}")
+
+
+# --- the kernel exercise: v3's dweight staged in shared memory ---------------------------------------
+
+def check_v3_kernel(source: str, sanitize: bool = False) -> Verdict:
+    """Lesson 04's kernel exercise: the learner's ``rmsnorm_backward_v3`` (dweight summed per block in shared
+    memory), checked as the rung ``yours_v3`` with v3_smem's plan, and timed beside v3_smem."""
+    from . import kernel_check as kc
+
+    kernel = "rmsnorm_backward_v3"
+    return kc.check_kernel(
+        source, name="yours_v3", kernels=(kernel,), plan=ladder.v3_smem.plan, dtype=ladder.FP32,
+        shared_memory=ladder.v3_smem.shared_memory, compare_with="v3_smem", block_size=256, sanitize_it=sanitize,
+        static=(kc.sass_has("BAR", "two barriers (BAR.SYNC): after zeroing, before the global adds",
+                            "a __syncthreads is missing: one after zeroing dweight_shared (no warp may add "
+                            "before every entry is zero) and one before the block's global adds (every warp "
+                            "must have added its rows first)", kernel=kernel, at_least=2),
+                kc.sass_has("ATOMS", "a shared-memory atomic (ATOMS) into dweight_shared",
+                            "the block's warps add into the same dweight_shared[c]: use atomicAdd on the "
+                            "shared array, a plain += loses additions", kernel=kernel),
+                kc.sass_has(kc.GLOBAL_ATOMICS, "a global atomic per block and channel (REDG)",
+                            "every block adds its sums into the same dweight[c]: use atomicAdd(&dweight[c], ...)",
+                            kernel=kernel),
+                kc.no_local_memory(kernel)))

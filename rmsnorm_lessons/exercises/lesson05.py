@@ -77,3 +77,25 @@ def check_half_ulp(answer, lo: float = 32.0) -> Verdict:
         return failed("that is float32's rounding; bf16 keeps 8 significant bits, float32 24")
     return failed(f"not {value:g}: bf16 keeps 8 significant bits (7 stored), so between {lo:g} and {2 * lo:g} "
                   f"there are 2**7 evenly spaced values")
+
+
+# --- the kernel exercise: v4's 128-bit loads and stores, and the bf16 round trip ---------------------
+
+def check_v4_kernel(source: str, sanitize: bool = False) -> Verdict:
+    """Lesson 05's kernel exercise: the learner's ``rmsnorm_backward_v4`` and ``add_dweight_v4`` (bf16 storage,
+    Packed128), checked as the rung ``yours_v4`` with v4_vec_bf16's plan, and timed beside v4_vec_bf16."""
+    from .. import ladder
+    from . import kernel_check as kc
+
+    kernel = "rmsnorm_backward_v4"
+    return kc.check_kernel(
+        source, name="yours_v4", kernels=(kernel, "add_dweight_v4"), plan=ladder.v4_vec_bf16.plan,
+        dtype=ladder.BF16, c_multiple=8, shared_memory=ladder.v4_vec_bf16.shared_memory,
+        compare_with="v4_vec_bf16", block_size=256, sanitize_it=sanitize,
+        static=(kc.sass_has("LDG.128", "128-bit loads (LDG.E.128) of dout, inp, weight and dinp",
+                            "load 8 bf16 values at once with load128 / load128cs (Packed128)", kernel=kernel,
+                            at_least=7),
+                kc.sass_has("STG.128", "a 128-bit store (STG.E.128) of dinp",
+                            "store the 8 new dinp values with one 128-bit store (store128cg), not one by one",
+                            kernel=kernel),
+                kc.no_local_memory(kernel)))

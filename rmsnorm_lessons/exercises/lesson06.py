@@ -61,3 +61,25 @@ def check_scratch_bytes(answer, blocks: int = 264, C: int = 4096) -> Verdict:
     if value == blocks * C:
         return failed("that counts floats, not bytes")
     return failed(f"not {value}: one float32 per block and channel")
+
+
+# --- the kernel exercise: v5's per-block partials and the second kernel ------------------------------
+
+def check_v5_kernel(source: str, sanitize: bool = False) -> Verdict:
+    """Lesson 06's kernel exercise: the learner's ``rmsnorm_backward_v5`` (partials written per block) and
+    ``reduce_dweight_v5`` (summed in block order), checked as the rung ``yours_v5`` (deterministic: two
+    runs must agree bit for bit) with v5_two_pass's plan, and timed beside v5_two_pass."""
+    from .. import ladder
+    from . import kernel_check as kc
+
+    atomics = kc.GLOBAL_ATOMICS + ("ATOMS",)
+    return kc.check_kernel(
+        source, name="yours_v5", kernels=("rmsnorm_backward_v5", "reduce_dweight_v5"),
+        plan=ladder.v5_two_pass.plan, dtype=ladder.BF16, c_multiple=8,
+        shared_memory=ladder.v5_two_pass.shared_memory, compare_with="v5_two_pass", block_size=512,
+        max_block=512, deterministic=True, rows_per_block=16, sanitize_it=sanitize,
+        hints={"dweight unchanged": "Does reduce_dweight_v5 add its sum into dweight[c]?"},
+        static=(kc.sass_lacks(atomics, "no atomics in either kernel (the sums keep one order)",
+                              "an atomic adds in whatever order the hardware serves it, so the result changes "
+                              "from run to run: write partials, then sum them in block order"),
+                kc.no_local_memory()))

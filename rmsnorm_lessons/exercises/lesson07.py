@@ -60,3 +60,34 @@ def check_seed_tickets(launch2, launch3, blocks: int = 4) -> Verdict:
     if got2 != want2:
         return failed(f"launch 2 is not {got2}: start from the counter launch 1 leaves behind")
     return failed(f"launch 2 is right; launch 3 is not {got3}: continue from where launch 2 leaves the counter")
+
+
+# --- the kernel exercise: v6's fence, ticket and last block ------------------------------------------
+
+def check_v6_kernel(source: str, sanitize: bool = False) -> Verdict:
+    """Lesson 07's kernel exercise: the learner's ``rmsnorm_backward_v6`` (the release fence, the atomicInc
+    ticket, the last block's acquire fence and sum), checked as the rung ``yours_v6`` with v6_last_block's
+    plan and defines, and timed beside v6_last_block."""
+    from .. import ladder
+    from . import kernel_check as kc
+
+    kernel = "rmsnorm_backward_v6"
+    return kc.check_kernel(
+        source, name="yours_v6", kernels=(kernel,), plan=ladder.v6_last_block.plan, dtype=ladder.BF16,
+        c_multiple=8, shared_memory=ladder.v6_last_block.shared_memory, defines=ladder.v6_last_block.DEFINES,
+        compare_with="v6_last_block", block_size=512, max_block=512, deterministic=True, rows_per_block=16,
+        sanitize_it=sanitize,
+        hints={"dweight unchanged": "No block drew the last ticket in this (second) launch: the counter must "
+                                    "be back at 0 when a launch ends, so atomicInc's limit is gridDim.x - 1",
+               "dweight blocks": "Only the block holding the last ticket may sum the partials, after all "
+                                 "others have written theirs"},
+        static=(kc.sass_before("MEMBAR", ("ATOMG", "ATOM"), "a fence (MEMBAR) before the ticket's atomic (ATOMG)",
+                               "no fence between writing the partials and taking the ticket: another block may "
+                               "see the ticket before the partials; put __threadfence() before atomicInc",
+                               kernel=kernel),
+                kc.sass_has("MEMBAR", "a second fence (MEMBAR) for the last block's acquire",
+                            "the last block needs its own __threadfence() after drawing the last ticket and "
+                            "before reading the partials (acquire)", kernel=kernel, at_least=2),
+                kc.sass_has(("ATOMG", "ATOM"), "an atomic ticket (ATOMG.INC)",
+                            "take the ticket with atomicInc(ticket_counter, gridDim.x - 1)", kernel=kernel),
+                kc.no_local_memory(kernel)))

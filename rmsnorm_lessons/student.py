@@ -1,0 +1,160 @@
+"""The student edition of the course: ``python -m rmsnorm_lessons student OUT/``.
+
+The notebooks ship as the instructor edition: every exercise filled in between nbgrader's region markers,
+so every check cell says PASS on a GPU. The student edition is the same notebooks with each solution
+region replaced by its skeleton, the outputs of the solution cells and of the cells that show or check
+their answers cleared, and every other output (the H200 tables and figures) kept.
+
+Markers. A line containing ``BEGIN SOLUTION`` opens a solution region and a line containing
+``END SOLUTION`` closes it, whatever the comment mark (``### BEGIN SOLUTION`` in Python,
+``// ### BEGIN SOLUTION`` inside a cell's CUDA text): nbgrader's ClearSolutions matches the delimiter text
+inside the line the same way (its current source: ``if self.begin_solution_delimeter in line``; versions
+before 0.6 compared the whole stripped line with ``### BEGIN SOLUTION``, which a ``//`` line does not
+match). Right after a region an optional skeleton block holds what the student edition has instead:
+
+* in CUDA text, ``#if 0 // ### BEGIN SKELETON`` ... ``#endif // ### END SKELETON``: the lines between are
+  kept as they are (in the instructor edition the preprocessor skips them);
+* in Python, ``### BEGIN SKELETON`` ... ``### END SKELETON`` with every line commented out by ``# ``,
+  which is removed.
+
+Without a skeleton block the region is simply removed: a Python exercise keeps its placeholder before the
+region (``answer = None``) or after it (``return None``), which the solution overrides.
+
+Why a few lines of our own rather than nbgrader's preprocessor: ClearSolutions replaces a region by one
+stub per notebook language (Python's ``# YOUR CODE HERE`` / ``raise NotImplementedError()``). Inside a CUDA
+string that stub is not CUDA (``# YOUR`` is an invalid preprocessor directive), so the kernel would not
+compile, and in a Python cell it raises, so the student edition would not run top to bottom; neither can
+keep the given code around a CUDA region nor put back a skeleton that compiles and says NOT YET. The
+markers stay nbgrader's, so an instructor who grades with nbgrader can still find the regions.
+"""
+from __future__ import annotations
+
+import copy
+import json
+import re
+from pathlib import Path
+
+BEGIN, END = "BEGIN SOLUTION", "END SOLUTION"
+BEGIN_SKELETON, END_SKELETON = "BEGIN SKELETON", "END SKELETON"
+#: a cell that calls a lesson's check: ``lesson04.check_v3_kernel(yours_v3)``
+CHECK_CALL = re.compile(r"\blesson(\d\d)\.(check_\w+)\s*\(")
+_BOUND = re.compile(r"^\s*(?:def\s+(\w+)|(\w+)\s*=[^=])", re.M)
+
+
+class MarkerError(ValueError):
+    """Solution or skeleton markers that do not pair up."""
+
+
+def has_solution(text: str) -> bool:
+    return any(BEGIN in line for line in text.splitlines())
+
+
+def _uncomment(line: str) -> str:
+    m = re.match(r"^(\s*)# ?(.*)$", line)
+    return (m.group(1) + m.group(2)) if m else line
+
+
+def strip_solutions(text: str) -> str:
+    """``text`` with every solution region replaced by the skeleton block after it (or removed)."""
+    lines = text.split("\n")
+    out, i = [], 0
+    while i < len(lines):
+        line = lines[i]
+        if END in line or BEGIN_SKELETON in line or END_SKELETON in line:
+            raise MarkerError(f"line {i + 1}: {line.strip()!r} without a {BEGIN} before it")
+        if BEGIN not in line:
+            out.append(line)
+            i += 1
+            continue
+        j = i + 1
+        while j < len(lines) and END not in lines[j]:
+            if BEGIN in lines[j]:
+                raise MarkerError(f"line {j + 1}: a {BEGIN} inside the region opened at line {i + 1}")
+            j += 1
+        if j == len(lines):
+            raise MarkerError(f"line {i + 1}: {BEGIN} without {END}")
+        i = j + 1
+        if i < len(lines) and BEGIN_SKELETON in lines[i]:
+            cuda = lines[i].strip().startswith("#if")
+            k = i + 1
+            while k < len(lines) and END_SKELETON not in lines[k]:
+                k += 1
+            if k == len(lines):
+                raise MarkerError(f"line {i + 1}: {BEGIN_SKELETON} without {END_SKELETON}")
+            body = lines[i + 1:k]
+            out.extend(body if cuda else [_uncomment(b) for b in body])
+            i = k + 1
+    return "\n".join(out)
+
+
+def solution_only(text: str) -> str:
+    """The instructor's text without the skeleton blocks and the marker lines (what the solution reads as)."""
+    lines, out, skip = text.split("\n"), [], False
+    for line in lines:
+        if BEGIN_SKELETON in line:
+            skip = True
+        elif END_SKELETON in line:
+            skip = False
+        elif not skip and BEGIN not in line and END not in line:
+            out.append(line)
+    return "\n".join(out)
+
+
+def _source(cell) -> str:
+    src = cell.get("source", "")
+    return "".join(src) if isinstance(src, list) else src
+
+
+def check_calls(text: str) -> list[tuple[str, str]]:
+    """``[(lesson number, check function name), ...]`` called in a cell's text."""
+    return [(m.group(1), m.group(2)) for m in CHECK_CALL.finditer(text)]
+
+
+def _clear(cell) -> None:
+    cell["outputs"] = []
+    cell["execution_count"] = None
+
+
+def student_notebook(nb: dict) -> dict:
+    """A copy of the notebook (nbformat 4, as a dict) as the student edition."""
+    nb = copy.deepcopy(nb)
+    cells = [c for c in nb.get("cells", []) if c.get("cell_type") == "code"]
+    bound_elsewhere = set()
+    for cell in cells:
+        if not has_solution(_source(cell)):
+            bound_elsewhere.update(a or b for a, b in _BOUND.findall(_source(cell)))
+    answers: set[str] = set()  # names an earlier solution cell binds (and no other cell does)
+    for cell in cells:
+        text = _source(cell)
+        if has_solution(text):
+            answers.update({a or b for a, b in _BOUND.findall(text)} - bound_elsewhere)
+            cell["source"] = strip_solutions(text)
+            _clear(cell)
+        elif check_calls(text) or (answers and re.search(r"\b(" + "|".join(map(re.escape, sorted(answers)))
+                                                         + r")\b", text)):
+            _clear(cell)  # it checks or shows an answer
+    return nb
+
+
+def write_student_edition(sources, out_dir) -> list[Path]:
+    """Write the student edition of ``sources`` (notebook files, or folders of them) into ``out_dir``."""
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    paths = []
+    for s in sources:
+        s = Path(s)
+        paths.extend(sorted(s.glob("*.ipynb")) if s.is_dir() else [s])
+    written = []
+    for path in paths:
+        nb = json.loads(path.read_text())
+        target = out / path.name
+        with open(target, "w") as f:
+            json.dump(student_notebook(nb), f, indent=1, ensure_ascii=False)
+            f.write("\n")
+        written.append(target)
+    return written
+
+
+def default_notebooks() -> Path:
+    """The course's ``notebooks/`` folder (beside the package in a checkout)."""
+    return Path(__file__).resolve().parent.parent / "notebooks"

@@ -1,0 +1,269 @@
+"""The kernel exercises of lessons 02..07 and their harness (rmsnorm_lessons/exercises/kernel_check.py).
+
+Here (no GPU): every solution compiles and says NOT VERIFIED, every skeleton says NOT YET, the mistakes
+the SASS shows say NOT YET with their own message, and the diagnosis of a wrong result names its kind
+(tried on made-up results). On a GPU (marker ``gpu``): every solution PASSes, every skeleton and every
+mistake fails, each with its own message.
+"""
+from __future__ import annotations
+
+import ast
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from rmsnorm_lessons import build, gpu, ladder, reference, student
+from rmsnorm_lessons.exercises import (Verdict, kernel_check, lesson02, lesson03, lesson04, lesson05, lesson06,
+                                       lesson07)
+
+NOTEBOOKS = Path(__file__).resolve().parent.parent / "notebooks"
+needs_nvcc = pytest.mark.skipif(build.find_nvcc() is None, reason="nvcc not found")
+needs_sass = pytest.mark.skipif(build.find_tool("nvdisasm") is None and build.find_tool("cuobjdump") is None,
+                                reason="no SASS tools (cuobjdump/nvdisasm)")
+no_gpu_here = pytest.mark.skipif(gpu.available(), reason="checks what is said where there is no GPU")
+
+CHECKS = {"02_naive": lesson02.check_v1_kernel, "03_warp_per_row": lesson03.check_v2_kernel,
+          "04_shared_memory": lesson04.check_v3_kernel, "05_bf16_vectorized": lesson05.check_v4_kernel,
+          "06_two_pass": lesson06.check_v5_kernel, "07_last_block": lesson07.check_v6_kernel}
+
+#: (lesson, mistake, text of the solution, replaced by, words its message holds, caught without running)
+MISTAKES = [
+    ("02_naive", "= for +=", "dinp_row[c] += r * (dnorm", "dinp_row[c] = r * (dnorm", ("dinp", "+="), False),
+    ("02_naive", "no atomic", "atomicAdd(&dweight[c], norm * dout_row[c]);", "dweight[c] += norm * dout_row[c];",
+     ("atomicAdd",), True),
+    ("03_warp_per_row", "the wrong shuffle", "__shfl_xor_sync(0xffffffff, partial, offset)",
+     "__shfl_down_sync(0xffffffff, partial, offset)", ("__shfl_down_sync", "lane 0"), True),
+    ("03_warp_per_row", "four steps", "int offset = 16; offset > 0;", "int offset = 16; offset > 1;",
+     ("5 __shfl_xor_sync steps", "4 SHFL.BFLY"), True),
+    ("04_shared_memory", "missing __syncthreads",
+     "    __syncthreads();\n    for (int c = threadIdx.x; c < C; c += blockDim.x) atomicAdd(",
+     "    for (int c = threadIdx.x; c < C; c += blockDim.x) atomicAdd(", ("__syncthreads", "1 BAR"), True),
+    ("04_shared_memory", "no shared atomic", "atomicAdd(&dweight_shared[c], norm * dout_row[c]);",
+     "dweight_shared[c] += norm * dout_row[c];", ("dweight_shared", "0 ATOMS"), True),
+    ("05_bf16_vectorized", "stores one by one", "            store128cg(dinp_row + c, d);\n",
+     "            for (int k = 0; k < x128::size; k++) dinp_row[c + k] = d[k];\n", ("128-bit store",), True),
+    ("05_bf16_vectorized", "= for +=", "d[k] = __float2bfloat16((float)d[k] + r * (dnorm",
+     "d[k] = __float2bfloat16(r * (dnorm", ("dinp", "+="), False),
+    ("06_two_pass", "off-by-one: the last block", "for (int b = 0; b < blocks; b++) sum +=",
+     "for (int b = 0; b < blocks - 1; b++) sum +=", ("dweight", "missing", "blocks"), False),
+    ("06_two_pass", "= for +=", "dweight[c] = __float2bfloat16((float)dweight[c] + sum);",
+     "dweight[c] = __float2bfloat16(sum);", ("dweight", "+="), False),
+    ("06_two_pass", "an atomic", "for (int b = 0; b < blocks; b++) sum += partials[(size_t)b * C + c];",
+     "for (int b = 0; b < blocks; b++) sum += partials[(size_t)b * C + c];\n"
+     "    atomicAdd((float*)partials + c, 0.0f);", ("atomic", "block order"), True),
+    ("07_last_block", "no fence", "    // ### BEGIN SOLUTION\n    __threadfence();\n", "    // ### BEGIN SOLUTION\n",
+     ("no fence", "MEMBAR"), True),
+    ("07_last_block", "no acquire fence", "        if (ticket == gridDim.x - 1) __threadfence();\n", "",
+     ("acquire", "1 MEMBAR"), True),
+    ("07_last_block", "the seed's limit", "atomicInc(ticket_counter, gridDim.x - 1)",
+     "atomicInc(ticket_counter, gridDim.x)", ("dweight", "starting values", "ticket"), False),
+]
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _forget_learners_rungs():
+    """The checks register yours_v1..yours_v6; later test modules see the shipped ladder only."""
+    yield
+    for name in [v for v in ladder.VERSIONS if v.startswith("yours_")]:
+        ladder.unregister(name)
+
+
+def kernel_text(lesson: str) -> str:
+    """The instructor's CUDA text of the lesson's kernel-exercise cell (``yours_vN = r'''...'''``)."""
+    nb = json.loads((NOTEBOOKS / f"{lesson}.ipynb").read_text())
+    cells = [c for c in nb["cells"] if "kernel-exercise" in c.get("metadata", {}).get("tags", [])]
+    assert len(cells) == 1, f"{lesson}: one cell tagged kernel-exercise"
+    tree = ast.parse("".join(cells[0]["source"]))
+    assert isinstance(tree.body[0], ast.Assign), "the cell assigns the CUDA text to a name"
+    return tree.body[0].value.value
+
+
+def mistaken(lesson, old, new) -> str:
+    text = kernel_text(lesson)
+    assert text.count(old) == 1, f"{lesson}: the mistake's text is not in the solution once"
+    return text.replace(old, new)
+
+
+# --- the cells and the markers ----------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("lesson", CHECKS)
+def test_exercise_cell_is_a_skeleton_plus_a_solution(lesson):
+    text = kernel_text(lesson)
+    assert student.has_solution(text)
+    skeleton = student.strip_solutions(text)
+    assert "SOLUTION" not in skeleton and "SKELETON" not in skeleton
+    assert kernel_check.todo_lines(skeleton), "the skeleton marks what to write with // TODO"
+    assert not kernel_check.todo_lines(text), "the instructor's text has no TODO outside its skeleton blocks"
+    # a check cell calls the lesson's check on the cell's name
+    nb = json.loads((NOTEBOOKS / f"{lesson}.ipynb").read_text())
+    sources = ["".join(c["source"]) for c in nb["cells"] if c["cell_type"] == "code"]
+    assert any(f"{CHECKS[lesson].__name__}(" in s for s in sources)
+
+
+def test_todo_lines_skip_the_skeleton_blocks():
+    text = ("int a;\n#if 0 // ### BEGIN SKELETON\n    // TODO: hidden\n#endif // ### END SKELETON\n"
+            "    // TODO: shown\n#if 0 // ### BEGIN SKELETON\n// TODO: hidden too\n#endif // ### END SKELETON\n")
+    assert kernel_check.todo_lines(text) == [5]
+
+
+def test_verdict_has_three_states():
+    assert str(Verdict(True, "x")) == "PASS: x"
+    assert str(Verdict(False, "x")) == "NOT YET: x"
+    v = Verdict(False, "x", verified=False)
+    assert str(v) == "NOT VERIFIED: x" and v.status == "NOT VERIFIED" and not v
+    with pytest.raises(ValueError):
+        Verdict(True, "x", verified=False)
+
+
+# --- without running: compile, inspect, static checks ------------------------------------------------
+
+
+@needs_nvcc
+@needs_sass
+@no_gpu_here
+@pytest.mark.parametrize("lesson", CHECKS)
+def test_solution_is_not_verified_here(lesson):
+    verdict = CHECKS[lesson](kernel_text(lesson))
+    assert verdict.status == "NOT VERIFIED", verdict.message
+    assert "no GPU here" in verdict.message and "registers" in verdict.message and "Checked in the SASS" in verdict.message
+
+
+@needs_nvcc
+@pytest.mark.parametrize("lesson", CHECKS)
+def test_skeleton_compiles_and_says_not_yet(lesson):
+    verdict = CHECKS[lesson](student.strip_solutions(kernel_text(lesson)))
+    assert verdict.status == "NOT YET", verdict.message
+    assert "nvcc compiled" in verdict.message, "the skeleton compiles"
+    assert "TODO" in verdict.message
+
+
+@needs_nvcc
+@needs_sass
+@pytest.mark.parametrize("lesson,name,old,new,words", [m[:5] for m in MISTAKES if m[5]],
+                         ids=[f"{m[0]}: {m[1]}" for m in MISTAKES if m[5]])
+def test_mistakes_the_sass_shows_say_not_yet_everywhere(lesson, name, old, new, words):
+    verdict = CHECKS[lesson](mistaken(lesson, old, new))
+    assert verdict.status == "NOT YET", verdict.message
+    for w in words:
+        assert w in verdict.message, (w, verdict.message)
+
+
+@needs_nvcc
+def test_compile_errors_point_at_the_line_of_the_cell():
+    text = kernel_text("04_shared_memory")
+    lines = text.split("\n")
+    at = next(i for i, ln in enumerate(lines) if "float dnorm = weight[c]" in ln)
+    lines[at] = lines[at].replace("weight[c]", "weights[c]")  # an undefined name
+    verdict = lesson04.check_v3_kernel("\n".join(lines))
+    assert verdict.status == "NOT YET", verdict.message
+    # line k of the text is line k of the cell `yours_v3 = r'''<newline>...`: the text starts with that newline
+    assert f"line {at + 1}: identifier \"weights\" is undefined" in verdict.message, verdict.message
+    assert "nvcc does not accept it" in verdict.message
+
+
+@needs_nvcc
+def test_a_missing_kernel_is_named():
+    text = kernel_text("02_naive").replace("rmsnorm_backward_v1(", "my_kernel(")
+    verdict = lesson02.check_v1_kernel(text)
+    assert verdict.status == "NOT YET" and "rmsnorm_backward_v1" in verdict.message, verdict.message
+
+
+@needs_nvcc
+@needs_sass
+@no_gpu_here
+@pytest.mark.parametrize("body,expect", [
+    (lesson03.SOLUTION, "NOT VERIFIED"),
+    (lesson03.SOLUTION.replace("offset = 16", "offset = 8"), "NOT YET"),  # four steps
+    (lesson03.SOLUTION.replace("__shfl_xor_sync", "__shfl_down_sync"), "NOT YET"),
+    ("return __shfl_sync(0xffffffff, value, 0) * 1000;", "NOT YET"),
+])
+def test_lesson03_warp_sum_never_passes_without_a_gpu(body, expect):
+    assert lesson03.check_warp_sum(body).status == expect
+
+
+# --- diagnosing wrong results (made-up results: no GPU needed) ---------------------------------------
+
+
+def _problem(N=129, C=200, seed=3):
+    p = reference.random_problem(N, C, np.float32, seed=seed)
+    ref = reference.backward(p["dout"], p["inp"], p["weight"], p["rstd"], p["dinp"], p["dweight"])
+    delta = reference.backward(p["dout"], p["inp"], p["weight"], p["rstd"])
+    return p, ref, delta
+
+
+def _describe(name, got, p, ref, delta, **kw):
+    i = 0 if name == "dinp" else 1
+    return kernel_check.describe_output(name, got, ref[i], p[name], delta[i], 1e-3, 1.2e-7, problem=p, **kw)
+
+
+def test_diagnosis_overwritten_unchanged_factor():
+    p, ref, delta = _problem()
+    kind, text = _describe("dinp", delta[0], p, ref, delta)
+    assert kind == "overwritten" and "+=" in text
+    kind, text = _describe("dinp", p["dinp"], p, ref, delta)
+    assert kind == "unchanged" and "starting values" in text
+    kind, text = _describe("dinp", p["dinp"] + 32 * delta[0], p, ref, delta)
+    assert kind == "factor" and "32" in text
+
+
+def test_diagnosis_names_rows_and_columns():
+    p, ref, delta = _problem()
+    got = ref[0].copy()
+    got[-1] = p["dinp"][-1]  # the last row never done
+    kind, text = _describe("dinp", got, p, ref, delta)
+    assert "only the last row (128)" in text, text
+    got = ref[0].copy()
+    got[:, 192:] = 0  # the last 8 columns
+    kind, text = _describe("dinp", got, p, ref, delta)
+    assert "the last 8 columns" in text, text
+
+
+def test_diagnosis_names_missing_blocks():
+    p, ref, delta = _problem(N=129, C=200)
+    rows_per_block, grid = 16, 9
+    owner = (np.arange(129) // rows_per_block) % grid
+    contrib = p["inp"].astype(np.float64) * p["rstd"][:, None] * p["dout"]
+    got = p["dweight"] + contrib[owner != 3].sum(axis=0)  # block 3's partials missing
+    kind, text = _describe("dweight", got, p, ref, delta, grid=grid, rows_per_block=rows_per_block)
+    assert kind == "blocks" and "missing" in text and "blocks 3" in text, text
+    got = contrib.sum(axis=0)  # dweight = instead of +=
+    kind, text = _describe("dweight", got, p, ref, delta, grid=grid, rows_per_block=rows_per_block)
+    assert "+=" in text, text
+
+
+# --- on the GPU ---------------------------------------------------------------------------------------
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("lesson", CHECKS)
+def test_solution_passes_on_the_gpu(lesson):
+    verdict = CHECKS[lesson](kernel_text(lesson))
+    assert verdict.status == "PASS", verdict.message
+    assert "yours" in verdict.message and "ms" in verdict.message  # timed beside the shipped rung
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("lesson", CHECKS)
+def test_skeleton_fails_on_the_gpu(lesson):
+    verdict = CHECKS[lesson](student.strip_solutions(kernel_text(lesson)))
+    assert verdict.status == "NOT YET", verdict.message
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("lesson,name,old,new,words", [m[:5] for m in MISTAKES],
+                         ids=[f"{m[0]}: {m[1]}" for m in MISTAKES])
+def test_mistakes_fail_on_the_gpu_with_their_own_message(lesson, name, old, new, words):
+    verdict = CHECKS[lesson](mistaken(lesson, old, new))
+    assert verdict.status == "NOT YET", verdict.message
+    for w in words:
+        assert w in verdict.message, (w, verdict.message)
+
+
+def test_race_check_says_so_where_compute_sanitizer_is_missing(monkeypatch):
+    monkeypatch.setattr(build, "find_tool", lambda tool: None)
+    rung = kernel_check.register("x", name="yours_sanitize", kernels=("k",), plan=ladder.v1_naive.plan,
+                                 dtype=ladder.FP32)
+    assert kernel_check.sanitize(rung) == "compute-sanitizer is not installed here, so no race check was run"

@@ -1,0 +1,178 @@
+"""The instructor edition (solutions filled in), the student edition (``python -m rmsnorm_lessons student``)
+and ``python -m rmsnorm_lessons progress``."""
+from __future__ import annotations
+
+import ast
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from rmsnorm_lessons import build, gpu, student
+
+ROOT = Path(__file__).resolve().parent.parent
+NOTEBOOKS = ROOT / "notebooks"
+LESSONS = ["02_naive", "03_warp_per_row", "04_shared_memory", "05_bf16_vectorized", "06_two_pass",
+           "07_last_block", "08_speed_of_light"]
+needs_nvcc = pytest.mark.skipif(build.find_nvcc() is None, reason="nvcc not found")
+
+
+def _nb(lesson):
+    return json.loads((NOTEBOOKS / f"{lesson}.ipynb").read_text())
+
+
+def _src(cell):
+    return "".join(cell["source"])
+
+
+# --- the markers -------------------------------------------------------------------------------------
+
+
+def test_cuda_region_is_replaced_by_its_skeleton():
+    text = ("a;\n    // ### BEGIN SOLUTION\n    x += 1;\n    // ### END SOLUTION\n"
+            "#if 0 // ### BEGIN SKELETON\n    // TODO: add one to x\n#endif // ### END SKELETON\nb;")
+    assert student.strip_solutions(text) == "a;\n    // TODO: add one to x\nb;"
+    assert student.solution_only(text) == "a;\n    x += 1;\nb;"
+
+
+def test_python_region_is_removed_or_uncommented():
+    text = "answer = None\n### BEGIN SOLUTION\nanswer = 4\n### END SOLUTION\ncheck(answer)"
+    assert student.strip_solutions(text) == "answer = None\ncheck(answer)"
+    text = ("def f(x):\n    ### BEGIN SOLUTION\n    return 2 * x\n    ### END SOLUTION\n"
+            "    ### BEGIN SKELETON\n    # return None  # your code\n    ### END SKELETON\n")
+    assert student.strip_solutions(text) == "def f(x):\n    return None  # your code\n"
+
+
+@pytest.mark.parametrize("text", ["### BEGIN SOLUTION\nx", "x\n### END SOLUTION",
+                                  "### BEGIN SOLUTION\n### BEGIN SOLUTION\n### END SOLUTION",
+                                  "### BEGIN SOLUTION\n### END SOLUTION\n### BEGIN SKELETON\nx"])
+def test_unpaired_markers_are_refused(text):
+    with pytest.raises(student.MarkerError):
+        student.strip_solutions(text)
+
+
+# --- the two editions, read without running them -----------------------------------------------------
+
+
+@pytest.mark.parametrize("lesson", LESSONS)
+def test_every_exercise_has_a_solution_and_the_student_edition_has_none(lesson):
+    nb = _nb(lesson)
+    checks = [c for c in nb["cells"] if c["cell_type"] == "code" and student.check_calls(_src(c))]
+    assert checks, "a lesson without an exercise"
+    solutions = [c for c in nb["cells"] if c["cell_type"] == "code" and student.has_solution(_src(c))]
+    assert len(solutions) == len(checks), "one solution cell per check"
+    st = student.student_notebook(nb)
+    assert len(st["cells"]) == len(nb["cells"])
+    kept = 0
+    for before, after in zip(nb["cells"], st["cells"]):
+        assert "SOLUTION" not in _src(after) and "SKELETON" not in _src(after)
+        if before["cell_type"] != "code":
+            assert after == before
+        elif student.has_solution(_src(before)) or student.check_calls(_src(before)):
+            assert after["outputs"] == [] and after["execution_count"] is None
+        elif before.get("outputs"):
+            kept += after["outputs"] == before["outputs"]
+    # the H200's tables and figures stay
+    assert kept >= sum(1 for c in nb["cells"] if c.get("outputs") and not student.has_solution(_src(c))
+                       and not student.check_calls(_src(c))) - 1
+
+
+def test_student_cli_writes_every_lesson(tmp_path):
+    proc = subprocess.run([sys.executable, "-m", "rmsnorm_lessons", "student", str(tmp_path)], capture_output=True,
+                          text=True, cwd=ROOT)
+    assert proc.returncode == 0, proc.stderr
+    assert sorted(p.name for p in tmp_path.glob("*.ipynb")) == sorted(p.name for p in NOTEBOOKS.glob("*.ipynb"))
+    for path in tmp_path.glob("*.ipynb"):
+        assert "BEGIN SOLUTION" not in path.read_text()
+
+
+# --- host exercises: solutions PASS, placeholders NOT YET (run in-process, no notebook kernel) ---------
+
+
+def _host_cells():
+    for lesson in LESSONS:
+        nb = _nb(lesson)
+        setup = next(_src(c) for c in nb["cells"] if c["cell_type"] == "code")
+        for cell in nb["cells"]:
+            text = _src(cell)
+            if (cell["cell_type"] == "code" and student.has_solution(text)
+                    and "kernel-exercise" not in cell["metadata"].get("tags", [])):
+                yield pytest.param(lesson, setup, text, id=f"{lesson}:{student.check_calls(text)[0][1]}")
+
+
+def _run_cell(setup, text):
+    ns = {}
+    exec("\n".join(ln for ln in setup.splitlines() if not ln.startswith("%")), ns)
+    ns["COPY"] = ns["rl"].gpu.copy_bandwidth_or_saved()[0]  # lesson 08's cell above its exercises
+    tree = ast.parse(text)
+    last = tree.body.pop()
+    exec(compile(tree, "<cell>", "exec"), ns)
+    return eval(compile(ast.Expression(last.value), "<cell>", "eval"), ns)
+
+
+@needs_nvcc
+@pytest.mark.parametrize("lesson,setup,text", list(_host_cells()))
+def test_host_solution_passes_and_its_placeholder_does_not(lesson, setup, text):
+    kernel_compiled_only = "check_warp_sum" in text and not gpu.available()  # CUDA: compiled here, not run
+    verdict = _run_cell(setup, text)
+    assert verdict.status == ("NOT VERIFIED" if kernel_compiled_only else "PASS"), verdict.message
+    verdict = _run_cell(setup, student.strip_solutions(text))
+    assert verdict.status == "NOT YET", verdict.message
+
+
+# --- running them -----------------------------------------------------------------------------------
+
+
+@needs_nvcc
+@pytest.mark.slow
+def test_student_edition_runs_under_nbval(tmp_path):
+    student.write_student_edition([NOTEBOOKS], tmp_path)
+    proc = subprocess.run([sys.executable, "-m", "pytest", "--nbval-lax", "--nbval-current-env", "-q",
+                           "-p", "no:cacheprovider", *sorted(str(p) for p in tmp_path.glob("*.ipynb"))],
+                          capture_output=True, text=True, cwd=tmp_path, timeout=1800)
+    assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-2000:]
+    assert " passed" in proc.stdout and "failed" not in proc.stdout
+
+
+@needs_nvcc
+def test_progress_prints_one_line_per_exercise_and_a_total(tmp_path):
+    lesson = "04_shared_memory"
+    student.write_student_edition([NOTEBOOKS / f"{lesson}.ipynb"], tmp_path)
+    proc = subprocess.run([sys.executable, "-m", "rmsnorm_lessons", "progress", str(NOTEBOOKS / f"{lesson}.ipynb"),
+                           str(tmp_path / f"{lesson}.ipynb")], capture_output=True, text=True, cwd=ROOT, timeout=900)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    lines = [ln.split() for ln in proc.stdout.splitlines()]
+    kernel = "PASS" if gpu.available() else "NOT VERIFIED"
+    instructor, learner = lines[:4], lines[4:]
+    assert [ln[:2] for ln in instructor[:3]] == [[lesson, "lesson04.check_v3_atomics"],
+                                                [lesson, "lesson04.check_bank_conflict_degree"],
+                                                [lesson, "lesson04.check_v3_kernel"]]
+    assert [" ".join(ln[2:4]).startswith(("PASS", kernel)) for ln in instructor[:3]] == [True] * 3
+    assert instructor[1][2] == "PASS" and " ".join(instructor[2][2:4]).startswith(kernel)
+    n_pass = 3 if gpu.available() else 2
+    assert " ".join(instructor[3]) == (f"{lesson} total: {n_pass} PASS, 0 NOT YET, {3 - n_pass} NOT VERIFIED of 3")
+    assert all(" ".join(ln[2:4]) == "NOT YET" for ln in learner[:3]), learner
+    assert " ".join(learner[3]) == f"{lesson} total: 0 PASS, 3 NOT YET, 0 NOT VERIFIED of 3"
+
+
+def test_progress_reads_verdicts_from_outputs():
+    from rmsnorm_lessons import progress
+
+    def cell(source, outputs):
+        return {"cell_type": "code", "source": source, "metadata": {}, "outputs": outputs}
+
+    nb = {"cells": [
+        cell("lesson04.check_v3_atomics(answer)", [{"output_type": "execute_result", "data": {
+            "text/plain": "PASS: 13 blocks x 768 channels"}}]),
+        cell("print(lesson05.check_half_ulp(x))", [{"output_type": "stream", "name": "stdout",
+                                                    "text": "NOT VERIFIED: no GPU here\nmore\n"}]),
+        cell("lesson06.check_scratch_bytes(y)", [{"output_type": "error", "ename": "NameError", "evalue": "y"}]),
+        cell("x = 1", []),
+    ]}
+    got = [(r.exercise, r.status, r.message) for r in progress.verdicts(nb, "lesson")]
+    assert got == [("lesson04.check_v3_atomics", "PASS", "13 blocks x 768 channels"),
+                   ("lesson05.check_half_ulp", "NOT VERIFIED", "no GPU here"),
+                   ("lesson06.check_scratch_bytes", "NOT YET", "(no verdict: the cell raised NameError: y)")]
+    assert progress.totals(progress.verdicts(nb, "lesson")) == "1 PASS, 1 NOT YET, 1 NOT VERIFIED of 3"
