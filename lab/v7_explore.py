@@ -33,13 +33,9 @@ def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--json", help="write the rows here (and record the run in its folder's MANIFEST.json)")
     parser.add_argument("--repeats", type=int, default=50)
-    parser.add_argument("--variants", default=";".join(v7lab.NAMED),
-                        help=f"names separated by ; (of {', '.join(v7lab.NAMED)})")
+    v7lab.add_variant_argument(parser, ";".join(v7lab.NAMED))
     args = parser.parse_args(argv)
-    names = args.variants.split(";")
-    unknown = [n for n in names if n not in v7lab.NAMED]
-    if unknown:
-        parser.error(f"unknown variant(s) {', '.join(unknown)}; the variants are {', '.join(v7lab.NAMED)}")
+    names = v7lab.variant_names(parser, args)
     gpu.require()
     start = time.time()
     copy = gpu.copy_bandwidth()
@@ -61,15 +57,10 @@ def main(argv=None) -> int:
                 for overwrite in (False, True):
                     v = Variant(v7lab.NAMED[name], overwrite=overwrite)
                     tag = name + (" (dinp=)" if overwrite else "")
-                    try:
-                        r = v7lab.resolved(N, C, v)
-                        v7lab.launcher(C, v, N)
-                    except ValueError as exc:
-                        print(f"skip {tag} at {N}x{C}: {str(exc)[:80]}")
-                        break
-                    t = v7lab.checked_timing(v, N, C, small, problem, copy, args.repeats, tag)
+                    t = v7lab.launchable_timing(v, N, C, small, problem, copy, args.repeats, tag)
                     if t is None:
                         continue
+                    r = v7lab.resolved(N, C, v)
                     d = t.as_dict()
                     d.update(variant=tag, grid=r.grid, K=r.layout.K, block=r.layout.block)
                     rows.append(d)

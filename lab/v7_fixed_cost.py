@@ -29,13 +29,9 @@ def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--json", help="write the fits here (and record the run in its folder's MANIFEST.json)")
     parser.add_argument("--repeats", type=int, default=40)
-    parser.add_argument("--variants", default="default;base",
-                        help=f"names separated by ; (of {', '.join(v7lab.NAMED)})")
+    v7lab.add_variant_argument(parser, "default;base")
     args = parser.parse_args(argv)
-    names = args.variants.split(";")
-    unknown = [n for n in names if n not in v7lab.NAMED]
-    if unknown:
-        parser.error(f"unknown variant(s) {', '.join(unknown)}; the variants are {', '.join(v7lab.NAMED)}")
+    names = v7lab.variant_names(parser, args)
     gpu.require()
     copy = gpu.copy_bandwidth()
     print(f"copy bandwidth {copy:.0f} GB/s")

@@ -100,15 +100,10 @@ def cmd_variants(args) -> int:
         small = v7lab.small_problem(C)
         try:
             for v in variants_for(C) + [Variant(overwrite=True)]:
-                try:
-                    launch = v7lab.describe(N, C, v)
-                    v7lab.launcher(C, v, N)
-                except ValueError as exc:
-                    print(f"skip {v.tag} at {N}x{C}: {exc}")
-                    continue
-                t = v7lab.checked_timing(v, N, C, small, problem, copy, args.repeats, f"v7[{v.tag}]")
+                t = v7lab.launchable_timing(v, N, C, small, problem, copy, args.repeats, f"v7[{v.tag}]")
                 if t is None:
                     continue
+                launch = v7lab.describe(N, C, v)
                 d = t.as_dict()
                 d.update(variant=v.tag, launch=launch, spread=t.ms_spread)
                 rows.append(d)

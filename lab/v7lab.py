@@ -113,6 +113,33 @@ def checked_timing(v: Variant, N: int, C: int, small: dict, problem: bench.Devic
     return time_variant(v, N, C, problem, copy_gbps, repeats, name)
 
 
+def launchable_timing(v: Variant, N: int, C: int, small: dict, problem: bench.DeviceProblem, copy_gbps: float,
+                      repeats: int, name: str | None = None) -> bench.Timing | None:
+    """:func:`checked_timing` for a variant the launcher accepts at (N, C); one it refuses (a plan that does
+    not fit) is reported in a line and gives None, like one that fails its check."""
+    try:
+        resolved(N, C, v)
+        launcher(C, v, N)
+    except ValueError as exc:
+        print(f"skip {name or v.tag} at {N}x{C}: {str(exc)[:120]}")
+        return None
+    return checked_timing(v, N, C, small, problem, copy_gbps, repeats, name)
+
+
+def add_variant_argument(parser, default: str) -> None:
+    """``--variants a;b``: names of :data:`NAMED`."""
+    parser.add_argument("--variants", default=default, help=f"names separated by ; (of {', '.join(NAMED)})")
+
+
+def variant_names(parser, args) -> list[str]:
+    """The names ``--variants`` gave, every one of them known, or the parser's usage error."""
+    names = args.variants.split(";")
+    unknown = [n for n in names if n not in NAMED]
+    if unknown:
+        parser.error(f"unknown variant(s) {', '.join(unknown)}; the variants are {', '.join(NAMED)}")
+    return names
+
+
 def small_problem(C: int) -> dict:
     """The host problem variants are checked on before they are timed at C."""
     return reference.random_problem(CHECK_N, C, bf16.bfloat16, seed=C + 7, accumulate=True)

@@ -97,9 +97,11 @@ def test_two_streams(version, shared):
         free(d)
 
 
-def _too_many_threads(plan):
-    """The same launches with 2048 threads per block: more than any block may have (a launch error)."""
-    return [dataclasses.replace(L, block=2048) for L in plan]
+def _plan_too_many_threads(monkeypatch, L, N):
+    """From now on ``L`` plans N rows as it would, but with 2048 threads per block: more than any block may
+    have, so the launch itself fails (the launcher's checks are not asked again)."""
+    bad = [dataclasses.replace(step, block=2048) for step in L.plan(N)]
+    monkeypatch.setattr(L, "plan", lambda n: bad)
 
 
 @pytest.mark.parametrize("version", kernels.VERSIONS)
@@ -109,8 +111,7 @@ def test_a_launch_error_names_the_version(version, monkeypatch):
     p = reference.random_problem(N, C, spec.dtype, seed=3)
     dev = to_device(p)
     L = launch.Launcher(spec, C)
-    bad = _too_many_threads(L.plan(N))
-    monkeypatch.setattr(L, "plan", lambda n: bad)
+    _plan_too_many_threads(monkeypatch, L, N)
     with pytest.raises(kernels.LaunchError, match=rf"^{version}: launching {spec.kernels[0]} failed"):
         L(N, tensors(dev))
     # an invalid configuration is not sticky: the same version still runs afterwards
@@ -127,8 +128,7 @@ def test_run_reports_a_launch_error_with_the_version(monkeypatch):
     N, C = 50, 128
     p = reference.random_problem(N, C, spec.dtype, seed=4)
     L = launch.launcher(spec, C)  # the cached launcher run() uses
-    bad = _too_many_threads(L.plan(N))
-    monkeypatch.setattr(L, "plan", lambda n: bad)
+    _plan_too_many_threads(monkeypatch, L, N)
     with pytest.raises(kernels.LaunchError, match=r"^v2_warp: launching rmsnorm_backward_v2 failed"):
         kernels.run(spec, p["dout"], p["inp"], p["weight"], p["rstd"], p["dinp"], p["dweight"])
     monkeypatch.undo()
@@ -146,8 +146,7 @@ def test_too_many_threads_is_refused_or_a_launch_error(monkeypatch):
     p = reference.random_problem(N, C, spec.dtype, seed=6)
     dev = to_device(p)
     L = launch.Launcher(spec, C)
-    bad = _too_many_threads(L.plan(N))
-    monkeypatch.setattr(L, "plan", lambda n: bad)
+    _plan_too_many_threads(monkeypatch, L, N)
     with pytest.raises(kernels.LaunchError, match=r"^v6_last_block: launching rmsnorm_backward_v6 failed"):
         L(N, tensors(dev))
     rl.gpu.synchronize()

@@ -276,11 +276,21 @@ def _free_bytes():
     return -launch.held_bytes()
 
 
+def _memory_case(version):
+    """The rung and the C the memory tests use: a C every rung accepts (bf16 rungs need a multiple of 8)."""
+    spec = ladder.get(version)
+    return spec, 1024 if spec.dtype == np.float32 else 4096
+
+
+def _first_rows(tensors: dict, N: int) -> list:
+    """run()'s arguments, in order, holding the first N rows of the row tensors (views, not copies)."""
+    return [tensors[k][:N] if k in ("dout", "inp", "dinp", "rstd") else tensors[k] for k in TENSORS]
+
+
 @pytest.mark.gpu
 @pytest.mark.parametrize("version", SHIPPED)
 def test_300_shapes_do_not_grow_device_memory(version):
-    spec = ladder.get(version)
-    C = 1024 if spec.dtype == np.float32 else 4096
+    spec, C = _memory_case(version)
     Ns = [1000 + 37 * i for i in range(300)]
     top = max(Ns)
     big = {k: _zeros((top, C), spec.dtype) for k in ("dout", "inp", "dinp")}
@@ -288,7 +298,7 @@ def test_300_shapes_do_not_grow_device_memory(version):
     big["weight"], big["dweight"] = _zeros((C,), spec.dtype), _zeros((C,), spec.dtype)
     try:
         def call(N):  # views of the first N rows of each tensor: GPUArrays of exactly (N, C)
-            args = [big[k][:N] if k in ("dout", "inp", "dinp", "rstd") else big[k] for k in TENSORS]
+            args = _first_rows(big, N)
             assert args[1].shape == (N, C) and args[1].flags.c_contiguous
             out = kernels.run(version, *args)
             assert out[0] is args[4] and out[1] is args[5]
@@ -308,21 +318,20 @@ def test_300_shapes_do_not_grow_device_memory(version):
 @pytest.mark.gpu
 @pytest.mark.parametrize("version", SHIPPED)
 def test_numpy_calls_at_many_shapes_free_their_device_buffers(version):
-    spec = ladder.get(version)
-    C = 1024 if spec.dtype == np.float32 else 4096
+    spec, C = _memory_case(version)
     Ns = [100 + 13 * i for i in range(60)]
     p = reference.random_problem(max(Ns), C, spec.dtype, seed=9)
     kernels.run(version, *[p[k] for k in TENSORS])
     before = _free_bytes()
     for N in Ns:
-        args = [p[k][:N] if k in ("dout", "inp", "dinp", "rstd") else p[k] for k in TENSORS]
+        args = _first_rows(p, N)
         kernels.run(version, *args)
     after = _free_bytes()
     print(f"{version}: device memory in use grew by {(before - after) / MiB:.1f} MiB over {len(Ns)} NumPy calls")
     assert before - after <= 64 * MiB
     # and the last call was right
     N = Ns[-1]
-    args = [p[k][:N] if k in ("dout", "inp", "dinp", "rstd") else p[k] for k in TENSORS]
+    args = _first_rows(p, N)
     a, b = compare(version, N, kernels.run(version, *args), reference.backward(*args), label="last of many shapes")
     assert a.ok and b.ok, f"{a}\n{b}"
 
