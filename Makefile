@@ -18,7 +18,7 @@ venv:
 # strict nbval: every cell's output is compared with the committed one, but for cells tagged
 # nbval-ignore-output (tools/tag_notebooks.py) and the numbers nbval_sanitize.cfg normalises
 test: venv
-	$(PY) -m pytest --nbval-lax --nbval-current-env tests notebooks $(PYTEST_ARGS)
+	$(PY) -m pytest --nbval --nbval-current-env --nbval-sanitize-with nbval_sanitize.cfg tests notebooks $(PYTEST_ARGS)
 
 # the server prints its URL with the token (http://127.0.0.1:8888/lab?token=...) on the terminal
 lab: venv

@@ -1,7 +1,8 @@
 """Re-execute lessons in place: ``python -m rmsnorm_lessons.execute notebooks/*.ipynb``.
 
 Used on a GPU machine to refresh the outputs the notebooks ship with. A notebook that raises keeps its
-old file and the command exits non-zero.
+old file, what it ran up to the error is written beside it as ``<name>.failed.ipynb`` (to read), and the
+command exits non-zero.
 """
 from __future__ import annotations
 
@@ -19,12 +20,22 @@ def execute(path: Path, timeout: int = 900) -> float:
 
     nb = nbformat.read(path, as_version=4)
     start = time.perf_counter()
-    NotebookClient(nb, timeout=timeout, kernel_name="python3", resources={"metadata": {"path": str(path.parent)}}).execute()
+    client = NotebookClient(nb, timeout=timeout, kernel_name="python3",
+                            resources={"metadata": {"path": str(path.parent)}})
+    try:
+        client.execute()
+    except Exception:
+        nbformat.write(nb, failed_path(path))
+        raise
     # where the outputs came from: %%gpu cells show them, labelled so, where no GPU is present
     device = gpu.facts().name if gpu.available() else "a machine without a GPU"
     nb.metadata[RUN_KEY] = {"device": device, "date": time.strftime("%Y-%m-%d")}
     nbformat.write(nb, path)
     return time.perf_counter() - start
+
+
+def failed_path(path: Path) -> Path:
+    return path.with_name(path.stem + ".failed.ipynb")
 
 
 def main(argv=None) -> int:

@@ -60,7 +60,6 @@ def test_lesson_has_the_course_shape(path):
     assert any("lesson0" in c.source and "check" in c.source for c in cells if c.cell_type == "code")
 
 
-@pytest.mark.skip(reason="until the lessons are re-executed on the H200 (rmsnorm_lessons.execute records it)")
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
 def test_lesson_says_where_its_outputs_were_made(path):
     # rmsnorm_lessons.execute records it; %%gpu cells label their saved outputs with it where no GPU is

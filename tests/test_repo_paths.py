@@ -59,7 +59,6 @@ def references():
                 yield f.relative_to(ROOT).as_posix(), n, _clean(m.group(0))
 
 
-@pytest.mark.skip(reason="lesson 08 outputs name moved files until it is re-executed")
 def test_every_path_the_repository_names_exists():
     missing = [f"{f}:{n}: {token}" for f, n, token in references() if not exists(token)]
     assert not missing, "paths that do not exist:\n" + "\n".join(missing)
