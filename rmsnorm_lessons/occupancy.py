@@ -6,7 +6,8 @@ An SM takes a block only when all of the block fits at once:
   quarters, each with a quarter of the 65536 registers, and a warp lives in one quarter;
 * **shared memory**: static + dynamic + 1 KiB that the driver reserves per block (sm_80 and later),
   rounded up to 128 B, out of the SM's shared memory (its largest carveout by default);
-* **warp slots** (64 warps per SM on sm_80/sm_90) and **block slots** (32 per SM).
+* **warp slots** (64 warps per SM on sm_80, sm_90 and sm_100; 48 on sm_86, sm_89 and sm_120) and
+  **block slots** (32 per SM; 16 on sm_86, 24 on sm_89 and sm_120).
 
 The smallest of those numbers is the occupancy; the resource that gives it is the limiter. These are the
 rules of NVIDIA's occupancy calculator for the default carveout. On a GPU, :func:`driver_blocks_per_sm`
@@ -51,6 +52,22 @@ class Limits:
         return 32 * self.max_warps_per_sm
 
 
+# Per compute capability, from the CUDA C++ Programming Guide, "Compute Capabilities", table "Technical
+# Specifications per Compute Capability" (maximum resident blocks, warps and threads per SM, registers per SM,
+# per block and per thread, shared memory per SM and per block) and the guide's per-architecture sections
+# (the carveouts):
+#   https://docs.nvidia.com/cuda/cuda-programming-guide/05-appendices/compute-capabilities.html
+# The sm_100 and sm_120 rows were checked against NVIDIA's own copy of that table in CCCL (libcu++,
+# libcudacxx/include/cuda/__device/arch_traits.h: arch_traits<arch_id::sm_100> and <arch_id::sm_120>):
+#   sm_100: 228 KiB shared memory per SM, 227 KiB per block (opt-in), 1 KiB reserved per block,
+#           32 blocks and 2048 threads (64 warps) per SM, 64 Ki registers per SM and per block, 255 per thread;
+#   sm_120: 100 KiB shared memory per SM, 99 KiB per block (opt-in), 1 KiB reserved per block,
+#           24 blocks and 1536 threads (48 warps) per SM, 64 Ki registers per SM and per block, 255 per thread.
+# Their carveout lists are those of the same shared-memory size one generation earlier (sm_90's for 228 KiB,
+# sm_89's for 100 KiB); only the largest, the default that occupancy uses, enters the arithmetic.
+# Named-barrier slots are modelled for sm_90 only (no published figure for the others).
+# On a GPU, tests/test_sass.py::test_limits_match_the_device compares the row of the device's arch with
+# what the driver reports (device_limits()).
 LIMITS = {
     "sm_80": Limits("sm_80", 164 * KIB, 163 * KIB, (0, 8, 16, 32, 64, 100, 132, 164)),  # A100
     "sm_86": Limits("sm_86", 100 * KIB, 99 * KIB, (0, 8, 16, 32, 64, 100), max_warps_per_sm=48,
@@ -59,7 +76,18 @@ LIMITS = {
                     max_blocks_per_sm=24),  # RTX 40xx, L4, L40
     "sm_90": Limits("sm_90", 228 * KIB, 227 * KIB, (0, 8, 16, 32, 64, 100, 132, 164, 196, 228),
                     barrier_slots_per_block_slot=2),  # H100, H200
+    "sm_100": Limits("sm_100", 228 * KIB, 227 * KIB, (0, 8, 16, 32, 64, 100, 132, 164, 196, 228)),  # B200, GB200
+    "sm_120": Limits("sm_120", 100 * KIB, 99 * KIB, (0, 8, 16, 32, 64, 100), max_warps_per_sm=48,
+                     max_blocks_per_sm=24),  # RTX 50xx, RTX PRO 6000 Blackwell
 }
+
+#: GPUs of each arch, for tables that a reader matches to a card
+GPUS = {
+    "sm_80": "A100", "sm_86": "RTX 30xx, A10, A40", "sm_89": "RTX 40xx, L4, L40", "sm_90": "H100, H200",
+    "sm_100": "B200, GB200", "sm_120": "RTX 50xx, RTX PRO 6000",
+}
+#: the architectures the lessons compare (one per generation a learner is likely to hold)
+LESSON_ARCHES = ("sm_80", "sm_89", "sm_90", "sm_100", "sm_120")
 
 
 def limits(arch: str = DEFAULT_ARCH) -> Limits:
@@ -252,13 +280,73 @@ def occupancy(version, C: int, arch: str = DEFAULT_ARCH, block_size: int | None 
 
 
 def table(versions=None, C: int = 4096, arch: str = DEFAULT_ARCH) -> str:
-    """One line per version: registers, shared memory, blocks and warps per SM, the limiter."""
+    """One line per version: registers, shared memory, blocks and warps per SM, the limiter. A version
+    that nvcc cannot compile for ``arch`` gets a line saying so (the rest of the table is still made)."""
     rows = [f"{'version':<15} {'block':>5} {'regs':>4} {'smem/block':>10} {'blocks/SM':>9} {'warps/SM':>8}  limiter"]
     for v in versions or ladder.VERSIONS:
-        o = occupancy(v, C, arch)
+        try:
+            o = occupancy(v, C, arch)
+        except build.CompileError as exc:
+            rows.append(f"{ladder.get(v).name:<15} cannot be compiled for {arch}: {_first_error(exc)}")
+            continue
         rows.append(f"{ladder.get(v).name:<15} {o.block_size:>5} {o.registers:>4} {o.smem_per_block:>10} "
                     f"{o.blocks_per_sm:>9} {o.warps_per_sm:>5}/{o.max_warps_per_sm:<2}  {o.limiter}")
     return "\n".join(rows)
+
+
+def _first_error(exc: Exception) -> str:
+    lines = [l.strip() for l in str(exc).splitlines() if "error" in l.lower() and l.strip()]
+    return (lines[1] if len(lines) > 1 else lines[0] if lines else str(exc).splitlines()[0])[:120]
+
+
+def across_archs(version, C: int = 4096, arches=LESSON_ARCHES, block_size: int | None = None) -> str:
+    """One line per architecture for one version at width ``C``: its GPUs, the registers ptxas gives that
+    arch, shared memory per block, blocks and warps per SM and the limiter (no GPU needed). An arch that
+    nvcc cannot compile the version for gets a line saying so instead of an error."""
+    rung = ladder.get(version)
+    rows = [f"{'arch':<7} {'GPUs':<23} {'regs':>4} {'smem/block':>10} {'blocks/SM':>9} {'warps/SM':>8}  limiter"]
+    for arch in arches:
+        try:
+            o = occupancy(rung, C, arch, block_size=block_size)
+        except build.CompileError as exc:
+            rows.append(f"{arch:<7} {GPUS.get(arch, ''):<23} cannot be compiled for {arch}: {_first_error(exc)}")
+            continue
+        rows.append(f"{arch:<7} {GPUS.get(arch, ''):<23} {o.registers:>4} {o.smem_per_block:>10} "
+                    f"{o.blocks_per_sm:>9} {o.warps_per_sm:>5}/{o.max_warps_per_sm:<2}  {o.limiter}")
+    return "\n".join(rows)
+
+
+def limits_text(arch: str) -> str:
+    """What one SM of ``arch`` offers, from :data:`LIMITS`, in one line per resource."""
+    L = limits(arch)
+    return "\n".join([
+        f"  warps per SM:         {L.max_warps_per_sm} ({L.max_threads_per_sm} threads)",
+        f"  blocks per SM:        {L.max_blocks_per_sm}",
+        f"  registers per SM:     {L.registers_per_sm} (at most {L.max_registers_per_thread} a thread)",
+        f"  shared memory per SM: {L.shared_per_sm // KIB} KiB (a block: {L.shared_per_block // KIB} KiB, "
+        f"{L.shared_per_block_optin // KIB} KiB after opting in; {L.reserved_shared_per_block} B reserved a block)",
+    ])
+
+
+def device_limits_text() -> str:
+    """This GPU's own limits, read from the driver (``cuDeviceGetAttribute``); without a GPU, the H200's
+    (sm_90's row of :data:`LIMITS`), labelled as the fallback."""
+    if not gpu.available():
+        f, label = gpu.facts_or_fallback()
+        return f"{label}, {f.arch}, {f.multiprocessors} SMs (the sm_90 table, no driver asked):\n" + limits_text(f.arch)
+    f, label = gpu.facts_or_fallback()
+    d = device_limits()
+    lines = [f"{label}, {f.arch}, {d['multiprocessor_count']} SMs (read from the driver):",
+             f"  warps per SM:         {d['max_threads_per_multiprocessor'] // 32} "
+             f"({d['max_threads_per_multiprocessor']} threads)",
+             f"  blocks per SM:        {d['max_blocks_per_multiprocessor']}",
+             f"  registers per SM:     {d['max_registers_per_multiprocessor']}",
+             f"  shared memory per SM: {d['max_shared_memory_per_multiprocessor'] // KIB} KiB (a block: "
+             f"{d['max_shared_memory_per_block'] // KIB} KiB, {d['max_shared_memory_per_block_optin'] // KIB} KiB "
+             f"after opting in; {d['reserved_shared_memory_per_block']} B reserved a block)"]
+    if f.arch.rstrip("a") not in LIMITS:
+        lines.append(f"  (no occupancy table for {f.arch} here: the tables below are computed for the listed arches)")
+    return "\n".join(lines)
 
 
 def report(name, arch: str = DEFAULT_ARCH, C: int | None = 4096, block_size: int | None = None) -> str:

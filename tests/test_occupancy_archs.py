@@ -1,0 +1,103 @@
+"""Occupancy on the architectures the lessons compare (sm_80, sm_89, sm_90, sm_100, sm_120), no GPU needed:
+the limits tables hold the CUDA programming guide's figures, hand-worked cases come out right, and the
+per-arch table of a rung renders for every arch (compiled by nvcc for each)."""
+import pytest
+
+from rmsnorm_lessons import build, gpu, ladder, occupancy
+
+needs_nvcc = pytest.mark.skipif(build.find_nvcc() is None, reason="nvcc not installed")
+KIB = 1024
+
+
+@pytest.mark.parametrize("arch, warps, blocks, per_sm, optin", [
+    # the guide's "Technical Specifications per Compute Capability" (and CCCL's arch_traits.h)
+    ("sm_80", 64, 32, 164, 163),
+    ("sm_89", 48, 24, 100, 99),
+    ("sm_90", 64, 32, 228, 227),
+    ("sm_100", 64, 32, 228, 227),
+    ("sm_120", 48, 24, 100, 99),
+])
+def test_limits_of_the_lesson_arches(arch, warps, blocks, per_sm, optin):
+    L = occupancy.limits(arch)
+    assert (L.max_warps_per_sm, L.max_blocks_per_sm) == (warps, blocks)
+    assert (L.shared_per_sm, L.shared_per_block_optin) == (per_sm * KIB, optin * KIB)
+    assert L.shared_per_sm == max(L.carveouts_kib) * KIB  # the largest carveout is the default
+    assert (L.registers_per_sm, L.registers_per_block, L.max_registers_per_thread) == (65536, 65536, 255)
+    assert L.reserved_shared_per_block == 1 * KIB and L.shared_per_block == 48 * KIB
+    assert occupancy.limits(arch + "a") == L  # sm_100a, sm_120a: the same SM
+    assert arch in occupancy.LESSON_ARCHES and occupancy.GPUS[arch]
+
+
+def test_hand_worked_cases_on_blackwell():
+    # 32 registers a thread, 256 threads, no shared memory of its own (1 KiB reserved):
+    # registers: 32 x 32 = 1024 a warp; a quarter's 16384 hold 16 warps, 64 an SM: 8 blocks of 8 warps.
+    # sm_100 has 64 warp slots (8 blocks), sm_120 only 48 (6 blocks): the warps limit it there.
+    o = occupancy.from_resources(32, 0, 256, 0, "sm_100")
+    assert (o.blocks_per_sm, o.warps_per_sm, o.limiter) == (8, 64, "registers and warps")
+    o = occupancy.from_resources(32, 0, 256, 0, "sm_120")
+    assert (o.blocks_per_sm, o.warps_per_sm, o.limiter) == (6, 48, "warps")
+    assert o.occupancy == 1.0
+    # one-warp blocks of 16 registers: 32 block slots on sm_100, 24 on sm_120
+    assert occupancy.from_resources(16, 0, 32, 0, "sm_100").blocks_per_sm == 32
+    o = occupancy.from_resources(16, 0, 32, 0, "sm_120")
+    assert (o.blocks_per_sm, o.limiter) == (24, "blocks")
+    # v3_smem at C = 16384: 64 KiB dynamic + 1 KiB reserved = 66560 B a block.
+    # sm_100: 233472 // 66560 = 3 blocks; sm_120: 102400 // 66560 = 1 block.
+    o = occupancy.from_resources(48, 0, 256, 16384 * 4, "sm_100")
+    assert (o.smem_per_block, o.blocks_per_sm, o.limiter) == (66560, 3, "shared memory")
+    o = occupancy.from_resources(48, 0, 256, 16384 * 4, "sm_120")
+    assert (o.smem_per_block, o.blocks_per_sm, o.limiter) == (66560, 1, "shared memory")
+    # 100 KiB a block: fits sm_100 twice, not sm_120 at all (99 KiB at most a block)
+    assert occupancy.from_resources(32, 0, 128, 100 * KIB, "sm_100").blocks_per_sm == 2
+    o = occupancy.from_resources(32, 0, 128, 100 * KIB, "sm_120")
+    assert o.blocks_per_sm == 0 and "more than a block may use" in o.notes[0]
+    # above 48 KiB without opting in: refused on both
+    assert occupancy.from_resources(32, 0, 128, 60 * KIB, "sm_120", opt_in=False).blocks_per_sm == 0
+    # sm_90 models named-barrier slots, the Blackwell rows do not (no published figure)
+    assert "barriers" not in occupancy.from_resources(128, 672, 512, 0, "sm_100", barriers=16).blocks_by
+
+
+def test_limits_text_and_the_fallback_label():
+    text = occupancy.limits_text("sm_120")
+    assert "48 (1536 threads)" in text and "24" in text and "100 KiB" in text and "99 KiB" in text
+    if not gpu.available():  # without a GPU: the H200's row, labelled as saved facts
+        d = occupancy.device_limits_text()
+        assert d.startswith("NVIDIA H200 (saved facts of") and "sm_90" in d and "228 KiB" in d
+
+
+@needs_nvcc
+@pytest.mark.parametrize("version", ladder.VERSIONS)
+def test_every_rung_renders_on_every_lesson_arch(version):
+    table = occupancy.across_archs(version, 4096)
+    lines = table.splitlines()
+    assert len(lines) == 1 + len(occupancy.LESSON_ARCHES)
+    for arch, line in zip(occupancy.LESSON_ARCHES, lines[1:]):
+        assert line.startswith(arch) and "cannot be compiled" not in line  # all rungs build for all five
+        o = occupancy.occupancy(version, 4096, arch)
+        assert 1 <= o.blocks_per_sm <= occupancy.limits(arch).max_blocks_per_sm
+        assert f"{o.warps_per_sm:>5}/{o.max_warps_per_sm:<2}" in line and o.limiter in line
+
+
+@needs_nvcc
+def test_v3_across_arches_at_a_wide_row():
+    # the lesson 04 table: at C = 16384 shared memory limits every arch, and the 100 KiB SMs hold one block
+    o = {a: occupancy.occupancy("v3_smem", 16384, a) for a in occupancy.LESSON_ARCHES}
+    assert {a: x.blocks_per_sm for a, x in o.items()} == \
+        {"sm_80": 2, "sm_89": 1, "sm_90": 3, "sm_100": 3, "sm_120": 1}
+    assert all(x.limiter == "shared memory" for x in o.values())
+
+
+@needs_nvcc
+def test_a_rung_that_cannot_compile_gets_a_line(monkeypatch):
+    real = build.resources
+
+    def refuse(name, arch=build.DEFAULT_ARCH):
+        if arch == "sm_120":
+            raise build.CompileError("nvcc failed for v3_smem (sm_120):\nx.cu(1): error: not on this arch")
+        return real(name, arch)
+
+    monkeypatch.setattr(build, "resources", refuse)
+    lines = occupancy.across_archs("v3_smem", 1024).splitlines()
+    assert lines[-1].startswith("sm_120") and "cannot be compiled for sm_120" in lines[-1]
+    assert "not on this arch" in lines[-1]
+    assert "cannot be compiled for sm_120" in occupancy.table(["v3_smem"], arch="sm_120")
