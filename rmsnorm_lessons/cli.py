@@ -13,7 +13,7 @@ from pathlib import Path
 import ml_dtypes
 import numpy
 
-from . import bench, build, check, gpu, ladder, occupancy, peers, sass
+from . import bench, build, check, gpu, ladder, occupancy, peers, sass, validate
 from .gpu import GpuUnavailable
 
 
@@ -115,15 +115,33 @@ def _output_path(text: str) -> str:
 
 
 def _versions(args, shapes=()) -> list[str]:
-    """The versions asked for (all by default), each checked against the ladder before any GPU work."""
+    """The versions asked for (all by default), each checked against the ladder before any GPU work; where
+    both versions and shapes were named, every version must take every shape (its rule on C, the shared
+    memory it needs), or it is a usage error naming each pair that cannot run. Unnamed, a sweep skips
+    the shapes a version cannot take."""
     names = args.versions or list(ladder.VERSIONS)
     for name in names:
         ladder.get(name)  # ValueError naming the versions: a usage error
+    if args.versions and shapes:
+        refused = []
+        for name in names:
+            spec = ladder.get(name)
+            for N, C in shapes:
+                try:
+                    if N >= validate.MAX_N + 1:
+                        raise ValueError(f"N (rows) must be below 2**31, got {N}")
+                    one_row = numpy.empty((1, C), spec.dtype)
+                    validate.check_inputs(spec, one_row, one_row, numpy.empty(C, spec.dtype), numpy.empty(1, numpy.float32))
+                    spec.shared_memory(C, spec.block_size)
+                except ValueError as exc:
+                    refused.append(f"{name} at {N}x{C}: {exc}")
+        if refused:
+            raise ValueError("--shapes holds shapes these versions cannot run:\n  " + "\n  ".join(refused))
     return names
 
 
 def _check(args) -> int:
-    versions = _versions(args)
+    versions = _versions(args, args.shapes or ())
     gpu.require()
     shapes = args.shapes or [(1, 8), (7, 776), (129, 1600), (1000, 2048), (4096, 768)]
     failed = 0
@@ -152,7 +170,7 @@ def _torch_imports() -> bool:
 
 
 def _bench(args) -> int:
-    versions = _versions(args) if args.versions else None
+    versions = _versions(args, args.shapes or ()) if args.versions else None
     gpu.require()
     shapes = args.shapes
     want_peers = _torch_imports() if args.peers is None else args.peers  # on by default where torch imports

@@ -164,3 +164,15 @@ def test_info_claims_compiling_only_with_kernel_sources(tmp_path):
     assert p.returncode == 0, p.stderr
     assert "compiling every kernel" not in p.stdout and "kernels    MISSING" in p.stdout
     assert "compiling" in next(l for l in p.stdout.splitlines() if l.startswith("not here:"))
+
+
+# named versions and named shapes: every pair must be runnable, said before any GPU work, each pair named
+@pytest.mark.parametrize("command", ["check", "bench"])
+def test_shapes_a_named_version_cannot_run_are_refused_first(command):
+    p = _cli(command, "--shapes", "100x7,64x20000,32x64", "v7_fast", "v2_warp")
+    assert p.returncode == cli.EXIT_USAGE, (p.returncode, p.stdout, p.stderr)
+    lines = p.stderr.strip().splitlines()
+    assert "--shapes holds shapes these versions cannot run" in lines[0]
+    assert any("v7_fast at 100x7" in line and "multiple of 8" in line for line in lines[1:])
+    assert any("v7_fast at 64x20000" in line and "16384" in line for line in lines[1:])
+    assert not any("v2_warp" in line or "32x64" in line for line in lines[1:])  # those run
