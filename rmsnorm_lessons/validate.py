@@ -113,7 +113,22 @@ def check_inputs(version, dout, inp, weight, rstd, dinp=None, dweight=None) -> S
         raise ValueError(f"N (rows) must be below 2**31 (kernels take it as int), got {N}")
     if kinds.get("inp"):
         _check_device_arrays(spec, {n: arrays[n] for n in given})
+    else:
+        _check_host_overlaps({n: arrays[n] for n in given})
     return Shape(N, C, shape)
+
+
+def _check_host_overlaps(arrays: dict) -> None:
+    """NumPy outputs are written back in place after the launch: one sharing memory with another tensor
+    would be overwritten by it (or overwrite it) in an order nobody chose."""
+    for out in OUTPUTS:
+        if out not in arrays:
+            continue
+        for other, a in arrays.items():
+            if other != out and not (other == "dinp" and out == "dweight") and np.shares_memory(arrays[out], a):
+                kind = "is the same memory as" if arrays[out] is a else "overlaps"
+                raise ValueError(f"{out} {kind} {other}: an output may not share memory with another "
+                                 f"tensor (outputs are copied back into it after the launch)")
 
 
 def _check_device_arrays(spec: ladder.Rung, arrays: dict) -> None:

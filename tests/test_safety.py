@@ -235,6 +235,23 @@ def test_outputs_sharing_memory_refused(no_gpu, version):
     assert kernels.check_inputs(version, *[g[k] for k in TENSORS]).N == 6
 
 
+def test_numpy_outputs_sharing_memory_refused(no_gpu):
+    p = reference.random_problem(6, 16, np.float32, seed=5)
+    flat = np.zeros(6 * 16 + 16, np.float32)
+    cases = [
+        (dict(dweight=p["weight"]), r"^dweight is the same memory as weight: "),
+        (dict(dinp=p["inp"]), r"^dinp is the same memory as inp: "),
+        (dict(dinp=flat[:96].reshape(6, 16), dweight=flat[90:106]), r"^dinp overlaps dweight: "),
+        (dict(dout=flat[:96].reshape(6, 16), dinp=flat[16:112].reshape(6, 16)), r"^dinp overlaps dout: "),
+    ]
+    for replace, rule in cases:
+        g = {**p, **replace}
+        with pytest.raises(ValueError, match=rule):  # before the GPU is asked for (no_gpu would raise)
+            kernels.run("v2_warp", *[g[k] for k in TENSORS])
+    g = {**p, "dout": p["inp"]}  # inputs may share memory (read only)
+    assert kernels.check_inputs("v2_warp", *[g[k] for k in TENSORS]).N == 6
+
+
 @pytest.mark.parametrize("version,offset,align", [("v1_naive", 2, 4), ("v2_warp", 1, 4), ("v4_vec_bf16", 8, 16),
                                                   ("v5_two_pass", 2, 16), ("v6_last_block", 4, 16),
                                                   ("v7_fast", 8, 16)])
