@@ -502,9 +502,15 @@ def sanitize(rung, tools=("racecheck", "synccheck"), shape=(129, 776)) -> str:
 
 
 def register(source: str, *, name: str, kernels, plan, dtype, c_multiple: int = 1, block_size: int = 256,
-             max_block: int = 1024, shared_memory=None, defines=None, deterministic: bool = False) -> ladder.Rung:
-    """The learner's text as a registered rung (``#line 1`` in front: nvcc's lines are the text's)."""
-    return ladder.rung_from_source(name=name, source=f'#line 1 "{name}"\n' + source, plan=plan, kernels=kernels,
+             max_block: int = 1024, shared_memory=None, defines=None, deterministic: bool = False,
+             embed: Callable[[str], str] | None = None) -> ladder.Rung:
+    """The learner's text as a registered rung (``#line 1`` in front: nvcc's lines are the text's).
+
+    ``embed``: where the learner writes one function of a shipped kernel, it takes the text (with its
+    ``#line 1`` already in front) and returns the whole source with the text spliced in; it must put a
+    ``#line`` back to the shipped file after the text, so nvcc names the lines of both."""
+    text = f'#line 1 "{name}"\n' + source
+    return ladder.rung_from_source(name=name, source=embed(text) if embed else text, plan=plan, kernels=kernels,
                                    dtype=dtype, c_multiple=c_multiple, block_size=block_size, max_block=max_block,
                                    shared_memory=shared_memory, defines=defines, deterministic=deterministic,
                                    adds="a learner's kernel")
@@ -513,14 +519,17 @@ def register(source: str, *, name: str, kernels, plan, dtype, c_multiple: int = 
 def check_kernel(source, *, name: str, kernels, plan, dtype, compare_with: str = "v3_smem", c_multiple: int = 1,
                  shapes=None, block_size: int = 256, max_block: int = 1024, shared_memory=None, defines=None,
                  deterministic: bool = False, rows_per_block: int | None = None, static=(), hints=None,
-                 sanitize_it: bool = False, timing: bool = True, seed: int = 0) -> Verdict:
+                 sanitize_it: bool = False, timing: bool = True, seed: int = 0,
+                 embed: Callable[[str], str] | None = None) -> Verdict:
     """Register ``source`` as the rung ``name``, compile it, inspect it and (where a GPU works) run it.
 
     ``kernels``/``plan``/``dtype``/... are :func:`rmsnorm_lessons.ladder.rung_from_source`'s; ``static``
     the lesson's :class:`Static` checks; ``rows_per_block``: rows one block takes per step of its loop
     (default: warps per block), to name blocks in a diagnosis; ``hints``: extra sentences by diagnosis kind
     (e.g. ``{"dweight unchanged": "did the last block run?"}``); ``compare_with``: the shipped rung timed
-    beside yours. Returns PASS, NOT YET or NOT VERIFIED (no GPU here).
+    beside yours; ``embed``: splices the text into a shipped kernel (see :func:`register`); the TODO lines
+    and the source checks still read the learner's text alone. Returns PASS, NOT YET or NOT VERIFIED (no
+    GPU here).
     """
     if not isinstance(source, str):
         return failed(f"pass the kernel's CUDA text as a string (r'''...'''), not {type(source).__name__}")
@@ -528,7 +537,7 @@ def check_kernel(source, *, name: str, kernels, plan, dtype, compare_with: str =
         return failed("the kernel's text is empty")
     rung = register(source, name=name, kernels=kernels, plan=plan, dtype=dtype, c_multiple=c_multiple,
                     block_size=block_size, max_block=max_block, shared_memory=shared_memory, defines=defines,
-                    deterministic=deterministic)
+                    deterministic=deterministic, embed=embed)
     reason = gpu.why_unavailable()
     arch = gpu.facts().arch if reason is None else build.DEFAULT_ARCH
     try:

@@ -87,3 +87,86 @@ def check_partials_fraction(answer, N: int = 4096, C: int = 16384, grid: int | N
                       "bf16 (2 bytes a value)")
     return failed(f"{got:g} is off: partial bytes = 2 * grid * C * 4; the kernel's bytes = 4 * N * C * 2 + "
                   f"4 * N + 3 * C * 2")
+
+
+# --- the kernel exercise: v7's row pass ---------------------------------------------------------------
+
+#: where v7's own row_pass starts in kernels/v7_fast.cu (its template line and signature)
+ROW_PASS_START = "template <int K, bool WEIGHT_IN_REGISTERS>\n__device__ __forceinline__ float row_pass("
+V7_FILE = "v7_fast.cu"
+
+
+def v7_around_row_pass() -> tuple[str, str, int]:
+    """kernels/v7_fast.cu cut around its ``row_pass``: the text before it, the text after it, and the line
+    of v7_fast.cu the text after it starts at."""
+    from .. import build
+
+    source = build.kernel_source("v7_fast")
+    start = source.index(ROW_PASS_START)
+    end = source.index("\n}\n", start) + len("\n}\n")
+    return source[:start], source[end:], source[:end].count("\n") + 1
+
+
+def splice_row_pass(text: str) -> str:
+    """v7_fast.cu with ``text`` (the learner's row_pass, ``#line 1`` in front) in place of its own row_pass.
+    ``#line`` directives keep nvcc's line numbers those of v7_fast.cu before and after it."""
+    before, after, line = v7_around_row_pass()
+    return f'#line 1 "{V7_FILE}"\n{before}{text}\n#line {line} "{V7_FILE}"\n{after}'
+
+
+def _at_most_v7(prefix: str, what: str, hint: str, kernel: str = "rmsnorm_backward_v7"):
+    """A static check: the learner's v7 has no more ``prefix`` instructions than v7_fast itself (row_pass
+    needs none of them: v7's own come from the other steps)."""
+    from .. import sass
+    from . import kernel_check as kc
+
+    def test(c):
+        mine = len(kc._matching(c.instructions(kernel), prefix))
+        theirs = len(kc._matching(sass.listing("v7_fast", c.listing.arch).functions[kernel].instructions, prefix))
+        if mine <= theirs:
+            return None
+        return f"{hint} (the SASS of {kernel} has {mine} {kc._name(prefix)}, v7_fast's {theirs})"
+
+    return kc.Static(what, test)
+
+
+def check_v7_kernel(source: str, sanitize: bool = False) -> Verdict:
+    """Lesson 08's kernel exercise: the learner's ``row_pass`` (pass 1 over a row held in registers: this
+    thread's part of the dot product, and dweight's sums in its own slice of shared memory), spliced into
+    kernels/v7_fast.cu in place of v7's own, checked as the rung ``yours_v7`` with v7_fast's plan and
+    defines, and timed beside v7_fast."""
+    from .. import ladder
+    from . import kernel_check as kc
+
+    if isinstance(source, str) and "row_pass" not in kc.strip_comments(source):
+        return failed("keep the function row_pass (its template line and signature, as given): the rest of v7 "
+                      "calls it")
+    kernel = "rmsnorm_backward_v7"
+    v7 = ladder.v7_fast
+    return kc.check_kernel(
+        source, name="yours_v7", kernels=(kernel, "reduce_dweight_v7"), plan=v7.plan, dtype=ladder.BF16,
+        c_multiple=8, shared_memory=v7.shared_memory, defines=v7.DEFINES, compare_with="v7_fast",
+        block_size=v7.MAX_BLOCK, max_block=v7.MAX_BLOCK, deterministic=True,
+        rows_per_block=1,  # v7 deals rows round-robin: row % grid is the block that took it
+        sanitize_it=sanitize, embed=splice_row_pass,
+        hints={"dweight unchanged": "Your row pass never stores the sums: write sum[0..3] back to sums(p, 0, chunk) "
+                                    "and sum[4..7] to sums(p, 1, chunk) (only where chunk < p.chunks)",
+               "dweight wrong": "dinp is fine, so the dot product is; the sums are not: each row must add into "
+                                "what is already there (read sums(p, 0/1, chunk), sum[k] += inp * r * dout, "
+                                "write them back), not replace it (= where += belongs), and norm is inp * r",
+               "dweight nonfinite": "the sums of a chunk past the end of the row (chunk >= p.chunks) belong to "
+                                    "no one: read and write sums(...) only where chunk < p.chunks",
+               "dinp wrong": "dweight is fine, so the dot product is what is off: dot sums weight * dout * inp "
+                             "over this thread's 8 K channels; weight is w[j] when WEIGHT_IN_REGISTERS, else "
+                             "__ldg(weight4 + chunk) (the prefetching shapes, accumulate mode at C = 1024..8192)"},
+        static=(kc.no_local_memory(kernel),
+                _at_most_v7("BAR", "no barrier of its own (as many BAR as v7_fast)",
+                            "a barrier in the row pass: the sums are this thread's alone, so nothing needs "
+                            "__syncthreads here, and a barrier in the row loop waits for row groups that have "
+                            "fewer rows (a hang)"),
+                _at_most_v7("SHFL", "no shuffle of its own (as many SHFL as v7_fast)",
+                            "row_pass returns this thread's part of the dot product only: exchange() sums the "
+                            "lanes and the warps; a warp_reduce_sum here counts every part 32 times"),
+                kc.sass_lacks("ATOMS", "no shared-memory atomic (no ATOMS)",
+                              "no atomicAdd on the sums: no other thread touches this thread's slice",
+                              kernel=kernel)))
