@@ -74,6 +74,9 @@ MISTAKES = [
      "        if (chunk < p.chunks) {\n            sums(p, 0, chunk) = make_float4(sum[0], sum[1], sum[2], sum[3]);\n"
      "            sums(p, 1, chunk) = make_float4(sum[4], sum[5], sum[6], sum[7]);\n        }\n", "",
      ("dweight", "starting values", "never stores the sums"), False),
+    ("08_speed_of_light", "weight not loaded where it is not in registers",
+     "            if (!WEIGHT_IN_REGISTERS) wj = __ldg(weight4 + chunk);\n", "",
+     ("WEIGHT_IN_REGISTERS", "__ldg(weight4 + chunk)"), True),
 ]
 
 

@@ -130,6 +130,25 @@ def _at_most_v7(prefix: str, what: str, hint: str, kernel: str = "rmsnorm_backwa
     return kc.Static(what, test)
 
 
+def _reads_weight4():
+    """A source check: the body uses ``weight4`` (the signature names it once). Where the plan prefetches,
+    WEIGHT_IN_REGISTERS is false and w[j] holds zeros: weight must come from memory. On the GPU the slip is
+    hard to see, since the dot product's term in dinp is small beside bf16's tolerance at random data."""
+    import re
+
+    from . import kernel_check as kc
+
+    def test(c):
+        if len(re.findall(r"\bweight4\b", c.text)) >= 2:
+            return None
+        return ("weight is in w[j] only when WEIGHT_IN_REGISTERS is true; where the plan prefetches (accumulate "
+                "mode, C = 1024..8192) w[j] holds zeros and row_pass loads weight's chunk itself: "
+                "if (!WEIGHT_IN_REGISTERS) wj = __ldg(weight4 + chunk); (your text uses weight4 only in the "
+                "signature)")
+
+    return kc.Static("weight loaded from weight4 where it is not in registers", test, sass=False)
+
+
 def check_v7_kernel(source: str, sanitize: bool = False) -> Verdict:
     """Lesson 08's kernel exercise: the learner's ``row_pass`` (pass 1 over a row held in registers: this
     thread's part of the dot product, and dweight's sums in its own slice of shared memory), spliced into
@@ -159,7 +178,8 @@ def check_v7_kernel(source: str, sanitize: bool = False) -> Verdict:
                "dinp wrong": "dweight is fine, so the dot product is what is off: dot sums weight * dout * inp "
                              "over this thread's 8 K channels; weight is w[j] when WEIGHT_IN_REGISTERS, else "
                              "__ldg(weight4 + chunk) (the prefetching shapes, accumulate mode at C = 1024..8192)"},
-        static=(kc.no_local_memory(kernel),
+        static=(_reads_weight4(),
+                kc.no_local_memory(kernel),
                 _at_most_v7("BAR", "no barrier of its own (as many BAR as v7_fast)",
                             "a barrier in the row pass: the sums are this thread's alone, so nothing needs "
                             "__syncthreads here, and a barrier in the row loop waits for row groups that have "
