@@ -335,7 +335,13 @@ def device_limits_text() -> str:
         f, label = gpu.facts_or_fallback()
         return f"{label}, {f.arch}, {f.multiprocessors} SMs (the sm_90 table, no driver asked):\n" + limits_text(f.arch)
     f, label = gpu.facts_or_fallback()
-    d = device_limits()
+    try:
+        d = device_limits()
+    except Exception as exc:  # a driver without one of the attributes: the table, said so
+        if f.arch.rstrip("a") not in LIMITS:
+            return f"{label}, {f.arch}: the driver's limits could not be read ({exc}) and there is no table for it"
+        return (f"{label}, {f.arch}, {f.multiprocessors} SMs (the {f.arch} table: the driver's limits could not "
+                f"be read: {exc}):\n" + limits_text(f.arch))
     lines = [f"{label}, {f.arch}, {d['multiprocessor_count']} SMs (read from the driver):",
              f"  warps per SM:         {d['max_threads_per_multiprocessor'] // 32} "
              f"({d['max_threads_per_multiprocessor']} threads)",

@@ -101,3 +101,29 @@ def test_a_rung_that_cannot_compile_gets_a_line(monkeypatch):
     assert lines[-1].startswith("sm_120") and "cannot be compiled for sm_120" in lines[-1]
     assert "not on this arch" in lines[-1]
     assert "cannot be compiled for sm_120" in occupancy.table(["v3_smem"], arch="sm_120")
+
+
+def test_device_limits_text_reads_the_driver_on_a_gpu(monkeypatch):
+    # the GPU branch, on a fake device (an RTX PRO 6000-like sm_120): figures come from the driver, not the table
+    fake = gpu.DeviceFacts(name="Fake Blackwell", compute_capability=(12, 0), multiprocessors=188,
+                           shared_memory_per_block=48 * KIB, shared_memory_per_block_optin=99 * KIB,
+                           shared_memory_per_multiprocessor=100 * KIB, max_threads_per_multiprocessor=1536,
+                           registers_per_multiprocessor=65536, l2_bytes=128 << 20, total_memory=96 << 30,
+                           driver_version=13000)
+    driver = {"multiprocessor_count": 188, "max_threads_per_multiprocessor": 1536, "max_blocks_per_multiprocessor": 24,
+              "max_registers_per_multiprocessor": 65536, "max_shared_memory_per_multiprocessor": 100 * KIB,
+              "max_shared_memory_per_block": 48 * KIB, "max_shared_memory_per_block_optin": 99 * KIB,
+              "reserved_shared_memory_per_block": 1024}
+    monkeypatch.setattr(gpu, "available", lambda: True)
+    monkeypatch.setattr(gpu, "facts_or_fallback", lambda: (fake, "Fake Blackwell (this GPU)"))
+    monkeypatch.setattr(occupancy, "device_limits", lambda: driver)
+    text = occupancy.device_limits_text()
+    assert text.startswith("Fake Blackwell (this GPU), sm_120, 188 SMs (read from the driver)")
+    assert "48 (1536 threads)" in text and "100 KiB" in text and "99 KiB after opting in" in text
+
+    def broken():
+        raise RuntimeError("cuDeviceGetAttribute failed")
+
+    monkeypatch.setattr(occupancy, "device_limits", broken)  # falls back to the table, and says so
+    text = occupancy.device_limits_text()
+    assert "the sm_120 table" in text and "could not be read" in text and "24" in text
