@@ -13,7 +13,8 @@ DEADLINE_S=${DEADLINE_S:-3600}
 WORKERS=${WORKERS:-8}
 nvidia-smi -L 2>&1 | tee "$OUT/info.log"
 python3 -m rmsnorm_lessons.execute notebooks/[0-9]*.ipynb 2>&1 | tee "$OUT/execute.log"
-mv notebooks/*.failed.ipynb "$OUT/" 2>/dev/null  # what a lesson ran up to its error, to read (not for nbval)
+# what a lesson ran up to its error (rmsnorm_lessons.execute writes it beside the lesson): to read, not for nbval
+find notebooks -maxdepth 1 -name '*.failed.ipynb' -exec mv {} "$OUT/" \;
 python3 tools/tag_notebooks.py 2>&1 | tee "$OUT/tag.log"
 tar czf "$OUT/notebooks.tgz" notebooks/*.ipynb
 LEFT=$(( DEADLINE_S - ($(date +%s) - START) - 5 ))
