@@ -2,7 +2,7 @@
 // Over v3: tensors are bf16 (half the bytes of fp32), and each lane moves 8 of them with one 128-bit
 // instruction (Packed128), so a warp covers 256 channels per step with 4x fewer instructions.
 // dout and inp are read for the last time in the second loop, so they are loaded as streaming
-// (__ldcs); dinp is stored with __stcg (kept in L2, not L1). All arithmetic is fp32.
+// (__ldcs); dinp is stored with __stcg (st.global.cg; lesson 05 times each hint). All arithmetic is fp32.
 // bf16 has no cheap float atomics, so the per-block sums go to an fp32 accumulator with global
 // atomics, and a tiny second kernel adds the accumulator into the bf16 dweight.
 #include "common.cuh"
