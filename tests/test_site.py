@@ -1,0 +1,205 @@
+"""The course website (``make site``, tools/build_site.py): built, every link checked, and read in Chromium.
+
+The site is built once, with ``make site SITE_ARGS="--out <tmp>"`` (the repository is not written to but
+for the screenshots under build/screenshots/). Then:
+
+* on disk: an index with the README's lesson map, one page per notebook, every relative link and image of
+  every page pointing at a file that exists (so it works from file:// and any static HTTP server);
+* in Chromium, from file:// with every request to the network refused (what a reader offline gets):
+  the index, then every lesson link in turn; each page's figures must load (every ``<img>`` that is not
+  a badge from the web decoded, none broken, at least one per lesson that saved a PNG), its code must be highlighted (Pygments' token
+  classes, coloured by the page's CSS), and its bar must lead to the next lesson and the kernels it reads.
+  Screenshots: build/screenshots/site-index.png and site-lesson.png.
+"""
+from __future__ import annotations
+
+import json
+import re
+import shutil
+import subprocess
+import sys
+from html.parser import HTMLParser
+from pathlib import Path
+from urllib.parse import unquote, urlparse
+
+import pytest
+
+from test_browser import CHROMIUM, CHROMIUM_ARGS, SCREENSHOTS
+
+ROOT = Path(__file__).resolve().parent.parent
+NOTEBOOKS = ROOT / "notebooks"
+LESSONS = sorted(p.stem for p in NOTEBOOKS.glob("*.ipynb") if not p.name.startswith("."))
+SHOT_LESSON = "02_naive"  # the lesson page in site-lesson.png (first lesson if missing)
+
+try:
+    import playwright.sync_api  # noqa: F401
+
+    _PLAYWRIGHT = None
+except ImportError as exc:  # pragma: no cover - depends on the machine
+    _PLAYWRIGHT = f"the playwright package is not installed ({exc})"
+
+
+@pytest.fixture(scope="module")
+def site(tmp_path_factory) -> Path:
+    if shutil.which("make") is None:
+        pytest.skip("make is missing: the site is built with `make site`")
+    out = tmp_path_factory.mktemp("site") / "site"
+    r = subprocess.run(["make", "--no-print-directory", "-C", str(ROOT), "-o", "venv", "site",
+                        f"PY={sys.executable}", f"SITE_ARGS=--out {out}"],
+                       capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert f"open file://{out.resolve()}/index.html" in r.stdout, r.stdout
+    return out
+
+
+class _Links(HTMLParser):
+    def __init__(self):
+        super().__init__()
+        self.refs: list[str] = []
+
+    def handle_starttag(self, tag, attrs):
+        a = dict(attrs)
+        for key in ("href", "src"):
+            if tag in ("a", "link", "img", "script") and a.get(key):
+                self.refs.append(a[key])
+
+
+def _local_refs(page: Path) -> list[str]:
+    p = _Links()
+    p.feed(page.read_text())
+    return [r for r in p.refs if not re.match(r"^(https?:|data:|mailto:|#|javascript:)", r)]
+
+
+def _has_png(nb_path: Path) -> bool:
+    nb = json.loads(nb_path.read_text())
+    return any("image/png" in o.get("data", {}) for c in nb["cells"] if c["cell_type"] == "code"
+               for o in c.get("outputs", []))
+
+
+def test_site_pages_and_links(site):
+    index = (site / "index.html").read_text()
+    for name in LESSONS:
+        assert (site / f"{name}.html").is_file(), name
+        assert f'href="{name}.html"' in index, f"the index does not link {name}"
+    readme = (ROOT / "README.md").read_text()
+    for row in re.findall(r"^\| `(\d\d_\w+)` \| `?([\w-]+)`? \|", readme, re.M):
+        if row[1] != "-":
+            kernel_page = Path("kernels", f"{row[1]}.cu.html").as_posix()
+            assert f'href="{kernel_page}"' in index, f"the index does not link kernel {row[1]}"
+    broken = []
+    pages = sorted(site.rglob("*.html"))
+    for page in pages:
+        for ref in _local_refs(page):
+            target = (page.parent / unquote(urlparse(ref).path)).resolve()
+            if not target.is_file():
+                broken.append(f"{page.relative_to(site)} -> {ref}")
+    assert not broken, "links to nothing:\n" + "\n".join(broken)
+    for i, name in enumerate(LESSONS):
+        html = (site / f"{name}.html").read_text()
+        if i + 1 < len(LESSONS):
+            assert f'rel="next" href="{LESSONS[i + 1]}.html"' in html, name
+        if i:
+            assert f'rel="prev" href="{LESSONS[i - 1]}.html"' in html, name
+    for extra in ("workshop.html", "gpu-sharing.html", "kubernetes.html", Path("kernels", "index.html")):
+        assert (site / extra).is_file(), extra
+    print(f"{len(pages)} pages, every local link and image resolves")
+
+
+# every image of the page, but badges the prose links from the web (Colab, Binder): those need the network
+_IMAGES_JS = """() => [...document.images].filter(i => !/^https?:/.test(i.src))
+  .map(i => ({src: i.src.slice(0, 40), ok: i.complete && i.naturalWidth > 0}))"""
+_HIGHLIGHT_JS = """() => {
+  const code = document.querySelectorAll('.jp-InputArea .highlight, .jp-InputArea pre');
+  const tokens = [...document.querySelectorAll('.jp-InputArea .highlight span[class]')];
+  const body = getComputedStyle(document.body).color;
+  const colours = new Set(tokens.slice(0, 400).map(s => getComputedStyle(s).color));
+  colours.delete(body);
+  return {blocks: code.length, tokens: tokens.length, colours: colours.size};
+}"""
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not Path(CHROMIUM).exists(),
+                    reason=f"{CHROMIUM} is missing (apt-get install chromium; .ci/run installs it)")
+@pytest.mark.skipif(_PLAYWRIGHT is not None, reason=_PLAYWRIGHT or "")
+def test_site_in_browser(site, tmp_path):
+    from playwright.sync_api import sync_playwright
+
+    shot_lesson = SHOT_LESSON if SHOT_LESSON in LESSONS else LESSONS[0]
+    SCREENSHOTS.mkdir(parents=True, exist_ok=True)
+    blocked: list[str] = []
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=CHROMIUM, headless=True, args=CHROMIUM_ARGS, timeout=60_000)
+        try:
+            context = browser.new_context(viewport={"width": 1280, "height": 1000})
+            context.set_default_timeout(30_000)
+
+            def offline(route):  # the site must read without the network
+                blocked.append(route.request.url[:80])
+                route.abort()
+
+            context.route(re.compile(r"^https?://"), offline)
+            page = context.new_page()
+            index_url = (site / "index.html").resolve().as_uri()
+            page.goto(index_url)
+            page.locator("table a[href$='.html']").first.wait_for()
+            page.screenshot(path=str(SCREENSHOTS / "site-index.png"), full_page=True)
+            links = page.eval_on_selector_all("table tr td:first-child a", "as => as.map(a => a.href)")
+            assert [Path(urlparse(u).path).stem for u in links] == LESSONS, links
+
+            for link in links:
+                name = Path(urlparse(link).path).stem
+                page.goto(index_url)
+                page.click(f"table a[href='{name}.html']")  # follow the index's link, as a reader does
+                page.wait_for_url(re.compile(rf"{re.escape(name)}\.html$"))
+                page.wait_for_load_state("load")
+                images = page.evaluate(_IMAGES_JS)
+                broken = [i["src"] for i in images if not i["ok"]]
+                assert not broken, f"{name}: broken images {broken}"
+                if _has_png(NOTEBOOKS / f"{name}.ipynb"):
+                    assert images, f"{name}: the notebook saved figures, the page shows none"
+                hl = page.evaluate(_HIGHLIGHT_JS)
+                assert hl["blocks"] > 0 and hl["tokens"] > 0 and hl["colours"] >= 2, f"{name}: code not highlighted {hl}"
+                nav = page.locator("nav.site-nav").first
+                assert nav.locator("a[href='index.html']").count() == 1, name
+                kernel_links = nav.locator("a.kernel")
+                for k in range(kernel_links.count()):
+                    href = kernel_links.nth(k).get_attribute("href")
+                    assert (site / href).is_file(), f"{name}: {href}"
+                i = LESSONS.index(name)
+                if i + 1 < len(LESSONS):
+                    assert nav.locator("a[rel='next']").get_attribute("href") == f"{LESSONS[i + 1]}.html"
+                print(f"{name}: {len(images)} images, all loaded; {hl['tokens']} highlighted tokens; "
+                      f"{kernel_links.count()} kernel link(s)")
+                if name == shot_lesson:
+                    first = page.locator(".jp-OutputArea-output img").first
+                    if first.count():
+                        # the first figure at the bottom of the window, the code that drew it above
+                        first.evaluate("img => img.scrollIntoView({block: 'end'})")
+                        page.evaluate("() => window.scrollBy(0, 24)")
+                    page.wait_for_timeout(300)
+                    page.screenshot(path=str(SCREENSHOTS / "site-lesson.png"))
+
+            # a kernel's page from a lesson's bar: highlighted CUDA
+            page.goto((site / "kernels" / "v1_naive.cu.html").resolve().as_uri())
+            assert page.locator(".highlight span.kt, .highlight span.k").count() > 0
+        finally:
+            browser.close()
+    print(f"requests to the network refused (MathJax, the widget manager): {len(blocked)}")
+    print(f"screenshots: {SCREENSHOTS / 'site-index.png'}, {SCREENSHOTS / 'site-lesson.png'}")
+
+
+def test_site_has_the_workshop_pages_and_values_yaml_on_paper(site):
+    """The Kubernetes page is in the site and says it is on paper; hub/values.yaml is a Zero to JupyterHub
+    configuration with a GPU profile and the same seeding (parsed here, never deployed)."""
+    yaml = pytest.importorskip("yaml")
+    page = (site / "kubernetes.html").read_text()
+    assert "on paper" in page and "values.yaml" in page
+    assert "MIG" in (site / "gpu-sharing.html").read_text()
+    values = yaml.safe_load((ROOT / "hub" / "values.yaml").read_text())
+    single = values["singleuser"]
+    limits = [p["kubespawner_override"].get("extra_resource_limits", {}) for p in single["profileList"]]
+    assert {"nvidia.com/gpu": "1"} in limits
+    assert "rmsnorm-lessons" in " ".join(single["lifecycleHooks"]["postStart"]["exec"]["command"])
+    assert values["cull"]["enabled"] is True
+    assert "student" in (ROOT / "hub" / "Dockerfile").read_text()

@@ -1,0 +1,279 @@
+"""The course as a static website: ``python tools/build_site.py [--out build/site] [--student]`` (``make site``).
+
+What it writes, all in one folder, every link relative (it works from ``file://`` and from any plain
+HTTP server, e.g. ``python -m http.server -d build/site``):
+
+* ``index.html``: the README's opening paragraph and its lesson map (the table under "## The lessons"),
+  each lesson and each kernel a link;
+* ``<lesson>.html`` per notebook in ``notebooks/``: the notebook as committed, with the outputs it was
+  saved with (the H200's tables and figures, the widgets' saved state), a bar to the previous lesson,
+  the index and the next lesson, and links to the kernels the lesson reads;
+* ``kernels/<file>.html`` for every file of ``kernels/``, highlighted, with a link to the plain file
+  (copied beside it);
+* ``workshop.html``, ``gpu-sharing.html``, ``kubernetes.html``: hub/README.md, hub/gpu-sharing.md and
+  hub/kubernetes.md (running the course for a room of learners).
+
+Renderer: nbconvert's HTML exporter with its ``lab`` template. It is installed already (JupyterLab pulls
+it in), so the site costs no new dependency and no Node build; it writes each figure into the page as a
+base64 PNG (a page is one file, no broken image paths), highlights code with Pygments at build time (no
+JavaScript needed to read the code), and embeds the widgets' saved state, which
+``@jupyter-widgets/html-manager`` renders in the browser. Jupyter Book 2 / MyST would give a nicer
+theme and cross-references but needs Node and its own build of every page; mkdocs-jupyter wraps this
+same nbconvert step in MkDocs. What needs the network when the page is opened: MathJax (the formulas)
+and the widget manager, both loaded from a CDN as nbconvert's template does; without it the formulas
+show as TeX source and a widget's place stays empty, and everything else (text, code, figures, tables)
+is in the page.
+
+``--student`` renders the student edition instead (``python -m rmsnorm_lessons student``: solutions
+replaced by their skeletons); the default is the notebooks as committed.
+"""
+from __future__ import annotations
+
+import argparse
+import html
+import json
+import re
+import shutil
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+NOTEBOOKS = ROOT / "notebooks"
+KERNELS = ROOT / "kernels"
+README = ROOT / "README.md"
+PAGES = [  # (source, page, title)
+    (ROOT / "hub" / "README.md", "workshop.html", "Running a workshop: the hub"),
+    (ROOT / "hub" / "gpu-sharing.md", "gpu-sharing.html", "Twenty learners on one H200"),
+    (ROOT / "hub" / "kubernetes.md", "kubernetes.html", "Past one machine: Zero to JupyterHub"),
+]
+KDIR = "kernels"  # the site's folder of kernel pages
+KERNEL_REF = re.compile(r"kernels/(\w+\.cuh?)\b|kernel_source\(\s*[\"'](\w+)[\"']")
+
+NAV_CSS = """
+.site-nav { display: flex; gap: 1.2rem; align-items: baseline; flex-wrap: wrap; padding: .6rem 1rem;
+  margin: 0 0 1rem; background: #f3f5f8; border-bottom: 1px solid #d0d7de; font: 15px system-ui, sans-serif;
+  position: sticky; top: 0; z-index: 10; }
+.site-nav.site-footer { position: static; margin: 2rem 0 0; border-top: 1px solid #d0d7de; }
+.site-nav a { color: #0a58ca; text-decoration: none; }
+.site-nav a:hover { text-decoration: underline; }
+.site-nav .here { font-weight: 600; }
+.site-nav .kernels { margin-left: auto; color: #555; }
+"""
+CSS = NAV_CSS + """
+body.site { font-family: system-ui, -apple-system, "Segoe UI", sans-serif; max-width: 60rem; margin: 0 auto;
+  padding: 0 1.5rem 3rem; line-height: 1.5; color: #1d1d1f; }
+body.site table { border-collapse: collapse; margin: 1rem 0; }
+body.site th, body.site td { border: 1px solid #d0d7de; padding: .3rem .6rem; vertical-align: top; text-align: left; }
+body.site code { background: #f3f5f8; padding: 0 .2em; border-radius: 3px; }
+body.site pre { background: #f6f8fa; padding: .8rem; overflow-x: auto; border-radius: 4px; }
+body.site .highlight pre { background: #f6f8fa; }
+"""
+
+
+# ----------------------------------------------------------------------------------------------------
+# sources
+
+
+def lesson_map(readme: Path = README) -> list[dict]:
+    """The rows of the README's lesson table: ``[{"notebook", "kernel", "adds"}, ...]``."""
+    text = readme.read_text()
+    m = re.search(r"^## The lessons\s*\n(.*?)(?=^## )", text, re.M | re.S)
+    if not m:
+        raise SystemExit("site: README.md has no '## The lessons' section with the lesson table")
+    rows = []
+    for line in m.group(1).splitlines():
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        if len(cells) != 3 or not line.lstrip().startswith("|") or set(cells[0]) <= set("-: "):
+            continue
+        name, kernel, adds = (c.strip("`") if i < 2 else c for i, c in enumerate(cells))
+        if name == "notebook":
+            continue
+        rows.append({"notebook": name, "kernel": None if kernel in ("-", "") else kernel, "adds": adds})
+    return rows
+
+
+def readme_intro(readme: Path = README) -> str:
+    """The README's first paragraph (after the title)."""
+    paras = [p.strip() for p in re.split(r"\n\s*\n", readme.read_text()) if p.strip()]
+    return next((p for p in paras[1:] if not p.startswith(("#", "<!--", "!["))), "")
+
+
+def kernels_of(nb: dict, row: dict | None) -> list[str]:
+    """Kernel files a lesson reads: its row of the lesson map, then the ones its cells name."""
+    names: list[str] = []
+    if row and row.get("kernel"):
+        names.append(f"{row['kernel']}.cu")
+    text = "\n".join("".join(c.get("source", "")) for c in nb.get("cells", []))
+    for a, b in KERNEL_REF.findall(text):
+        names.append(a or f"{b}.cu")
+    seen = []
+    for n in names:
+        if n not in seen and (KERNELS / n).is_file():
+            seen.append(n)
+    return seen
+
+
+# ----------------------------------------------------------------------------------------------------
+# rendering
+
+
+def _markdown(text: str) -> str:
+    import mistune
+    from pygments import highlight
+    from pygments.formatters import HtmlFormatter
+    from pygments.lexers import TextLexer, get_lexer_by_name
+    from pygments.util import ClassNotFound
+
+    class Renderer(mistune.HTMLRenderer):
+        def block_code(self, code, info=None):
+            try:
+                lexer = get_lexer_by_name(info.split()[0]) if info else TextLexer()
+            except ClassNotFound:
+                lexer = TextLexer()
+            return highlight(code, lexer, HtmlFormatter())
+
+    md = mistune.create_markdown(renderer=Renderer(escape=False), plugins=["table", "strikethrough"])
+    return md(text)
+
+
+def _page(title: str, nav: str, body: str, depth: int = 0) -> str:
+    up = "../" * depth
+    return (f'<!DOCTYPE html>\n<html lang="en">\n<head>\n<meta charset="utf-8">\n'
+            f'<meta name="viewport" content="width=device-width, initial-scale=1">\n'
+            f"<title>{html.escape(title)}</title>\n"
+            f'<link rel="stylesheet" href="{up}site.css">\n<link rel="stylesheet" href="{up}pygments.css">\n'
+            f'</head>\n<body class="site">\n{nav}\n<main>\n{body}\n</main>\n</body>\n</html>\n')
+
+
+def _nav(lessons: list[str], here: str | None = None, kernels: list[str] = (), depth: int = 0) -> str:
+    up = "../" * depth
+    mark = ' class="here"' if here == "index" else ""
+    parts = [f'<a href="{up}index.html"{mark}>Course index</a>']
+    if here in lessons:
+        i = lessons.index(here)
+        if i > 0:
+            parts.append(f'<a class="prev" rel="prev" href="{up}{lessons[i - 1]}.html">&larr; {lessons[i - 1]}</a>')
+        parts.append(f'<span class="here">{here}</span>')
+        if i + 1 < len(lessons):
+            parts.append(f'<a class="next" rel="next" href="{up}{lessons[i + 1]}.html">{lessons[i + 1]} &rarr;</a>')
+    parts.append(f'<a href="{up}kernels/index.html">Kernels</a>')
+    parts.append(f'<a href="{up}workshop.html">Workshop</a>')
+    if kernels:
+        links = ", ".join(f'<a class="kernel" href="{up}kernels/{k}.html">{k}</a>' for k in kernels)
+        parts.append(f'<span class="kernels">kernels: {links}</span>')
+    return '<nav class="site-nav">' + " ".join(parts) + "</nav>"
+
+
+def render_lesson(path: Path, lessons: list[str], row: dict | None, student: bool) -> str:
+    import nbformat
+    from nbconvert import HTMLExporter
+
+    raw = json.loads(path.read_text())
+    if student:
+        from rmsnorm_lessons.student import student_notebook
+
+        raw = student_notebook(raw)
+    kernels = kernels_of(raw, row)
+    nb = nbformat.reads(json.dumps(raw), as_version=4)
+    exporter = HTMLExporter(template_name="lab", embed_images=True)
+    body, _ = exporter.from_notebook_node(nb, resources={"metadata": {"name": path.stem}})
+    nav = _nav(lessons, path.stem, kernels)
+    style = f"<style>{NAV_CSS}</style>"
+    body = re.sub(r"<title>.*?</title>", f"<title>{html.escape(path.stem)}: rmsnorm-lessons</title>", body,
+                  count=1, flags=re.S)
+    body = body.replace("</head>", f"{style}\n</head>", 1)
+    body, n = re.subn(r"(<body[^>]*>)", lambda m: f"{m.group(1)}\n{nav}", body, count=1)
+    if not n:
+        raise RuntimeError(f"{path.name}: nbconvert's page has no <body>")
+    footer = nav.replace('class="site-nav"', 'class="site-nav site-footer"')
+    return body.replace("</body>", f"{footer}\n</body>", 1)
+
+
+def render_kernel(path: Path, lessons: list[str], users: list[str]) -> str:
+    from pygments import highlight
+    from pygments.formatters import HtmlFormatter
+    from pygments.lexers import CudaLexer
+
+    code = highlight(path.read_text(), CudaLexer(), HtmlFormatter(linenos="table"))
+    code = re.sub(r'(&quot;|")(\w+\.cuh)(&quot;|")',
+                  lambda m: f'{m.group(1)}<a href="{m.group(2)}.html">{m.group(2)}</a>{m.group(3)}'
+                  if (KERNELS / m.group(2)).is_file() else m.group(0), code)
+    used = ", ".join(f'<a href="../{u}.html">{u}</a>' for u in users) or "no lesson names it"
+    body = (f"<h1><code>kernels/{path.name}</code></h1>\n<p>Read in: {used}. "
+            f'<a href="{path.name}">Plain file</a>.</p>\n{code}')
+    return _page(f"kernels/{path.name}", _nav(lessons, None, depth=1), body, depth=1)
+
+
+def build(out: Path, student: bool = False) -> list[Path]:
+    from pygments.formatters import HtmlFormatter
+
+    out = Path(out)
+    if out.exists():
+        shutil.rmtree(out)
+    (out / "kernels").mkdir(parents=True)
+    rows = {r["notebook"]: r for r in lesson_map()}
+    paths = sorted(p for p in NOTEBOOKS.glob("*.ipynb") if not p.name.startswith("."))
+    lessons = [p.stem for p in paths]
+    (out / "site.css").write_text(CSS)
+    (out / "pygments.css").write_text(HtmlFormatter().get_style_defs(".highlight"))
+    written = []
+    users: dict[str, list[str]] = {}
+    for p in paths:
+        page = out / f"{p.stem}.html"
+        page.write_text(render_lesson(p, lessons, rows.get(p.stem), student))
+        for k in kernels_of(json.loads(p.read_text()), rows.get(p.stem)):
+            users.setdefault(k, []).append(p.stem)
+        written.append(page)
+        print(f"site: {page.relative_to(out)}")
+
+    kernel_files = sorted(p for p in KERNELS.iterdir() if p.suffix in (".cu", ".cuh"))
+    for k in kernel_files:
+        shutil.copyfile(k, out / "kernels" / k.name)
+        (out / "kernels" / f"{k.name}.html").write_text(render_kernel(k, lessons, users.get(k.name, [])))
+    items = "\n".join(f'<li><a href="{k.name}.html"><code>{k.name}</code></a>'
+                      f'{" (" + ", ".join(users[k.name]) + ")" if k.name in users else ""}</li>'
+                      for k in kernel_files)
+    (out / "kernels" / "index.html").write_text(
+        _page("Kernels", _nav(lessons, None, depth=1), f"<h1>The kernels</h1>\n<ul>\n{items}\n</ul>", depth=1))
+
+    for src, name, title in PAGES:
+        if src.is_file():
+            text = re.sub(r"\]\((\w[\w-]*)\.md\)",
+                          lambda m: f"]({dict((s.stem, n) for s, n, _ in PAGES).get(m.group(1), m.group(1) + '.md')})",
+                          src.read_text())
+            (out / name).write_text(_page(title, _nav(lessons, name), _markdown(text)))
+            written.append(out / name)
+
+    table = ["| lesson | kernel | what it adds |", "| --- | --- | --- |"]
+    for name in lessons:
+        r = rows.get(name, {"kernel": None, "adds": ""})
+        kernel = f"[`{r['kernel']}`]({KDIR}/{r['kernel']}.cu.html)" if r["kernel"] else "-"
+        table.append(f"| [`{name}`]({name}.html) | {kernel} | {r['adds']} |")
+    edition = "the student edition (solutions replaced by skeletons)" if student else "the notebooks as committed"
+    index = (f"# rmsnorm-lessons\n\n{readme_intro()}\n\n## The lessons\n\n" + "\n".join(table) +
+             f"\n\nEvery page is {edition}, with the outputs they were saved with (made on an NVIDIA H200). "
+             f"[The kernels]({KDIR}/index.html) are the CUDA files the lessons compile.\n\n"
+             "## For instructors\n\n"
+             "- [Running a workshop](workshop.html): a JupyterHub for a room of learners on one GPU machine.\n"
+             "- [Twenty learners on one H200](gpu-sharing.html): time-slicing, MPS, MIG, and what they do "
+             "to the timings the lessons show.\n"
+             "- [Past one machine](kubernetes.html): Zero to JupyterHub on Kubernetes.\n")
+    (out / "index.html").write_text(_page("rmsnorm-lessons", _nav(lessons, "index"), _markdown(index)))
+    written.insert(0, out / "index.html")
+    return written
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--out", default=str(ROOT / "build" / "site"), help="folder to write (replaced)")
+    ap.add_argument("--student", action="store_true", help="render the student edition")
+    args = ap.parse_args(argv)
+    sys.path.insert(0, str(ROOT))
+    written = build(Path(args.out), student=args.student)
+    index = Path(args.out).resolve() / "index.html"
+    print(f"site: {len(written)} pages in {args.out}; open file://{index}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
