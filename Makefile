@@ -10,7 +10,7 @@ ARGS ?=
 # JupyterLab refuses to run as root without --allow-root (containers, cloud VMs): add it there
 ROOT_FLAG := $(if $(filter 0,$(shell id -u 2>/dev/null)),--allow-root,)
 
-.PHONY: venv test lab info check bench inspect notebooks sanitize clean
+.PHONY: venv test lab info check bench inspect notebooks sanitize clean site hub
 
 venv:
 	@VENV=$(VENV) tools/setup-venv.sh
@@ -41,6 +41,18 @@ notebooks: venv
 # e.g. make sanitize SANITIZE_ARGS="--logs out/sanitize --versions v6_last_block"
 sanitize: venv
 	$(PY) tools/sanitize.py $(SANITIZE_ARGS)
+
+# the course as a static website in build/site: every lesson with its saved H200 outputs, the kernels'
+# sources, the workshop pages (tools/build_site.py says how and why); open build/site/index.html
+SITE_ARGS ?=
+site: venv
+	$(PY) tools/build_site.py $(SITE_ARGS)
+
+# the workshop hub (hub/README.md), as root: JupyterHub for a room of learners on this machine; prints
+# its URL. e.g. make hub HUB_ARGS="--learners 20 --ip 0.0.0.0"
+HUB_ARGS ?=
+hub: venv
+	$(PY) hub/run.py $(HUB_ARGS)
 
 clean:
 	rm -rf $(VENV) .pytest_cache

@@ -1,0 +1,201 @@
+"""JupyterHub for a workshop of the course on one GPU machine: ``make hub`` (hub/run.py) starts it.
+
+Read hub/README.md first. In short:
+
+* Accounts: the room is a list of learner names plus one instructor (an admin). Each name is a local
+  Unix account, created by the hub at start-up where it is missing (``useradd``, home mode 0700). At the
+  first login a learner chooses their password (FirstUseAuthenticator); only the listed names can log in.
+* Servers: LocalProcessSpawner runs each learner's JupyterLab as that Unix user, with the learner
+  environment (hub/learner-env.sh: a venv every user can run, the course installed in it).
+* Seeding: before a learner's first server starts, the student edition (written once per hub start by
+  hub/run.py with ``python -m rmsnorm_lessons student``) is copied into ``~/rmsnorm-lessons``, owned by
+  the learner. Later logins leave the folder alone: the learner's work stays theirs.
+* Culling: jupyterhub-idle-culler runs as a hub service and stops servers idle for
+  RMSNORM_HUB_CULL_TIMEOUT seconds (default 3600).
+* Limits: see hub/README.md ("What is enforced"): process count per learner and thread counts are set
+  here; memory (``mem_limit``) is enforced only with the systemd spawner; GPU sharing is in
+  hub/gpu-sharing.md.
+
+Everything is configured through RMSNORM_HUB_* environment variables, which hub/run.py sets from its
+command line; the defaults below are for running this file by hand.
+"""
+import os
+import pwd
+import resource
+import shutil
+import sys
+from pathlib import Path
+
+from firstuseauthenticator import FirstUseAuthenticator
+from jupyterhub.auth import LocalAuthenticator
+from jupyterhub.spawner import LocalProcessSpawner
+
+c = get_config()  # noqa: F821 - defined by JupyterHub when it loads this file
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parent
+
+
+def _env(name, default):
+    return os.environ.get(f"RMSNORM_HUB_{name}", default)
+
+
+STATE = Path(_env("STATE", ROOT / "build" / "hub" / "state")).resolve()
+LEARNER_ENV = Path(_env("ENV", ROOT / "build" / "hub" / "env")).resolve()
+STUDENT = Path(_env("STUDENT", STATE / "student")).resolve()
+LEARNERS = [n.strip() for n in _env("LEARNERS", "learner01,learner02").split(",") if n.strip()]
+INSTRUCTOR = _env("INSTRUCTOR", "instructor").strip()
+SEED_DIR = "rmsnorm-lessons"  # the folder in each learner's home
+CULL_TIMEOUT = int(_env("CULL_TIMEOUT", "3600"))
+MEM_LIMIT = _env("MEM_LIMIT", "8G")
+MAX_PROCS = int(_env("MAX_PROCS", "4096"))  # processes + threads per learner (RLIMIT_NPROC)
+THREADS = _env("THREADS", "4")  # OpenMP/BLAS threads per kernel
+GPU_MODE = _env("GPU_MODE", "shared")  # shared (time-slicing) | mps | mig
+STATE.mkdir(parents=True, exist_ok=True)
+os.chmod(STATE, 0o700)
+
+# ----------------------------------------------------------------------------------------------------
+# the hub and its proxy
+
+c.JupyterHub.ip = _env("IP", "127.0.0.1")
+c.JupyterHub.port = int(_env("PORT", "8000"))
+c.JupyterHub.hub_ip = "127.0.0.1"
+c.JupyterHub.hub_port = int(_env("HUB_PORT", "8081"))
+c.ConfigurableHTTPProxy.api_url = f"http://127.0.0.1:{int(_env('PROXY_API_PORT', '8001'))}"
+c.ConfigurableHTTPProxy.command = [_env("PROXY", "configurable-http-proxy")]
+c.JupyterHub.db_url = f"sqlite:///{STATE / 'jupyterhub.sqlite'}"
+c.JupyterHub.cookie_secret_file = str(STATE / "jupyterhub_cookie_secret")
+c.JupyterHub.pid_file = str(STATE / "jupyterhub.pid")
+# stop every learner's server when the hub stops (the default, said out loud: a workshop ends)
+c.JupyterHub.cleanup_servers = True
+c.JupyterHub.cleanup_proxy = True
+
+# ----------------------------------------------------------------------------------------------------
+# accounts: the room's names, local Unix users, passwords chosen at first login
+
+
+class RoomAuthenticator(LocalAuthenticator, FirstUseAuthenticator):
+    """FirstUseAuthenticator (the password is set at first login, stored bcrypt-hashed in the hub's state
+    folder) with LocalAuthenticator's system accounts: every listed name gets a Unix user."""
+
+
+c.JupyterHub.authenticator_class = RoomAuthenticator
+c.Authenticator.allowed_users = set(LEARNERS)
+c.Authenticator.admin_users = {INSTRUCTOR}
+c.LocalAuthenticator.create_system_users = True
+# useradd, not Debian's adduser: the home is private from the start (mode 0700, not adduser's 0750/0755)
+c.LocalAuthenticator.add_user_cmd = ["useradd", "--create-home", "--shell", "/bin/bash", "-K", "HOME_MODE=0700"]
+c.FirstUseAuthenticator.dbm_path = str(STATE / "passwords.dbm")
+c.FirstUseAuthenticator.create_users = False  # only the room's names, never a name typed at the door
+c.FirstUseAuthenticator.min_password_length = 8
+
+# ----------------------------------------------------------------------------------------------------
+# the learners' servers
+
+
+def _rlimits(spawner):
+    """What the kernel enforces for every process a learner's server starts (set as root, before the
+    switch to the learner's uid, so the learner cannot raise them)."""
+    limits = [(resource.RLIMIT_NPROC, MAX_PROCS), (resource.RLIMIT_CORE, 0)]
+
+    def apply():
+        for what, value in limits:
+            resource.setrlimit(what, (value, value))
+    return apply
+
+
+class WorkshopSpawner(LocalProcessSpawner):
+    """LocalProcessSpawner whose processes start with the workshop's rlimits (hub/README.md)."""
+
+    def make_preexec_fn(self, name):
+        setuid = super().make_preexec_fn(name)
+        limits = _rlimits(self)
+
+        def preexec():
+            limits()
+            setuid()
+        return preexec
+
+
+SPAWNER = _env("SPAWNER", "local")
+if SPAWNER == "systemd":  # a workshop machine with systemd: mem_limit and cpu_limit become cgroup limits
+    c.JupyterHub.spawner_class = "systemdspawner.SystemdSpawner"  # pip install jupyterhub-systemdspawner
+    c.SystemdSpawner.dynamic_users = False
+    c.SystemdSpawner.isolate_tmp = True
+    c.SystemdSpawner.isolate_devices = False  # the learners need /dev/nvidia*
+    c.Spawner.cpu_limit = float(_env("CPU_LIMIT", "4"))
+else:
+    c.JupyterHub.spawner_class = WorkshopSpawner
+
+c.Spawner.cmd = [str(LEARNER_ENV / "bin" / "jupyterhub-singleuser")]
+c.Spawner.notebook_dir = "~"
+# JupyterLab for a room: no extension installs from the learners, no news pop-ups
+c.Spawner.args = ["--LabApp.extension_manager=readonly", "--LabApp.news_url=None",
+                  "--LabApp.check_for_updates_class=jupyterlab.NeverCheckForUpdate"]
+c.Spawner.default_url = f"/lab/tree/{SEED_DIR}"
+# the learner environment first; nothing of the hub's own environment (its venv, PYTHONPATH) leaks in
+c.Spawner.env_keep = ["LANG", "LC_ALL", "CUDA_HOME"]
+environment = {
+    "PATH": f"{LEARNER_ENV / 'bin'}:/usr/local/cuda/bin:/usr/local/bin:/usr/bin:/bin",
+    "OMP_NUM_THREADS": THREADS,
+    "OPENBLAS_NUM_THREADS": THREADS,
+    "MKL_NUM_THREADS": THREADS,
+    "MPLBACKEND": "module://matplotlib_inline.backend_inline",
+}
+if GPU_MODE == "mps":
+    # clients of NVIDIA's MPS daemon (started by the admin, hub/gpu-sharing.md): at most this share of
+    # the SMs and this much device memory per learner's process
+    environment["CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"] = _env("MPS_THREAD_PERCENTAGE", "10")
+    environment["CUDA_MPS_PINNED_DEVICE_MEM_LIMIT"] = f"0={_env('MPS_MEM_LIMIT', '6G')}"
+c.Spawner.environment = environment
+# advertised to the server (MEM_LIMIT, shown by jupyter-resource-usage); enforced only by SystemdSpawner
+c.Spawner.mem_limit = MEM_LIMIT
+c.Spawner.start_timeout = 120
+c.Spawner.http_timeout = 120
+# a stopped server frees its place: no named servers, one JupyterLab per learner
+c.JupyterHub.allow_named_servers = False
+
+MIG_DEVICES = [d.strip() for d in _env("MIG_DEVICES", "").split(",") if d.strip()]
+
+
+def seed_home(spawner):
+    """Before a server starts: the learner's home is private, and holds the student edition after the
+    first login. Runs in the hub, as root."""
+    user = pwd.getpwnam(spawner.user.name)
+    home = Path(user.pw_dir)
+    if not home.is_dir():
+        home.mkdir(mode=0o700, parents=True)
+        os.chown(home, user.pw_uid, user.pw_gid)
+    os.chmod(home, 0o700)
+    target = home / SEED_DIR
+    if not os.path.lexists(target):
+        if not STUDENT.is_dir():
+            raise RuntimeError(f"no student edition at {STUDENT}: start the hub with hub/run.py (make hub)")
+        shutil.copytree(STUDENT, target, symlinks=True)
+        for path in [target, *target.rglob("*")]:
+            os.chown(path, user.pw_uid, user.pw_gid, follow_symlinks=False)
+        spawner.log.info("seeded %s with the student edition from %s", target, STUDENT)
+    if GPU_MODE == "mig" and MIG_DEVICES:
+        # one MIG instance per learner, in the order of the room's list (several learners per instance
+        # when there are more learners than instances)
+        i = LEARNERS.index(spawner.user.name) if spawner.user.name in LEARNERS else 0
+        spawner.environment = {**spawner.environment, "CUDA_VISIBLE_DEVICES": MIG_DEVICES[i % len(MIG_DEVICES)]}
+
+
+c.Spawner.pre_spawn_hook = seed_home
+
+# ----------------------------------------------------------------------------------------------------
+# idle servers are stopped
+
+
+c.JupyterHub.services = [{
+    "name": "idle-culler",
+    "command": [sys.executable, "-m", "jupyterhub_idle_culler", f"--timeout={CULL_TIMEOUT}",
+                "--cull-every=60"],
+}]
+c.JupyterHub.load_roles = [{
+    "name": "idle-culler",
+    "description": "stop learners' servers that have been idle",
+    "scopes": ["list:users", "read:users:activity", "read:servers", "delete:servers"],
+    "services": ["idle-culler"],
+}]

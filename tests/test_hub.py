@@ -1,0 +1,366 @@
+"""The workshop hub for real: ``make hub`` on a free port, two learners in Chromium, their homes kept apart.
+
+What it does, as an instructor and two learners would:
+
+1. creates nothing by hand: ``make hub HUB_ARGS=...`` builds or reuses the learner environment, writes the
+   student edition, starts JupyterHub with configurable-http-proxy, and the hub creates the three local
+   accounts (two learners, one instructor) with fresh names (``rlh<hex>a``, ``...b``, ``...i``);
+2. logs each learner in, in their own browser context (own cookies): the first login sets the password;
+3. checks on disk that each home is private (0700) and holds the student edition, owned by the learner,
+   equal to the one the hub wrote (solutions stripped);
+4. opens lesson 01 in each JupyterLab and runs its first two code cells (CPU only: the set-up line and
+   the NumPy forward pass), which must print the forward pass's rstd;
+5. writes a file from learner 1's notebook and checks, from learner 2's notebook, the browser and the
+   shell, that learner 2 can neither read it nor list learner 1's home;
+6. saves build/screenshots/hub-learner1.png and hub-learner2.png;
+7. always stops the hub (which stops the learners' servers and the proxy), ends any process left running
+   as the three accounts (by process id), and deletes the accounts and their homes.
+
+Skipped, with the reason, where it cannot run: not root, no useradd/userdel, no Chromium or Playwright,
+no configurable-http-proxy and no npm to install it, no world-runnable Python for the learners.
+"""
+from __future__ import annotations
+
+import json
+import os
+import re
+import secrets
+import shutil
+import signal
+import stat
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from test_browser import CHROMIUM, CHROMIUM_ARGS, SCREENSHOTS, _free_port, _kernel_ready, _wait
+
+ROOT = Path(__file__).resolve().parent.parent
+HUB = ROOT / "hub"
+HUB_PYTHON = os.environ.get("HUB_PYTHON", "/usr/bin/python3")
+ENV_BUILD_S = 900  # the learner environment, first time on a clean machine (pip, from the cache after)
+HUB_START_S = 240
+PAGE_S = 120
+PASSWORD = "workshop-" + secrets.token_hex(4)
+
+try:
+    import playwright.sync_api  # noqa: F401
+
+    _PLAYWRIGHT = None
+except ImportError as exc:  # pragma: no cover - depends on the machine
+    _PLAYWRIGHT = f"the playwright package is not installed ({exc})"
+
+
+def _load_run():
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("hub_run", HUB / "run.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def _proxy_reason() -> str | None:
+    run = _load_run()
+    if run.find_proxy(install=False) or shutil.which("npm"):
+        return None
+    return "configurable-http-proxy is missing and so is npm to install it (.ci/run installs npm)"
+
+
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.skipif(not hasattr(os, "geteuid") or os.geteuid() != 0,
+                       reason="the hub must run as root: it creates local accounts and starts servers as them"),
+    pytest.mark.skipif(not (shutil.which("useradd") and shutil.which("userdel")), reason="useradd/userdel missing"),
+    pytest.mark.skipif(not Path(CHROMIUM).exists(),
+                       reason=f"{CHROMIUM} is missing (apt-get install chromium; .ci/run installs it)"),
+    pytest.mark.skipif(_PLAYWRIGHT is not None, reason=_PLAYWRIGHT or ""),
+    pytest.mark.skipif(not os.access(HUB_PYTHON, os.X_OK),
+                       reason=f"{HUB_PYTHON} is missing: the learners need a Python every user can run"),
+    pytest.mark.skipif(shutil.which("make") is None, reason="make is missing: the hub starts with `make hub`"),
+    pytest.mark.skipif(_proxy_reason() is not None, reason=_proxy_reason() or ""),
+]
+
+
+def _user_exists(name: str) -> bool:
+    return subprocess.run(["id", name], capture_output=True).returncode == 0
+
+
+def _processes_naming(*needles: str) -> list[int]:
+    """Processes whose command line contains one of ``needles`` (this hub's port or state folder)."""
+    found = []
+    for d in Path("/proc").iterdir():
+        if d.name.isdigit() and int(d.name) != os.getpid():
+            try:
+                cmd = (d / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+            except OSError:
+                continue
+            if any(n in cmd for n in needles):
+                found.append(int(d.name))
+    return found
+
+
+def _pids_of(name: str) -> list[int]:
+    r = subprocess.run(["ps", "-u", name, "-o", "pid="], capture_output=True, text=True)
+    return [int(p) for p in r.stdout.split()] if r.returncode == 0 else []
+
+
+class Hub:
+    def __init__(self, work: Path):
+        tag = secrets.token_hex(3)
+        self.learners = [f"rlh{tag}a", f"rlh{tag}b"]
+        self.instructor = f"rlh{tag}i"
+        self.names = self.learners + [self.instructor]
+        for n in self.names:
+            assert not _user_exists(n), f"account {n} exists already"
+        self.port = _free_port()
+        self.url = f"http://127.0.0.1:{self.port}/"
+        self.state = work / "state"
+        self.log_path = work / "hub.log"
+        self._log = open(self.log_path, "w")
+        self.proc = None
+        self.left_running: list[int] = []
+
+    def build_env(self) -> None:
+        """The learner environment, before the clock of the hub's start runs (slow the first time)."""
+        t0 = time.monotonic()
+        r = subprocess.run([str(HUB / "learner-env.sh")], cwd=ROOT, stdout=self._log, stderr=subprocess.STDOUT,
+                           timeout=ENV_BUILD_S, env={**os.environ, "HUB_PYTHON": HUB_PYTHON})
+        assert r.returncode == 0, f"hub/learner-env.sh failed ({r.returncode}):\n{self.log_tail()}"
+        print(f"learner environment ready in {time.monotonic() - t0:.0f} s")
+
+    def start(self) -> None:
+        args = (f"--port {self.port} --learners {','.join(self.learners)} --instructor {self.instructor} "
+                f"--state {self.state} --cull-timeout 900")
+        # the README's command, with this interpreter (PY=, -o venv: no venv build)
+        cmd = ["make", "--no-print-directory", "-C", str(ROOT), "-o", "venv", "hub", f"PY={sys.executable}",
+               f"HUB_ARGS={args}"]
+        env = {**os.environ, "HUB_PYTHON": HUB_PYTHON, "PYTHONUNBUFFERED": "1"}
+        self.proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=self._log, stderr=subprocess.STDOUT,
+                                     stdin=subprocess.DEVNULL, start_new_session=True)
+        _wait(lambda: self._ready(), HUB_START_S, "the hub to print its URL")
+
+    def _ready(self) -> bool:
+        if self.proc.poll() is not None:
+            raise RuntimeError(f"make hub exited with {self.proc.returncode}:\n{self.log_tail()}")
+        return f"hub: ready at {self.url}" in self.log_text()
+
+    def log_text(self) -> str:
+        self._log.flush()
+        return self.log_path.read_text(errors="replace")
+
+    def log_tail(self, n: int = 60) -> str:
+        lines = [ln for ln in self.log_text().splitlines() if "is ignored: it is neither" not in ln]
+        return "\n".join(lines[-n:])
+
+    def stop(self) -> None:
+        """The hub, its proxy and the learners' servers; then the accounts and their homes."""
+        if self.proc is not None:
+            if self.proc.poll() is None:
+                try:
+                    os.killpg(self.proc.pid, signal.SIGTERM)  # make, hub/run.py and JupyterHub: a clean stop
+                except ProcessLookupError:
+                    pass
+                try:
+                    self.proc.wait(timeout=30)
+                except subprocess.TimeoutExpired:
+                    pass
+            deadline = time.monotonic() + 30
+            while time.monotonic() < deadline:  # JupyterHub may still be stopping the servers
+                try:
+                    os.killpg(self.proc.pid, 0)
+                except ProcessLookupError:
+                    break
+                time.sleep(0.5)
+            else:
+                try:
+                    os.killpg(self.proc.pid, signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
+        # the proxy and the culler: the hub stops them; anything naming this hub's port or state is ours
+        self.left_running = _processes_naming(f"--port {self.port} ", str(self.state))
+        for pid in self.left_running:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        for name in self.names:  # anything still running as a test account was started by this test
+            for pid in _pids_of(name):
+                try:
+                    os.kill(pid, signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
+        for name in self.names:
+            if _user_exists(name):
+                subprocess.run(["userdel", "--remove", "--force", name], capture_output=True)
+        self._log.close()
+
+
+@pytest.fixture(scope="module")
+def hub(tmp_path_factory):
+    work = tmp_path_factory.mktemp("hub")
+    server = Hub(work)
+    try:
+        server.build_env()
+        server.start()
+        yield server
+    finally:
+        server.stop()
+        left = [n for n in server.names if _user_exists(n) or Path(f"/home/{n}").exists()]
+        assert not left, f"accounts or homes left behind: {left}"
+        assert not server.left_running, f"processes left running after the hub stopped: {server.left_running}"
+        print(f"hub log: {server.log_path}")
+
+
+# ----------------------------------------------------------------------------------------------------
+# the browser side
+
+
+def _login(page, hub: Hub, name: str) -> None:
+    page.goto(f"{hub.url}hub/login", timeout=PAGE_S * 1000)
+    page.fill("#username_input", name)
+    page.fill("#password_input", PASSWORD)
+    page.click("#login_submit")
+    # the first login sets the password; the hub spawns the server and redirects into JupyterLab
+    page.wait_for_url(re.compile(rf"/user/{name}/lab"), timeout=PAGE_S * 1000)
+    page.locator(".jp-DirListing-item:has-text('01_rmsnorm_math.ipynb')").first.wait_for(timeout=PAGE_S * 1000)
+
+
+def _open_lesson(page, hub: Hub, name: str) -> None:
+    page.goto(f"{hub.url}user/{name}/lab/tree/rmsnorm-lessons/01_rmsnorm_math.ipynb", timeout=PAGE_S * 1000)
+    page.locator(".jp-NotebookPanel .jp-Notebook .jp-Cell").first.wait_for(timeout=PAGE_S * 1000)
+    _wait(lambda: _kernel_ready(page), PAGE_S, "the kernel to start")
+
+
+def _cell_output(cell) -> str:
+    return cell.locator(".jp-OutputArea").inner_text() if cell.locator(".jp-OutputArea").count() else ""
+
+
+def _run_cell(page, cell, what: str) -> str:
+    """Run one code cell (click into it, Shift+Enter) and return its output's text once it has a number."""
+    cell.locator(".cm-content").first.click()
+    page.keyboard.press("Shift+Enter")
+    prompt = cell.locator(".jp-InputArea-prompt")
+    _wait(lambda: re.match(r"\[\d+\]", prompt.inner_text().strip()), 120, f"{what} to run")
+    out = _cell_output(cell)
+    assert "Traceback" not in out and "Error" not in out.split("\n")[0], f"{what}: {out[:600]}"
+    return out
+
+
+def _new_cell(page, code: str, what: str, marker: str) -> str:
+    """A new code cell at the end of the notebook with ``code`` (which contains ``marker``), run; its output."""
+    cells = page.locator(".jp-Notebook .jp-CodeCell")
+    cells.last.locator(".cm-content").first.click()
+    page.keyboard.press("Escape")
+    page.keyboard.press("b")  # a cell below, in command mode
+    page.keyboard.press("Enter")  # edit it
+    page.keyboard.insert_text(code)  # as text: no auto-closed brackets or auto-indent
+    page.keyboard.press("Shift+Enter")
+    cell = page.locator(".jp-Notebook .jp-CodeCell").filter(has_text=marker).last
+    _wait(lambda: re.match(r"\[\d+\]", cell.locator(".jp-InputArea-prompt").inner_text().strip()), 60, what)
+    return _cell_output(cell)
+
+
+def _student_edition_seeded(hub: Hub, name: str) -> None:
+    import pwd
+
+    user = pwd.getpwnam(name)
+    home = Path(user.pw_dir)
+    assert stat.S_IMODE(home.stat().st_mode) == 0o700, f"{home} is {oct(home.stat().st_mode)}"
+    seeded = home / "rmsnorm-lessons"
+    generated = hub.state / "student"
+    want = sorted(p.name for p in generated.glob("*.ipynb"))
+    assert want == sorted(p.name for p in (ROOT / "notebooks").glob("*.ipynb")), want
+    assert sorted(p.name for p in seeded.glob("*.ipynb")) == want
+    for p in [seeded, *seeded.iterdir()]:
+        assert p.stat().st_uid == user.pw_uid, f"{p} is not owned by {name}"
+    for n in want:
+        assert json.loads((seeded / n).read_text()) == json.loads((generated / n).read_text()), n
+        assert "BEGIN SOLUTION" not in (seeded / n).read_text(), f"{n}: a solution was left in"
+    instructor = "".join((ROOT / "notebooks" / n).read_text() for n in want)
+    if "BEGIN SOLUTION" in instructor:
+        assert "".join((seeded / n).read_text() for n in want) != instructor
+
+
+def test_hub_two_learners(hub):
+    from playwright.sync_api import sync_playwright
+
+    one, two = hub.learners
+    secret = f"secret-{secrets.token_hex(4)}.txt"
+    text = f"only {one} reads this"
+    shots = {}
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=CHROMIUM, headless=True, args=CHROMIUM_ARGS, timeout=60_000)
+        try:
+            pages = {}
+            for name in hub.learners:
+                context = browser.new_context(viewport={"width": 1280, "height": 900})  # own cookies
+                context.set_default_timeout(30_000)
+                page = context.new_page()
+                _login(page, hub, name)
+                _student_edition_seeded(hub, name)
+                _open_lesson(page, hub, name)
+                cells = page.locator(".jp-Notebook .jp-CodeCell")
+                out0 = _run_cell(page, cells.nth(0), f"{name}: lesson 01's set-up cell")
+                out1 = _run_cell(page, cells.nth(1), f"{name}: lesson 01's forward pass")
+                assert "rstd per row" in out1 and "mean(norm**2) per row" in out1, out1
+                print(f"{name}: {out0.strip()[:120]!r} / {out1.strip().splitlines()[0]!r}")
+                pages[name] = page
+
+            # learner 1 writes a file in their home, from their notebook
+            out = _new_cell(pages[one], "import pathlib\n"
+                                        f"p = pathlib.Path.home() / {secret!r}\n"
+                                        f"p.write_text({text!r})\n"
+                                        "print('wrote', p, 'owner', p.owner())", f"{one}: writing a file", secret)
+            assert f"wrote /home/{one}/{secret} owner {one}" in out, out
+            assert (Path(f"/home/{one}") / secret).read_text() == text
+            # learner 2 cannot read it, nor list learner 1's home, from their notebook ...
+            out = _new_cell(pages[two], "import getpass, os\n"
+                                        "print('I am', getpass.getuser())\n"
+                                        f"other = '/home/{one}/{secret}'\n"
+                                        "try:\n"
+                                        "    print('read:', open(other).read())\n"
+                                        "except OSError as e:\n"
+                                        "    print('read refused:', type(e).__name__)\n"
+                                        "try:\n"
+                                        f"    print('listed:', os.listdir('/home/{one}'))\n"
+                                        "except OSError as e:\n"
+                                        "    print('listing refused:', type(e).__name__)",
+                            f"{two}: reading {one}'s file", secret)
+            assert f"I am {two}" in out, out
+            assert "read refused: PermissionError" in out and "listing refused: PermissionError" in out, out
+            assert text not in out
+            # ... nor through learner 1's server, with learner 2's cookies
+            resp = pages[two].context.request.get(f"{hub.url}user/{one}/files/{secret}")
+            assert text not in resp.text(), f"{two} read {one}'s file through the hub ({resp.status})"
+            # ... nor from a shell as learner 2
+            r = subprocess.run(["runuser", "-u", two, "--", "cat", f"/home/{one}/{secret}"],
+                               capture_output=True, text=True)
+            assert r.returncode != 0 and text not in r.stdout, r
+
+            for i, name in enumerate(hub.learners, 1):
+                page = pages[name]
+                page.keyboard.press("Escape")
+                page.keyboard.press("Control+b")  # fold the file browser away
+                page.wait_for_timeout(300)
+                page.locator(".jp-Notebook .jp-CodeCell").last.scroll_into_view_if_needed()
+                page.wait_for_timeout(500)
+                shots[name] = SCREENSHOTS / f"hub-learner{i}.png"
+                SCREENSHOTS.mkdir(parents=True, exist_ok=True)
+                page.screenshot(path=str(shots[name]))
+        finally:
+            browser.close()
+
+    # what the hub enforces on each learner's server process (LocalProcessSpawner + hub/jupyterhub_config.py)
+    for name in hub.learners:
+        pids = [pid for pid in _pids_of(name)
+                if "jupyterhub-singleuser" in Path(f"/proc/{pid}/cmdline").read_bytes().decode(errors="replace")]
+        assert pids, f"no jupyterhub-singleuser process runs as {name}"
+        limits = Path(f"/proc/{pids[0]}/limits").read_text()
+        assert re.search(r"Max processes\s+4096\s+4096", limits), limits
+    log = hub.log_text()
+    assert "Starting service 'idle-culler'" in log, "the idle culler was not started"
+    assert "Service idle-culler exited" not in log, hub.log_tail()
+    print("screenshots:", ", ".join(str(s) for s in shots.values()))
