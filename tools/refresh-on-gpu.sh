@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
 # On a GPU machine: re-execute every lesson in place (the outputs the notebooks ship with), tag the cells
-# whose output depends on the machine, then run the whole suite against them as `make test` does (strict
-# nbval), in parallel. Logs, the suite's JUnit XML and the re-executed notebooks (notebooks.tgz) in $OUT.
+# whose output depends on the machine, then run the suite against them as `make test` does (strict nbval),
+# in parallel. Logs, the suite's JUnit XML and the re-executed notebooks (notebooks.tgz) land in $OUT.
 #     OUT=out DEADLINE_S=590 bash tools/refresh-on-gpu.sh      # from the repository root
-# DEADLINE_S bounds the whole script: the suite gets what the lessons left of it (a killed suite still
-# leaves its per-test log, suite.log).
+# DEADLINE_S bounds the whole script: the suite gets what the lessons left of it (a suite stopped at the
+# deadline still leaves its per-test log, suite.log). SUITE (default "tests notebooks") is what pytest
+# runs; EXECUTE=0 skips the re-execution; KEEP (a folder) also gets a copy of the re-executed lessons.
 set -o pipefail
 export PYTHONUNBUFFERED=1
 OUT=${OUT:-out}; mkdir -p "$OUT"
@@ -12,15 +13,19 @@ START=$(date +%s)
 DEADLINE_S=${DEADLINE_S:-3600}
 WORKERS=${WORKERS:-8}
 nvidia-smi -L 2>&1 | tee "$OUT/info.log"
-python3 -m rmsnorm_lessons.execute notebooks/[0-9]*.ipynb 2>&1 | tee "$OUT/execute.log"
-# what a lesson ran up to its error (rmsnorm_lessons.execute writes it beside the lesson): to read, not for nbval
-find notebooks -maxdepth 1 -name '*.failed.ipynb' -exec mv {} "$OUT/" \;
-python3 tools/tag_notebooks.py 2>&1 | tee "$OUT/tag.log"
-tar czf "$OUT/notebooks.tgz" notebooks/*.ipynb
+if [ "${EXECUTE:-1}" = 1 ]; then
+    python3 -m rmsnorm_lessons.execute notebooks/[0-9]*.ipynb 2>&1 | tee "$OUT/execute.log"
+    # what a lesson ran up to its error (rmsnorm_lessons.execute writes it beside the lesson): to read, not for nbval
+    find notebooks -maxdepth 1 -name '*.failed.ipynb' -exec mv {} "$OUT/" \;
+    python3 tools/tag_notebooks.py 2>&1 | tee "$OUT/tag.log"
+    tar czf "$OUT/notebooks.tgz" notebooks/*.ipynb
+    if [ -n "${KEEP:-}" ]; then mkdir -p "$KEEP" && cp notebooks/*.ipynb "$KEEP/"; fi
+fi
 LEFT=$(( DEADLINE_S - ($(date +%s) - START) - 5 ))
-echo "suite: ${LEFT} s left" | tee "$OUT/suite.log"
+echo "suite (${SUITE:-tests notebooks}): ${LEFT} s left" | tee "$OUT/suite.log"
+# shellcheck disable=SC2086  # SUITE and SUITE_ARGS are word lists
 timeout "$LEFT" python3 -m pytest -n "$WORKERS" --dist loadfile -p no:cacheprovider -v --timeout 300 \
-    --nbval --nbval-current-env --nbval-sanitize-with nbval_sanitize.cfg tests notebooks \
+    --nbval --nbval-current-env --nbval-sanitize-with nbval_sanitize.cfg ${SUITE:-tests notebooks} \
     --ignore=tests/test_browser.py --junitxml "$OUT/junit.xml" ${SUITE_ARGS:-} >> "$OUT/suite.log" 2>&1
 echo "suite exit $?" | tee -a "$OUT/suite.log"
 grep -E "^(FAILED|ERROR)|passed|failed" "$OUT/suite.log" | tail -40
