@@ -334,7 +334,8 @@ def test_hub_two_learners(hub):
             assert text not in out
             # ... nor through learner 1's server, with learner 2's cookies
             resp = pages[two].context.request.get(f"{hub.url}user/{one}/files/{secret}")
-            assert text not in resp.text(), f"{two} read {one}'s file through the hub ({resp.status})"
+            assert resp.status == 403 and text not in resp.text(), \
+                f"{two} asked for {one}'s file through the hub: {resp.status}"
             # ... nor from a shell as learner 2
             r = subprocess.run(["runuser", "-u", two, "--", "cat", f"/home/{one}/{secret}"],
                                capture_output=True, text=True)
