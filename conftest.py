@@ -3,7 +3,11 @@
 Also: strict nbval normalises machine numbers with ``nbval_sanitize.cfg`` unless another file is given
 (``pytest --nbval notebooks`` as well as ``make test``), and the summary says in one line how many GPU
 items were skipped and why, instead of one line per file (the other skip reasons are grouped by reason).
+
+``RMSNORM_FAILURE_LOG=FILE`` appends each failure's report to FILE as it happens, not at the end of the
+session: a run stopped by a time limit (tools/refresh-on-gpu.sh on a lent GPU) still says why tests failed.
 """
+import os
 from collections import Counter
 from pathlib import Path
 
@@ -38,6 +42,14 @@ def pytest_collection_modifyitems(config, items):
                 item.add_marker(skip_cell)
         elif "gpu" in item.keywords:
             item.add_marker(skip_test)
+
+
+def pytest_runtest_logreport(report):
+    path = os.environ.get("RMSNORM_FAILURE_LOG")
+    # under xdist the workers' reports reach the controller too: only the controller (no worker id) writes
+    if path and report.failed and "PYTEST_XDIST_WORKER" not in os.environ:
+        with open(path, "a") as f:
+            f.write(f"=== {report.nodeid} ({report.when})\n{report.longreprtext}\n\n")
 
 
 def _skip_reason(report) -> str:

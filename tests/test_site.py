@@ -43,6 +43,8 @@ except ImportError as exc:  # pragma: no cover - depends on the machine
 def site(tmp_path_factory) -> Path:
     if shutil.which("make") is None:
         pytest.skip("make is missing: the site is built with `make site`")
+    pytest.importorskip("nbconvert", reason="nbconvert is not installed: the site is rendered with its HTML exporter "
+                                            "(it comes with the test and lab extras)")
     out = tmp_path_factory.mktemp("site") / "site"
     r = subprocess.run(["make", "--no-print-directory", "-C", str(ROOT), "-o", "venv", "site",
                         f"PY={sys.executable}", f"SITE_ARGS=--out {out}"],

@@ -23,6 +23,7 @@ if [ "${EXECUTE:-1}" = 1 ]; then
 fi
 LEFT=$(( DEADLINE_S - ($(date +%s) - START) - 5 ))
 echo "suite (${SUITE:-tests notebooks}): ${LEFT} s left" | tee "$OUT/suite.log"
+export RMSNORM_FAILURE_LOG="$OUT/failures.log"  # each failure's traceback as it happens (conftest.py)
 # shellcheck disable=SC2086  # SUITE and SUITE_ARGS are word lists
 timeout "$LEFT" python3 -m pytest -n "$WORKERS" --dist loadfile -p no:cacheprovider -v --timeout 300 \
     --nbval --nbval-current-env --nbval-sanitize-with nbval_sanitize.cfg ${SUITE:-tests notebooks} \

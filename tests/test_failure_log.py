@@ -1,0 +1,22 @@
+"""conftest.py's RMSNORM_FAILURE_LOG: a failure's report is written when it happens (CPU)."""
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def test_a_failure_is_logged_as_it_happens(tmp_path):
+    probe = tmp_path / "test_probe.py"
+    probe.write_text("def test_fine():\n    pass\n\n\ndef test_broken():\n    assert 6 * 7 == 43, 'deliberate'\n")
+    log = tmp_path / "failures.log"
+    env = {**os.environ, "RMSNORM_FAILURE_LOG": str(log)}
+    shutil.copy(ROOT / "conftest.py", tmp_path / "conftest.py")  # the repository's hooks, beside the probe
+    p = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", str(probe)],
+                       cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
+    assert p.returncode == 1, p.stdout + p.stderr
+    text = log.read_text()
+    assert "test_probe.py::test_broken (call)" in text and "deliberate" in text
+    assert "test_fine" not in text
