@@ -33,6 +33,9 @@ def _cell(source, text, tags=()):
     ("print(rl.notebook.setup())", "GPU: NVIDIA H200 (sm_90, 132 SMs)\n"),
     ("print(path)", "/work/main/.venv/lib/python3.11/site-packages/x\n"),
     ("rl.widgets.check_and_time(['v1_naive'])", "Pick a version\n"),
+    # PASS on a GPU, NOT VERIFIED without one: nothing in the text names the machine
+    ("lesson03.check_warp_sum(my_body)", "PASS: nvcc compiled it for sm_90 (14 registers) and ran it\n"),
+    ("lesson07.check_v6_kernel(yours_v6)", "PASS: yours_v6 matches the float64 reference at 4 shapes\n"),
 ])
 def test_an_untagged_machine_dependent_cell_is_caught(source, text):
     nb = {"cells": [_cell("x = 1", "1\n"), _cell(source, text)]}

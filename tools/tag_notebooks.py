@@ -35,6 +35,7 @@ SOURCE_RULES = {
     "the nvcc release (SASS, registers)": r"\bsass\.|\bbuild\.resources\(|\bcompile_file\(|\bbuild\.ptx\(",
     "a widget (its banner says GPU or not)": r"\bwidgets\.\w+\(",
     "a timing": r"\bbench\.|%%?timeit|\bperf_counter\(|\btime\.time\(",
+    "a kernel exercise's check (it runs the kernel only where a GPU is)": r"\bcheck_warp_sum\(|\bcheck_v\d_kernel\(",
 }
 # what committed output text shows that another machine would print differently
 OUTPUT_RULES = {
