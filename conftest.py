@@ -19,9 +19,14 @@ ROOT = Path(__file__).resolve().parent
 SANITIZE = ROOT / "nbval_sanitize.cfg"
 GPU_TEST = "needs a GPU: "
 GPU_CELL = "notebook cell tagged gpu: no GPU here"
+_XDIST_WORKER = False  # this process is an xdist worker: its reports reach the controller, which logs them
 
 
 def pytest_configure(config):
+    global _XDIST_WORKER
+    # xdist gives its workers `workerinput`; the environment's PYTEST_XDIST_WORKER would also be inherited
+    # by a pytest that a test starts in a subprocess, which is no worker
+    _XDIST_WORKER = hasattr(config, "workerinput")
     # nbval's option exists only where nbval is installed; an explicit --nbval-sanitize-with wins
     option = config.option
     if hasattr(option, "nbval_sanitize_with") and not option.nbval_sanitize_with \
@@ -46,8 +51,7 @@ def pytest_collection_modifyitems(config, items):
 
 def pytest_runtest_logreport(report):
     path = os.environ.get("RMSNORM_FAILURE_LOG")
-    # under xdist the workers' reports reach the controller too: only the controller (no worker id) writes
-    if path and report.failed and "PYTEST_XDIST_WORKER" not in os.environ:
+    if path and report.failed and not _XDIST_WORKER:
         with open(path, "a") as f:
             f.write(f"=== {report.nodeid} ({report.when})\n{report.longreprtext}\n\n")
 

@@ -276,7 +276,10 @@ def parse_sass(raw: str, name: str = "", arch: str = "") -> Listing:
     functions, each with its ``function-name``, ``length`` and ``sass-instructions`` (``predicate``,
     ``opcode``, ``operands``). An instruction's offset in its function is its index times 16 bytes, the
     numbers cuobjdump printed (an empty opcode marks a gap: it takes its 16 bytes and is no instruction).
-    The JSON gives ``sm_90`` for ``sm_90a``: the suffix comes from ``arch``.
+    The JSON gives ``sm_90`` for ``sm_90a``: the suffix comes from ``arch``. A subroutine nvcc adds to a
+    kernel (``$__internal_0_$__cuda_sm70_shflsync_bfly_p``, which sm_80's shuffles with a mask that is
+    not a constant call) comes as a function of its own that lies inside the kernel's code (its
+    ``start`` within the kernel's ``length``): it is put back at the kernel's end, as cuobjdump shows it.
     """
     data = json.loads(raw)
     meta = data[0] if data and isinstance(data[0], dict) else {}
@@ -287,15 +290,29 @@ def parse_sass(raw: str, name: str = "", arch: str = "") -> Listing:
         if re.fullmatch(re.escape(found_arch) + r"[a-z]", arch or ""):
             found_arch = arch
     functions: dict[str, Function] = {}
+    kernel_start: dict[str, tuple[int, int]] = {}  # kernel -> (start, length) in its code section
+    last_kernel = None
     for f in next((d for d in data if isinstance(d, list)), []):
+        fname, start = f["function-name"], int(f.get("start", 0))
+        owner = None
+        if fname.startswith("$") and last_kernel is not None:
+            k_start, k_length = kernel_start[last_kernel]
+            if k_start <= start < k_start + k_length:
+                owner = last_kernel
+        base = start - kernel_start[owner][0] if owner else 0
         instrs = []
         for i, ins in enumerate(f.get("sass-instructions", [])):
             opcode = ins.get("opcode", "")
             if not opcode or not opcode[0].isalpha():
                 continue
             mark, keys = classify(opcode)
-            instrs.append(Instruction(16 * i, _text(ins, f["function-name"]), opcode, mark, keys))
-        functions[f["function-name"]] = Function(f["function-name"], found_arch, tuple(instrs))
+            instrs.append(Instruction(base + 16 * i, _text(ins, owner or fname), opcode, mark, keys))
+        if owner:  # a subroutine the kernel calls: its code, as cuobjdump printed it, at the kernel's end
+            functions[owner] = Function(owner, found_arch, functions[owner].instructions + tuple(instrs))
+        else:
+            functions[fname] = Function(fname, found_arch, tuple(instrs))
+            kernel_start[fname] = (start, int(f.get("length", 16 * len(f.get("sass-instructions", [])))))
+            last_kernel = fname
     return Listing(name, found_arch, raw, functions)
 
 

@@ -14,9 +14,9 @@ has_driver() {
 has_nvcc() {
     command -v nvcc >/dev/null 2>&1 || [ -x "${CUDA_HOME:-/nonexistent}/bin/nvcc" ]
 }
-has_nvdisasm() {
-    command -v nvdisasm >/dev/null 2>&1 || [ -x "${CUDA_HOME:-/nonexistent}/bin/nvdisasm" ] \
-        || [ -x /usr/local/cuda/bin/nvdisasm ]
+has_tool() {  # a CUDA binary tool on PATH, under CUDA_HOME or in /usr/local/cuda
+    command -v "$1" >/dev/null 2>&1 || [ -x "${CUDA_HOME:-/nonexistent}/bin/$1" ] \
+        || [ -x "/usr/local/cuda/bin/$1" ]
 }
 
 extras="test,lab"
@@ -24,8 +24,10 @@ has_driver && extras="$extras,gpu"
 nvcc_wheels=""
 has_nvcc || nvcc_wheels="nvidia-cuda-nvcc==13.0.* nvidia-cuda-crt==13.0.* nvidia-nvvm==13.0.* nvidia-cuda-runtime==13.0.* nvidia-cuda-cccl==13.0.*"
 # nvdisasm for the SASS listings (rmsnorm_lessons.sass reads `nvdisasm -json`), from NVIDIA's wheel when
-# the system has none; cuobjdump is not needed
-has_nvdisasm || nvcc_wheels="$nvcc_wheels nvidia-cuda-nvdisasm>=13.0,<14"
+# the system has none. cuobjdump only for the tests: tests/test_sass.py compares the JSON's listing with
+# cuobjdump's, which caught nvdisasm's JSON giving a kernel's subroutines as functions of their own
+has_tool nvdisasm || nvcc_wheels="$nvcc_wheels nvidia-cuda-nvdisasm>=13.0,<14"
+has_tool cuobjdump || nvcc_wheels="$nvcc_wheels nvidia-cuda-cuobjdump>=13.0,<14"
 
 stamp_text="$(cat pyproject.toml tools/setup-venv.sh) extras=$extras wheels=$nvcc_wheels"
 stamp=$(printf '%s' "$stamp_text" | sha1sum | cut -c1-16)
