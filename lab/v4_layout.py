@@ -89,6 +89,11 @@ def main(argv=None) -> int:
     out["checks"] = []
     for name in LAYOUTS:
         for N, C in CHECK_SHAPES:
+            try:
+                bench.runnable(name, N, C)
+            except ValueError as exc:  # the warp-private rows do not fit at large C
+                print(f"skip {name} at {N}x{C}: {exc}")
+                continue
             report = check.check_version(name, N, C, seed=N + C)
             out["checks"].append({"version": name, "N": N, "C": C, "ok": report.ok,
                                   "dinp_rel_l2": report.dinp.rel_l2_error,
