@@ -11,8 +11,11 @@ from __future__ import annotations
 import argparse
 import json
 import threading
+from pathlib import Path
 
 import numpy as np
+
+import manifest
 
 import rmsnorm_lessons as rl
 from rmsnorm_lessons import check, gpu, launch, reference
@@ -117,6 +120,7 @@ def main(argv=None):
     if args.json:
         with open(args.json, "w") as f:
             json.dump(out, f, indent=1)
+        manifest.record(Path(args.json).parent, [args.json])
 
 
 if __name__ == "__main__":
