@@ -14,7 +14,7 @@ from rmsnorm_lessons import build, gpu, student
 
 ROOT = Path(__file__).resolve().parent.parent
 NOTEBOOKS = ROOT / "notebooks"
-LESSONS = ["02_naive", "03_warp_per_row", "04_shared_memory", "05_bf16_vectorized", "06_two_pass",
+LESSONS = ["00_setup", "01_rmsnorm_math", "02_naive", "03_warp_per_row", "04_shared_memory", "05_bf16_vectorized", "06_two_pass",
            "07_last_block", "08_speed_of_light"]
 needs_nvcc = pytest.mark.skipif(build.find_nvcc() is None, reason="nvcc not found")
 
@@ -77,6 +77,42 @@ def test_every_exercise_has_a_solution_and_the_student_edition_has_none(lesson):
     # the H200's tables and figures stay
     assert kept >= sum(1 for c in nb["cells"] if c.get("outputs") and not student.has_solution(_src(c))
                        and not student.check_calls(_src(c))) - 1
+
+
+def _solution_lines(text: str) -> tuple[set, set]:
+    """A cell's solution regions as (each two neighbouring lines, stripped, of 12 characters or more;
+    the code of each region that has one such line only, without its comment)."""
+    pairs, singles, region = set(), set(), None
+    for line in text.split("\n"):
+        if student.BEGIN in line:
+            region = []
+        elif student.END in line:
+            if region is not None and len(region) == 1:
+                singles.add(region[0].split("  #")[0].split("  //")[0].strip())
+            region = None
+        elif region is not None and len(line.strip()) >= 12:
+            region.append(line.strip())
+            if len(region) >= 2:
+                pairs.add((region[-2], region[-1]))
+    return pairs, singles
+
+
+@pytest.mark.parametrize("lesson", LESSONS)
+def test_no_solution_reaches_the_student_edition(lesson):
+    # a solution shown anywhere else (a markdown "Solution" block, a copy in another cell) hands it over:
+    # no two neighbouring lines of a solution appear together in any cell of the student edition, and no
+    # one-line solution appears at all
+    nb = _nb(lesson)
+    found = [_solution_lines(_src(c)) for c in nb["cells"]]
+    pairs = set().union(*(f[0] for f in found))
+    singles = set().union(*(f[1] for f in found))
+    assert pairs or singles, "no solution region in the lesson"
+    st = student.student_notebook(nb)
+    for i, cell in enumerate(st["cells"]):
+        text = _src(cell)
+        lines = [ln.strip() for ln in text.split("\n") if len(ln.strip()) >= 12]
+        shown = sorted(p for p in zip(lines, lines[1:]) if p in pairs) + sorted(x for x in singles if x in text)
+        assert not shown, f"cell {i} ({cell['cell_type']}) of the student edition shows the solution: {shown}"
 
 
 def test_student_cli_writes_every_lesson(tmp_path):
