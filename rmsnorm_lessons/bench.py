@@ -211,7 +211,7 @@ def runnable(version, N: int, C: int) -> None:
     spec = ladder.get(version)
     validate.check_inputs(spec, *(np.empty((N, C), spec.dtype),) * 2, np.empty(C, spec.dtype),
                           np.empty(N, np.float32))
-    spec.shared_memory(C, spec.block_size)
+    validate.shared_memory(spec, C, spec.block_size)
     launch.launcher(spec, C)  # compiles it and checks every launch's shared memory on this device
 
 

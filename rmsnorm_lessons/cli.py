@@ -132,7 +132,7 @@ def _versions(args, shapes=()) -> list[str]:
                         raise ValueError(f"N (rows) must be below 2**31, got {N}")
                     one_row = numpy.empty((1, C), spec.dtype)
                     validate.check_inputs(spec, one_row, one_row, numpy.empty(C, spec.dtype), numpy.empty(1, numpy.float32))
-                    spec.shared_memory(C, spec.block_size)
+                    validate.shared_memory(spec, C, spec.block_size)
                 except ValueError as exc:
                     refused.append(f"{name} at {N}x{C}: {exc}")
         if refused:
@@ -208,8 +208,32 @@ def _bench(args) -> int:
     return 0
 
 
+def _inspect_width_error(name: str, arch: str, C: int) -> str | None:
+    """Why a version cannot launch at width ``C`` on ``arch`` (its rule on C, the shared memory a block of it
+    needs against what the arch gives a block), or None; None also for a file of kernels/ (no plan)."""
+    try:
+        spec = ladder.get(name)
+    except (ValueError, TypeError):
+        return None
+    try:
+        validate.check_inputs(spec, *(numpy.empty((1, C), spec.dtype),) * 2, numpy.empty(C, spec.dtype),
+                              numpy.empty(1, numpy.float32))
+        need = validate.shared_memory(spec, C, spec.block_size)
+    except ValueError as exc:
+        return str(exc)
+    limits = occupancy.LIMITS.get(arch)
+    if limits is not None and need > limits.shared_per_block_optin:
+        return (f"{spec.name} at C={C} needs {need} bytes of dynamic shared memory per block; {arch} gives a "
+                f"block at most {limits.shared_per_block_optin}")
+    return None
+
+
 def _inspect(args) -> int:
     name = args.version
+    why = _inspect_width_error(name, args.arch, args.C)
+    if why is not None:
+        print(f"inspect: --C {args.C}: {why}", file=sys.stderr)
+        return EXIT_USAGE
     try:
         print(occupancy.report(name, args.arch, C=args.C))
     except FileNotFoundError as exc:  # neither a version nor a file of kernels/

@@ -54,7 +54,7 @@ def run(version, dout, inp, weight, rstd, dinp=None, dweight=None, *, block_size
     if config is not None and spec.name != "v7_fast":
         raise ValueError(f"config is for v7_fast's variants; {spec.name} takes none")
     shp = validate.check_inputs(spec, dout, inp, weight, rstd, dinp, dweight)
-    spec.shared_memory(shp.C, block)  # a C the version cannot run on any device says so here
+    validate.shared_memory(spec, shp.C, block)  # a C the version cannot run on any device says so here
     if config is not None:
         ladder.v7_fast.row_layout(shp.C, block, config.K, overwrite, config.prefetch)
     gpu.foreign_handle(stream)  # a stream of the wrong kind says so here

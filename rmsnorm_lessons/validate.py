@@ -9,7 +9,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from . import ladder
+from . import ladder, occupancy
 
 FP32 = np.dtype(np.float32)
 MAX_C = 1 << 30  # kernels index a row's columns with int, stepping by up to 1024 past the last one
@@ -55,6 +55,18 @@ def block_size(rung_: ladder.Rung, value) -> int:
         raise ValueError(f"block_size for {rung_.name} must be a multiple of 32 from 32 to {rung_.max_block}"
                          f"{' (its __launch_bounds__)' if rung_.max_block < 1024 else ''}, got {value}")
     return value
+
+
+def shared_memory(spec: ladder.Rung, C: int, block: int) -> int:
+    """The dynamic shared memory ``spec`` asks for at width ``C`` in blocks of ``block``; a ValueError where no
+    GPU the course knows (occupancy.LIMITS, sm_80 to sm_120) gives a block that much, so a C that cannot run
+    anywhere is refused without asking the device. The device's own limit is the launcher's check."""
+    need = spec.shared_memory(C, block)
+    most = max(limits.shared_per_block_optin for limits in occupancy.LIMITS.values())
+    if need > most:
+        raise ValueError(f"{spec.name} at C={C} needs {need} bytes of dynamic shared memory per block (block of "
+                         f"{block}); no GPU allows a block more than {most} bytes")
+    return need
 
 
 def flag(name: str, value) -> bool:

@@ -88,6 +88,9 @@ def _one_line_usage_error(p, *words):
     (["inspect", "v6_last_block", "--C", "wide"], ["--C", "not a whole number"]),
     (["inspect", "v6_last_block", "--arch", "banana"], ["--arch", "'banana'", "sm_90"]),
     (["inspect", "v6_last_block", "--arch", "sm_10"], ["--arch", "'sm_10'", "sm_90"]),
+    (["inspect", "v6_last_block", "--C", "100"], ["--C 100", "multiple of 8"]),
+    (["inspect", "v6_last_block", "--C", "1000000"], ["--C 1000000", "no GPU allows a block more than"]),
+    (["inspect", "v6_last_block", "--C", "20480", "--arch", "sm_86"], ["--C 20480", "sm_86 gives a block at most"]),
     (["bench", "--shapes", "4096"], ["--shapes", "'4096'", "NxC"]),
     (["check", "--shapes", "7x776,4096x0"], ["--shapes", "'4096x0'", "at least 1"]),
     (["bench", "--repeats", "0"], ["--repeats", "at least 1"]),
@@ -176,3 +179,6 @@ def test_shapes_a_named_version_cannot_run_are_refused_first(command):
     assert any("v7_fast at 100x7" in line and "multiple of 8" in line for line in lines[1:])
     assert any("v7_fast at 64x20000" in line and "16384" in line for line in lines[1:])
     assert not any("v2_warp" in line or "32x64" in line for line in lines[1:])  # those run
+    p = _cli(command, "v6_last_block", "--shapes", "8x1000000")  # 8 MB of shared memory a block: no GPU has it
+    assert p.returncode == cli.EXIT_USAGE and "v6_last_block at 8x1000000" in p.stderr, (p.returncode, p.stderr)
+    assert "no GPU allows a block more than" in p.stderr

@@ -103,6 +103,14 @@ def test_v7_block_too_small_for_the_row(no_gpu):
         kernels.run("v7_fast", *_args(p), block_size=96)
 
 
+def test_a_width_no_gpu_can_hold_is_refused_before_the_gpu(no_gpu):
+    # v6 stages 2 * C floats per block: at C = 1,000,000 that is 8 MB, more than any GPU gives a block
+    p = _problem("v6_last_block", N=1, C=1_000_000)
+    with pytest.raises(ValueError, match=r"^v6_last_block at C=1000000 needs \d+ bytes of dynamic shared memory "
+                                         r"per block \(block of 512\); no GPU allows a block more than 232448 bytes$"):
+        kernels.run("v6_last_block", *_args(p))
+
+
 @pytest.mark.parametrize("value,kind", [("no", "str"), (1, "int"), (None, "NoneType"), (0.0, "float")])
 def test_overwrite_must_be_a_bool(no_gpu, value, kind):
     p = _problem("v7_fast")
