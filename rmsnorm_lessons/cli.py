@@ -173,7 +173,8 @@ def _bench(args) -> int:
     versions = _versions(args, args.shapes or ()) if args.versions else None
     gpu.require()
     shapes = args.shapes
-    want_peers = _torch_imports() if args.peers is None else args.peers  # on by default where torch imports
+    want_peers = bool(args.peer_names) or (_torch_imports() if args.peers is None else args.peers)
+    peer_names = args.peer_names or list(peers.PEERS)
     overwrite = want_peers if args.overwrite is None else args.overwrite  # peers overwrite dinp: compare so
     copy_gbps = gpu.copy_bandwidth()
     results = bench.sweep(versions, shapes, repeats=args.repeats, copy_gbps=copy_gbps,
@@ -187,14 +188,14 @@ def _bench(args) -> int:
     if want_peers:
         write_json()  # the versions' rows are safe on disk (and shown) before the peers run
         print(bench.table(results, baseline="v6_last_block"), flush=True)
-        results += peers.sweep(shapes, repeats=args.repeats, copy_gbps=copy_gbps)
+        results += peers.sweep(shapes, names=peer_names, repeats=args.repeats, copy_gbps=copy_gbps)
     results = bench.by_shape(results)
     print(f"copy bandwidth {copy_gbps:.0f} GB/s (bytes read + written)")
     print(bench.table(results, baseline="v6_last_block"))
     if want_peers:
-        mine = [r.name for r in results if r.name not in peers.PEERS]
+        mine = [r.name for r in results if r.name not in peers.ALL_PEERS]
         for name in dict.fromkeys(mine):
-            lines = bench.against(results, name, peers.PEERS)
+            lines = bench.against(results, name, peer_names)
             if lines:
                 print(f"{name} against the fastest peer:\n{lines}")
     if args.json:
@@ -326,6 +327,9 @@ def main(argv=None) -> int:
                    help="write every row here (name, N, C, ms, GB/s, %% of copy, speedup over v6)")
     p.add_argument("--peers", action=argparse.BooleanOptionalAction, default=None,
                    help="also PyTorch eager, torch.compile and Liger-Kernel (default: on where torch imports)")
+    p.add_argument("--peer", action="append", choices=peers.ALL_PEERS, metavar="NAME", dest="peer_names",
+                   help="time this peer (repeat for several) instead of the default three; also: "
+                        + ", ".join(peers.EXTRA_PEERS) + " (Quack needs quack-kernels)")
     p.add_argument("--overwrite", action=argparse.BooleanOptionalAction, default=None,
                    help="also time versions that offer it in overwrite mode, dinp = (default: as --peers)")
     p.add_argument("--plot", type=_output_path, metavar="PATH",

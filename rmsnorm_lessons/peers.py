@@ -6,6 +6,16 @@
   tensors its forward saved, as its autograd function does (``in_place=True``, its default: dinp is
   written over dout).
 
+Opt-in peers (``sweep(names=...)``, ``bench --peer NAME``; not in the default sweep, since autotuning and
+a CuTe DSL compile take minutes):
+
+* ``torch.compile max-autotune``: the same function compiled with ``mode="max-autotune-no-cudagraphs"``.
+* ``Quack``: ``quack.rmsnorm.rmsnorm_bwd`` (quack-kernels, CuTe DSL), its whole call: the kernel, which
+  writes fp32 dweight partials per persistent block, then their sum in PyTorch.
+* ``Quack kernel``: the same kernel alone (``torch.ops.quack.rmsnorm_bwd_f``); its partials are summed
+  for the check only, outside the timed call.
+* ``Quack tuned``: ``quack.rmsnorm.rmsnorm_bwd_tuned`` (its autotuned configuration), then the sum.
+
 Every peer computes the gradient alone (dinp =, dweight =), so each moves ``3 * N * C * 2`` bytes plus
 rstd, weight and dweight (:func:`bytes_moved`). Each is checked against the float64 reference on its own
 outputs before it is timed, and timed as :mod:`rmsnorm_lessons.bench` times the versions: CUDA events
@@ -27,7 +37,9 @@ from . import bench, check, gpu, reference
 from .bf16 import bfloat16
 
 EPS = 1e-5
-PEERS = ("torch eager", "torch.compile", "Liger-Kernel")
+PEERS = ("torch eager", "torch.compile", "Liger-Kernel")  # the default sweep
+EXTRA_PEERS = ("torch.compile max-autotune", "Quack", "Quack kernel", "Quack tuned")  # asked for by name
+ALL_PEERS = PEERS + EXTRA_PEERS
 SLEEP_US = 1000  # long enough for autograd's (or Triton's) host work to be queued before the GPU gets there
 
 
@@ -51,10 +63,17 @@ def _liger():
     return importlib.import_module("liger_kernel.ops.rms_norm")
 
 
+def _quack():
+    """Quack's RMSNorm module (quack-kernels; it needs nvidia-cutlass-dsl and apache-tvm-ffi)."""
+    import importlib
+
+    return importlib.import_module("quack.rmsnorm")
+
+
 def why_unavailable(name: str) -> str | None:
     """None where the peer can run here, else one sentence saying why not."""
-    if name not in PEERS:
-        raise ValueError(f"peer must be one of {', '.join(PEERS)}; got {name!r}")
+    if name not in ALL_PEERS:
+        raise ValueError(f"peer must be one of {', '.join(ALL_PEERS)}; got {name!r}")
     try:
         torch = _torch()
     except ImportError:
@@ -68,6 +87,11 @@ def why_unavailable(name: str) -> str | None:
             _liger()
         except ImportError as exc:
             return f"Liger-Kernel is not installed ({exc})"
+    if name.startswith("Quack"):
+        try:
+            _quack()
+        except ImportError as exc:
+            return f"Quack (quack-kernels) is not installed ({exc})"
     return None
 
 
@@ -150,6 +174,7 @@ class _Eager(_Peer):
 
 class _Compiled(_Eager):
     name = "torch.compile"
+    mode = None  # torch.compile's default
 
     def function(self):
         torch = self.torch
@@ -160,7 +185,8 @@ class _Compiled(_Eager):
         except (ImportError, AttributeError):
             pass
         torch._dynamo.reset()  # a fresh cache for every shape: no recompile limit, no dynamic shapes
-        return torch.compile(super().function(), dynamic=False, fullgraph=True)
+        options = {"mode": self.mode} if self.mode else {}
+        return torch.compile(super().function(), dynamic=False, fullgraph=True, **options)
 
     def check_call(self):
         got = self.backward(0)
@@ -181,6 +207,60 @@ class _Compiled(_Eager):
             flush.zero_()  # the forward just read inp: push it out of L2 before the timed backward
 
         self.before = before
+
+
+class _CompiledMaxAutotune(_Compiled):
+    name = "torch.compile max-autotune"
+    mode = "max-autotune-no-cudagraphs"  # autotuned Triton kernels; no CUDA graphs (the timing sees each call)
+
+
+class _Quack(_Peer):
+    name = "Quack"
+
+    def __init__(self, problem, sets):
+        super().__init__(problem, sets)
+        self.quack = _quack()
+        # rstd as the forward saved it (fp32, one per row): the same for every set
+        self.rstd = to_torch(problem["rstd"], self.device)
+        self.torch.cuda.synchronize()
+
+    def backward(self, i):
+        dx, dw = self.quack.rmsnorm_bwd(self.inp[i], self.weight, self.dout[i], self.rstd)[:2]
+        return dx, dw
+
+
+class _QuackKernel(_Quack):
+    name = "Quack kernel"
+
+    def __init__(self, problem, sets):
+        super().__init__(problem, sets)
+        self.sm_count = self.quack.get_sm_count(self.C, self.device)  # the persistent grid rmsnorm_bwd uses
+
+    def backward(self, i):  # the kernel alone: dx and the fp32 partials of dweight, not yet summed
+        return self.torch.ops.quack.rmsnorm_bwd_f(self.inp[i], self.weight, self.dout[i], self.rstd, None,
+                                                  self.sm_count)
+
+    def check_call(self):
+        dx, partials = self.backward(0)
+        return dx, partials.sum(dim=0).to(self.weight.dtype)
+
+
+class _QuackTuned(_QuackKernel):
+    name = "Quack tuned"
+
+    def __init__(self, problem, sets):
+        super().__init__(problem, sets)
+        torch = self.torch
+        self.dx = [torch.empty_like(x) for x in self.inp]
+        self.partials = torch.empty((self.sm_count, self.C), device=self.device, dtype=torch.float32)
+
+    def backward(self, i):  # the autotuned kernel (its search runs in the warm-up), then the sum
+        self.quack.rmsnorm_bwd_tuned(self.inp[i], self.weight, self.dout[i], self.rstd, self.dx[i],
+                                     dw_partial=self.partials, has_dw_partial=True)
+        return self.dx[i], self.partials.sum(dim=0).to(self.weight.dtype)
+
+    def check_call(self):
+        return self.backward(0)
 
 
 class _Liger(_Peer):
@@ -211,7 +291,7 @@ class _Liger(_Peer):
         return self._call(self.dout[0].clone(), 0)
 
 
-_CLASSES = {c.name: c for c in (_Eager, _Compiled, _Liger)}
+_CLASSES = {c.name: c for c in (_Eager, _Compiled, _Liger, _CompiledMaxAutotune, _Quack, _QuackKernel, _QuackTuned)}
 
 
 # ----------------------------------------------------------------------------------------------------

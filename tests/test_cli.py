@@ -94,6 +94,7 @@ def _one_line_usage_error(p, *words):
     (["bench", "--shapes", "4096"], ["--shapes", "'4096'", "NxC"]),
     (["check", "--shapes", "7x776,4096x0"], ["--shapes", "'4096x0'", "at least 1"]),
     (["bench", "--repeats", "0"], ["--repeats", "at least 1"]),
+    (["bench", "--peer", "cuDNN"], ["--peer", "'cuDNN'", "Quack kernel"]),
     (["bench", "--json", "/nonexistent-folder/bench.json"], ["--json", "does not exist"]),
     (["check", "v9_missing"], ["v9_missing", "v1_naive"]),
     (["bench", "v9_missing", "--shapes", "8x8"], ["v9_missing", "v7_fast"]),

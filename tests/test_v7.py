@@ -7,8 +7,10 @@ parametrized test over ``rl.kernels.VERSIONS``.
 """
 import dataclasses
 import re
+import types
 
 import numpy as np
+
 import pytest
 
 from rmsnorm_lessons import bench, bf16, build, check, gpu, kernels, ladder, launch, peers, reference
@@ -247,11 +249,29 @@ def test_peers_say_why_they_cannot_run(monkeypatch):
         return real(name, *a, **kw)
 
     monkeypatch.setattr(builtins, "__import__", no_torch)
-    for name in peers.PEERS:
+    for name in peers.ALL_PEERS:  # the default three and the opt-in ones (Quack, max-autotune)
         assert peers.why_unavailable(name) == "PyTorch is not installed"
     assert peers.available() == []
     with pytest.raises(ValueError, match="peer must be one of"):
         peers.why_unavailable("cuDNN")
+
+
+def test_quack_peers_say_when_quack_is_missing(monkeypatch):
+    # PyTorch with a GPU, no quack-kernels: the three Quack peers say so; the others are unaffected
+    fake_torch = types.SimpleNamespace(cuda=types.SimpleNamespace(is_available=lambda: True), compile=object(),
+                                       __version__="0.0")
+    monkeypatch.setattr(peers, "_torch", lambda: fake_torch)
+    monkeypatch.setattr(peers, "_liger", lambda: None)
+
+    def no_quack():
+        raise ImportError("No module named 'quack'")
+
+    monkeypatch.setattr(peers, "_quack", no_quack)
+    for name in ("Quack", "Quack kernel", "Quack tuned"):
+        assert peers.why_unavailable(name) == "Quack (quack-kernels) is not installed (No module named 'quack')"
+    for name in ("torch eager", "torch.compile", "torch.compile max-autotune", "Liger-Kernel"):
+        assert peers.why_unavailable(name) is None
+    assert peers.available() == list(peers.PEERS)  # the default sweep: the three
 
 
 def _t(name, N, C, ms, nbytes=10**9, copy=4000.0):
