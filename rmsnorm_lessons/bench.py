@@ -63,9 +63,18 @@ def time_ms(launch, sets: int = 1, warmup: int = 5, repeats: int = 50, stream=No
     return times
 
 
+#: at least this many buffer sets are rotated at every shape (memory permitting): with 2, a large shape's
+#: launches alternate between two allocations, whose speeds can differ by a few %, and the median is then
+#: one of two clusters
+MIN_SETS = 8
+#: a row whose spread, (p90 - p10) / median, is above this is timed again (sweep), and flagged if it stays
+NOISY_SPREAD = 0.2
+
+
 def sets_for(bytes_per_set: int, l2_bytes: int, free_bytes: int) -> int:
-    """How many buffer sets to rotate so that consecutive launches find nothing useful in L2."""
-    want = max(2, -(-3 * l2_bytes // max(bytes_per_set, 1)))
+    """How many buffer sets to rotate so that consecutive launches find nothing useful in L2 (together at
+    least three times L2, and at least :data:`MIN_SETS`), within half the free memory."""
+    want = max(MIN_SETS, -(-3 * l2_bytes // max(bytes_per_set, 1)))
     fit = max(1, int(0.5 * free_bytes // max(bytes_per_set, 1)))
     return max(1, min(want, fit, 64))
 
@@ -84,6 +93,11 @@ class Timing:
     @property
     def fraction_of_copy(self) -> float:
         return self.gbps / self.copy_gbps if self.copy_gbps else float("nan")
+
+    @property
+    def noisy(self) -> bool:
+        """Its launches' times spread more than :data:`NOISY_SPREAD` of the median: a figure to distrust."""
+        return self.ms_spread > NOISY_SPREAD
 
     def as_dict(self):
         d = asdict(self)
@@ -125,9 +139,12 @@ class DeviceProblem:
         self._allocs = []
 
 
+OVERWRITE_SUFFIX = " (dinp=)"
+
+
 def overwrite_name(version) -> str:
     """The name of a version's row when it runs in overwrite mode (dinp =, dinp not read)."""
-    return f"{ladder.get(version).name} (dinp=)"
+    return f"{ladder.get(version).name}{OVERWRITE_SUFFIX}"
 
 
 def bench_version(version, N: int, C: int, copy_gbps: float, repeats: int = 50, problem=None, *,
@@ -164,13 +181,30 @@ def check_overwrite(version, N: int, C: int, seed=0):
     return checking.check_version(version, N, C, seed=seed, overwrite=True)
 
 
+def steady(timed, label: str = "", log=sys.stderr) -> Timing:
+    """``timed()`` (a :class:`Timing`), timed once more when its spread is above :data:`NOISY_SPREAD`; the
+    steadier of the two is kept, and a row that stays noisy says so on ``log`` (``Timing.noisy``)."""
+    first = timed()
+    if not first.noisy:
+        return first
+    second = timed()
+    kept = min(first, second, key=lambda t: t.ms_spread)
+    if kept.noisy:
+        print(f"noisy: {label or kept.name} at {kept.N}x{kept.C}: spread {100 * kept.ms_spread:.0f} % of the median "
+              f"after two runs", file=log)
+    return kept
+
+
 def sweep(versions=None, shapes=None, repeats: int = 50, check: bool = True, copy_gbps: float | None = None,
-          overwrite: bool = False):
+          overwrite: bool = False, ceiling: bool = False):
     """Check (optionally) and time every version at every shape; one copy-bandwidth measurement first.
 
     Returns a list of :class:`Timing`; a version that cannot run a shape (its C rule, its shared memory)
     is left out and reported on stderr. With ``overwrite``, versions that offer the overwrite mode get a
-    second row in that mode (named by :func:`overwrite_name`), checked in that mode first.
+    second row in that mode (named by :func:`overwrite_name`), checked in that mode first. A row whose
+    spread is above :data:`NOISY_SPREAD` is timed again (:func:`steady`). With ``ceiling``, each shape also
+    gets the same-bytes ceiling (:func:`stream_ceiling`) in each mode timed there, as rows of its own
+    (``percent_of_ceiling`` in :func:`records` reads them).
     """
     versions = list(versions or ladder.VERSIONS)
     shapes = list(shapes or LARGE_SHAPES + SMALL_SHAPES)
@@ -198,10 +232,14 @@ def sweep(versions=None, shapes=None, repeats: int = 50, check: bool = True, cop
         key = (N, C, spec.dtype)
         if key not in problems:
             problems[key] = DeviceProblem(N, C, spec.dtype)
-        results.append(bench_version(version, N, C, copy_gbps, repeats=repeats, problem=problems[key],
-                                     overwrite=mode))
+        results.append(steady(lambda: bench_version(version, N, C, copy_gbps, repeats=repeats,
+                                                    problem=problems[key], overwrite=mode)))
     for problem in problems.values():
         problem.free()
+    if ceiling:
+        for N, C, mode in dict.fromkeys((r.N, r.C, r.name.endswith(OVERWRITE_SUFFIX)) for r in list(results)):
+            if (N * C) % 8 == 0:
+                results.append(steady(lambda: stream_ceiling(N, C, copy_gbps, overwrite=mode, repeats=repeats)))
     return results
 
 
@@ -262,7 +300,7 @@ def stream_ceiling(N: int, C: int, copy_gbps: float, overwrite: bool = False, re
             for buf in trio:
                 buf.free()
     spec = ladder.get("v7_fast")
-    return _timing(STREAM_NAME + (" (dinp=)" if overwrite else ""), N, C, times,
+    return _timing(STREAM_NAME + (OVERWRITE_SUFFIX if overwrite else ""), N, C, times,
                    spec.bytes_moved(N, C, overwrite=overwrite), copy_gbps)
 
 
@@ -276,26 +314,51 @@ def fit_fixed_cost(ns, ms) -> tuple[float, float]:
     return float(fixed * 1e3), float(per_row * 1e6)
 
 
-def table(results, baseline: str | None = None) -> str:
-    """A text table: time, GB/s, % of copy and (optionally) speedup over ``baseline`` at each shape."""
+def table(results, baseline: str | None = None, overwriting=()) -> str:
+    """A text table: time, GB/s, % of copy, % of the same-bytes ceiling (where ``results`` hold ceiling
+    rows: :func:`ceiling_for`) and (optionally) speedup over ``baseline`` at each shape. A noisy row
+    (:attr:`Timing.noisy`) is marked ``~``."""
     base = {(r.N, r.C): r.ms for r in results if r.name == baseline}
-    lines = [f"{'version':<16}{'N x C':>14}{'ms':>10}{'GB/s':>9}{'% copy':>8}" + ("  speedup" if base else "")]
+    ceilings = any(r.name.startswith(STREAM_NAME) for r in results)
+    lines = [f"{'version':<16}{'N x C':>14}{'ms':>10}{'GB/s':>9}{'% copy':>8}" + ("  % ceil" if ceilings else "")
+             + ("  speedup" if base else "")]
     for r in results:
         row = f"{r.name:<16}{f'{r.N}x{r.C}':>14}{r.ms:>10.4f}{r.gbps:>9.0f}{100 * r.fraction_of_copy:>7.1f}%"
+        if ceilings:
+            top = ceiling_for(results, r, overwriting)
+            row += f"  {100 * r.gbps / top.gbps:5.1f}%" if top is not None else " " * 8
         if base and (r.N, r.C) in base:
             row += f"  {base[(r.N, r.C)] / r.ms:6.2f}x"
+        if r.noisy:
+            row += "  ~"
         lines.append(row)
     return "\n".join(lines)
 
 
-def records(results, baseline: str | None = "v6_last_block") -> list[dict]:
-    """Every row as a dict (for JSON): the :class:`Timing` fields, ``percent_of_copy`` and
-    ``speedup_over_<baseline>`` (the baseline's time over the row's at the same shape; None without one)."""
+def ceiling_for(results, row: Timing, overwriting=()) -> Timing | None:
+    """The same-bytes ceiling row (:func:`stream_ceiling`) among ``results`` at ``row``'s shape and mode:
+    overwrite mode for rows named ``... (dinp=)`` and for the names in ``overwriting`` (the peers, which
+    write dinp), accumulate mode for the others; None where there is none."""
+    if row.name.startswith(STREAM_NAME):
+        return None
+    overwrite = row.name.endswith(OVERWRITE_SUFFIX) or row.name in overwriting
+    name = STREAM_NAME + (OVERWRITE_SUFFIX if overwrite else "")
+    return next((r for r in results if r.name == name and (r.N, r.C) == (row.N, row.C)), None)
+
+
+def records(results, baseline: str | None = "v6_last_block", overwriting=()) -> list[dict]:
+    """Every row as a dict (for JSON): the :class:`Timing` fields, ``percent_of_copy``,
+    ``percent_of_ceiling`` (its GB/s over the same-bytes ceiling's at its shape and mode, where
+    ``results`` hold one: :func:`ceiling_for`; else None), ``noisy`` and ``speedup_over_<baseline>`` (the
+    baseline's time over the row's at the same shape; None without one)."""
     base = {(r.N, r.C): r.ms for r in results if r.name == baseline}
     rows = []
     for r in results:
         d = r.as_dict()
         d["percent_of_copy"] = 100 * r.fraction_of_copy
+        top = ceiling_for(results, r, overwriting)
+        d["percent_of_ceiling"] = 100 * r.gbps / top.gbps if top is not None else None
+        d["noisy"] = r.noisy
         if baseline:
             key = "speedup_over_" + ("v6" if baseline == "v6_last_block" else baseline)
             d[key] = base[(r.N, r.C)] / r.ms if (r.N, r.C) in base else None

@@ -178,20 +178,20 @@ def _bench(args) -> int:
     overwrite = want_peers if args.overwrite is None else args.overwrite  # peers overwrite dinp: compare so
     copy_gbps = gpu.copy_bandwidth()
     results = bench.sweep(versions, shapes, repeats=args.repeats, copy_gbps=copy_gbps,
-                          overwrite=overwrite)
+                          overwrite=overwrite, ceiling=args.ceiling)
 
     def write_json():
         if args.json:
             with open(args.json, "w") as f:
-                json.dump(bench.records(results, baseline="v6_last_block"), f, indent=1)
+                json.dump(bench.records(results, baseline="v6_last_block", overwriting=peer_names), f, indent=1)
 
     if want_peers:
         write_json()  # the versions' rows are safe on disk (and shown) before the peers run
-        print(bench.table(results, baseline="v6_last_block"), flush=True)
+        print(bench.table(results, baseline="v6_last_block", overwriting=peer_names), flush=True)
         results += peers.sweep(shapes, names=peer_names, repeats=args.repeats, copy_gbps=copy_gbps)
     results = bench.by_shape(results)
     print(f"copy bandwidth {copy_gbps:.0f} GB/s (bytes read + written)")
-    print(bench.table(results, baseline="v6_last_block"))
+    print(bench.table(results, baseline="v6_last_block", overwriting=peer_names))
     if want_peers:
         mine = [r.name for r in results if r.name not in peers.ALL_PEERS]
         for name in dict.fromkeys(mine):
@@ -332,6 +332,9 @@ def main(argv=None) -> int:
                         + ", ".join(peers.EXTRA_PEERS) + " (Quack needs quack-kernels)")
     p.add_argument("--overwrite", action=argparse.BooleanOptionalAction, default=None,
                    help="also time versions that offer it in overwrite mode, dinp = (default: as --peers)")
+    p.add_argument("--ceiling", action=argparse.BooleanOptionalAction, default=True,
+                   help="also time the same-bytes ceiling (an elementwise kernel moving v7's bytes) at each shape "
+                        "and mode, and report %% of it (default: on)")
     p.add_argument("--plot", type=_output_path, metavar="PATH",
                    help="save a picture of GB/s against the copy line here (PNG)")
     p.set_defaults(func=_bench)

@@ -379,7 +379,8 @@ def sweep(shapes=None, names=None, repeats: int = 50, copy_gbps: float | None = 
         ref = reference.backward(problem["dout"], problem["inp"], problem["weight"], problem["rstd"])
         for name in runnable:
             try:
-                results.append(bench_peer(name, N, C, copy_gbps, repeats, problem=problem, ref=ref))
+                results.append(bench.steady(lambda: bench_peer(name, N, C, copy_gbps, repeats, problem=problem,
+                                                               ref=ref), log=log))
             except AssertionError as exc:  # a wrong peer is not timed, and said so
                 print(f"peer NOT TIMED: {exc}", file=log)
             except Exception as exc:  # a peer that fails to run is reported, not fatal to the benchmark

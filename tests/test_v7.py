@@ -430,13 +430,18 @@ def test_bench_command_writes_every_row(tmp_path, monkeypatch):
     shapes = [(8192, 768), (1024, 4096)]
     calls = {}
 
-    def fake_sweep(versions, shapes_, repeats=50, check=True, copy_gbps=None, overwrite=False):
-        calls["sweep"] = (versions, shapes_, overwrite)
+    def fake_sweep(versions, shapes_, repeats=50, check=True, copy_gbps=None, overwrite=False, ceiling=False):
+        calls["sweep"] = (versions, shapes_, overwrite, ceiling)
         out = []
         for N, C in shapes_:
             out += [_t("v6_last_block", N, C, 2.0, copy=copy_gbps), _t("v7_fast", N, C, 1.0, copy=copy_gbps)]
             if overwrite:
                 out.append(_t("v7_fast (dinp=)", N, C, 0.8, copy=copy_gbps))
+        if ceiling:
+            for N, C in shapes_:
+                out.append(_t(bench.STREAM_NAME, N, C, 0.9, copy=copy_gbps))
+                if overwrite:
+                    out.append(_t(bench.STREAM_NAME + " (dinp=)", N, C, 0.6, copy=copy_gbps))
         return out
 
     def fake_peers(shapes_, names=None, repeats=50, copy_gbps=None, log=None):
@@ -450,16 +455,22 @@ def test_bench_command_writes_every_row(tmp_path, monkeypatch):
     rc = cli.main(["bench", "v6_last_block", "v7_fast", "--shapes", "8192x768,1024x4096", "--peers",
                    "--json", str(out_json), "--plot", str(out_png)])
     assert rc == 0
-    assert calls["sweep"] == (["v6_last_block", "v7_fast"], shapes, True)  # overwrite rows follow --peers
+    # overwrite rows follow --peers; the same-bytes ceiling is on by default
+    assert calls["sweep"] == (["v6_last_block", "v7_fast"], shapes, True, True)
     rows = json.loads(out_json.read_text())
-    assert len(rows) == 2 * 6
-    assert [r["name"] for r in rows[:6]] == ["v6_last_block", "v7_fast", "v7_fast (dinp=)", *peers.PEERS]
+    assert len(rows) == 2 * 8
+    assert [r["name"] for r in rows[:8]] == ["v6_last_block", "v7_fast", "v7_fast (dinp=)", bench.STREAM_NAME,
+                                             bench.STREAM_NAME + " (dinp=)", *peers.PEERS]
     for r in rows:
-        assert {"name", "N", "C", "ms", "gbps", "percent_of_copy", "speedup_over_v6"} <= set(r)
+        assert {"name", "N", "C", "ms", "gbps", "percent_of_copy", "percent_of_ceiling", "noisy",
+                "speedup_over_v6"} <= set(r)
     assert rows[2]["speedup_over_v6"] == pytest.approx(2.5)
+    assert rows[1]["percent_of_ceiling"] == pytest.approx(90.0)  # accumulate mode against its ceiling
+    assert rows[2]["percent_of_ceiling"] == pytest.approx(75.0)  # dinp= against the overwrite ceiling
+    assert rows[5]["percent_of_ceiling"] == pytest.approx(20.0)  # a peer (dinp=): 0.6 ms over 3.0 ms
     assert out_png.stat().st_size > 1000
-    rc = cli.main(["bench", "v7_fast", "--shapes", "8192x768", "--no-peers"])
-    assert rc == 0 and calls["sweep"][2] is False
+    rc = cli.main(["bench", "v7_fast", "--shapes", "8192x768", "--no-peers", "--no-ceiling"])
+    assert rc == 0 and calls["sweep"][2:] == (False, False)
 
 
 # ------------------------------------------------------------------------------------------------------
