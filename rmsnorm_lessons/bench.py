@@ -181,7 +181,7 @@ def check_overwrite(version, N: int, C: int, seed=0):
     return checking.check_version(version, N, C, seed=seed, overwrite=True)
 
 
-def steady(timed, label: str = "", log=sys.stderr) -> Timing:
+def steady(timed, log=sys.stderr) -> Timing:
     """``timed()`` (a :class:`Timing`), timed once more when its spread is above :data:`NOISY_SPREAD`; the
     steadier of the two is kept, and a row that stays noisy says so on ``log`` (``Timing.noisy``)."""
     first = timed()
@@ -190,7 +190,7 @@ def steady(timed, label: str = "", log=sys.stderr) -> Timing:
     second = timed()
     kept = min(first, second, key=lambda t: t.ms_spread)
     if kept.noisy:
-        print(f"noisy: {label or kept.name} at {kept.N}x{kept.C}: spread {100 * kept.ms_spread:.0f} % of the median "
+        print(f"noisy: {kept.name} at {kept.N}x{kept.C}: spread {100 * kept.ms_spread:.0f} % of the median "
               f"after two runs", file=log)
     return kept
 
@@ -247,8 +247,7 @@ def runnable(version, N: int, C: int) -> None:
     """Raise ValueError (saying why) when ``version`` cannot run (N, C) on this GPU: its C rule, or more
     shared memory than the device has (static shared memory counted)."""
     spec = ladder.get(version)
-    validate.check_inputs(spec, *(np.empty((N, C), spec.dtype),) * 2, np.empty(C, spec.dtype),
-                          np.empty(N, np.float32))
+    validate.size(spec, N, C)
     validate.shared_memory(spec, C, spec.block_size)
     launch.launcher(spec, C)  # compiles it and checks every launch's shared memory on this device
 

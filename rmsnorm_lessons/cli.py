@@ -128,10 +128,7 @@ def _versions(args, shapes=()) -> list[str]:
             spec = ladder.get(name)
             for N, C in shapes:
                 try:
-                    if N >= validate.MAX_N + 1:
-                        raise ValueError(f"N (rows) must be below 2**31, got {N}")
-                    one_row = numpy.empty((1, C), spec.dtype)
-                    validate.check_inputs(spec, one_row, one_row, numpy.empty(C, spec.dtype), numpy.empty(1, numpy.float32))
+                    validate.size(spec, N, C)
                     validate.shared_memory(spec, C, spec.block_size)
                 except ValueError as exc:
                     refused.append(f"{name} at {N}x{C}: {exc}")
@@ -217,8 +214,7 @@ def _inspect_width_error(name: str, arch: str, C: int) -> str | None:
     except (ValueError, TypeError):
         return None
     try:
-        validate.check_inputs(spec, *(numpy.empty((1, C), spec.dtype),) * 2, numpy.empty(C, spec.dtype),
-                              numpy.empty(1, numpy.float32))
+        validate.size(spec, 1, C)
         need = validate.shared_memory(spec, C, spec.block_size)
     except ValueError as exc:
         return str(exc)

@@ -57,6 +57,19 @@ def block_size(rung_: ladder.Rung, value) -> int:
     return value
 
 
+def size(spec: ladder.Rung, N: int, C: int) -> None:
+    """N and C within what the kernels index, and C by the version's rule (ValueError naming the rule)."""
+    if C < 1:
+        raise ValueError(f"C (the last dim of inp) must be at least 1, got {C}")
+    if C > MAX_C:
+        raise ValueError(f"C (the last dim of inp) must be at most 2**30 (kernels index columns with int), got {C}")
+    if C % spec.c_multiple:
+        raise ValueError(f"{spec.name} needs C to be a multiple of {spec.c_multiple} (128-bit loads of "
+                         f"{spec.c_multiple} values), got C={C}")
+    if N > MAX_N:
+        raise ValueError(f"N (rows) must be below 2**31 (kernels take it as int), got {N}")
+
+
 def shared_memory(spec: ladder.Rung, C: int, block: int) -> int:
     """The dynamic shared memory ``spec`` asks for at width ``C`` in blocks of ``block``; a ValueError where no
     GPU the course knows (occupancy.LIMITS, sm_80 to sm_120) gives a block that much, so a C that cannot run
@@ -114,15 +127,7 @@ def check_inputs(version, dout, inp, weight, rstd, dinp=None, dweight=None) -> S
         if not arrays[name].flags.c_contiguous:
             raise ValueError(f"{name} must be C-contiguous (rows stored one after another); "
                              f"use np.ascontiguousarray or a fresh GPUArray")
-    if C < 1:
-        raise ValueError(f"C (the last dim of inp) must be at least 1, got {C}")
-    if C > MAX_C:
-        raise ValueError(f"C (the last dim of inp) must be at most 2**30 (kernels index columns with int), got {C}")
-    if C % spec.c_multiple:
-        raise ValueError(f"{spec.name} needs C to be a multiple of {spec.c_multiple} (128-bit loads of "
-                         f"{spec.c_multiple} values), got C={C}")
-    if N > MAX_N:
-        raise ValueError(f"N (rows) must be below 2**31 (kernels take it as int), got {N}")
+    size(spec, N, C)
     if kinds.get("inp"):
         _check_device_arrays(spec, {n: arrays[n] for n in given})
     else:
