@@ -290,16 +290,12 @@ def parse_sass(raw: str, name: str = "", arch: str = "") -> Listing:
         if re.fullmatch(re.escape(found_arch) + r"[a-z]", arch or ""):
             found_arch = arch
     functions: dict[str, Function] = {}
-    kernel_start: dict[str, tuple[int, int]] = {}  # kernel -> (start, length) in its code section
-    last_kernel = None
+    kernel = None  # (name, start, length) of the last kernel: a subroutine inside it belongs to it
     for f in next((d for d in data if isinstance(d, list)), []):
         fname, start = f["function-name"], int(f.get("start", 0))
-        owner = None
-        if fname.startswith("$") and last_kernel is not None:
-            k_start, k_length = kernel_start[last_kernel]
-            if k_start <= start < k_start + k_length:
-                owner = last_kernel
-        base = start - kernel_start[owner][0] if owner else 0
+        inside = (fname.startswith("$") and kernel is not None and kernel[1] <= start < kernel[1] + kernel[2])
+        owner = kernel[0] if inside else None
+        base = start - kernel[1] if inside else 0
         instrs = []
         for i, ins in enumerate(f.get("sass-instructions", [])):
             opcode = ins.get("opcode", "")
@@ -311,8 +307,7 @@ def parse_sass(raw: str, name: str = "", arch: str = "") -> Listing:
             functions[owner] = Function(owner, found_arch, functions[owner].instructions + tuple(instrs))
         else:
             functions[fname] = Function(fname, found_arch, tuple(instrs))
-            kernel_start[fname] = (start, int(f.get("length", 16 * len(f.get("sass-instructions", [])))))
-            last_kernel = fname
+            kernel = (fname, start, int(f.get("length", 16 * len(f.get("sass-instructions", [])))))
     return Listing(name, found_arch, raw, functions)
 
 
