@@ -19,9 +19,7 @@ the compute-sanitizer tool that should find it (``rmsnorm_lessons.exercises.kern
 from __future__ import annotations
 
 import argparse
-import json
 import sys
-from pathlib import Path
 
 import manifest
 
@@ -96,8 +94,7 @@ def main(argv=None) -> int:
             print(f"  {row['sanitizer']}")
         rows.append(row)
     if args.json:
-        Path(args.json).write_text(json.dumps(rows, indent=1) + "\n")
-        manifest.record(Path(args.json).parent, [args.json])
+        manifest.save(args.json, rows)
     return 0
 
 

@@ -89,6 +89,17 @@ def load(folder) -> dict:
     return {"name": Path(folder).resolve().name, "runs": []}
 
 
+def save(path, data) -> Path:
+    """Write ``data`` as JSON to ``path`` and record the run that made it in its folder's MANIFEST.json:
+    what every script's ``--json`` does."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(data, indent=1) + "\n")
+    record(path.parent, [path])
+    print(f"wrote {path}")
+    return path
+
+
 def record(folder, produced, command=None) -> Path:
     """Add a run that wrote ``produced`` (paths, or names in ``folder``) to ``folder``/MANIFEST.json.
 

@@ -9,9 +9,7 @@ stream test (when torch is installed). Every result is checked against the float
 from __future__ import annotations
 
 import argparse
-import json
 import threading
-from pathlib import Path
 
 import numpy as np
 
@@ -118,9 +116,7 @@ def main(argv=None):
     out["torch_stream"] = torch_stream()
     print("torch stream:", {k: v for k, v in out["torch_stream"].items() if k != "report"})
     if args.json:
-        with open(args.json, "w") as f:
-            json.dump(out, f, indent=1)
-        manifest.record(Path(args.json).parent, [args.json])
+        manifest.save(args.json, out)
 
 
 if __name__ == "__main__":

@@ -12,7 +12,6 @@ With --json the rows are written to F and the run is recorded in F's folder (MAN
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from pathlib import Path
 
@@ -110,8 +109,7 @@ def main(argv=None) -> int:
     out["copy_gbps"] = copy
     out["rows"] = bench.records(results, baseline="v4_vec_bf16")
     if args.json:
-        Path(args.json).write_text(json.dumps(out, indent=1) + "\n")
-        manifest.record(Path(args.json).parent, [args.json])
+        manifest.save(args.json, out)
     return 0
 
 

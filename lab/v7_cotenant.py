@@ -17,7 +17,6 @@ import json
 import subprocess
 import sys
 import time
-from pathlib import Path
 
 import numpy as np
 
@@ -136,8 +135,7 @@ def main(argv=None) -> int:
         rows.append(row)
         print(line(row) if "reduce" in row else row, flush=True)
     if args.json:
-        Path(args.json).write_text(json.dumps({"rows": rows}, indent=1) + "\n")
-        manifest.record(Path(args.json).parent, [args.json])
+        manifest.save(args.json, {"rows": rows})
     return 0
 
 

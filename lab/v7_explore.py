@@ -18,9 +18,7 @@ With --json the rows are written to F and the run is recorded in F's folder (MAN
 from __future__ import annotations
 
 import argparse
-import json
 import time
-from pathlib import Path
 
 import manifest
 import v7lab
@@ -82,9 +80,7 @@ def main(argv=None) -> int:
                       f"{100 * best['fraction_of_copy']:.1f}% (default {100 * base['fraction_of_copy']:.1f}%, "
                       f"stream {100 * ceil[0]['fraction_of_copy']:.1f}%)")
     if args.json:
-        Path(args.json).write_text(json.dumps(dict(copy_gbps=copy, rows=rows), indent=1))
-        manifest.record(Path(args.json).parent, [args.json])
-        print(f"wrote {args.json}")
+        manifest.save(args.json, dict(copy_gbps=copy, rows=rows))
     print(f"done in {time.time() - start:.0f} s")
     return 0
 

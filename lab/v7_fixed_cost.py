@@ -12,8 +12,6 @@ With --json the fits are written to F and the run is recorded in F's folder (MAN
 from __future__ import annotations
 
 import argparse
-import json
-from pathlib import Path
 
 import manifest
 import v7lab
@@ -63,9 +61,7 @@ def main(argv=None) -> int:
                   + " ".join(f"{n}:{1e3 * m:.1f}" for n, m in pts))
             rows.append(dict(C=C, variant=tag, fixed_us=fixed, ns_per_row=per_row, points=pts))
     if args.json:
-        Path(args.json).write_text(json.dumps(dict(copy_gbps=copy, rows=rows), indent=1))
-        manifest.record(Path(args.json).parent, [args.json])
-        print(f"wrote {args.json}")
+        manifest.save(args.json, dict(copy_gbps=copy, rows=rows))
     return 0
 
 

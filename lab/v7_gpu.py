@@ -10,9 +10,7 @@ tables; ``variants --json F`` also records the run in F's folder (MANIFEST.json,
 from __future__ import annotations
 
 import argparse
-import json
 import time
-from pathlib import Path
 
 import manifest
 import v7lab
@@ -120,9 +118,7 @@ def cmd_variants(args) -> int:
             print(f"{f'{N}x{C}':>13}  {best['variant']:<22} {best['ms']:.4f} ms ({100 * best['fraction_of_copy']:.1f}% "
                   f"of copy; default {default['ms']:.4f} ms)")
     if args.json:
-        Path(args.json).write_text(json.dumps(dict(copy_gbps=copy, rows=rows), indent=1))
-        manifest.record(Path(args.json).parent, [args.json])
-        print(f"wrote {args.json}")
+        manifest.save(args.json, dict(copy_gbps=copy, rows=rows))
     return 0
 
 
