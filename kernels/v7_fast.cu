@@ -16,11 +16,13 @@
 //  4. An overwrite mode (dinp = instead of +=) that skips the read of dinp: 3 tensors move, not 4.
 //  5. At the end the groups' slices are added in group order, and each block writes C fp32 partials
 //     (v6: 2 * C, and twice the shared memory).
-//  6. The final sum over blocks is spread over many blocks, not one (the seed's TODO): every block
-//     takes a ticket (atomicInc, as in v6); the last R to arrive each wait until all have arrived and
-//     then sum one slice of the columns. Or, with reducers == 0, a second kernel does the same slices.
-//     Every column is summed in the same order either way: partial rows b = p, p + P, ... for each of
-//     the P = blockDim / 32 warps, then the warps' sums in warp order. Deterministic, bitwise.
+//  6. The final sum over blocks is spread over many blocks, not one (the seed's TODO): a second kernel,
+//     reduce_dweight_v7, launched after this one on the same stream, gives each of its blocks one slice
+//     of the columns. Every column is summed in the same order: partial rows b = p, p + P, ... for each
+//     of the P = blockDim / 32 warps, then the warps' sums in warp order. Deterministic, bitwise.
+//     No block ever waits for another. (An earlier v7 let the last blocks to finish wait for the rest
+//     and then sum; a launch that is not cooperative promises no co-residency, and beside another
+//     stream's kernel holding most SMs that wait lasted until the other kernel ended: lab/NOTES.md.)
 //  7. 64-bit row offsets; streaming hints (ld.global.cs / st.global.cs) on the row tensors.
 //  8. Prefetch (accumulate mode, 1024 <= C <= 8192, K = 2): the next row's dout and inp are loaded
 //     before this row is reduced and written, so a group's loads never stop at the dot product's exchange.
@@ -28,17 +30,11 @@
 //     always cached) and dinp, needed only after the exchange, is loaded at the start of its own row.
 //  9. The final sum issues all of a warp's partial rows' loads at once (REDUCE_BATCH), then adds them in
 //     row order: one L2 round trip instead of three, on the critical path after the last block arrives.
-// The waiting blocks cannot deadlock: the plan keeps R <= grid / 2, so while they wait, at least as many
-// slots are free as blocks that have yet to start. A wait that lasts 10 s traps (a launch error),
-// rather than hanging the GPU, if that promise is ever broken.
 #include "common.cuh"
 
 // Numbers the Python plan (rmsnorm_lessons/ladder/v7_fast.py, DEFINES) must agree on, passed as -D flags.
 #ifndef V7_MAX_BLOCK
 #error "V7_MAX_BLOCK must be defined by the build (rmsnorm_lessons/ladder/v7_fast.py)"
-#endif
-#ifndef V7_SCRATCH_HEADER
-#error "V7_SCRATCH_HEADER must be defined by the build (rmsnorm_lessons/ladder/v7_fast.py)"
 #endif
 #ifndef V7_QUADS_PER_PASS
 #error "V7_QUADS_PER_PASS must be defined by the build (rmsnorm_lessons/ladder/v7_fast.py)"
@@ -52,13 +48,9 @@ namespace v7 {
 constexpr int MAX_BLOCK = V7_MAX_BLOCK;            // every main kernel is compiled for blocks of up to 512
 constexpr int QUADS_PER_PASS = V7_QUADS_PER_PASS;  // final sum: a warp reads 32 float4 = 512 B of a partial row
 constexpr int REDUCE_BATCH = V7_REDUCE_BATCH;      // final sum: 16 warps x 9 cover 132 partial rows in one round
-constexpr int SCRATCH_HEADER = V7_SCRATCH_HEADER;  // floats before the partials: the ticket counter, one line
-constexpr unsigned long long SPIN_LIMIT_NS = 10ull * 1000 * 1000 * 1000;
 static_assert(MAX_BLOCK % WARP_SIZE == 0 && MAX_BLOCK <= 1024, "V7_MAX_BLOCK: whole warps, at most 1024 threads");
 static_assert(QUADS_PER_PASS == WARP_SIZE, "V7_QUADS_PER_PASS: reduce_slice gives each lane one float4 per pass");
 static_assert(REDUCE_BATCH >= 1, "V7_REDUCE_BATCH: at least one load in flight");
-static_assert(SCRATCH_HEADER >= 1 && SCRATCH_HEADER % 4 == 0,
-              "V7_SCRATCH_HEADER: the counter, then partials aligned to 16 bytes");
 
 // Wait at barrier `id` (1..15; 0 is __syncthreads) until `threads` threads (a multiple of 32) arrive.
 // barrier.sync, not bar.sync (= barrier.sync.aligned): it does not require the warp to be converged.
@@ -66,17 +58,6 @@ __device__ __forceinline__ void named_barrier(int id, int threads) {
     asm volatile("barrier.sync %0, %1;" ::"r"(id), "r"(threads) : "memory");
 }
 
-__device__ __forceinline__ unsigned load_acquire(const unsigned* address) {
-    unsigned value;
-    asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(value) : "l"(address) : "memory");
-    return value;
-}
-
-__device__ __forceinline__ unsigned long long global_timer_ns() {
-    unsigned long long t;
-    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
-    return t;
-}
 
 __device__ __forceinline__ void add4(float4& s, const float4 v) {
     s.x += v.x; s.y += v.y; s.z += v.z; s.w += v.w;
@@ -105,10 +86,9 @@ __device__ __forceinline__ void opaque(uint4& v) {
 }
 
 // Sum the blocks' partials for quads [begin, end) of slice `slice` and add them into dweight.
-// `red` holds blockDim.x float4. With wait_counter, thread 0 first waits until the ticket counter has
-// come back to 0 (every block has written its partials); the dweight loads are issued before the wait.
+// `red` holds blockDim.x float4.
 __device__ void reduce_slice(__nv_bfloat16* dweight, const float* partials, int parts, int C, int slice,
-                             int slices, float4* red, const unsigned* wait_counter) {
+                             int slices, float4* red) {
     const int quads = C / 4;
     const int per = ceil_div(ceil_div(quads, QUADS_PER_PASS), slices) * QUADS_PER_PASS;
     const int begin = slice * per;
@@ -120,17 +100,6 @@ __device__ void reduce_slice(__nv_bfloat16* dweight, const float* partials, int 
         const bool mine = q < end;
         uint2 old = make_uint2(0u, 0u);  // 4 bf16 of dweight
         if (warp == 0 && mine) old = *reinterpret_cast<const uint2*>(dweight + 4 * (size_t)q);
-        if (wait_counter != nullptr && base == begin) {
-            if (threadIdx.x == 0) {
-                const unsigned long long start = global_timer_ns();
-                while (load_acquire(wait_counter) != 0u) {
-                    __nanosleep(64);
-                    if (global_timer_ns() - start > SPIN_LIMIT_NS) __trap();
-                }
-                __threadfence();
-            }
-            __syncthreads();
-        }
         // this warp's partial rows b = warp, warp + warps, ...: BATCH loads in flight, then added in row order
         float4 s = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
         if (mine) {
@@ -335,33 +304,16 @@ __device__ __forceinline__ void block_partials(const Place& p, const float4* sha
     }
 }
 
-// The fused final sum: publish the partials, then take a ticket; the last `reducers` blocks to arrive
-// each sum one slice of the columns (reduce_slice first waits until every block has arrived).
-// The ticket counter is scratch's first word; `ticket` is a __shared__ variable, `red` blockDim.x float4
-// of shared memory.
-__device__ __forceinline__ void final_sum(__nv_bfloat16* dweight, float* scratch, const float* partials, int C,
-                                          int reducers, float4* red, unsigned& ticket) {
-    unsigned* counter = reinterpret_cast<unsigned*>(scratch);
-    __threadfence();
-    __syncthreads();
-    if (threadIdx.x == 0) ticket = atomicInc(counter, gridDim.x - 1);  // the last ticket wraps it to 0
-    __syncthreads();
-    const int first_reducer = (int)gridDim.x - reducers;
-    if ((int)ticket < first_reducer) return;
-    reduce_slice(dweight, partials, gridDim.x, C, (int)ticket - first_reducer, reducers, red, counter);
-}
-
 // The main kernel, for K chunks of 8 channels per thread. G = threads per row group (multiple of 32,
 // blockDim.x a multiple of G, at most 15 groups per block when G > 32). PREFETCH: the next row's dout
 // and inp are loaded while this row is finished.
 template <int K, bool PREFETCH>
-__device__ __forceinline__ void backward(__nv_bfloat16* dinp, __nv_bfloat16* dweight, float* scratch,
+__device__ __forceinline__ void backward(__nv_bfloat16* dinp, float* partials,
                                          const __nv_bfloat16* dout, const __nv_bfloat16* inp,
                                          const __nv_bfloat16* weight, const float* rstd, int N, int C, int G,
-                                         bool overwrite, int reducers) {
-    extern __shared__ float4 shared4[];  // the groups' dweight sums (see sums), then the final sum's staging
+                                         bool overwrite) {
+    extern __shared__ float4 shared4[];  // the groups' dweight sums (see sums)
     __shared__ float slots[2][MAX_BLOCK / WARP_SIZE];  // each warp's part of the row's dot product
-    __shared__ unsigned ticket;
     constexpr bool WEIGHT_IN_REGISTERS = !PREFETCH;  // else from L1 in each pass: registers for the next row
 
     const Place p = place(G, C);
@@ -409,10 +361,7 @@ __device__ __forceinline__ void backward(__nv_bfloat16* dinp, __nv_bfloat16* dwe
         }
     }
 
-    float* partials = scratch + SCRATCH_HEADER;  // after the ticket counter's cache line
-    block_partials(p, shared4, partials, C);
-    if (reducers == 0) return;  // a second kernel sums the partials
-    final_sum(dweight, scratch, partials, C, reducers, shared4, ticket);
+    block_partials(p, shared4, partials, C);  // reduce_dweight_v7, launched next, sums them
 }
 
 }  // namespace v7
@@ -422,28 +371,28 @@ __device__ __forceinline__ void backward(__nv_bfloat16* dinp, __nv_bfloat16* dwe
 // 128; __launch_bounds__(512, 1) allows exactly that): one 512-thread block per SM, the course's build.
 // (Other launch bounds, and weight reread from L1, were measured by lab/v7_explore.py: lab/NOTES.md.)
 extern "C" __global__ void __launch_bounds__(v7::MAX_BLOCK, 1)
-rmsnorm_backward_v7(__nv_bfloat16* dinp, __nv_bfloat16* dweight, float* scratch, const __nv_bfloat16* dout,
+rmsnorm_backward_v7(__nv_bfloat16* dinp, float* partials, const __nv_bfloat16* dout,
                     const __nv_bfloat16* inp, const __nv_bfloat16* weight, const float* rstd, int N, int C, int G,
-                    int K, int prefetch, int overwrite, int reducers) {
+                    int K, int prefetch, int overwrite) {
     const bool ow = overwrite != 0;
     if (prefetch) {
-        if (K == 2) return v7::backward<2, true>(dinp, dweight, scratch, dout, inp, weight, rstd, N, C, G, ow, reducers);
+        if (K == 2) return v7::backward<2, true>(dinp, partials, dout, inp, weight, rstd, N, C, G, ow);
         __trap();  // the plan prefetches only with K = 2
     }
     switch (K) {
-        case 1: v7::backward<1, false>(dinp, dweight, scratch, dout, inp, weight, rstd, N, C, G, ow, reducers); break;
-        case 2: v7::backward<2, false>(dinp, dweight, scratch, dout, inp, weight, rstd, N, C, G, ow, reducers); break;
-        case 3: v7::backward<3, false>(dinp, dweight, scratch, dout, inp, weight, rstd, N, C, G, ow, reducers); break;
-        case 4: v7::backward<4, false>(dinp, dweight, scratch, dout, inp, weight, rstd, N, C, G, ow, reducers); break;
+        case 1: v7::backward<1, false>(dinp, partials, dout, inp, weight, rstd, N, C, G, ow); break;
+        case 2: v7::backward<2, false>(dinp, partials, dout, inp, weight, rstd, N, C, G, ow); break;
+        case 3: v7::backward<3, false>(dinp, partials, dout, inp, weight, rstd, N, C, G, ow); break;
+        case 4: v7::backward<4, false>(dinp, partials, dout, inp, weight, rstd, N, C, G, ow); break;
         default: __trap();
     }
 }
 
-// The same slices as the fused path, as a kernel of its own: block j sums slice j of `slices`.
-// Launch it with the main kernel's block size, so the order of every sum is the same.
+// The final sum: block j adds slice j of `slices` of the columns of the `parts` partial rows into dweight.
+// Launched with the main kernel's block size (MAX_BLOCK), so the order of every sum is fixed.
 extern "C" __global__ void __launch_bounds__(v7::MAX_BLOCK) reduce_dweight_v7(__nv_bfloat16* dweight,
-                                                                               const float* scratch, int parts,
+                                                                               const float* partials, int parts,
                                                                                int C, int slices) {
     __shared__ float4 red[v7::MAX_BLOCK];
-    v7::reduce_slice(dweight, scratch + v7::SCRATCH_HEADER, parts, C, blockIdx.x, slices, red, nullptr);
+    v7::reduce_slice(dweight, partials, parts, C, blockIdx.x, slices, red);
 }

@@ -1,20 +1,20 @@
 """v7_fast beside another stream's kernel that holds most of the GPU's SMs: does it finish, and when?
 
-    python lab/v7_cotenant.py [--hog-s 2] [--free-sms 12] [--shape 16384x4096] [--trap] [--json F]
+    python lab/v7_cotenant.py [--hog-s 2] [--free-sms 12] [--shape 16384x4096] [--json F]
 
 A "hog" kernel on stream A takes all but ``--free-sms`` SMs for ``--hog-s`` seconds (one block per SM:
-each asks for all the shared memory a block may have). Then v7_fast runs on stream B with GPUArrays, once
-with each way of summing the partials (Config(reduce="fused"): the last blocks to arrive wait for the
-rest; reduce="kernel": a second kernel, nobody waits). Printed for each: the host's wall time of the call
-(until stream B is done), whether the hog was still running when v7 finished, and the check against
-float64. ``--trap`` then runs the fused variant in a child process beside a hog of 12 s, longer than the
-fused wait's 10 s limit, and prints how that ends (the child's CUDA context is lost; ours is not).
+each asks for all the shared memory a block may have). Then v7_fast runs on stream B with GPUArrays.
+Printed: the host's wall time of the call (until stream B is done), whether the hog was still running
+when v7 finished, and the check against float64.
+
+History: on 2026-12-03 (results/h200-2026-12-03/cotenant.log) this script also ran v7's former in-kernel
+final sum (Config(reduce="fused"): the last blocks to arrive waited for the rest). It took 1900 ms beside
+a 2 s hog instead of 1.5 ms, and beside a 12 s hog it trapped after 10.6 s. That path is gone from v7;
+tests/test_cotenant.py now checks the shipped v7 beside a hog in the suite.
 """
 from __future__ import annotations
 
 import argparse
-import json
-import subprocess
 import sys
 import time
 
@@ -23,7 +23,6 @@ import numpy as np
 import manifest
 
 from rmsnorm_lessons import check, gpu, kernels, ladder, reference
-from rmsnorm_lessons.ladder.v7_fast import Config
 
 HOG = r"""
 extern "C" __global__ void hog(unsigned long long ns, int* done) {
@@ -50,7 +49,7 @@ def hog_function():
     return f, smem
 
 
-def beside_hog(N: int, C: int, config: Config, hog_s: float, free_sms: int) -> dict:
+def beside_hog(N: int, C: int, hog_s: float, free_sms: int) -> dict:
     from pycuda import gpuarray
     drv = gpu.driver()
     spec = ladder.get("v7_fast")
@@ -59,7 +58,7 @@ def beside_hog(N: int, C: int, config: Config, hog_s: float, free_sms: int) -> d
     dev = {k: gpuarray.to_gpu(np.ascontiguousarray(p[k])) for k in TENSORS}
     warm = {k: gpuarray.to_gpu(np.ascontiguousarray(p[k])) for k in ("dinp", "dweight")}
     stream_a, stream_b = drv.Stream(), drv.Stream()
-    kernels.run("v7_fast", *[dev[k] for k in TENSORS[:4]], warm["dinp"], warm["dweight"], config=config,
+    kernels.run("v7_fast", *[dev[k] for k in TENSORS[:4]], warm["dinp"], warm["dweight"],
                 stream=stream_b)  # compiled, planned, scratch allocated: outside the measurement
     stream_b.synchronize()
     hog, smem = hog_function()
@@ -73,19 +72,19 @@ def beside_hog(N: int, C: int, config: Config, hog_s: float, free_sms: int) -> d
     t0 = time.perf_counter()
     error = None
     try:
-        kernels.run("v7_fast", *[dev[k] for k in TENSORS], config=config, stream=stream_b)
+        kernels.run("v7_fast", *[dev[k] for k in TENSORS], stream=stream_b)
         stream_b.synchronize()
     except Exception as exc:  # reported, not raised: the point is how it ends
         error = f"{type(exc).__name__}: {exc}"
     wall = time.perf_counter() - t0
-    row = {"N": N, "C": C, "reduce": config.reduce, "hog_s": hog_s, "hog_blocks": blocks,
+    row = {"N": N, "C": C, "hog_s": hog_s, "hog_blocks": blocks,
            "wall_ms": 1e3 * wall, "error": error}
     if error is None:
         row["hog_still_running"] = not hog_end.query()
         stream_a.synchronize()
         row["hog_blocks_done"] = int(done.get()[0])
         report = check.compare_outputs(spec, N, (dev["dinp"].get(), dev["dweight"].get()), want,
-                                       name=f"v7_fast reduce={config.reduce} beside the hog")
+                                       name="v7_fast beside the hog")
         row["ok"] = report.ok
     try:
         for a in (*dev.values(), *warm.values(), done):
@@ -97,8 +96,8 @@ def beside_hog(N: int, C: int, config: Config, hog_s: float, free_sms: int) -> d
 
 def line(r: dict) -> str:
     if r["error"]:
-        return f"reduce={r['reduce']:<7} {r['N']}x{r['C']}: {r['wall_ms']:.0f} ms, then {r['error']}"
-    return (f"reduce={r['reduce']:<7} {r['N']}x{r['C']} beside a {r['hog_s']} s hog on {r['hog_blocks']} SMs: "
+        return f"{r['N']}x{r['C']}: {r['wall_ms']:.0f} ms, then {r['error']}"
+    return (f"v7_fast {r['N']}x{r['C']} beside a {r['hog_s']} s hog on {r['hog_blocks']} SMs: "
             f"{r['wall_ms']:.1f} ms, hog still running when v7 finished: {r['hog_still_running']}, "
             f"{'right' if r['ok'] else 'WRONG'}")
 
@@ -108,32 +107,12 @@ def main(argv=None) -> int:
     parser.add_argument("--hog-s", type=float, default=2.0)
     parser.add_argument("--free-sms", type=int, default=12)
     parser.add_argument("--shape", default="16384x4096")
-    parser.add_argument("--trap", action="store_true", help="also the fused variant beside a 12 s hog, in a child")
-    parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--json")
     args = parser.parse_args(argv)
     N, C = (int(x) for x in args.shape.split("x"))
     gpu.require()
-    if args.child:
-        print(json.dumps(beside_hog(N, C, Config(reduce="fused"), args.hog_s, args.free_sms)))
-        return 0
-    rows = []
-    for reduce in ("kernel", "fused"):
-        rows.append(beside_hog(N, C, Config(reduce=reduce), args.hog_s, args.free_sms))
-        print(line(rows[-1]), flush=True)
-    if args.trap:
-        child = subprocess.run([sys.executable, __file__, "--child", "--hog-s", "12", "--free-sms",
-                                str(args.free_sms), "--shape", args.shape], capture_output=True, text=True,
-                               timeout=120)
-        last = (child.stdout.strip().splitlines() or ["{}"])[-1]
-        try:
-            row = json.loads(last)
-        except json.JSONDecodeError:
-            row = {"N": N, "C": C, "reduce": "fused", "hog_s": 12, "wall_ms": float("nan"),
-                   "error": f"child exit {child.returncode}: {child.stderr.strip()[-300:]}"}
-        row["child_exit"] = child.returncode
-        rows.append(row)
-        print(line(row) if "reduce" in row else row, flush=True)
+    rows = [beside_hog(N, C, args.hog_s, args.free_sms)]
+    print(line(rows[0]), flush=True)
     if args.json:
         manifest.save(args.json, {"rows": rows})
     return 0

@@ -61,7 +61,7 @@ def describe(N: int, C: int, v: Variant) -> str:
     r = resolved(N, C, v)
     s = r.layout
     return (f"K={s.K}{' prefetch' if s.prefetch else ''} G={s.group} groups={s.groups} block={s.block} "
-            f"per_sm={r.per_sm} grid={r.grid} {r.reduce}:{r.reducers} smem={s.smem}")
+            f"per_sm={r.per_sm} grid={r.grid} reducers={r.reducers} smem={s.smem}")
 
 
 def launcher(C: int, v: Variant, N: int | None = None):

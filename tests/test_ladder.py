@@ -37,13 +37,11 @@ CASES = list(_cases())
 
 
 def _plans(version, N, C, device=H200):
-    """Every plan a rung makes at (N, C): both modes where it offers overwrite, both v7 reductions."""
+    """Every plan a rung makes at (N, C): both modes where it offers overwrite."""
     rung = ladder.get(version)
     out = [ladder.plan(version, N, C, device)]
     if rung.overwrite_mode:
         out.append(ladder.plan(version, N, C, device, overwrite=True))
-    if version == "v7_fast":
-        out.append(ladder.plan(version, N, C, device, config=v7_fast.Config(reduce="kernel")))
     return out
 
 
@@ -156,16 +154,15 @@ def test_v6_scratch_header_is_the_define(N, C):
 
 
 @pytest.mark.parametrize("N,C", [(1, 8), (37, 776), (70001, 1600), (4099, 16384)])
-@pytest.mark.parametrize("reduce", ["fused", "kernel"])
-def test_v7_scratch_header_is_the_define(N, C, reduce):
+@pytest.mark.parametrize("overwrite", [False, True])
+def test_v7_partials_are_shared_by_its_two_kernels(N, C, overwrite):
     assert ladder.get("v7_fast").defines == v7_fast.DEFINES
-    assert set(v7_fast.DEFINES) == {"V7_MAX_BLOCK", "V7_SCRATCH_HEADER", "V7_QUADS_PER_PASS", "V7_REDUCE_BATCH"}
-    plan = ladder.plan("v7_fast", N, C, H200, config=v7_fast.Config(reduce=reduce))
-    scratches = {dict(L.args)["scratch"] for L in plan}
-    assert len(scratches) == 1, "the main kernel and the reduce kernel share one scratch"
+    assert set(v7_fast.DEFINES) == {"V7_MAX_BLOCK", "V7_QUADS_PER_PASS", "V7_REDUCE_BATCH"}
+    plan = ladder.plan("v7_fast", N, C, H200, overwrite=overwrite)
+    scratches = {dict(L.args)["partials"] for L in plan}
+    assert len(scratches) == 1, "the main kernel and the reduce kernel share one buffer of partials"
     (s,) = scratches
-    assert s.zero == "once"
-    assert s.nbytes // 4 - plan[0].grid * C == v7_fast.DEFINES["V7_SCRATCH_HEADER"]
+    assert s.zero == "none" and s.nbytes == plan[0].grid * C * 4
     assert ladder.get("v7_fast").max_block == v7_fast.DEFINES["V7_MAX_BLOCK"]
 
 

@@ -186,7 +186,6 @@ def test_a_v7_config_that_cannot_run_this_C(no_gpu, config, rule):
     (dict(K=True), r"Config.K"), (dict(K=2.0), r"Config.K"),
     (dict(prefetch=1), r"Config.prefetch must be True, False or None, got 1"),
     (dict(per_sm=0), r"Config.per_sm \(blocks per SM\) must be an int >= 1 or None, got 0"),
-    (dict(reduce="sideways"), r"Config.reduce must be 'fused' or 'kernel', got 'sideways'"),
 ])
 def test_a_bad_config_is_refused_when_made(kwargs, rule):
     with pytest.raises(ValueError, match=rule):

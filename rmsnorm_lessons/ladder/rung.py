@@ -41,7 +41,7 @@ class Scratch:
     """A device buffer the launcher owns and reuses across calls.
 
     ``zero``: ``"none"`` (the plan writes it before reading it), ``"once"`` (zeroed when allocated: the
-    kernel leaves it at zero, like the ticket counters of v6 and v7) or ``"each"`` (zeroed before every
+    kernel leaves it at zero, like v6's ticket counter) or ``"each"`` (zeroed before every
     call, on the call's stream).
     """
 

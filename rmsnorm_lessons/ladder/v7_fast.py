@@ -2,24 +2,22 @@
 
 Each thread holds K 16-byte chunks of a row; a row group of G threads holds the whole row
 (G * K * 8 >= C); a block holds several row groups; the grid is persistent. What the plan chooses (K,
-prefetch, blocks per SM, how the partials are summed) can be overridden with a :class:`Config`: the
+prefetch, blocks per SM) can be overridden with a :class:`Config`: the
 lab's experiments do that, and nothing else does.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .rung import BF16, Launch, Rung, Scratch, Tensor, ceil_div, tensor_args
+from .rung import BF16, Launch, Rung, Scratch, ceil_div, tensor_args
 
 MAX_BLOCK = 512  # the kernel's __launch_bounds__(MAX_BLOCK, 1)
 MAX_K = 4  # K = 4 takes the 128 registers a thread may have at 512 threads per SM
-SCRATCH_HEADER = 32  # floats before the partials: the ticket counter, alone in one 128-byte line
 QUADS_PER_PASS = 32  # the final sum: one warp reads 32 float4 (128 columns) of a partial row per pass
 REDUCE_BATCH = 9  # the final sum: loads a warp keeps in flight (16 warps x 9 cover 132 partial rows)
 MAX_GROUPS = 15  # row groups of more than one warp each own a named barrier, 1..15
 PREFETCH_C = (1024, 8192)  # accumulate mode prefetches the next row (K = 2) for C in this range (lab/NOTES.md)
-DEFINES = {"V7_MAX_BLOCK": MAX_BLOCK, "V7_SCRATCH_HEADER": SCRATCH_HEADER, "V7_QUADS_PER_PASS": QUADS_PER_PASS,
-           "V7_REDUCE_BATCH": REDUCE_BATCH}
+DEFINES = {"V7_MAX_BLOCK": MAX_BLOCK, "V7_QUADS_PER_PASS": QUADS_PER_PASS, "V7_REDUCE_BATCH": REDUCE_BATCH}
 MAX_C = 8 * MAX_K * MAX_BLOCK  # 16384: a row must fit in one block's registers
 
 
@@ -28,14 +26,13 @@ class Config:
     """Overrides of the plan's choices; ``None`` leaves a choice to the plan.
 
     ``K``: 16-byte chunks per thread (1..4); ``prefetch``: hold the next row's dout and inp while this
-    row is finished (needs K = 2); ``per_sm``: blocks per SM; ``reduce``: ``"fused"`` (the last blocks
-    to finish sum the partials) or ``"kernel"`` (a second kernel does, in the same order).
+    row is finished (needs K = 2); ``per_sm``: blocks per SM. (The partials are always summed by a second
+    kernel: no block waits for another, so v7 finishes beside any other work on the GPU.)
     """
 
     K: int | None = None
     prefetch: bool | None = None
     per_sm: int | None = None
-    reduce: str = "fused"
 
     def __post_init__(self):
         if self.K is not None and (isinstance(self.K, bool) or not isinstance(self.K, int)
@@ -46,8 +43,6 @@ class Config:
         if self.per_sm is not None and (isinstance(self.per_sm, bool) or not isinstance(self.per_sm, int)
                                         or self.per_sm < 1):
             raise ValueError(f"Config.per_sm (blocks per SM) must be an int >= 1 or None, got {self.per_sm!r}")
-        if self.reduce not in ("fused", "kernel"):
-            raise ValueError(f"Config.reduce must be 'fused' or 'kernel', got {self.reduce!r}")
 
 
 @dataclass(frozen=True)
@@ -65,8 +60,7 @@ class Resolved:
     layout: RowLayout
     per_sm: int  # blocks per SM
     grid: int  # blocks = partial rows
-    reduce: str
-    reducers: int  # blocks that sum the partials, one slice of the columns each
+    reducers: int  # blocks of the final sum, one slice of the columns each
 
 
 def row_layout(C: int, block: int = MAX_BLOCK, K: int | None = None, overwrite: bool = False,
@@ -96,16 +90,14 @@ def row_layout(C: int, block: int = MAX_BLOCK, K: int | None = None, overwrite: 
 
 def resolve(N: int, C: int, device, *, block: int = MAX_BLOCK, overwrite: bool = False,
             config: Config | None = None) -> Resolved:
-    """Every choice of a launch at (N, C) on ``device``: the row layout, the grid, who sums the partials."""
+    """Every choice of a launch at (N, C) on ``device``: the row layout, the grid, the final sum's blocks."""
     config = config or Config()
     layout = row_layout(C, block, config.K, overwrite, config.prefetch)
     fits = max(1, MAX_BLOCK // layout.block)  # __launch_bounds__(512, 1): registers for 512 threads per SM
     per_sm = max(1, min(fits, config.per_sm or fits))
     grid = max(1, min(device.multiprocessors * per_sm, ceil_div(N, layout.groups)))
-    passes = ceil_div(C, 4 * QUADS_PER_PASS)
-    # waiting blocks must leave room for the ones not yet started: at most half the grid waits
-    reducers = min(passes, max(1, grid // 2)) if config.reduce == "fused" else passes
-    return Resolved(layout, per_sm, grid, config.reduce, reducers)
+    reducers = ceil_div(C, 4 * QUADS_PER_PASS)  # one pass of a warp's 32 float4 each
+    return Resolved(layout, per_sm, grid, reducers)
 
 
 def shared_memory(C: int, block: int) -> int:
@@ -116,23 +108,19 @@ def shared_memory(C: int, block: int) -> int:
 def plan(N, C, device, *, block, overwrite=False, config=None):
     r = resolve(N, C, device, block=block, overwrite=overwrite, config=config)
     s = r.layout
-    fused = r.reduce == "fused"
-    # the ticket counter (zeroed once; every launch leaves it at zero), then C fp32 partials per block
-    scratch = Scratch("scratch", (SCRATCH_HEADER + r.grid * C) * 4, zero="once")
-    launches = [Launch("rmsnorm_backward_v7", r.grid, s.block, s.smem,
-                       (*tensor_args("dinp", "dweight"), ("scratch", scratch),
-                        *tensor_args("dout", "inp", "weight", "rstd"), ("N", N), ("C", C), ("G", s.group),
-                        ("K", s.K), ("prefetch", int(s.prefetch)), ("overwrite", int(bool(overwrite))),
-                        ("reducers", r.reducers if fused else 0)))]
-    if not fused:  # the same slices and the same order of every sum, in a kernel of their own
-        launches.append(Launch("reduce_dweight_v7", r.reducers, s.block, 0,
-                               (("dweight", Tensor("dweight")), ("scratch", scratch), ("parts", r.grid), ("C", C),
-                                ("slices", r.reducers))))
-    return launches
+    partials = Scratch("partials", r.grid * C * 4)  # C fp32 per block, each written before it is read
+    return [Launch("rmsnorm_backward_v7", r.grid, s.block, s.smem,
+                   (*tensor_args("dinp"), ("partials", partials), *tensor_args("dout", "inp", "weight", "rstd"),
+                    ("N", N), ("C", C), ("G", s.group), ("K", s.K), ("prefetch", int(s.prefetch)),
+                    ("overwrite", int(bool(overwrite))))),
+            # on the same stream, after the main kernel: every partial is written when it starts
+            Launch("reduce_dweight_v7", r.reducers, s.block, 0,
+                   (*tensor_args("dweight"), ("partials", partials), ("parts", r.grid), ("C", C),
+                    ("slices", r.reducers)))]
 
 
 RUNG = Rung(name="v7_fast", adds="past the seed: a row per row group in registers, no barrier per chunk, the "
             "final sum spread over many blocks, an overwrite mode", dtype=BF16, c_multiple=8, deterministic=True,
             block_size=MAX_BLOCK, max_block=MAX_BLOCK, kernels=("rmsnorm_backward_v7", "reduce_dweight_v7"),
             plan=plan, shared_memory=shared_memory, overwrite_mode=True, defines=DEFINES,
-            lesson="08_speed_of_light")
+            lesson="09_v7_step_by_step")
