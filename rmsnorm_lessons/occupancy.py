@@ -237,9 +237,8 @@ def launch_shape(version, C: int, block_size: int | None = None, kernel: str | N
     the version's plan at (a large N, ``C``): the block and the shared memory its launch asks for.
 
     ``kernel`` defaults to the version's main kernel (its first); ``block_size`` is handed to the plan
-    (it may launch fewer threads: v7_fast rounds a block down to whole row groups). A kernel the plan
-    does not launch by default (v7_fast's ``reduce_dweight_v7``) gets ``block_size`` (else the version's)
-    and no dynamic shared memory.
+    (it may launch fewer threads: v7_fast rounds a block down to whole row groups). A kernel the plan does
+    not launch at that C gets ``block_size`` (else the version's) and no dynamic shared memory.
     """
     rung = ladder.get(version)
     kernel = kernel or rung.kernels[0]
