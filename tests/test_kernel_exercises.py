@@ -16,7 +16,7 @@ import pytest
 
 from rmsnorm_lessons import build, gpu, ladder, reference, student
 from rmsnorm_lessons.exercises import (Verdict, kernel_check, lesson02, lesson03, lesson04, lesson05, lesson06,
-                                       lesson07, lesson08)
+                                       lesson07, lesson09)
 
 NOTEBOOKS = Path(__file__).resolve().parent.parent / "notebooks"
 needs_nvcc = pytest.mark.skipif(build.find_nvcc() is None, reason="nvcc not found")
@@ -27,7 +27,7 @@ no_gpu_here = pytest.mark.skipif(gpu.available(), reason="checks what is said wh
 CHECKS = {"02_naive": lesson02.check_v1_kernel, "03_warp_per_row": lesson03.check_v2_kernel,
           "04_shared_memory": lesson04.check_v3_kernel, "05_bf16_vectorized": lesson05.check_v4_kernel,
           "06_two_pass": lesson06.check_v5_kernel, "07_last_block": lesson07.check_v6_kernel,
-          "08_speed_of_light": lesson08.check_v7_kernel}
+          "08_bytes_in_flight": lesson09.check_v7_kernel}
 
 #: (lesson, mistake, text of the solution, replaced by, words its message holds, caught without running)
 MISTAKES = [
@@ -61,20 +61,20 @@ MISTAKES = [
     ("07_last_block", "the seed's limit", "atomicInc(ticket_counter, gridDim.x - 1)",
      "atomicInc(ticket_counter, gridDim.x)", ("dweight", "starting values", "ticket"), False),
     # lesson 08: the learner's row_pass, spliced into v7_fast.cu
-    ("08_speed_of_light", "a barrier in the row pass", "            sum[k] += inp_k * r * dout_k;\n        }\n",
+    ("08_bytes_in_flight", "a barrier in the row pass", "            sum[k] += inp_k * r * dout_k;\n        }\n",
      "            sum[k] += inp_k * r * dout_k;\n        }\n        __syncthreads();\n",
      ("__syncthreads", "BAR", "v7_fast's"), True),
-    ("08_speed_of_light", "the lanes summed in the row pass", "    return dot;\n}",
+    ("08_bytes_in_flight", "the lanes summed in the row pass", "    return dot;\n}",
      "    return warp_reduce_sum(dot);\n}", ("exchange()", "SHFL", "32 times"), True),
-    ("08_speed_of_light", "= for +=", "sum[k] += inp_k * r * dout_k;", "sum[k] = inp_k * r * dout_k;",
+    ("08_bytes_in_flight", "= for +=", "sum[k] += inp_k * r * dout_k;", "sum[k] = inp_k * r * dout_k;",
      ("dweight", "+=", "right at 129x1600"), False),
-    ("08_speed_of_light", "no weight in the dot product", "dot += widen(wj, k) * dout_k * inp_k;",
+    ("08_bytes_in_flight", "no weight in the dot product", "dot += widen(wj, k) * dout_k * inp_k;",
      "dot += dout_k * inp_k;", ("dinp", "weight * dout * inp"), False),
-    ("08_speed_of_light", "the sums never written back",
+    ("08_bytes_in_flight", "the sums never written back",
      "        if (chunk < p.chunks) {\n            sums(p, 0, chunk) = make_float4(sum[0], sum[1], sum[2], sum[3]);\n"
      "            sums(p, 1, chunk) = make_float4(sum[4], sum[5], sum[6], sum[7]);\n        }\n", "",
      ("dweight", "starting values", "never stores the sums"), False),
-    ("08_speed_of_light", "weight not loaded where it is not in registers",
+    ("08_bytes_in_flight", "weight not loaded where it is not in registers",
      "            if (!WEIGHT_IN_REGISTERS) wj = __ldg(weight4 + chunk);\n", "",
      ("WEIGHT_IN_REGISTERS", "__ldg(weight4 + chunk)"), True),
 ]
@@ -184,16 +184,16 @@ def test_compile_errors_point_at_the_line_of_the_cell():
 
 @needs_nvcc
 def test_lesson08_errors_point_at_the_cell_or_at_v7_fast():
-    text = kernel_text("08_speed_of_light")
+    text = kernel_text("08_bytes_in_flight")
     lines = text.split("\n")
     at = next(i for i, ln in enumerate(lines) if "a = sums(p, 0, chunk);" in ln)
     lines[at] = lines[at].replace("sums(p, 0, chunk)", "sum(p, 0, chunk)")  # not a function
-    verdict = lesson08.check_v7_kernel("\n".join(lines))
+    verdict = lesson09.check_v7_kernel("\n".join(lines))
     assert verdict.status == "NOT YET" and f"line {at + 1}: " in verdict.message, verdict.message
     # the learner's function renamed: v7's own call to row_pass fails, at v7_fast.cu's line
-    verdict = lesson08.check_v7_kernel(text.replace("float row_pass(", "float my_row_pass(") + "\nint row_pass;")
+    verdict = lesson09.check_v7_kernel(text.replace("float row_pass(", "float my_row_pass(") + "\nint row_pass;")
     assert verdict.status == "NOT YET" and "v7_fast.cu line " in verdict.message, verdict.message
-    verdict = lesson08.check_v7_kernel(text.replace("row_pass", "pass_one"))
+    verdict = lesson09.check_v7_kernel(text.replace("row_pass", "pass_one"))
     assert verdict.status == "NOT YET" and "keep the function row_pass" in verdict.message, verdict.message
 
 
@@ -202,12 +202,12 @@ def test_lesson08_solution_is_v7s_own_row_pass():
     def code(t):
         return [ln.strip() for ln in kernel_check.strip_comments(t).splitlines() if ln.strip()]
 
-    before, after, line = lesson08.v7_around_row_pass()
+    before, after, line = lesson09.v7_around_row_pass()
     shipped = build.kernel_source("v7_fast")
     assert shipped.splitlines()[line - 1:] == after.splitlines()  # the #line after the text is v7_fast.cu's
     own = shipped[len(before):len(shipped) - len(after)]
-    assert code(student.solution_only(kernel_text("08_speed_of_light"))) == code(own)
-    spliced = lesson08.splice_row_pass('#line 1 "yours_v7"\n' + own)
+    assert code(student.solution_only(kernel_text("08_bytes_in_flight"))) == code(own)
+    spliced = lesson09.splice_row_pass('#line 1 "yours_v7"\n' + own)
     assert spliced.count("float row_pass(") == 1 and spliced.startswith('#line 1 "v7_fast.cu"')
 
 

@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 from rmsnorm_lessons import bench, bf16, build, check, gpu, kernels, ladder, launch, peers, reference
-from rmsnorm_lessons.exercises import lesson08
+from rmsnorm_lessons.exercises import lesson09
 from rmsnorm_lessons.ladder import ceil_div, v7_fast
 from rmsnorm_lessons.ladder.v7_fast import Config, row_layout
 
@@ -297,36 +297,36 @@ def test_records_by_shape_and_against():
 
 
 def test_lesson08_floor_time(monkeypatch):
-    right = lesson08.floor_us(32768, 1024, 4260)
+    right = lesson09.floor_us(32768, 1024, 4260)
     assert right == pytest.approx((4 * 32768 * 1024 * 2 + 4 * 32768 + 3 * 1024 * 2) / 4260e9 * 1e6)
-    assert lesson08.check_floor_time(right, copy_gbps=4260)
-    assert lesson08.check_floor_time(lesson08.floor_us(8192, 768, 4000, True), 8192, 768, 4000, overwrite=True)
+    assert lesson09.check_floor_time(right, copy_gbps=4260)
+    assert lesson09.check_floor_time(lesson09.floor_us(8192, 768, 4000, True), 8192, 768, 4000, overwrite=True)
     for wrong, says in [(None, "replace None"), ("soon", "give a number"), (right / 1000, "milliseconds"),
-                        (lesson08.floor_us(32768, 1024, 4260, True), "other mode"), (2 * right, "bf16"),
+                        (lesson09.floor_us(32768, 1024, 4260, True), "other mode"), (2 * right, "bf16"),
                         (right / 2, "both directions"), (right * 1.3, "off by")]:
-        v = lesson08.check_floor_time(wrong, copy_gbps=4260)
+        v = lesson09.check_floor_time(wrong, copy_gbps=4260)
         assert not v.passed and says in v.message, (wrong, v.message)
     # by default, the copy bandwidth of this GPU (measured now) or the H200's saved figure
     monkeypatch.setattr(gpu, "copy_bandwidth_or_saved", lambda: (4260.0, "saved"))
-    assert lesson08.check_floor_time(right)
-    assert not lesson08.check_floor_time(lesson08.floor_us(32768, 1024, 3000)).passed
+    assert lesson09.check_floor_time(right)
+    assert not lesson09.check_floor_time(lesson09.floor_us(32768, 1024, 3000)).passed
 
 
 def test_lesson08_partials_fraction(monkeypatch):
-    right = lesson08.partials_fraction(4096, 16384, 132)
+    right = lesson09.partials_fraction(4096, 16384, 132)
     assert right == pytest.approx(2 * 132 * 16384 * 4 / V7.bytes_moved(4096, 16384))
-    assert lesson08.check_partials_fraction(right, grid=132)
+    assert lesson09.check_partials_fraction(right, grid=132)
     for wrong, says in [(None, "replace None"), (100 * right, "percentage"), (right / 2, "half"),
                         (2 * right, "twice"), (0.5, "is off")]:
-        v = lesson08.check_partials_fraction(wrong, grid=132)
+        v = lesson09.check_partials_fraction(wrong, grid=132)
         assert not v.passed and says in v.message, (wrong, v.message)
     # by default, the grid v7_fast's plan launches on this GPU, or on the H200 (132 blocks at this shape)
     monkeypatch.setattr(gpu, "facts_or_fallback", lambda: (gpu.H200, "saved"))
     assert plan(4096, 16384)[0].grid == 132
-    assert lesson08.check_partials_fraction(right)
+    assert lesson09.check_partials_fraction(right)
     small = dataclasses.replace(gpu.H200, multiprocessors=66)
     monkeypatch.setattr(gpu, "facts_or_fallback", lambda: (small, "a smaller GPU"))
-    assert lesson08.check_partials_fraction(lesson08.partials_fraction(4096, 16384, 66))
+    assert lesson09.check_partials_fraction(lesson09.partials_fraction(4096, 16384, 66))
 
 
 # ------------------------------------------------------------------------------------------------------

@@ -1,4 +1,4 @@
-"""Lesson 08 (speed of light): the floor time of a shape, and what the partials add to it.
+"""Lesson 09 (v7 step by step; until the split, lesson 08): the floor time of a shape, and what the partials add to it.
 
 The copy bandwidth and the grid default to this GPU's (measured now, and v7_fast's plan on it); where
 there is no GPU, to the H200's saved figures (:func:`rmsnorm_lessons.gpu.copy_bandwidth_or_saved`,
