@@ -5,7 +5,26 @@
 // (__ldcs); dinp is stored with __stcg (st.global.cg; lesson 05 times each hint). All arithmetic is fp32.
 // bf16 has no cheap float atomics, so the per-block sums go to an fp32 accumulator with global
 // atomics, and a tiny second kernel adds the accumulator into the bf16 dweight.
+// The block stages its dweight sums in shared memory channel-planar (staged() below): a lane adds 8
+// channels per step, and v3's layout (channel c at c) would put the 32 lanes on 4 banks.
 #include "common.cuh"
+
+#ifndef V4_INTERLEAVED
+#define V4_INTERLEAVED 0
+#endif
+
+// The shared-memory slot of channel c = 8q + k (q: its 128-bit chunk, k: its place in the chunk).
+// Planar (the default): slot k * (C / 8) + q. For one k the 32 lanes of a warp hold 32 consecutive
+// chunks q, so they hit 32 consecutive words: 32 banks, no conflict.
+// -DV4_INTERLEAVED=1 (how v4 first shipped; lesson 05 times both): slot c. For one k, lane l hits
+// bank (8l + k) % 32: 4 banks with 8 lanes each, an 8-way conflict on every shared access of the loop.
+__host__ __device__ __forceinline__ int staged(int c, int C) {
+#if V4_INTERLEAVED
+    return c;
+#else
+    return (c % x128::size) * (C / x128::size) + c / x128::size;
+#endif
+}
 
 extern "C" __global__ void rmsnorm_backward_v4(__nv_bfloat16* dinp, float* dweight_accum,
                                                const __nv_bfloat16* dout, const __nv_bfloat16* inp,
@@ -39,14 +58,14 @@ extern "C" __global__ void rmsnorm_backward_v4(__nv_bfloat16* dinp, float* dweig
             for (int k = 0; k < x128::size; k++) {
                 float norm = (float)x[k] * r;
                 float dnorm = (float)w[k] * (float)g[k];
-                atomicAdd(&dweight_shared[c + k], norm * (float)g[k]);
+                atomicAdd(&dweight_shared[staged(c + k, C)], norm * (float)g[k]);
                 d[k] = __float2bfloat16((float)d[k] + r * (dnorm - norm * dnorm_norm_mean));
             }
             store128cg(dinp_row + c, d);
         }
     }
     __syncthreads();
-    for (int c = threadIdx.x; c < C; c += blockDim.x) atomicAdd(&dweight_accum[c], dweight_shared[c]);
+    for (int c = threadIdx.x; c < C; c += blockDim.x) atomicAdd(&dweight_accum[c], dweight_shared[staged(c, C)]);
 }
 
 // dweight (bf16) += the fp32 sums of all blocks, rounded once.

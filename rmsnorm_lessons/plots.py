@@ -297,6 +297,41 @@ def bank_conflicts(strides=(1, 2, 32), lanes: int = access.WARP, banks: int = ac
     return fig
 
 
+def v4_staging_banks(C: int = 1024, k: int = 0):
+    """The banks one shared atomic of v4's loop hits: element ``k`` of every lane's 8 channels, staged
+    interleaved (slot c, how v4 first shipped) and planar (slot k * C/8 + q, v4 now). Colour = lane;
+    rows are 128 bytes of shared memory counted from the first row touched; each title gives the worst
+    bank's number of different words (the conflict degree)."""
+    v4 = ladder.v4_vec_bf16
+    fig, axes = _figure_0407((FIGSIZE[0], FIGSIZE[1] * 0.8), nrows=1, ncols=2, squeeze=False)
+    cmap = matplotlib.colormaps["viridis"].with_extremes(bad="#f2f2f2")
+    banks = v4.BANKS
+    layouts = [(True, v4.lane_slots(C, k, interleaved=True)), (False, v4.lane_slots(C, k))]
+    shown = max(int(s.max() // banks - s.min() // banks) + 1 for _, s in layouts)  # one scale for both
+    for ax, (interleaved, slots) in zip(axes[0], layouts):
+        rows = slots // banks - slots.min() // banks
+        grid = np.full((shown, banks), np.nan)
+        for lane, (r, b) in enumerate(zip(rows, slots % banks)):
+            grid[r, b] = lane
+        ax.pcolormesh(np.arange(banks + 1) - 0.5, np.arange(shown + 1) - 0.5, np.ma.masked_invalid(grid),
+                      cmap=cmap, vmin=0, vmax=v4.WARP - 1)
+        for y in np.arange(shown + 1) - 0.5:
+            ax.axhline(y, color="white", lw=0.6)
+        ax.set_xlim(-0.5, banks - 0.5)
+        ax.set_ylim(shown - 0.5, -0.5)
+        ax.set_xticks([0, 8, 16, 24, 31])
+        ax.set_yticks(range(shown))
+        ax.tick_params(labelsize=7)
+        ax.set_xlabel("bank", fontsize=8)
+        degree = v4.conflict_degree(C, k, interleaved=interleaved)
+        kind = "no conflict" if degree == 1 else f"{degree}-way conflict"
+        ax.set_title(f"{'interleaved: slot c' if interleaved else 'planar: slot k*C/8 + q'}\n{kind}", fontsize=9)
+    axes[0][0].set_ylabel("row (128 bytes)", fontsize=8)
+    fig.suptitle(f"v4's shared atomic for element k = {k} of each lane's 8 channels (C = {C}; colour = lane)",
+                 fontsize=9)
+    return fig
+
+
 def partials_reduction(rows: int = 12, warps_per_block: int = 2, blocks: int = 3, channels: int = 8):
     """v5's two passes: rows go to blocks (grid-stride), each block writes one row of C partials to
     scratch, then thread c of a second kernel adds column c top to bottom (block 0 first)."""
@@ -554,4 +589,91 @@ def fixed_cost(lines: dict, C: int | None = None):
     ax.tick_params(labelsize=7)
     ax.legend(fontsize=7, loc="upper left")
     ax.set_title(f"fixed cost and streaming speed{f' at C = {C}' if C else ''}", fontsize=8)
+    return fig
+
+
+def seed_loop_rows(N: int = 8200, C: int = 768, version: str = "v6_last_block", device=None):
+    """Lesson 10: rows each warp takes in the seed's per-warp loop (row = warp's first, then + warps in the
+    grid), per block of ``version``'s plan. A block whose warps take different numbers of rows meets a
+    ``__syncthreads`` inside that loop with some of its warps gone: synccheck's divergent barrier."""
+    launch = ladder.plan(version, N, C, device)[0]
+    warps = launch.block // 32
+    stride = launch.grid * warps
+    first = np.arange(launch.grid)[:, None] * warps + np.arange(warps)[None, :]
+    rows = np.where(first < N, (N - 1 - first) // stride + 1, 0)  # rows of warp (block, w)
+    uneven = np.flatnonzero(rows.min(axis=1) != rows.max(axis=1))
+    fig, ax = _figure((FIGSIZE[0], 2.6))
+    shown = np.arange(max(0, launch.grid - 40), launch.grid)
+    image = ax.imshow(rows[shown].T, aspect="auto", cmap="viridis", interpolation="nearest",
+                      extent=(shown[0] - 0.5, shown[-1] + 0.5, warps - 0.5, -0.5))
+    for b in uneven:
+        if b in shown:
+            ax.add_patch(Rectangle((b - 0.5, -0.5), 1, warps, fill=False, ec="red", lw=1.5))
+    fig.colorbar(image, ax=ax, label="rows")
+    ax.set_xlabel(f"block (the last {len(shown)} of {launch.grid})")
+    ax.set_ylabel("warp")
+    ax.set_title(f"{version} with the seed's row loop at N = {N}: {launch.grid} blocks x {warps} warps = {stride} "
+                 f"warps\nred: a block whose warps take different numbers of rows ({len(uneven)} block(s))",
+                 fontsize=8)
+    return fig
+
+
+def profile_bars(profiles, title: str = "what Nsight Compute measured"):
+    """Lesson 10: DRAM throughput (% of peak) and achieved occupancy (% of the SM's warps) per profiled rung
+    (a list of :class:`rmsnorm_lessons.profile.Profile`)."""
+    fig, ax = _figure()
+    labels = [f"{p.version}\n{p.shape[0]}x{p.shape[1]}" for p in profiles]
+    x = np.arange(len(profiles))
+    dram = [p.dram_pct or 0.0 for p in profiles]
+    occ = [p.occupancy_pct or 0.0 for p in profiles]
+    ax.bar(x - 0.2, dram, 0.4, label="DRAM throughput, % of peak")
+    ax.bar(x + 0.2, occ, 0.4, label="achieved occupancy, % of warp slots")
+    for xi, (d, o) in enumerate(zip(dram, occ)):
+        ax.text(xi - 0.2, d + 1, f"{d:.0f}", ha="center", fontsize=8)
+        ax.text(xi + 0.2, o + 1, f"{o:.0f}", ha="center", fontsize=8)
+    ax.set_xticks(x)
+    ax.set_xticklabels(labels, fontsize=8)
+    ax.set_ylim(0, 110)
+    ax.set_ylabel("%")
+    ax.legend(fontsize=8, loc="upper left")
+    ax.set_title(title, fontsize=9)
+    return fig
+
+
+# --- lesson 08 (bytes in flight) ---------------------------------------------------------------------
+
+
+def bytes_in_flight(points, latency_ns: float | None = None, sms: int | None = None,
+                    title: str = "bytes in flight per SM against the copy line"):
+    """Fraction of the copy bandwidth against the bytes of loads each SM keeps in flight (log scale), one
+    marker per kernel variant; with ``latency_ns`` and ``sms``, Little's law's prediction as a line
+    (:func:`rmsnorm_lessons.inflight.predicted_fraction`). ``points``:
+    :class:`rmsnorm_lessons.inflight.ScaleTiming` records or dicts with variant, in_flight_per_sm, gbps and
+    copy_gbps."""
+    from . import inflight
+
+    rows = [p if isinstance(p, dict) else dict(variant=p.variant, in_flight_per_sm=p.in_flight_per_sm,
+                                                  gbps=p.gbps, copy_gbps=p.copy_gbps) for p in points]
+    if not rows:
+        raise ValueError("no points to draw")
+    fig, ax = _small_figure((5.6, 3.0))
+    for i, variant in enumerate(dict.fromkeys(r["variant"] for r in rows)):
+        mine = sorted((r["in_flight_per_sm"], r["gbps"] / r["copy_gbps"]) for r in rows if r["variant"] == variant)
+        xs, ys = zip(*mine)
+        ax.plot(np.array(xs) / 1024, ys, "o-", ms=4, lw=0.8, color=f"C{i}", label=variant)
+    if latency_ns and sms:
+        copy = float(np.median([r["copy_gbps"] for r in rows]))
+        lo = min(r["in_flight_per_sm"] for r in rows) / 2
+        hi = max(r["in_flight_per_sm"] for r in rows) * 2
+        xs = np.geomspace(lo, hi, 100)
+        ax.plot(xs / 1024, [inflight.predicted_fraction(x, sms, latency_ns, copy) for x in xs], "--", lw=1,
+                color="grey", label=f"Little's law, {latency_ns:.0f} ns")
+    ax.axhline(1.0, color=COPY_COLOR, ls="--", lw=1.2, label="copy")
+    ax.set_xscale("log", base=2)
+    ax.set_xlabel("KiB of loads in flight per SM (threads x bytes per load x loads before use)", fontsize=8)
+    ax.set_ylabel("GB/s / copy GB/s", fontsize=8)
+    ax.set_ylim(0, 1.15)
+    ax.tick_params(labelsize=7)
+    ax.legend(fontsize=6, loc="lower right")
+    ax.set_title(title, fontsize=9)
     return fig
