@@ -5,7 +5,8 @@
 #     OUT=out DEADLINE_S=590 bash tools/refresh-on-gpu.sh      # from the repository root
 # DEADLINE_S bounds the whole script: the suite gets what the lessons left of it (a suite stopped at the
 # deadline still leaves its per-test log, suite.log). SUITE (default "tests notebooks") is what pytest
-# runs; EXECUTE=0 skips the re-execution; KEEP (a folder) also gets a copy of the re-executed lessons.
+# runs; EXECUTE=0 skips the re-execution; LESSONS (default notebooks/[0-9]*.ipynb) names the lessons to
+# re-execute; KEEP (a folder) also gets a copy of the re-executed lessons.
 set -o pipefail
 export PYTHONUNBUFFERED=1
 OUT=${OUT:-out}; mkdir -p "$OUT"
@@ -14,7 +15,8 @@ DEADLINE_S=${DEADLINE_S:-3600}
 WORKERS=${WORKERS:-8}
 nvidia-smi -L 2>&1 | tee "$OUT/info.log"
 if [ "${EXECUTE:-1}" = 1 ]; then
-    python3 -m rmsnorm_lessons.execute notebooks/[0-9]*.ipynb 2>&1 | tee "$OUT/execute.log"
+    # shellcheck disable=SC2086  # LESSONS is a word list
+    python3 -m rmsnorm_lessons.execute ${LESSONS:-notebooks/[0-9]*.ipynb} 2>&1 | tee "$OUT/execute.log"
     # what a lesson ran up to its error (rmsnorm_lessons.execute writes it beside the lesson): to read, not for nbval
     find notebooks -maxdepth 1 -name '*.failed.ipynb' -exec mv {} "$OUT/" \;
     python3 tools/tag_notebooks.py 2>&1 | tee "$OUT/tag.log"
