@@ -16,7 +16,7 @@ import pytest
 
 from rmsnorm_lessons import build, gpu, ladder, reference, student
 from rmsnorm_lessons.exercises import (Verdict, kernel_check, lesson02, lesson03, lesson04, lesson05, lesson06,
-                                       lesson07, lesson09)
+                                       lesson07, lesson09, lesson10)
 
 NOTEBOOKS = Path(__file__).resolve().parent.parent / "notebooks"
 needs_nvcc = pytest.mark.skipif(build.find_nvcc() is None, reason="nvcc not found")
@@ -27,7 +27,7 @@ no_gpu_here = pytest.mark.skipif(gpu.available(), reason="checks what is said wh
 CHECKS = {"02_naive": lesson02.check_v1_kernel, "03_warp_per_row": lesson03.check_v2_kernel,
           "04_shared_memory": lesson04.check_v3_kernel, "05_bf16_vectorized": lesson05.check_v4_kernel,
           "06_two_pass": lesson06.check_v5_kernel, "07_last_block": lesson07.check_v6_kernel,
-          "08_bytes_in_flight": lesson09.check_v7_kernel}
+          "08_bytes_in_flight": lesson09.check_v7_kernel, "10_finding_bugs": lesson10.check_v3_fix}
 
 #: (lesson, mistake, text of the solution, replaced by, words its message holds, caught without running)
 MISTAKES = [
@@ -77,6 +77,15 @@ MISTAKES = [
     ("08_bytes_in_flight", "weight not loaded where it is not in registers",
      "            if (!WEIGHT_IN_REGISTERS) wj = __ldg(weight4 + chunk);\n", "",
      ("WEIGHT_IN_REGISTERS", "__ldg(weight4 + chunk)"), True),
+    # lesson 10: the fourth bug (an early return before the block's barrier and flush) and two wrong fixes
+    ("10_finding_bugs", "the bug left in", "    // no early return: the loop's condition already skips",
+     "    if (first_row >= N) return;\n    // the loop's condition already skips", ("dweight", "flush"), False),
+    ("10_finding_bugs", "the barrier removed too",
+     "    __syncthreads();\n    for (int c = threadIdx.x; c < C; c += blockDim.x) atomicAdd(",
+     "    for (int c = threadIdx.x; c < C; c += blockDim.x) atomicAdd(", ("__syncthreads", "1 BAR"), True),
+    ("10_finding_bugs", "every warp flushes every channel",
+     "    for (int c = threadIdx.x; c < C; c += blockDim.x) atomicAdd(&dweight[c]",
+     "    for (int c = lane; c < C; c += WARP_SIZE) atomicAdd(&dweight[c]", ("dweight", "more than once"), False),
 ]
 
 

@@ -16,8 +16,6 @@ and exits 1 on any error or failed run, 2 when there is no compute-sanitizer or 
 from __future__ import annotations
 
 import argparse
-import os
-import re
 import subprocess
 import sys
 import time
@@ -28,17 +26,11 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from rmsnorm_lessons import build, check, gpu, kernels, ladder, reference  # noqa: E402 (after the path)
+from rmsnorm_lessons import check, gpu, kernels, ladder, reference, sanitizer  # noqa: E402 (after the path)
 
-TOOLS = ("memcheck", "racecheck", "synccheck", "initcheck")
-TOOL_FLAGS = {
-    "memcheck": [],
-    "racecheck": [],
-    "synccheck": [],
-    "initcheck": [],
-}
+TOOLS = sanitizer.TOOLS
 NO_GPU_EXIT = 3  # the driver's exit code when no GPU is usable
-SANITIZER_EXIT = 86  # compute-sanitizer's exit code when it found errors (--error-exitcode)
+SANITIZER_EXIT = sanitizer.ERROR_EXIT  # compute-sanitizer's exit code when it found errors
 
 
 def shapes_for(spec) -> list[tuple[int, int]]:
@@ -79,32 +71,11 @@ def drive(version: str) -> int:
 # ------------------------------------------------------------------------------------------------------
 # the parent: one sanitizer run per tool and version
 
-_ERRORS = re.compile(r"ERROR SUMMARY:\s*(\d+)\s+errors?")
-_RACES = re.compile(r"RACECHECK SUMMARY:\s*(\d+)\s+hazards?\s+displayed\s+\((\d+)\s+errors?,\s*(\d+)\s+warnings?\)")
+parse_summary = sanitizer.parse_summary  # the one reader of the report
 
 
-def parse_summary(output: str):
-    """``(errors, warnings)`` from compute-sanitizer's output, or None when it printed no summary.
-
-    errors is the last ``ERROR SUMMARY`` count (at least racecheck's error count); warnings is racecheck's
-    warning count (hazards it judges benign), else 0.
-    """
-    found = _ERRORS.findall(output)
-    races = _RACES.findall(output)
-    if not found and not races:
-        return None
-    errors = int(found[-1]) if found else 0
-    warnings = 0
-    if races:
-        errors = max(errors, int(races[-1][1]))
-        warnings = int(races[-1][2])
-    return errors, warnings
-
-
-def command(sanitizer: str, tool: str, version: str) -> list[str]:
-    return [sanitizer, "--tool", tool, *TOOL_FLAGS[tool], "--error-exitcode", str(SANITIZER_EXIT),
-            "--target-processes", "application-only",
-            "--print-limit", "50", sys.executable, str(Path(__file__).resolve()), "--launch", version]
+def command(exe: str, tool: str, version: str) -> list[str]:
+    return sanitizer.command(exe, tool, [sys.executable, str(Path(__file__).resolve()), "--launch", version])
 
 
 def _versions(arg):
@@ -133,13 +104,13 @@ def main(argv=None) -> int:
     except ValueError as exc:
         print(f"sanitize: {exc}", file=sys.stderr)
         return 2
-    sanitizer = build.find_tool("compute-sanitizer")
+    exe = sanitizer.find()
     if args.list:
         for tool in args.tools:
             for v in versions:
-                print(" ".join(command(sanitizer or "compute-sanitizer", tool, v)))
+                print(" ".join(command(exe or "compute-sanitizer", tool, v)))
         return 0
-    if sanitizer is None:
+    if exe is None:
         print("sanitize: compute-sanitizer was not found on PATH, under CUDA_HOME or in /usr/local/cuda/bin; "
               "it comes with the CUDA toolkit.", file=sys.stderr)
         return 2
@@ -161,20 +132,14 @@ def main(argv=None) -> int:
     logs = Path(args.logs) if args.logs else None
     if logs:
         logs.mkdir(parents=True, exist_ok=True)
-    print(f"sanitizer: {sanitizer}")
+    print(f"sanitizer: {exe}")
     totals: dict[tuple[str, str], str] = {}
     bad = 0
 
     def one(tool, v):
         start = time.time()
-        try:
-            proc = subprocess.run(command(sanitizer, tool, v), capture_output=True, text=True,
-                                  timeout=args.timeout, env={**os.environ, "PYTHONUNBUFFERED": "1"})
-            out, rc = proc.stdout + proc.stderr, proc.returncode
-        except subprocess.TimeoutExpired as exc:
-            out = exc.stdout.decode(errors="replace") if isinstance(exc.stdout, bytes) else (exc.stdout or "")
-            rc = None
-        return tool, v, out, rc, time.time() - start
+        report = sanitizer.run_command(command(exe, tool, v), tool, v, timeout=args.timeout)
+        return tool, v, report.output, report.returncode, time.time() - start
 
     runs = [(tool, v) for tool in args.tools for v in versions]
     with ThreadPoolExecutor(max(1, args.jobs)) as pool:

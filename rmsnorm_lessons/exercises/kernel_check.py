@@ -22,11 +22,7 @@ tool is installed, and sums its report up in a sentence.
 """
 from __future__ import annotations
 
-import json
 import re
-import subprocess
-import sys
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
@@ -443,55 +439,20 @@ def time_against(rung, compare_with: str, shape=TIME_SHAPE, repeats: int = 20) -
 # ----------------------------------------------------------------------------------------------------
 # compute-sanitizer (opt-in)
 
-_SANITIZE_SCRIPT = """
-import json, sys
-import rmsnorm_lessons as rl
-from rmsnorm_lessons import ladder
-spec = json.loads(sys.argv[1])
-plan = getattr(__import__("rmsnorm_lessons.ladder." + spec["plan_module"], fromlist=["plan"]), spec["plan_fn"])
-shared = spec["shared_module"] and getattr(__import__("rmsnorm_lessons.ladder." + spec["shared_module"],
-                                                      fromlist=["x"]), "shared_memory")
-rung = ladder.rung_from_source(name=spec["name"], source=open(spec["source"]).read(), plan=plan,
-                               kernels=spec["kernels"], dtype=spec["dtype"], c_multiple=spec["c_multiple"],
-                               block_size=spec["block_size"], max_block=spec["max_block"],
-                               shared_memory=shared or None, defines=spec["defines"])
-p = rl.reference.random_problem(spec["N"], spec["C"], rung.dtype, seed=0)
-rl.kernels.run(rung, p["dout"], p["inp"], p["weight"], p["rstd"], p["dinp"], p["dweight"])
-"""
-
-
 def sanitize(rung, tools=("racecheck", "synccheck"), shape=(129, 776)) -> str:
-    """One sentence: what compute-sanitizer's ``tools`` found in one small call of ``rung``."""
-    exe = build.find_tool("compute-sanitizer")
-    if exe is None:
+    """One sentence: what compute-sanitizer's ``tools`` found in one small call of ``rung``
+    (:func:`rmsnorm_lessons.sanitizer.run`, a child process per tool)."""
+    from .. import sanitizer
+
+    if sanitizer.find() is None:
         return "compute-sanitizer is not installed here, so no race check was run"
-    plan_module = getattr(rung.plan, "__module__", "").rsplit(".", 1)[-1]
-    shared_module = getattr(rung.shared_memory, "__module__", "").rsplit(".", 1)[-1]
     if not getattr(rung.plan, "__module__", "").startswith("rmsnorm_lessons.ladder."):
         return "the race check needs a plan from rmsnorm_lessons.ladder (a shipped rung's plan)"
     findings = []
-    with tempfile.TemporaryDirectory(prefix="rmsnorm-sanitize-") as tmp:
-        src = Path(tmp) / "kernel.cu"
-        src.write_text(rung.source)
-        spec = dict(name=rung.name, source=str(src), plan_module=plan_module, plan_fn=rung.plan.__name__,
-                    shared_module=shared_module if shared_module.startswith("v") else "",
-                    kernels=list(rung.kernels), dtype=str(rung.dtype), c_multiple=rung.c_multiple,
-                    block_size=rung.block_size, max_block=rung.max_block, defines=rung.defines,
-                    N=shape[0], C=shape[1] - shape[1] % rung.c_multiple)
-        for tool in tools:
-            proc = subprocess.run([exe, "--tool", tool, "--error-exitcode", "9", sys.executable, "-c",
-                                   _SANITIZE_SCRIPT, json.dumps(spec)], capture_output=True, text=True,
-                                  timeout=600)
-            out = proc.stdout + proc.stderr
-            m = re.search(r"ERROR SUMMARY: (\d+) error", out)
-            n = int(m.group(1)) if m else (0 if proc.returncode == 0 else -1)
-            if n > 0:
-                first = next((ln.strip("= ").strip() for ln in out.splitlines()
-                              if "hazard" in ln.lower() or "error" in ln.lower() and "summary" not in ln.lower()),
-                             "")
-                findings.append(f"{tool} reports {n} error(s), e.g. '{first[:160]}'")
-            elif n < 0:
-                findings.append(f"{tool} did not finish (exit {proc.returncode}): {out.strip()[-200:]}")
+    for tool in tools:
+        report = sanitizer.run(rung, tool, shape)
+        if report.errors is None or report.errors > 0:
+            findings.append(report.sentence())
     if not findings:
         return f"compute-sanitizer ({' and '.join(tools)}) found no hazard in one call at N={shape[0]}"
     return "compute-sanitizer: " + "; ".join(findings)

@@ -1,0 +1,97 @@
+"""Three bugs for lesson 10, each one edit away from a shipped rung, and the compute-sanitizer tool that finds it.
+
+* ``bug_race_v3``: v3_smem without the ``__syncthreads()`` between the block's shared-memory atomics and
+  its flush to global memory: warps flush columns other warps are still adding to. racecheck.
+* ``bug_tail_v2``: v2_warp's second column loop runs to ``c <= C``: one element past each row, which is the
+  next row's first (wrong results) and, on the last row, past the end of the buffer. memcheck.
+* ``bug_seed_loop_v6``: v6_last_block with the seed's row loop (``for row = warp's first; row < N; row +=
+  warps in the grid``) in place of its block-uniform one: where N is not a multiple of the grid's warps
+  (N = 8200 on a 132-SM H200: 264 blocks x 16 warps = 4224), some warps of a block leave the loop while the
+  others wait at its ``__syncthreads``. synccheck.
+
+Each is the shipped source with one text edit (:func:`source` stops if the edit does not apply exactly once,
+so a change to ``kernels/*.cu`` shows here), registered as a rung with the shipped rung's plan.
+"""
+from __future__ import annotations
+
+import difflib
+from dataclasses import dataclass
+
+from . import build, ladder
+
+
+@dataclass(frozen=True)
+class Bug:
+    name: str
+    shipped: str  # the rung it is made from
+    old: str  # the shipped text the edit replaces
+    new: str  # what replaces it
+    last: bool  # the edit applies to the last occurrence of ``old`` (v2's loop header appears twice)
+    tool: str  # the compute-sanitizer tool that finds it
+    shape: tuple  # (N, C) where the tool finds it
+    what: str  # one line: the bug
+
+
+BUGS = {b.name: b for b in (
+    Bug("bug_race_v3", "v3_smem",
+        "    __syncthreads();\n    for (int c = threadIdx.x; c < C; c += blockDim.x) atomicAdd(&dweight[c]",
+        "    for (int c = threadIdx.x; c < C; c += blockDim.x) atomicAdd(&dweight[c]",
+        False, "racecheck", (129, 776), "the barrier before the block's flush to global memory is gone"),
+    Bug("bug_tail_v2", "v2_warp",
+        "    for (int c = lane; c < C; c += WARP_SIZE) {\n",
+        "    for (int c = lane; c <= C; c += WARP_SIZE) {\n",
+        True, "memcheck", (129, 776), "the update loop runs one element past the end of the row"),
+    Bug("bug_seed_loop_v6", "v6_last_block",
+        "    for (long long first = (long long)blockIdx.x * warps; first < N; "
+        "first += (long long)gridDim.x * warps) {\n"
+        "        const long long row = first + warp;\n"
+        "        const bool active = row < N;  // warp-uniform\n",
+        "    for (long long row = (long long)blockIdx.x * warps + warp; row < N; "
+        "row += (long long)gridDim.x * warps) {\n"
+        "        const bool active = true;\n",
+        False, "synccheck", (8200, 768), "the seed's per-warp row loop, with a __syncthreads inside it"),
+)}
+
+
+def get(name: str) -> Bug:
+    if name not in BUGS:
+        raise ValueError(f"bug must be one of {', '.join(BUGS)}, not {name!r}")
+    return BUGS[name]
+
+
+def source(name: str) -> str:
+    """The shipped kernel's text with the bug's edit applied (exactly once, else ValueError)."""
+    bug = get(name)
+    text = build.kernel_source(bug.shipped)
+    count = text.count(bug.old)
+    if count == 0 or (count > 1 and not bug.last):
+        raise ValueError(f"{name}: the edit applies {count} times, not once: kernels/{bug.shipped}.cu changed?")
+    at = text.rfind(bug.old)
+    return text[:at] + bug.new + text[at + len(bug.old):]
+
+
+def diff(name: str, context: int = 2) -> str:
+    """The bug as a unified diff against the shipped ``kernels/<rung>.cu``."""
+    bug = get(name)
+    before = build.kernel_source(bug.shipped).splitlines(keepends=True)
+    after = source(name).splitlines(keepends=True)
+    return "".join(difflib.unified_diff(before, after, f"kernels/{bug.shipped}.cu", f"{name}.cu", n=context))
+
+
+def rung(name: str) -> ladder.Rung:
+    """The bug as a registered rung (the shipped rung's plan, kernels, dtype and limits)."""
+    bug = get(name)
+    spec = ladder.get(bug.shipped)
+    return ladder.rung_from_source(name=name, source=source(name), plan=spec.plan, kernels=spec.kernels,
+                                   dtype=spec.dtype, adds=f"{bug.shipped} with a bug: {bug.what}",
+                                   c_multiple=spec.c_multiple, block_size=spec.block_size, max_block=spec.max_block,
+                                   shared_memory=spec.shared_memory, defines=spec.defines)
+
+
+def sanitize(name: str, tool: str | None = None, timeout: float = 600):
+    """compute-sanitizer's ``tool`` (the bug's own by default) on one call at the bug's shape: a
+    :class:`rmsnorm_lessons.sanitizer.Report`. Needs compute-sanitizer and a GPU."""
+    from . import sanitizer
+
+    bug = get(name)
+    return sanitizer.run(rung(name), tool or bug.tool, bug.shape, timeout=timeout)

@@ -1,0 +1,224 @@
+"""compute-sanitizer on one call of a rung, in a child Python process, and what its report says.
+
+compute-sanitizer runs a whole program, so :func:`run` starts a child Python (``python -c CHILD_SCRIPT``)
+under it. The child rebuilds the rung from its CUDA text and its shipped plan (a learner's rung lives only
+in the parent) and calls it once through ``rl.kernels.run`` on random inputs. The parent reads the report:
+:func:`parse_summary` for the totals, :func:`entries` for the findings (an error line and its details,
+the host backtrace dropped). ``kernel_check.sanitize`` (a learner's kernel) and ``tools/sanitize.py`` (every
+version) use this module; lesson 10 shows its reports.
+
+Kernels are built with ``-lineinfo`` (``build.NVCC_FLAGS``), so a finding names the source line.
+"""
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+from . import build
+
+TOOLS = ("memcheck", "racecheck", "synccheck", "initcheck")
+#: what each tool looks for (lesson 10's table)
+FINDS = {
+    "memcheck": "out-of-bounds and misaligned accesses to global, shared and local memory",
+    "racecheck": "shared-memory hazards: two threads of a block touch one address, at least one writes, and "
+                 "no barrier orders them",
+    "synccheck": "barriers and warp syncs that not all the threads they need reach (divergent barriers)",
+    "initcheck": "reads of device memory nothing has written",
+}
+ERROR_EXIT = 86  # the exit code compute-sanitizer returns when it found errors (--error-exitcode)
+PREFIX = "========="
+
+_ERRORS = re.compile(r"ERROR SUMMARY:\s*(\d+)\s+errors?")
+_RACES = re.compile(r"RACECHECK SUMMARY:\s*(\d+)\s+hazards?\s+displayed\s+\((\d+)\s+errors?,\s*(\d+)\s+warnings?\)")
+
+
+class ToolMissing(RuntimeError):
+    pass
+
+
+def find() -> str | None:
+    """The compute-sanitizer executable (it comes with the CUDA toolkit), or None."""
+    return build.find_tool("compute-sanitizer")
+
+
+def parse_summary(output: str):
+    """``(errors, warnings)`` from compute-sanitizer's output, or None when it printed no summary.
+
+    errors is the last ``ERROR SUMMARY`` count (at least racecheck's error count); warnings is racecheck's
+    warning count (hazards it judges benign), else 0.
+    """
+    found = _ERRORS.findall(output)
+    races = _RACES.findall(output)
+    if not found and not races:
+        return None
+    errors = int(found[-1]) if found else 0
+    warnings = 0
+    if races:
+        errors = max(errors, int(races[-1][1]))
+        warnings = int(races[-1][2])
+    return errors, warnings
+
+
+_SKIP = re.compile(r"^(COMPUTE-SANITIZER|ERROR SUMMARY|RACECHECK SUMMARY|Saved host backtrace|Host Frame|"
+                   r"Target application returned|Program hit|LEAK SUMMARY|Process did not terminate)")
+
+
+def entries(output: str) -> list[list[str]]:
+    """The findings of a report, each a list of lines without the ``=========`` prefix: the line that
+    names the error, then its indented details (where, which thread, which address); host frames and
+    summaries left out."""
+    found: list[list[str]] = []
+    skipping = False
+    for raw in output.splitlines():
+        if not raw.startswith(PREFIX):
+            continue
+        line = raw[len(PREFIX):]
+        text = line.strip()
+        if not text:
+            continue
+        indented = line.startswith("  ")
+        if not indented:
+            skipping = bool(_SKIP.match(text))
+            if not skipping:
+                found.append([text])
+        elif found and not skipping and not _SKIP.match(text) and not text.startswith("#"):
+            found[-1].append(text)
+        elif _SKIP.match(text):
+            skipping = True
+    return found
+
+
+def _shape_of(entry: list[str]) -> str:
+    """An entry's first line with numbers and addresses blanked: entries that differ only in where group."""
+    return re.sub(r"0x[0-9a-fA-F]+|\(\d+,\d+,\d+\)|\d+", "#", entry[0])
+
+
+@dataclass
+class Report:
+    """One compute-sanitizer run: the tool, what it ran, its exit code and its whole output."""
+
+    tool: str
+    what: str
+    returncode: int | None
+    output: str
+
+    @property
+    def summary(self):
+        return parse_summary(self.output)
+
+    @property
+    def errors(self) -> int | None:
+        s = self.summary
+        return None if s is None else s[0]
+
+    @property
+    def entries(self) -> list[list[str]]:
+        return entries(self.output)
+
+    def kinds(self) -> list[tuple[str, int]]:
+        """``(first line of an entry, how many entries look like it)``, most frequent first."""
+        counts: dict[str, list] = {}
+        for e in self.entries:
+            counts.setdefault(_shape_of(e), [e[0], 0])[1] += 1
+        return sorted(((first, n) for first, n in counts.values()), key=lambda t: -t[1])
+
+    def sentence(self) -> str:
+        """What the tool found, in one sentence."""
+        if self.returncode is None:
+            return f"{self.tool} did not finish in time on {self.what}"
+        n = self.errors
+        if n is None:
+            tail = " ".join(self.output.strip().splitlines()[-3:])[-300:]
+            return f"{self.tool} did not finish (exit {self.returncode}) on {self.what}: {tail}"
+        if n == 0:
+            return f"{self.tool} found no error on {self.what}"
+        kinds = self.kinds()
+        shown = "; ".join(f"{first} (x{k})" if k > 1 else first for first, k in kinds[:3])
+        more = f"; and {len(kinds) - 3} other kinds" if len(kinds) > 3 else ""
+        return f"{self.tool} reports {n} error(s) on {self.what}: {shown}{more}"
+
+    def key_lines(self, entries: int = 2, width: int = 150) -> str:
+        """The first ``entries`` findings as the tool printed them (long lines cut at ``width``)."""
+        out = []
+        for e in self.entries[:entries]:
+            out += [e[0]] + ["    " + ln for ln in e[1:]]
+        return "\n".join(ln if len(ln) <= width else ln[:width - 3] + "..." for ln in out)
+
+    def __str__(self) -> str:
+        lines = self.key_lines()
+        return self.sentence() + (("\n" + lines) if lines else "")
+
+
+# ------------------------------------------------------------------------------------------------------
+# the child: rebuilds the rung from its text and its shipped plan, calls it once
+
+CHILD_SCRIPT = """
+import json, sys
+import rmsnorm_lessons as rl
+from rmsnorm_lessons import ladder
+spec = json.loads(sys.argv[1])
+plan = getattr(__import__("rmsnorm_lessons.ladder." + spec["plan_module"], fromlist=["plan"]), spec["plan_fn"])
+shared = spec["shared_module"] and getattr(__import__("rmsnorm_lessons.ladder." + spec["shared_module"],
+                                                      fromlist=["x"]), "shared_memory")
+rung = ladder.rung_from_source(name=spec["name"], source=open(spec["source"]).read(), plan=plan,
+                               kernels=spec["kernels"], dtype=spec["dtype"], c_multiple=spec["c_multiple"],
+                               block_size=spec["block_size"], max_block=spec["max_block"],
+                               shared_memory=shared or None, defines=spec["defines"])
+p = rl.reference.random_problem(spec["N"], spec["C"], rung.dtype, seed=0)
+rl.kernels.run(rung, p["dout"], p["inp"], p["weight"], p["rstd"], p["dinp"], p["dweight"])
+print(f"child: {rung.name} N={spec['N']} C={spec['C']}: one call done", flush=True)
+"""
+
+
+def child_spec(rung, shape, source_path: str) -> dict:
+    """What the child needs to rebuild ``rung``: its text (in ``source_path``), its plan's module and name."""
+    module = getattr(rung.plan, "__module__", "")
+    if not module.startswith("rmsnorm_lessons.ladder."):
+        raise ValueError("the sanitizer's child needs a plan from rmsnorm_lessons.ladder (a shipped rung's plan)")
+    shared_module = getattr(rung.shared_memory, "__module__", "").rsplit(".", 1)[-1]
+    N, C = shape
+    return dict(name=rung.name, source=source_path, plan_module=module.rsplit(".", 1)[-1],
+                plan_fn=rung.plan.__name__, shared_module=shared_module if shared_module.startswith("v") else "",
+                kernels=list(rung.kernels), dtype=str(rung.dtype), c_multiple=rung.c_multiple,
+                block_size=rung.block_size, max_block=rung.max_block, defines=rung.defines,
+                N=N, C=C - C % rung.c_multiple)
+
+
+def command(exe: str, tool: str, child: list[str], print_limit: int = 50) -> list[str]:
+    """``compute-sanitizer --tool TOOL ... CHILD``: errors exit with ERROR_EXIT, only the child is checked."""
+    if tool not in TOOLS:
+        raise ValueError(f"tool must be one of {', '.join(TOOLS)}, not {tool!r}")
+    return [exe, "--tool", tool, "--error-exitcode", str(ERROR_EXIT), "--target-processes", "application-only",
+            "--print-limit", str(print_limit), *child]
+
+
+def run_command(cmd: list[str], tool: str, what: str, timeout: float = 600) -> Report:
+    try:
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout,
+                              env={**os.environ, "PYTHONUNBUFFERED": "1"})
+        return Report(tool, what, proc.returncode, proc.stdout + proc.stderr)
+    except subprocess.TimeoutExpired as exc:
+        out = exc.stdout.decode(errors="replace") if isinstance(exc.stdout, bytes) else (exc.stdout or "")
+        return Report(tool, what, None, out)
+
+
+def run(rung, tool: str, shape=(129, 776), timeout: float = 600) -> Report:
+    """compute-sanitizer's ``tool`` on one call of ``rung`` at ``shape`` (N, C), in a child process.
+
+    Raises :class:`ToolMissing` where compute-sanitizer is not installed."""
+    exe = find()
+    if exe is None:
+        raise ToolMissing("compute-sanitizer was not found on PATH, under CUDA_HOME or in /usr/local/cuda/bin; "
+                          "it comes with the CUDA toolkit (and needs a GPU)")
+    with tempfile.TemporaryDirectory(prefix="rmsnorm-sanitize-") as tmp:
+        src = Path(tmp) / f"{rung.name}.cu"
+        src.write_text(rung.source)
+        spec = child_spec(rung, shape, str(src))
+        cmd = command(exe, tool, [sys.executable, "-c", CHILD_SCRIPT, json.dumps(spec)])
+        return run_command(cmd, tool, f"{rung.name} at N={spec['N']}, C={spec['C']}", timeout)
