@@ -1,7 +1,7 @@
 """Nsight Compute (``ncu``) on one launch of a rung: DRAM throughput, achieved occupancy, warp stall reasons.
 
 :func:`profile` starts ``ncu --clock-control none --csv --page raw --metrics ... --kernel-name K
---launch-skip 1 --launch-count 1 python -m rmsnorm_lessons.profile --launch VERSION N C``: the child
+--launch-skip 1 --launch-count 1 python -m rmsnorm_lessons.nsight --launch VERSION N C``: the child
 launches the rung twice on device buffers (the first launch compiles and warms up; ncu profiles the second)
 and ncu prints one CSV row per profiled kernel. :func:`parse_csv` reads that CSV (the raw page: a header of
 metric names, a row of units, a row per kernel; the details page's long form too) and :func:`profile`
@@ -183,7 +183,7 @@ def command(ncu: str, version: str, N: int, C: int, kernel: str | None = None) -
         raise ValueError(f"{version} has no kernel {kernel!r}; its kernels: {', '.join(rung.kernels)}")
     return [ncu, "--clock-control", "none", "--csv", "--page", "raw", "--metrics", ",".join(METRICS),
             "--kernel-name", kernel, "--launch-skip", "1", "--launch-count", "1",
-            sys.executable, "-m", "rmsnorm_lessons.profile", "--launch", rung.name, str(N), str(C)]
+            sys.executable, "-m", "rmsnorm_lessons.nsight", "--launch", rung.name, str(N), str(C)]
 
 
 def explain_failure(output: str, returncode) -> str:
@@ -238,7 +238,7 @@ def launch(version: str, N: int, C: int, launches: int = 2) -> None:
 def main(argv=None) -> int:
     import argparse
 
-    parser = argparse.ArgumentParser(description="Nsight Compute on one rung: python -m rmsnorm_lessons.profile "
+    parser = argparse.ArgumentParser(description="Nsight Compute on one rung: python -m rmsnorm_lessons.nsight "
                                                  "VERSION N C (prints the table)")
     parser.add_argument("version")
     parser.add_argument("N", type=int)
