@@ -79,11 +79,20 @@ def check_half_ulp(answer, lo: float = 32.0) -> Verdict:
                   f"there are 2**7 evenly spaced values")
 
 
-# --- the kernel exercise: v4's 128-bit loads and stores, and the bf16 round trip ---------------------
+# --- the kernel exercise: v4's 128-bit loads and stores, the bf16 round trip, the planar staging ----------
+
+#: staged() left as the interleaved slot (c): right results, an 8-way bank conflict on every shared atomic
+INTERLEAVED_SLOT = r"int\s+staged\s*\([^)]*\)\s*\{\s*return\s+c\s*;\s*\}"
+#: when dweight alone is wrong: the slots are where to look
+SLOT_HINT = ("where dinp is right, look at the staging: staged() must give each channel 0..C-1 a slot of its own "
+             "in 0..C-1 (channel 8q + k at k * (C / 8) + q, with C / 8 chunks, not 32), and the last loop "
+             "reads channel c back from staged(c, C)")
+
 
 def check_v4_kernel(source: str, sanitize: bool = False) -> Verdict:
     """Lesson 05's kernel exercise: the learner's ``rmsnorm_backward_v4`` and ``add_dweight_v4`` (bf16 storage,
-    Packed128), checked as the rung ``yours_v4`` with v4_vec_bf16's plan, and timed beside v4_vec_bf16."""
+    Packed128, channel-planar staging), checked as the rung ``yours_v4`` with v4_vec_bf16's plan, and timed
+    beside v4_vec_bf16."""
     from .. import ladder
     from . import kernel_check as kc
 
@@ -91,11 +100,15 @@ def check_v4_kernel(source: str, sanitize: bool = False) -> Verdict:
     return kc.check_kernel(
         source, name="yours_v4", kernels=(kernel, "add_dweight_v4"), plan=ladder.v4_vec_bf16.plan,
         dtype=ladder.BF16, c_multiple=8, shared_memory=ladder.v4_vec_bf16.shared_memory,
-        compare_with="v4_vec_bf16", block_size=256, sanitize_it=sanitize,
+        compare_with="v4_vec_bf16", block_size=256, sanitize_it=sanitize, hints={"dweight wrong": SLOT_HINT},
         static=(kc.sass_has("LDG.128", "128-bit loads (LDG.E.128) of dout, inp, weight and dinp",
                             "load 8 bf16 values at once with load128 / load128cs (Packed128)", kernel=kernel,
                             at_least=7),
                 kc.sass_has("STG.128", "a 128-bit store (STG.E.128) of dinp",
                             "store the 8 new dinp values with one 128-bit store (store128cg), not one by one",
                             kernel=kernel),
+                kc.source_lacks(INTERLEAVED_SLOT, "staged() is not the interleaved slot c",
+                                "staged() returns c, the interleaved slot: for one k the 32 lanes then hit banks "
+                                "(8 * lane + k) % 32, 4 banks with 8 lanes each, an 8-way conflict on every "
+                                "shared atomic; return the planar slot of channel c = 8q + k, k * (C / 8) + q"),
                 kc.no_local_memory(kernel)))
