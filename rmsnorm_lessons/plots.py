@@ -670,6 +670,7 @@ def bytes_in_flight(points, latency_ns: float | None = None, sms: int | None = N
                 color="grey", label=f"Little's law, {latency_ns:.0f} ns")
     ax.axhline(1.0, color=COPY_COLOR, ls="--", lw=1.2, label="copy")
     ax.set_xscale("log", base=2)
+    ax.xaxis.set_major_formatter(matplotlib.ticker.FuncFormatter(lambda v, _: f"{v:g}"))
     ax.set_xlabel("KiB of loads in flight per SM (threads x bytes per load x loads before use)", fontsize=8)
     ax.set_ylabel("GB/s / copy GB/s", fontsize=8)
     ax.set_ylim(0, 1.15)

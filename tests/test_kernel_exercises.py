@@ -1,4 +1,4 @@
-"""The kernel exercises of lessons 02..08 and their harness (rmsnorm_lessons/exercises/kernel_check.py).
+"""The kernel exercises of lessons 02..09 and their harness (rmsnorm_lessons/exercises/kernel_check.py).
 
 Here (no GPU): every solution compiles and says NOT VERIFIED, every skeleton says NOT YET, the mistakes
 the SASS shows say NOT YET with their own message, and the diagnosis of a wrong result names its kind
@@ -16,7 +16,7 @@ import pytest
 
 from rmsnorm_lessons import build, gpu, ladder, reference, student
 from rmsnorm_lessons.exercises import (Verdict, kernel_check, lesson02, lesson03, lesson04, lesson05, lesson06,
-                                       lesson07, lesson09, lesson10)
+                                       lesson07, lesson08, lesson09, lesson10)
 
 NOTEBOOKS = Path(__file__).resolve().parent.parent / "notebooks"
 needs_nvcc = pytest.mark.skipif(build.find_nvcc() is None, reason="nvcc not found")
@@ -27,7 +27,7 @@ no_gpu_here = pytest.mark.skipif(gpu.available(), reason="checks what is said wh
 CHECKS = {"02_naive": lesson02.check_v1_kernel, "03_warp_per_row": lesson03.check_v2_kernel,
           "04_shared_memory": lesson04.check_v3_kernel, "05_bf16_vectorized": lesson05.check_v4_kernel,
           "06_two_pass": lesson06.check_v5_kernel, "07_last_block": lesson07.check_v6_kernel,
-          "08_bytes_in_flight": lesson09.check_v7_kernel, "10_finding_bugs": lesson10.check_v3_fix}
+          "08_bytes_in_flight": lesson08.check_scale_kernel, "09_v7_step_by_step": lesson09.check_v7_kernel, "10_finding_bugs": lesson10.check_v3_fix}
 
 #: (lesson, mistake, text of the solution, replaced by, words its message holds, caught without running)
 MISTAKES = [
@@ -65,21 +65,33 @@ MISTAKES = [
      ("acquire", "1 MEMBAR"), True),
     ("07_last_block", "the seed's limit", "atomicInc(ticket_counter, gridDim.x - 1)",
      "atomicInc(ticket_counter, gridDim.x)", ("dweight", "starting values", "ticket"), False),
-    # lesson 08: the learner's row_pass, spliced into v7_fast.cu
-    ("08_bytes_in_flight", "a barrier in the row pass", "            sum[k] += inp_k * r * dout_k;\n        }\n",
+    # lesson 08: y = a * x with 128-bit loads, all of a thread's issued before the first store
+    ("08_bytes_in_flight", "a store after each load",
+     "        if (i < n4) v[k] = x[i];\n    }\n    #pragma unroll\n    for (int k = 0; k < UNROLL; k++) {  // ... before "
+     "the first is used\n        const int i = base + k * blockDim.x;\n", "        if (i < n4) v[k] = x[i];\n",
+     ("only 1 LDG.E.128 before the first store",), True),
+    ("08_bytes_in_flight", "four 4-byte loads", "if (i < n4) v[k] = x[i];",
+     "if (i < n4) { const float* f = (const float*)x; v[k] = make_float4(f[4 * i], f[4 * i + 1], f[4 * i + 2], "
+     "f[4 * i + 3]); }", ("no 128-bit loads", "0 LDG.128"), True),
+    ("08_bytes_in_flight", "no guard on the store", "if (i < n4) y[i] = make_float4(", "y[i] = make_float4(",
+     ("wrote past the end", "if (i < n4)"), False),
+    ("08_bytes_in_flight", "a thread's chunks side by side", "const int i = base + k * blockDim.x;\n        if (i < n4) y",
+     "const int i = base + k;\n        if (i < n4) y", ("never written", "base + k * blockDim.x"), False),
+    # lesson 09: the learner's row_pass, spliced into v7_fast.cu
+    ("09_v7_step_by_step", "a barrier in the row pass", "            sum[k] += inp_k * r * dout_k;\n        }\n",
      "            sum[k] += inp_k * r * dout_k;\n        }\n        __syncthreads();\n",
      ("__syncthreads", "BAR", "v7_fast's"), True),
-    ("08_bytes_in_flight", "the lanes summed in the row pass", "    return dot;\n}",
+    ("09_v7_step_by_step", "the lanes summed in the row pass", "    return dot;\n}",
      "    return warp_reduce_sum(dot);\n}", ("exchange()", "SHFL", "32 times"), True),
-    ("08_bytes_in_flight", "= for +=", "sum[k] += inp_k * r * dout_k;", "sum[k] = inp_k * r * dout_k;",
+    ("09_v7_step_by_step", "= for +=", "sum[k] += inp_k * r * dout_k;", "sum[k] = inp_k * r * dout_k;",
      ("dweight", "+=", "right at 129x1600"), False),
-    ("08_bytes_in_flight", "no weight in the dot product", "dot += widen(wj, k) * dout_k * inp_k;",
+    ("09_v7_step_by_step", "no weight in the dot product", "dot += widen(wj, k) * dout_k * inp_k;",
      "dot += dout_k * inp_k;", ("dinp", "weight * dout * inp"), False),
-    ("08_bytes_in_flight", "the sums never written back",
+    ("09_v7_step_by_step", "the sums never written back",
      "        if (chunk < p.chunks) {\n            sums(p, 0, chunk) = make_float4(sum[0], sum[1], sum[2], sum[3]);\n"
      "            sums(p, 1, chunk) = make_float4(sum[4], sum[5], sum[6], sum[7]);\n        }\n", "",
      ("dweight", "starting values", "never stores the sums"), False),
-    ("08_bytes_in_flight", "weight not loaded where it is not in registers",
+    ("09_v7_step_by_step", "weight not loaded where it is not in registers",
      "            if (!WEIGHT_IN_REGISTERS) wj = __ldg(weight4 + chunk);\n", "",
      ("WEIGHT_IN_REGISTERS", "__ldg(weight4 + chunk)"), True),
     # lesson 10: the fourth bug (an early return before the block's barrier and flush) and two wrong fixes
@@ -197,8 +209,8 @@ def test_compile_errors_point_at_the_line_of_the_cell():
 
 
 @needs_nvcc
-def test_lesson08_errors_point_at_the_cell_or_at_v7_fast():
-    text = kernel_text("08_bytes_in_flight")
+def test_lesson09_errors_point_at_the_cell_or_at_v7_fast():
+    text = kernel_text("09_v7_step_by_step")
     lines = text.split("\n")
     at = next(i for i, ln in enumerate(lines) if "a = sums(p, 0, chunk);" in ln)
     lines[at] = lines[at].replace("sums(p, 0, chunk)", "sum(p, 0, chunk)")  # not a function
@@ -211,7 +223,7 @@ def test_lesson08_errors_point_at_the_cell_or_at_v7_fast():
     assert verdict.status == "NOT YET" and "keep the function row_pass" in verdict.message, verdict.message
 
 
-def test_lesson08_solution_is_v7s_own_row_pass():
+def test_lesson09_solution_is_v7s_own_row_pass():
     """The instructor's row_pass is v7_fast.cu's, so a PASS on the GPU checks the harness, not a variant."""
     def code(t):
         return [ln.strip() for ln in kernel_check.strip_comments(t).splitlines() if ln.strip()]
@@ -220,7 +232,7 @@ def test_lesson08_solution_is_v7s_own_row_pass():
     shipped = build.kernel_source("v7_fast")
     assert shipped.splitlines()[line - 1:] == after.splitlines()  # the #line after the text is v7_fast.cu's
     own = shipped[len(before):len(shipped) - len(after)]
-    assert code(student.solution_only(kernel_text("08_bytes_in_flight"))) == code(own)
+    assert code(student.solution_only(kernel_text("09_v7_step_by_step"))) == code(own)
     spliced = lesson09.splice_row_pass('#line 1 "yours_v7"\n' + own)
     assert spliced.count("float row_pass(") == 1 and spliced.startswith('#line 1 "v7_fast.cu"')
 

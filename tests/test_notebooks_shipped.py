@@ -14,7 +14,8 @@ def _cells(path):
 def test_every_lesson_is_here():
     names = [p.stem for p in NOTEBOOKS]
     assert names == ["00_setup", "01_rmsnorm_math", "02_naive", "03_warp_per_row", "04_shared_memory",
-                     "05_bf16_vectorized", "06_two_pass", "07_last_block", "08_bytes_in_flight"]
+                     "05_bf16_vectorized", "06_two_pass", "07_last_block", "08_bytes_in_flight",
+                     "09_v7_step_by_step", "10_finding_bugs"]
 
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)

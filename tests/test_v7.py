@@ -1,5 +1,5 @@
 """v7_fast: the plan's choices and the kernel's index arithmetic (CPU), the overwrite mode and every
-launch shape on the GPU, the peers' byte counts and lesson 08's exercises (CPU).
+launch shape on the GPU, the peers' byte counts and lesson 09's exercise (CPU).
 
 The plan is data (``ladder.plan("v7_fast", ...)`` on ``gpu.H200``); its variants are chosen with
 ``ladder.v7_fast.Config``, never with globals or environment variables. The version itself is also in every
@@ -293,26 +293,11 @@ def test_records_by_shape_and_against():
 
 
 # ------------------------------------------------------------------------------------------------------
-# lesson 08's exercises (CPU): the right answer passes, wrong ones are reported
+# lesson 09's exercise (CPU): the right answer passes, wrong ones are reported (lesson 08's floor
+# time: tests/test_lesson08.py)
 
 
-def test_lesson08_floor_time(monkeypatch):
-    right = lesson09.floor_us(32768, 1024, 4260)
-    assert right == pytest.approx((4 * 32768 * 1024 * 2 + 4 * 32768 + 3 * 1024 * 2) / 4260e9 * 1e6)
-    assert lesson09.check_floor_time(right, copy_gbps=4260)
-    assert lesson09.check_floor_time(lesson09.floor_us(8192, 768, 4000, True), 8192, 768, 4000, overwrite=True)
-    for wrong, says in [(None, "replace None"), ("soon", "give a number"), (right / 1000, "milliseconds"),
-                        (lesson09.floor_us(32768, 1024, 4260, True), "other mode"), (2 * right, "bf16"),
-                        (right / 2, "both directions"), (right * 1.3, "off by")]:
-        v = lesson09.check_floor_time(wrong, copy_gbps=4260)
-        assert not v.passed and says in v.message, (wrong, v.message)
-    # by default, the copy bandwidth of this GPU (measured now) or the H200's saved figure
-    monkeypatch.setattr(gpu, "copy_bandwidth_or_saved", lambda: (4260.0, "saved"))
-    assert lesson09.check_floor_time(right)
-    assert not lesson09.check_floor_time(lesson09.floor_us(32768, 1024, 3000)).passed
-
-
-def test_lesson08_partials_fraction(monkeypatch):
+def test_lesson09_partials_fraction(monkeypatch):
     right = lesson09.partials_fraction(4096, 16384, 132)
     assert right == pytest.approx(2 * 132 * 16384 * 4 / V7.bytes_moved(4096, 16384))
     assert lesson09.check_partials_fraction(right, grid=132)

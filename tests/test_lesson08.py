@@ -1,0 +1,113 @@
+"""Lesson 08 (bytes in flight): the floor time, Little's law, the pointer chase's chain and the kernels of
+kernels/bytes_in_flight.cu as the lesson describes them (CPU: nvcc and the SASS, no launch); on a GPU the
+latency and the scale variants are measured (marker ``gpu``). The kernel exercise is tested with the
+others in tests/test_kernel_exercises.py."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from rmsnorm_lessons import build, gpu, inflight
+from rmsnorm_lessons.exercises import lesson08
+
+needs_sass = pytest.mark.skipif(build.find_tool("nvdisasm") is None, reason="no nvdisasm")
+
+
+def test_floor_time(monkeypatch):
+    right = lesson08.floor_us(32768, 1024, 4260)
+    assert right == pytest.approx((4 * 32768 * 1024 * 2 + 4 * 32768 + 3 * 1024 * 2) / 4260e9 * 1e6)
+    assert lesson08.check_floor_time(right, copy_gbps=4260)
+    assert lesson08.check_floor_time(lesson08.floor_us(8192, 768, 4000, True), 8192, 768, 4000, overwrite=True)
+    for wrong, says in [(None, "replace None"), ("soon", "give a number"), (right / 1000, "milliseconds"),
+                        (lesson08.floor_us(32768, 1024, 4260, True), "other mode"), (2 * right, "bf16"),
+                        (right / 2, "both directions"), (right * 1.3, "off by")]:
+        v = lesson08.check_floor_time(wrong, copy_gbps=4260)
+        assert not v.passed and says in v.message, (wrong, v.message)
+    # by default, the copy bandwidth of this GPU (measured now) or the H200's saved figure
+    monkeypatch.setattr(gpu, "copy_bandwidth_or_saved", lambda: (4260.0, "saved"))
+    assert lesson08.check_floor_time(right)
+    assert not lesson08.check_floor_time(lesson08.floor_us(32768, 1024, 3000)).passed
+
+
+def test_littles_law():
+    # 2 TB/s of loads at 500 ns: 1 MB outstanding
+    assert inflight.needed_in_flight(2000, 500) == pytest.approx(1e6)
+    # y = a * x reads half of what it moves; 132 SMs with 8 KiB each at 800 ns read 1.35 TB/s, moving 2.7
+    assert inflight.predicted_fraction(8192, 132, 800, 4000) == pytest.approx(2 * 132 * 8192 / 800 / 4000)
+    assert inflight.predicted_fraction(10**6, 132, 800, 4000) == 1.0  # never above the copy line
+    assert inflight.in_flight_per_sm("scale_f128_x4", 2048) == 2048 * 16 * 4
+    assert inflight.in_flight_per_sm("scale_f32_x1", 2048) == 8192
+    with pytest.raises(ValueError, match="variant must be one of"):
+        inflight.in_flight_per_sm("scale_f64", 2048)
+
+
+def test_in_flight_exercise(monkeypatch):
+    right = lesson08.in_flight_for_copy(4200, 800, 132)
+    assert right == pytest.approx(2100e9 * 800e-9 / 132)
+    v = lesson08.check_in_flight(right, copy_gbps=4200, sms=132)
+    assert v.passed and "Lesson 00's scale" in v.message, v.message
+    for wrong, says in [(None, "replace None"), (2 * right, "copy / 2"), (right * 132, "divide by the SMs"),
+                        (right / 1024, "KiB"), (right * 1.5, "off by")]:
+        v = lesson08.check_in_flight(wrong, copy_gbps=4200, sms=132)
+        assert not v.passed and says in v.message, (wrong, v.message)
+    # by default: this GPU's copy bandwidth and SMs, else the H200's saved ones
+    monkeypatch.setattr(gpu, "copy_bandwidth_or_saved", lambda: (4200.0, "saved"))
+    monkeypatch.setattr(gpu, "facts_or_fallback", lambda: (gpu.H200, "saved"))
+    assert lesson08.check_in_flight(right)
+
+
+def test_chase_chain_is_one_cycle_through_every_node():
+    stride, nodes = 128, 1000
+    chain = inflight.chase_chain(nodes * stride, stride, seed=3)
+    assert chain.dtype == np.uint32 and chain.size == nodes * stride // 4
+    j, seen = 0, []
+    for _ in range(nodes):
+        seen.append(j)
+        j = int(chain[j])
+    assert j == 0 and sorted(seen) == [k * stride // 4 for k in range(nodes)]  # every node once, back at 0
+    steps = np.diff(seen)
+    assert np.mean(np.abs(steps) == stride // 4) < 0.05  # random: hardly ever the next line
+    with pytest.raises(ValueError):
+        inflight.chase_chain(100, 6)
+
+
+@needs_sass
+def test_the_kernels_load_as_the_lesson_says():
+    """Width and loads before the first store, read from the SASS (what lesson 08's SASS cell prints)."""
+    from rmsnorm_lessons import sass
+
+    listing = sass.listing(inflight.KERNEL_FILE)
+    for variant, (width, loads) in inflight.VARIANTS.items():
+        ins = listing.functions[variant].instructions
+        ops = [i.opcode for i in ins if i.opcode.startswith(("LDG", "STG"))]
+        assert all(o.endswith(".128") == (width == 16) for o in ops), (variant, ops)
+        first_store = next(k for k, o in enumerate(ops) if o.startswith("STG"))
+        assert first_store == loads, (variant, ops)
+    chase = [i.opcode for i in listing.functions["pointer_chase"].instructions if i.opcode.startswith("LDG")]
+    assert chase and all("STRONG.GPU" in o for o in chase)  # __ldcg: L2, not L1
+
+
+@pytest.mark.gpu
+def test_latency_and_scale_on_the_gpu():
+    dram, l2 = inflight.latency_ns(), inflight.latency_ns(inflight.CHASE_L2_BYTES)
+    assert 100 < l2 < dram < 5000, (l2, dram)
+    copy = gpu.copy_bandwidth()
+    slow = inflight.time_scale("scale_f32_x1", copy)
+    fast = inflight.time_scale("scale_f128_x4", copy, blocks_per_sm=8)
+    assert fast.gbps > slow.gbps and fast.in_flight_per_sm == 16 * slow.in_flight_per_sm
+
+
+def test_bytes_in_flight_plot():
+    from matplotlib.figure import Figure
+
+    from rmsnorm_lessons import plots
+
+    points = [dict(variant=v, in_flight_per_sm=inflight.in_flight_per_sm(v, b * 256), gbps=1000.0 * b, copy_gbps=4000.0)
+              for v in inflight.VARIANTS for b in (1, 2, 4, 8)]
+    fig = plots.bytes_in_flight(points, latency_ns=700, sms=132)
+    assert isinstance(fig, Figure)
+    ax = fig.axes[0]
+    assert len(ax.get_lines()) == len(inflight.VARIANTS) + 2  # a line per variant, Little's law, the copy line
+    assert "Little's law, 700 ns" in [t.get_text() for t in ax.get_legend().get_texts()]
+    with pytest.raises(ValueError):
+        plots.bytes_in_flight([])
