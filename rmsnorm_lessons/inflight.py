@@ -76,13 +76,18 @@ def chase_chain(nbytes: int, stride: int = CHASE_STRIDE, seed: int = 0) -> np.nd
 def latency_ns(nbytes: int = CHASE_DRAM_BYTES, steps: int = CHASE_STEPS, stride: int = CHASE_STRIDE) -> float:
     """The time of one dependent load, in ns, following a random chain over ``nbytes`` (GPU).
 
-    Far larger than L2 (the default, 512 MiB), nearly every hop goes to DRAM; inside L2 it measures L2."""
+    Far larger than L2 (the default, 512 MiB), nearly every hop goes to DRAM (address translation
+    included: 512 MiB is 256 pages of 2 MiB); a chain of at most half of L2 is walked once first, and then
+    measures L2. ``steps`` should stay below the chain's nodes, so no line is visited twice."""
     drv = gpu.driver()
     chase = build.source_module(KERNEL_FILE).get_function("pointer_chase")
     chain = drv.to_device(chase_chain(nbytes, stride))
     out = drv.mem_alloc(4)
+    # warm-up: a chain that fits in L2 is walked once whole, so the timed walk (from node 0 again) finds every
+    # line there; a larger one only a few steps (those few lines are all the timed walk finds in L2)
+    warm = nbytes // stride if 2 * nbytes <= gpu.facts().l2_bytes else 16
     try:
-        chase(chain, np.int64(steps // 10), out, block=(1, 1, 1), grid=(1, 1))  # warm-up: TLB, clocks
+        chase(chain, np.int64(warm), out, block=(1, 1, 1), grid=(1, 1))
         with gpu.Timer() as t:
             chase(chain, np.int64(steps), out, block=(1, 1, 1), grid=(1, 1))
         return t.ms * 1e6 / steps
