@@ -245,7 +245,7 @@ def kernel_text(name) -> tuple[str, str, dict]:
     rung = _rung(name)
     if rung is not None and rung.source is not None:
         return rung.name, rung.source, rung.defines
-    stem = rung.name if rung is not None else str(name)
+    stem = rung.stem if rung is not None else str(name)
     return kernel_path(stem).stem, kernel_source(stem), (rung.defines if rung is not None else {})
 
 
@@ -261,7 +261,7 @@ def compile_file(name, arch: str = DEFAULT_ARCH, kind: str = "cubin", extra_flag
     if rung is not None and rung.source is not None:
         return compile_source(rung.source, arch, kind, name=rung.name, defines=rung.defines,
                               extra_flags=extra_flags)
-    path = kernel_path(rung.name if rung is not None else name)
+    path = kernel_path(rung.stem if rung is not None else name)
     flags = _define_flags(rung.defines if rung is not None else {}) + tuple(extra_flags)
     stamp = f"{path.stat().st_mtime_ns}:{_header_digest()}"
     return _compile_cached(str(path), stamp, _check_arch(arch), kind, flags)

@@ -15,7 +15,7 @@ from rmsnorm_lessons import build, gpu, student
 ROOT = Path(__file__).resolve().parent.parent
 NOTEBOOKS = ROOT / "notebooks"
 LESSONS = ["00_setup", "01_rmsnorm_math", "02_naive", "03_warp_per_row", "04_shared_memory", "05_bf16_vectorized",
-           "06_two_pass", "07_last_block", "08_speed_of_light"]
+           "06_two_pass", "07_last_block", "08_bytes_in_flight", "09_v7_step_by_step", "10_finding_bugs"]
 needs_nvcc = pytest.mark.skipif(build.find_nvcc() is None, reason="nvcc not found")
 
 

@@ -37,7 +37,7 @@ int main(int argc, char** argv) {
 
 @pytest.fixture
 def interleaved():
-    rung = v4.interleaved()
+    rung = ladder.v4_interleaved()
     yield rung
     ladder.unregister(rung.name)
 
@@ -77,9 +77,11 @@ def test_lane_slots_follow_the_loop():
 
 
 def test_interleaved_rung_is_v4_with_the_define(interleaved):
-    assert ladder.get(v4.INTERLEAVED) is interleaved and v4.interleaved() == interleaved  # registering twice is fine
+    assert ladder.get(v4.INTERLEAVED) is interleaved and ladder.v4_interleaved() == interleaved  # twice is fine
     assert interleaved.defines == {"V4_INTERLEAVED": 1} and v4.RUNG.defines == {}
-    assert interleaved.source == build.kernel_source("v4_vec_bf16")
+    assert interleaved.source is None and interleaved.stem == "v4_vec_bf16"  # built from the shipped file
+    assert build.kernel_text(v4.INTERLEAVED) == ("v4_vec_bf16", build.kernel_source("v4_vec_bf16"),
+                                                 {"V4_INTERLEAVED": 1})
     assert interleaved.kernels == v4.RUNG.kernels and interleaved.plan is v4.plan
     assert (interleaved.dtype, interleaved.c_multiple, interleaved.block_size, interleaved.deterministic) == \
         (v4.RUNG.dtype, v4.RUNG.c_multiple, v4.RUNG.block_size, v4.RUNG.deterministic)

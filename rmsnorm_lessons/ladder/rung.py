@@ -118,6 +118,7 @@ class Rung:
     overwrite_mode: bool = False  # offers dinp = (instead of +=)
     source: str | None = None
     defines: dict = field(default_factory=dict)
+    file: str | None = None  # the kernels/<file>.cu it is built from (default: its name), where source is None
     lesson: str | None = None  # the notebook that builds it
 
     def __post_init__(self):
@@ -128,6 +129,11 @@ class Rung:
             raise ValueError(f"rung {self.name!r}: kernels must name at least one entry point")
         if self.dtype not in (FP32, BF16):
             raise ValueError(f"rung {self.name!r}: dtype must be float32 or bfloat16, got {self.dtype}")
+
+    @property
+    def stem(self) -> str:
+        """The file of ``kernels/`` this rung is built from, without ``.cu``."""
+        return self.file or self.name
 
     def __hash__(self):  # defines is a dict; the name identifies a rung in the registry
         return hash((self.name, self.source))

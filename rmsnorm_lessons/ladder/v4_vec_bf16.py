@@ -2,10 +2,12 @@
 
 bf16 has no cheap float atomics, so the blocks add into an fp32 accumulator (zeroed before every call)
 and a second, tiny kernel adds it into the bf16 dweight. A block stages its sums in shared memory
-channel-planar (:func:`staged` is the kernel's ``staged()``); :func:`interleaved` registers the same
+channel-planar (:func:`staged` is the kernel's ``staged()``); :data:`INTERLEAVED_RUNG` is the same
 kernel built with ``-DV4_INTERLEAVED=1`` (channel c at slot c, an 8-way bank conflict), so lesson 05
 can time both.
 """
+import dataclasses
+
 import numpy as np
 
 from .rung import BF16, Launch, Rung, Scratch, Tensor, ceil_div, persistent_grid, tensor_args
@@ -15,7 +17,7 @@ ADD_BLOCK = 256
 VEC = 8  # bf16 values per 128-bit chunk (x128::size)
 WARP = 32
 BANKS = 32  # shared-memory banks, 4 bytes wide
-INTERLEAVED = "v4_interleaved"  # the rung interleaved() registers
+INTERLEAVED = "v4_interleaved"  # the name of INTERLEAVED_RUNG
 
 
 def shared_memory(C, block):
@@ -60,14 +62,8 @@ RUNG = Rung(name="v4_vec_bf16", adds="bf16 storage, fp32 math, 128-bit Packed128
             lesson="05_bf16_vectorized")
 
 
-def interleaved() -> Rung:
-    """Register (again, harmlessly) and return ``v4_interleaved``: v4 with its dweight staged at slot c, the
-    layout v4 first shipped with. Same kernel text, same plan; built with ``-DV4_INTERLEAVED=1``."""
-    from .. import build
-    from . import rung_from_source
-
-    return rung_from_source(name=INTERLEAVED, source=build.kernel_source("v4_vec_bf16"), plan=plan,
-                            kernels=RUNG.kernels, dtype=RUNG.dtype, adds="v4 with its dweight staged interleaved "
-                            "(channel c at slot c: an 8-way bank conflict)", c_multiple=RUNG.c_multiple,
-                            deterministic=RUNG.deterministic, block_size=RUNG.block_size,
-                            shared_memory=shared_memory, defines={"V4_INTERLEAVED": 1})
+#: v4 with its dweight staged at slot c, the layout v4 first shipped with: the same file and plan, built with
+#: ``-DV4_INTERLEAVED=1``. Not on the ladder until ``rmsnorm_lessons.ladder.v4_interleaved()`` registers it.
+INTERLEAVED_RUNG = dataclasses.replace(RUNG, name=INTERLEAVED, file=RUNG.name, defines={"V4_INTERLEAVED": 1},
+                                       adds="v4 with its dweight staged interleaved (channel c at slot c: an "
+                                       "8-way bank conflict)", lesson=None)
