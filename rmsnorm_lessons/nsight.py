@@ -19,6 +19,7 @@ import re
 import subprocess
 import sys
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from . import build
 
@@ -58,7 +59,14 @@ class ProfileError(RuntimeError):
 
 
 def find() -> str | None:
-    return build.find_tool("ncu")
+    """The ncu executable: where :func:`rmsnorm_lessons.build.find_tool` looks, then the newest of NVIDIA's
+    standalone installs (``/opt/nvidia/nsight-compute/<version>/ncu``), or None."""
+    found = build.find_tool("ncu")
+    if found:
+        return found
+    installs = sorted(Path("/opt/nvidia/nsight-compute").glob("*/ncu"),
+                      key=lambda p: [int(x) if x.isdigit() else 0 for x in p.parent.name.split(".")])
+    return str(installs[-1]) if installs else None
 
 
 # ------------------------------------------------------------------------------------------------------
