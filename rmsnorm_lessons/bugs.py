@@ -1,7 +1,9 @@
 """Three bugs for lesson 10, each one edit away from a shipped rung, and the compute-sanitizer tool that finds it.
 
-* ``bug_race_v3``: v3_smem without the ``__syncthreads()`` between the block's shared-memory atomics and
-  its flush to global memory: warps flush columns other warps are still adding to. racecheck.
+* ``bug_race_v5``: v5_two_pass without the ``__syncthreads()`` between the warps' stores to the staging
+  buffer and warp 0's reads of it: warp 0 may add up contributions before they are written. racecheck.
+  (A barrier missing between v3's shared-memory atomics and its flush is just as wrong, but racecheck does
+  not report hazards with atomics: on the H200 it reported 0 for that edit while the check failed.)
 * ``bug_tail_v2``: v2_warp's second column loop runs to ``c <= C``: one element past each row, which is the
   next row's first (wrong results) and, on the last row, past the end of the buffer. memcheck.
 * ``bug_seed_loop_v6``: v6_last_block with the seed's row loop (``for row = warp's first; row < N; row +=
@@ -33,10 +35,11 @@ class Bug:
 
 
 BUGS = {b.name: b for b in (
-    Bug("bug_race_v3", "v3_smem",
-        "    __syncthreads();\n    for (int c = threadIdx.x; c < C; c += blockDim.x) atomicAdd(&dweight[c]",
-        "    for (int c = threadIdx.x; c < C; c += blockDim.x) atomicAdd(&dweight[c]",
-        False, "racecheck", (129, 776), "the barrier before the block's flush to global memory is gone"),
+    Bug("bug_race_v5", "v5_two_pass",
+        "                if (warp != 0) store128(staging + threadIdx.x * f128::size, contrib);\n"
+        "                __syncthreads();\n",
+        "                if (warp != 0) store128(staging + threadIdx.x * f128::size, contrib);\n",
+        False, "racecheck", (129, 776), "the barrier between the warps' staging stores and warp 0's reads is gone"),
     Bug("bug_tail_v2", "v2_warp",
         "    for (int c = lane; c < C; c += WARP_SIZE) {\n",
         "    for (int c = lane; c <= C; c += WARP_SIZE) {\n",

@@ -218,7 +218,7 @@ def run(rung, tool: str, shape=(129, 776), timeout: float = 600) -> Report:
                           "it comes with the CUDA toolkit (and needs a GPU)")
     with tempfile.TemporaryDirectory(prefix="rmsnorm-sanitize-") as tmp:
         src = Path(tmp) / f"{rung.name}.cu"
-        src.write_text(rung.source)
+        src.write_text(build.kernel_text(rung)[1])  # a registered rung's text, or a shipped rung's file
         spec = child_spec(rung, shape, str(src))
         cmd = command(exe, tool, [sys.executable, "-c", CHILD_SCRIPT, json.dumps(spec)])
         return run_command(cmd, tool, f"{rung.name} at N={spec['N']}, C={spec['C']}", timeout)

@@ -3,6 +3,7 @@ child's command line, and ncu's CSV parser on text in the format Nsight Compute 
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 
@@ -40,16 +41,16 @@ def test_the_tail_bug_is_in_the_update_loop():
 
 
 def test_an_edit_that_no_longer_applies_says_so(monkeypatch):
-    monkeypatch.setitem(bugs.BUGS, "bug_race_v3", bugs.BUGS["bug_race_v3"].__class__(
-        **{**bugs.BUGS["bug_race_v3"].__dict__, "old": "no such text"}))
+    monkeypatch.setitem(bugs.BUGS, "bug_race_v5", bugs.BUGS["bug_race_v5"].__class__(
+        **{**bugs.BUGS["bug_race_v5"].__dict__, "old": "no such text"}))
     with pytest.raises(ValueError, match="applies 0 times"):
-        bugs.source("bug_race_v3")
+        bugs.source("bug_race_v5")
     with pytest.raises(ValueError, match="bug must be one of"):
         bugs.get("bug_nothing")
 
 
 @needs_nvcc
-@pytest.mark.parametrize("name,barriers", [("bug_race_v3", 1), ("bug_tail_v2", 0), ("bug_seed_loop_v6", None)])
+@pytest.mark.parametrize("name,barriers", [("bug_race_v5", 1), ("bug_tail_v2", 0), ("bug_seed_loop_v6", None)])
 def test_each_bug_builds_for_sm_90(name, barriers):
     rung = bugs.rung(name)
     res = build.compile_file(rung, "sm_90").resources[rung.kernels[0]]
@@ -93,8 +94,8 @@ child: bug_tail_v2 N=129 C=776: one call done
 
 RACECHECK = """\
 ========= COMPUTE-SANITIZER
-========= Error: Race reported between Write access at rmsnorm_backward_v3+0x5c0 in bug_race_v3.cu:33
-=========     and Read access at rmsnorm_backward_v3+0x6a0 in bug_race_v3.cu:38 [2048 hazards]
+========= Error: Race reported between Write access at rmsnorm_backward_v5+0x5c0 in bug_race_v5.cu:67
+=========     and Read access at rmsnorm_backward_v5+0x6a0 in bug_race_v5.cu:70 [2048 hazards]
 =========
 ========= RACECHECK SUMMARY: 1 hazard displayed (1 error, 0 warnings)
 """
@@ -113,11 +114,11 @@ def test_entries_keep_the_findings_and_drop_the_backtraces():
 
 
 def test_racecheck_report():
-    report = sanitizer.Report("racecheck", "bug_race_v3", 86, RACECHECK)
+    report = sanitizer.Report("racecheck", "bug_race_v5", 86, RACECHECK)
     assert report.summary == (1, 0)
-    assert report.entries == [["Error: Race reported between Write access at rmsnorm_backward_v3+0x5c0 in "
-                               "bug_race_v3.cu:33", "and Read access at rmsnorm_backward_v3+0x6a0 in "
-                               "bug_race_v3.cu:38 [2048 hazards]"]]
+    assert report.entries == [["Error: Race reported between Write access at rmsnorm_backward_v5+0x5c0 in "
+                               "bug_race_v5.cu:67", "and Read access at rmsnorm_backward_v5+0x6a0 in "
+                               "bug_race_v5.cu:70 [2048 hazards]"]]
     clean = sanitizer.Report("racecheck", "v3_smem", 0, "========= RACECHECK SUMMARY: 0 hazards displayed "
                                                         "(0 errors, 0 warnings)\n")
     assert clean.sentence() == "racecheck found no error on v3_smem"
@@ -142,7 +143,7 @@ def test_child_command_and_spec():
 def test_without_compute_sanitizer_run_says_so(monkeypatch):
     monkeypatch.setattr(build, "find_tool", lambda tool: None)
     with pytest.raises(sanitizer.ToolMissing, match="compute-sanitizer was not found"):
-        bugs.sanitize("bug_race_v3")
+        bugs.sanitize("bug_race_v5")
 
 
 @pytest.mark.gpu
@@ -220,6 +221,7 @@ def test_ncu_command_profiles_the_second_launch_of_one_kernel():
 
 def test_without_ncu_the_error_says_so(monkeypatch):
     monkeypatch.setattr(build, "find_tool", lambda tool: None)
+    monkeypatch.setattr(profile, "Path", lambda *a: Path("/nonexistent/nsight-compute"))  # no standalone install
     with pytest.raises(profile.ProfileError, match="ncu \\(Nsight Compute\\) was not found"):
         profile.profile("v3_smem", 8192, 1024)
 
