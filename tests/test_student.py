@@ -163,7 +163,7 @@ def test_host_solution_passes_and_its_placeholder_does_not(lesson, setup, text):
 
 @needs_nvcc
 @pytest.mark.slow
-@pytest.mark.timeout(900)  # lesson 08 runs for about three minutes on the H200, longer beside the suite
+@pytest.mark.timeout(900)  # lesson 09 runs for about three minutes on the H200, longer beside the suite
 @pytest.mark.parametrize("lesson", sorted(p.stem for p in NOTEBOOKS.glob("[0-9]*.ipynb")))
 def test_student_edition_runs_under_nbval(lesson, tmp_path):
     (written,) = student.write_student_edition([NOTEBOOKS / f"{lesson}.ipynb"], tmp_path)
