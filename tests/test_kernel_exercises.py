@@ -27,7 +27,8 @@ no_gpu_here = pytest.mark.skipif(gpu.available(), reason="checks what is said wh
 CHECKS = {"02_naive": lesson02.check_v1_kernel, "03_warp_per_row": lesson03.check_v2_kernel,
           "04_shared_memory": lesson04.check_v3_kernel, "05_bf16_vectorized": lesson05.check_v4_kernel,
           "06_two_pass": lesson06.check_v5_kernel, "07_last_block": lesson07.check_v6_kernel,
-          "08_bytes_in_flight": lesson08.check_scale_kernel, "09_v7_step_by_step": lesson09.check_v7_kernel, "10_finding_bugs": lesson10.check_v3_fix}
+          "08_bytes_in_flight": lesson08.check_scale_kernel, "09_v7_step_by_step": lesson09.check_v7_kernel,
+          "10_finding_bugs": lesson10.check_v3_fix}
 
 #: (lesson, mistake, text of the solution, replaced by, words its message holds, caught without running)
 MISTAKES = [
