@@ -3,10 +3,11 @@
     python lab/v4_layout.py [--json F] [--repeats 50] [--sass-only]
 
 Registers the three layouts as rungs (``rmsnorm_lessons.ladder.rung_from_source``): ``v4lab_interleaved``
-(v4 as shipped), ``v4lab_planar`` (conflict-free) and ``v4lab_private`` (a shared row per warp, no
-atomics); prints their SASS (shared-memory atomics, loads, stores) for sm_90, checks each against float64
-at odd shapes, then times them beside v3_smem, v4_vec_bf16 and v5_two_pass at the benchmark's shapes
-(bench.sweep: every row checked at its shape first, copy bandwidth measured in the same run).
+(v4 as it shipped until fab20df, which made kernels/v4_vec_bf16.cu planar), ``v4lab_planar``
+(conflict-free) and ``v4lab_private`` (a shared row per warp, no atomics); prints their SASS (shared-memory
+atomics, loads, stores) for sm_90, checks each against float64 at odd shapes, then times them beside v3_smem,
+v4_vec_bf16 and v5_two_pass at the benchmark's shapes (bench.sweep: every row checked at its shape first,
+copy bandwidth measured in the same run).
 With --json the rows are written to F and the run is recorded in F's folder (MANIFEST.json).
 """
 from __future__ import annotations
