@@ -183,7 +183,9 @@ def child_spec(rung, shape, source_path: str) -> dict:
         raise ValueError("the sanitizer's child needs a plan from rmsnorm_lessons.ladder (a shipped rung's plan)")
     shared_module = getattr(rung.shared_memory, "__module__", "").rsplit(".", 1)[-1]
     N, C = shape
-    return dict(name=rung.name, source=source_path, plan_module=module.rsplit(".", 1)[-1],
+    # a shipped rung's name is taken in the child's ladder: its copy there gets another
+    name = rung.name if rung.source is not None else f"{rung.name}_as_built"
+    return dict(name=name, source=source_path, plan_module=module.rsplit(".", 1)[-1],
                 plan_fn=rung.plan.__name__, shared_module=shared_module if shared_module.startswith("v") else "",
                 kernels=list(rung.kernels), dtype=str(rung.dtype), c_multiple=rung.c_multiple,
                 block_size=rung.block_size, max_block=rung.max_block, defines=rung.defines,
