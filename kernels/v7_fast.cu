@@ -2,7 +2,7 @@
 // Over v6, what each change is for (lab/NOTES.md has the prediction for each):
 //  1. No __syncthreads in the row loop. A thread owns fixed columns of the row (K 16-byte chunks,
 //     strided so that each warp reads 512 contiguous bytes per chunk) and adds its rows' norm * dout
-//     into its own slice of shared memory, which no other thread touches until the end. v6 paid two
+//     into its own slice of shared memory, which no other thread touches until the end. v6 paid four
 //     __syncthreads per 256 channels per row to stage dweight through shared memory.
 //  2. One row at a time per "row group" of G threads (G = 32 * ceil(C / (8 * K * 32))), several row
 //     groups per block. Every load of the row (dout, inp, and dinp unless overwriting) is issued
