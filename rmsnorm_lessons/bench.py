@@ -319,10 +319,11 @@ def table(results, baseline: str | None = None, overwriting=()) -> str:
     (:attr:`Timing.noisy`) is marked ``~``."""
     base = {(r.N, r.C): r.ms for r in results if r.name == baseline}
     ceilings = any(r.name.startswith(STREAM_NAME) for r in results)
-    lines = [f"{'version':<16}{'N x C':>14}{'ms':>10}{'GB/s':>9}{'% copy':>8}" + ("  % ceil" if ceilings else "")
+    width = max([16] + [len(r.name) + 1 for r in results])  # a long name ("stream ceiling (dinp=)") widens it
+    lines = [f"{'version':<{width}}{'N x C':>14}{'ms':>10}{'GB/s':>9}{'% copy':>8}" + ("  % ceil" if ceilings else "")
              + ("  speedup" if base else "")]
     for r in results:
-        row = f"{r.name:<16}{f'{r.N}x{r.C}':>14}{r.ms:>10.4f}{r.gbps:>9.0f}{100 * r.fraction_of_copy:>7.1f}%"
+        row = f"{r.name:<{width}}{f'{r.N}x{r.C}':>14}{r.ms:>10.4f}{r.gbps:>9.0f}{100 * r.fraction_of_copy:>7.1f}%"
         if ceilings:
             top = ceiling_for(results, r, overwriting)
             row += f"  {100 * r.gbps / top.gbps:5.1f}%" if top is not None else " " * 8

@@ -100,3 +100,13 @@ def test_sweep_times_the_ceiling_in_each_mode_it_timed(monkeypatch):
     assert all(r["percent_of_ceiling"] is not None for r in bench.records(rows) if not r["name"].startswith("stream"))
     assert bench.sweep(["v7_fast"], shapes[:1], copy_gbps=4000.0)[-1].name == "v7_fast"  # no ceiling unless asked
     assert check  # the module the sweep checks with (imported by bench as checking)
+
+
+def test_table_columns_stay_aligned_with_long_names():
+    rows = [bench.Timing("v7_fast", 16384, 4096, 0.1479, 0.01, 537_000_000, 3631.0, 4230.0),
+            bench.Timing(bench.STREAM_NAME + bench.OVERWRITE_SUFFIX, 16384, 4096, 0.1024, 0.01, 403_000_000,
+                         3933.0, 4230.0)]
+    header, *lines = bench.table(rows).splitlines()
+    shape_end = header.index("N x C") + len("N x C")
+    assert all(line.index("16384x4096") + len("16384x4096") == shape_end for line in lines), (header, lines)
+    assert len({line.index("%") for line in lines}) == 1  # the "% copy" column lines up too
