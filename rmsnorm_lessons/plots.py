@@ -480,7 +480,7 @@ def shared_memory_chart(version: str = "v3_smem", block_size: int | None = None,
     return fig
 
 
-# --- lesson 08 (v7_fast: the row in registers, the copy line) --------------------------------------
+# --- lesson 09 (v7_fast: the row in registers, the copy line) --------------------------------------
 
 
 def v7_row_layout(C: int = 2048, K: int | None = None, block: int = 512):
