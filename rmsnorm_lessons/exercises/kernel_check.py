@@ -477,46 +477,46 @@ def register(source: str, *, name: str, kernels, plan, dtype, c_multiple: int = 
                                    adds="a learner's kernel")
 
 
-def check_kernel(source, *, name: str, kernels, plan, dtype, compare_with: str = "v3_smem", c_multiple: int = 1,
-                 shapes=None, block_size: int = 256, max_block: int = 1024, shared_memory=None, defines=None,
-                 deterministic: bool = False, rows_per_block: int | None = None, static=(), hints=None,
-                 sanitize_it: bool = False, timing: bool = True, seed: int = 0,
-                 embed: Callable[[str], str] | None = None) -> Verdict:
-    """Register ``source`` as the rung ``name``, compile it, inspect it and (where a GPU works) run it.
-
-    ``kernels``/``plan``/``dtype``/... are :func:`rmsnorm_lessons.ladder.rung_from_source`'s; ``static``
-    the lesson's :class:`Static` checks; ``rows_per_block``: rows one block takes per step of its loop
-    (default: warps per block), to name blocks in a diagnosis; ``hints``: extra sentences by diagnosis kind
-    (e.g. ``{"dweight unchanged": "did the last block run?"}``); ``compare_with``: the shipped rung timed
-    beside yours; ``embed``: splices the text into a shipped kernel (see :func:`register`); the TODO lines
-    and the source checks still read the learner's text alone. Returns PASS, NOT YET or NOT VERIFIED (no
-    GPU here).
-    """
+def _not_text(source) -> Verdict:
     if not isinstance(source, str):
         return failed(f"pass the kernel's CUDA text as a string (r'''...'''), not {type(source).__name__}")
-    if not source.strip():
-        return failed("the kernel's text is empty")
-    rung = register(source, name=name, kernels=kernels, plan=plan, dtype=dtype, c_multiple=c_multiple,
-                    block_size=block_size, max_block=max_block, shared_memory=shared_memory, defines=defines,
-                    deterministic=deterministic, embed=embed)
+    return failed("the kernel's text is empty")
+
+
+@dataclass
+class Inspected:
+    """What steps 1-2 found, for the run: the loaded code's arch and compile result, and the sentences of the verdict."""
+
+    arch: str
+    compiled: object  # build.Compiled
+    head: str  # "nvcc compiled NAME for ARCH (resources)."
+    checked: str  # " Checked in the SASS: ..." or ""
+
+
+def inspect_text(source: str, name: str, kernels, static, compile_it: Callable, sass_of: Callable, *,
+                 rung=None, against: str) -> tuple[Verdict | None, Inspected | None]:
+    """Steps 1-3 for any learner's text: compile it (``compile_it(arch)``, for this GPU's arch, else
+    :data:`rmsnorm_lessons.build.DEFAULT_ARCH`), name its kernels' resources, run the ``static`` checks on
+    its SASS (``sass_of(compiled, arch)``; skipped, and said, where the disassembler is missing) and look
+    for TODO lines. Returns ``(verdict, None)`` where the check ends here: NOT YET, or NOT VERIFIED
+    without a GPU (``against``: what a GPU would compare it with); else ``(None, Inspected)``."""
+    from .. import sass
+
     reason = gpu.why_unavailable()
     arch = gpu.facts().arch if reason is None else build.DEFAULT_ARCH
     try:
-        compiled = build.compile_file(rung, arch)
+        compiled = compile_it(arch)
     except build.CompileError as exc:
-        return failed(f"nvcc does not accept it (line numbers are your text's):\n  {nvcc_errors(str(exc), name)}")
-    missing = [k for k in rung.kernels if k not in compiled.resources]
+        return failed(f"nvcc does not accept it (line numbers are your text's):\n  {nvcc_errors(str(exc), name)}"), None
+    missing = [k for k in kernels if k not in compiled.resources]
     if missing:
         return failed(f"no kernel named {', '.join(missing)} in your text: keep the names of the skeleton, "
-                      f"declared extern \"C\" __global__")
+                      f"declared extern \"C\" __global__"), None
     shown = "; ".join(f"{r.kernel}: {r.registers} registers, {r.shared_bytes} B static shared memory, "
                       + (f"spills {r.spill_stores} B stored / {r.spill_loads} B loaded" if r.spills else "no spills")
-                      for k, r in compiled.resources.items() if k in rung.kernels)
-    from .. import sass
-
+                      for k, r in compiled.resources.items() if k in kernels)
     try:
-        listing = sass.listing(rung, arch)
-        sass_note = ""
+        listing, sass_note = sass_of(compiled, arch), ""
     except sass.ToolMissing as exc:
         listing, sass_note = None, f" The SASS checks were skipped: {str(exc).split('. ')[0]}."
     ctx = Compiled(rung, compiled, listing, strip_comments(without_skeletons(source)))
@@ -532,12 +532,65 @@ def check_kernel(source, *, name: str, kernels, plan, dtype, compare_with: str =
     todo_note = (f"Fill in the TODO regions: line(s) {_lines(todo)} still start with // TODO (delete each TODO "
                  f"line once you have written that part). " if todo else "")
     if problems:  # what is wrong first: a progress line shows the start of the message
-        return failed(f"{todo_note}{'; '.join(problems)}. {head}{checked}{sass_note}")
+        return failed(f"{todo_note}{'; '.join(problems)}. {head}{checked}{sass_note}"), None
     if todo:
-        return failed(f"{todo_note}{head}{checked}{sass_note}")
+        return failed(f"{todo_note}{head}{checked}{sass_note}"), None
     if reason is not None:
         return not_verified(f"no GPU here, so it was compiled and inspected but not run. {head}{checked}"
-                            f"{sass_note} On a GPU this check runs it against the float64 reference.")
+                            f"{sass_note} On a GPU this check runs it against {against}."), None
+    return None, Inspected(arch, compiled, head, checked)
+
+
+def check_plain_kernel(source, *, name: str, kernels, static=(), run=None, against: str = "NumPy") -> Verdict:
+    """A learner's kernel that is not a rung (lesson 08's ``scale_wide``): compiled from its text alone
+    (``#line 1`` in front, so nvcc's line numbers are the text's), inspected as :func:`check_kernel`
+    inspects a rung, and where a GPU works handed to ``run(module)`` (the loaded cubin, a PyCUDA module),
+    which returns an :class:`Outcome`. Without a GPU: NOT VERIFIED, never PASS."""
+    from .. import sass
+
+    if not isinstance(source, str) or not source.strip():
+        return _not_text(source)
+    stop, seen = inspect_text(
+        source, name, kernels, static,
+        lambda arch: build.compile_source(f'#line 1 "{name}"\n' + source, arch, name=name),
+        lambda compiled, arch: sass.parse_sass(sass.nvdisasm_json(compiled.binary), name, arch),
+        against=against)
+    if stop is not None:
+        return stop
+    if run is None:
+        return not_verified(f"no way to run it was given. {seen.head}{seen.checked}")
+    outcome = run(gpu.driver().module_from_buffer(seen.compiled.binary))
+    return (passed if outcome.ok else failed)(f"{seen.head}{seen.checked} {outcome.message}")
+
+
+def check_kernel(source, *, name: str, kernels, plan, dtype, compare_with: str = "v3_smem", c_multiple: int = 1,
+                 shapes=None, block_size: int = 256, max_block: int = 1024, shared_memory=None, defines=None,
+                 deterministic: bool = False, rows_per_block: int | None = None, static=(), hints=None,
+                 sanitize_it: bool = False, timing: bool = True, seed: int = 0,
+                 embed: Callable[[str], str] | None = None) -> Verdict:
+    """Register ``source`` as the rung ``name``, compile it, inspect it and (where a GPU works) run it.
+
+    ``kernels``/``plan``/``dtype``/... are :func:`rmsnorm_lessons.ladder.rung_from_source`'s; ``static``
+    the lesson's :class:`Static` checks; ``rows_per_block``: rows one block takes per step of its loop
+    (default: warps per block), to name blocks in a diagnosis; ``hints``: extra sentences by diagnosis kind
+    (e.g. ``{"dweight unchanged": "did the last block run?"}``); ``compare_with``: the shipped rung timed
+    beside yours; ``embed``: splices the text into a shipped kernel (see :func:`register`); the TODO lines
+    and the source checks still read the learner's text alone. Returns PASS, NOT YET or NOT VERIFIED (no
+    GPU here).
+    """
+    if not isinstance(source, str) or not source.strip():
+        return _not_text(source)
+    rung = register(source, name=name, kernels=kernels, plan=plan, dtype=dtype, c_multiple=c_multiple,
+                    block_size=block_size, max_block=max_block, shared_memory=shared_memory, defines=defines,
+                    deterministic=deterministic, embed=embed)
+    from .. import sass
+
+    stop, seen = inspect_text(source, name, rung.kernels, static, lambda arch: build.compile_file(rung, arch),
+                              lambda compiled, arch: sass.listing(rung, arch), rung=rung,
+                              against="the float64 reference")
+    if stop is not None:
+        return stop
+    head, checked = seen.head, seen.checked
     shapes = shapes or (SHAPES_8 if c_multiple == 8 else SHAPES)
     shapes = [(N, C - C % c_multiple or c_multiple) for N, C in shapes]
     outcome = run_checks(rung, shapes, seed=seed, rows_per_block=rows_per_block, hints=hints)

@@ -11,8 +11,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from .. import build, gpu, inflight, ladder
-from . import Verdict, failed, not_verified, passed, read_number
+from .. import gpu, inflight, ladder
+from . import Verdict, failed, kernel_check as kc, passed, read_number
 
 
 def bytes_moved(N: int, C: int, overwrite: bool = False, version: str = "v7_fast") -> int:
@@ -116,7 +116,6 @@ TIME_FLOATS = 64 * 2**20
 
 def _loads_before_store(kernel: str = KERNEL, at_least: int = UNROLL):
     """A static check: at least ``at_least`` 128-bit loads come before the first store in the SASS."""
-    from . import kernel_check as kc
 
     def test(c):
         ins = c.instructions(kernel)
@@ -135,7 +134,6 @@ def _loads_before_store(kernel: str = KERNEL, at_least: int = UNROLL):
 
 
 def _static_checks():
-    from . import kernel_check as kc
 
     return (kc.sass_has("LDG.128", f"128-bit loads (at least {UNROLL} LDG.E.128)",
                         "no 128-bit loads: read x as float4, one 16-byte load per chunk (v[k] = x[i]), not as "
@@ -146,62 +144,7 @@ def _static_checks():
             kc.no_local_memory(KERNEL))
 
 
-def check_plain_kernel(source, *, name: str, kernels, static=(), run=None) -> Verdict:
-    """A learner's kernel that is not a rung: compiled from its text alone (``#line 1`` in front, so
-    nvcc's line numbers are the text's), inspected as :func:`kernel_check.check_kernel` inspects a rung
-    (resources, the ``static`` checks on the SASS, TODO lines), and where a GPU works handed to
-    ``run(module)`` (the loaded cubin, a PyCUDA module) that returns a :class:`kernel_check.Outcome`.
-    Without a GPU: NOT VERIFIED, never PASS."""
-    from .. import sass
-    from . import kernel_check as kc
-
-    if not isinstance(source, str):
-        return failed(f"pass the kernel's CUDA text as a string (r'''...'''), not {type(source).__name__}")
-    if not source.strip():
-        return failed("the kernel's text is empty")
-    reason = gpu.why_unavailable()
-    arch = gpu.facts().arch if reason is None else build.DEFAULT_ARCH
-    try:
-        compiled = build.compile_source(f'#line 1 "{name}"\n' + source, arch, name=name)
-    except build.CompileError as exc:
-        return failed(f"nvcc does not accept it (line numbers are your text's):\n  {kc.nvcc_errors(str(exc), name)}")
-    missing = [k for k in kernels if k not in compiled.resources]
-    if missing:
-        return failed(f"no kernel named {', '.join(missing)} in your text: keep the names of the skeleton, "
-                      f"declared extern \"C\" __global__")
-    shown = "; ".join(f"{r.kernel}: {r.registers} registers, "
-                      + (f"spills {r.spill_stores} B stored / {r.spill_loads} B loaded" if r.spills else "no spills")
-                      for k, r in compiled.resources.items() if k in kernels)
-    try:
-        listing, sass_note = sass.parse_sass(sass.nvdisasm_json(compiled.binary), name, arch), ""
-    except sass.ToolMissing as exc:
-        listing, sass_note = None, f" The SASS checks were skipped: {str(exc).split('. ')[0]}."
-    ctx = kc.Compiled(None, compiled, listing, kc.strip_comments(kc.without_skeletons(source)))
-    held, problems = [], []
-    for s in static:
-        if s.sass and listing is None:
-            continue
-        outcome = s.test(ctx)
-        (held if outcome is None else problems).append(s.what if outcome is None else outcome)
-    todo = kc.todo_lines(source)
-    head = f"nvcc compiled {name} for {arch} ({shown})."
-    checked = f" Checked in the SASS: {'; '.join(held)}." if held else ""
-    todo_note = (f"Fill in the TODO regions: line(s) {kc._lines(todo)} still start with // TODO (delete each TODO "
-                 f"line once you have written that part). " if todo else "")
-    if problems:
-        return failed(f"{todo_note}{'; '.join(problems)}. {head}{checked}{sass_note}")
-    if todo:
-        return failed(f"{todo_note}{head}{checked}{sass_note}")
-    if reason is not None or run is None:
-        return not_verified(f"no GPU here, so it was compiled and inspected but not run. {head}{checked}"
-                            f"{sass_note} On a GPU this check runs it against NumPy.")
-    module = gpu.driver().module_from_buffer(compiled.binary)
-    outcome = run(module)
-    return (passed if outcome.ok else failed)(f"{head}{checked} {outcome.message}")
-
-
 def _wrong_where(got: np.ndarray, want: np.ndarray) -> str:
-    from . import kernel_check as kc
 
     n4 = want.shape[0]
     never = np.flatnonzero(np.isnan(got[:n4]).any(axis=1))
@@ -223,7 +166,6 @@ def _wrong_where(got: np.ndarray, want: np.ndarray) -> str:
 def _run_scale(function_of) -> "object":
     """Run the learner's scale_wide at :data:`CHECK_SIZES` against NumPy, then time it (GPU)."""
     from .. import bench
-    from . import kernel_check as kc
 
     drv = gpu.driver()
     fn = function_of(KERNEL)
@@ -274,5 +216,5 @@ def check_scale_kernel(source: str) -> Verdict:
     before it stores any. Checked in the SASS without a GPU (128-bit loads and stores, the loads ahead of
     the first store, no local memory), against NumPy on one (poisoned output, a guard past the end, sizes
     that leave a partial last block), then timed against copy and lesson 00's scale."""
-    return check_plain_kernel(source, name="yours_scale", kernels=(KERNEL,), static=_static_checks(),
-                              run=lambda module: _run_scale(module.get_function))
+    return kc.check_plain_kernel(source, name="yours_scale", kernels=(KERNEL,), static=_static_checks(),
+                                 run=lambda module: _run_scale(module.get_function))
