@@ -20,6 +20,10 @@ from . import check as checking  # sweep() has a parameter called check
 #: the shapes of the issue's benchmark (N, C): six above L2, two latency-bound
 LARGE_SHAPES = [(32768, 768), (32768, 1024), (16384, 2048), (16384, 4096), (8192, 8192), (4096, 16384)]
 SMALL_SHAPES = [(8192, 768), (1024, 4096)]
+#: rows wider than one block of v7 can hold (issue 16): versions that cannot run them are skipped
+WIDE_SHAPES = [(4096, 32768), (2048, 65536)]
+#: the default sweep
+SHAPES = LARGE_SHAPES + SMALL_SHAPES + WIDE_SHAPES
 
 
 def progress(iterable, total=None, desc=""):
@@ -48,18 +52,32 @@ def _sleep(us: float, stream=None):
 
 def time_ms(launch, sets: int = 1, warmup: int = 5, repeats: int = 50, stream=None) -> list[float]:
     """Time ``launch(i)`` (``i`` = which buffer set) ``repeats`` times; return each launch's milliseconds."""
+    return time_interleaved({"launch": launch}, sets, warmup, repeats, stream)["launch"]
+
+
+def time_interleaved(launches: dict, sets: int = 1, warmup: int = 5, repeats: int = 50, stream=None) -> dict:
+    """Time several launches against each other (A/B interleaving): ``launches`` maps a name to
+    ``launch(i)`` (``i`` = which buffer set); in each of ``repeats`` rounds every launch runs once, in
+    turn, so a drift of the GPU over the run (clocks, temperature, a neighbour) lands on all of them
+    alike. Consecutive launches, whichever they are, take consecutive buffer sets. Returns each name's
+    milliseconds, one per round."""
     drv = gpu.driver()
     start, stop = drv.Event(), drv.Event()
-    for i in range(warmup):
-        launch(i % sets)
-    times = []
-    for i in range(repeats):
-        _sleep(SLEEP_US, stream)
-        start.record(stream)
-        launch(i % sets)
-        stop.record(stream)
-        stop.synchronize()
-        times.append(stop.time_since(start))
+    turn = 0
+    for _ in range(warmup):
+        for launch in launches.values():
+            launch(turn % sets)
+            turn += 1
+    times = {name: [] for name in launches}
+    for _ in range(repeats):
+        for name, launch in launches.items():
+            _sleep(SLEEP_US, stream)
+            start.record(stream)
+            launch(turn % sets)
+            stop.record(stream)
+            stop.synchronize()
+            times[name].append(stop.time_since(start))
+            turn += 1
     return times
 
 
@@ -181,10 +199,12 @@ def check_overwrite(version, N: int, C: int, seed=0):
     return checking.check_version(version, N, C, seed=seed, overwrite=True)
 
 
-def steady(timed, log=sys.stderr) -> Timing:
+def steady(timed, log=sys.stderr, first: Timing | None = None) -> Timing:
     """``timed()`` (a :class:`Timing`), timed once more when its spread is above :data:`NOISY_SPREAD`; the
-    steadier of the two is kept, and a row that stays noisy says so on ``log`` (``Timing.noisy``)."""
-    first = timed()
+    steadier of the two is kept, and a row that stays noisy says so on ``log`` (``Timing.noisy``).
+    ``first``: the row's first timing, already made (by :func:`time_interleaved`); ``timed`` then only
+    times it again."""
+    first = first or timed()
     if not first.noisy:
         return first
     second = timed()
@@ -197,50 +217,77 @@ def steady(timed, log=sys.stderr) -> Timing:
 
 def sweep(versions=None, shapes=None, repeats: int = 50, check: bool = True, copy_gbps: float | None = None,
           overwrite: bool = False, ceiling: bool = False):
-    """Check (optionally) and time every version at every shape; one copy-bandwidth measurement first.
+    """Check (optionally) and time every version at every shape; the copy yardstick measured first.
 
-    Returns a list of :class:`Timing`; a version that cannot run a shape (its C rule, its shared memory)
-    is left out and reported on stderr. With ``overwrite``, versions that offer the overwrite mode get a
-    second row in that mode (named by :func:`overwrite_name`), checked in that mode first. A row whose
-    spread is above :data:`NOISY_SPREAD` is timed again (:func:`steady`). With ``ceiling``, each shape also
-    gets the same-bytes ceiling (:func:`stream_ceiling`) in each mode timed there, as rows of its own
-    (``percent_of_ceiling`` in :func:`records` reads them).
+    Returns a list of :class:`Timing`, shape by shape; a version that cannot run a shape (its C rule, its
+    shared memory) is left out and reported on stderr. With ``overwrite``, versions that offer the
+    overwrite mode get a second row in that mode (named by :func:`overwrite_name`), checked in that mode
+    first. With ``ceiling``, each shape also gets the same-bytes ceiling (:func:`stream_ceiling`'s kernel)
+    in each mode timed there, as rows of its own (``percent_of_ceiling`` in :func:`records` reads them).
+    The rows of a shape are timed interleaved (:func:`time_interleaved`) on shared buffer sets; a row
+    whose spread is above :data:`NOISY_SPREAD` is then timed again alone (:func:`steady`).
     """
     versions = list(versions or ladder.VERSIONS)
-    shapes = list(shapes or LARGE_SHAPES + SMALL_SHAPES)
-    copy_gbps = copy_gbps or gpu.copy_bandwidth()
+    shapes = list(shapes or SHAPES)
+    copy_gbps = copy_gbps or copy_yardstick().gbps
     results = []
-    jobs = [(v, s, False) for s in shapes for v in versions]
-    if overwrite:
-        jobs = [(v, s, o) for s in shapes for v in versions
-                for o in ((False, True) if ladder.get(v).overwrite_mode else (False,))]
-    problems = {}  # one set of device buffers per shape and dtype, shared by the versions timed on it
-    for version, (N, C), mode in progress(jobs, total=len(jobs), desc="bench"):
-        spec = ladder.get(version)
-        for key in [k for k in problems if k[:2] != (N, C)]:  # done with an earlier shape: free it
-            problems.pop(key).free()
-        try:
-            runnable(spec, N, C)
-        except ValueError as exc:
-            print(f"skip {version} at {N}x{C}: {exc}", file=sys.stderr)
-            continue
-        if check:
-            report = (check_overwrite(version, N, C, seed=N + C + 1) if mode
-                      else checking.check_version(version, N, C, seed=N + C))
-            if not report.ok:
-                raise AssertionError(f"{report.version} is wrong at N={N} C={C}; not timing it:\n{report}")
-        key = (N, C, spec.dtype)
-        if key not in problems:
-            problems[key] = DeviceProblem(N, C, spec.dtype)
-        results.append(steady(lambda: bench_version(version, N, C, copy_gbps, repeats=repeats,
-                                                    problem=problems[key], overwrite=mode)))
-    for problem in problems.values():
-        problem.free()
-    if ceiling:
-        for N, C, mode in dict.fromkeys((r.N, r.C, r.name.endswith(OVERWRITE_SUFFIX)) for r in list(results)):
-            if (N * C) % 8 == 0:
-                results.append(steady(lambda: stream_ceiling(N, C, copy_gbps, overwrite=mode, repeats=repeats)))
+    for N, C in progress(shapes, total=len(shapes), desc="bench"):
+        rows = []  # (rung, overwrite), each checked against float64 before anything is timed
+        for version in versions:
+            spec = ladder.get(version)
+            try:
+                runnable(spec, N, C)
+            except ValueError as exc:
+                print(f"skip {version} at {N}x{C}: {exc}", file=sys.stderr)
+                continue
+            for mode in ((False, True) if overwrite and spec.overwrite_mode else (False,)):
+                if check:
+                    report = (check_overwrite(spec, N, C, seed=N + C + 1) if mode
+                              else checking.check_version(spec, N, C, seed=N + C))
+                    if not report.ok:
+                        raise AssertionError(f"{report.version} is wrong at N={N} C={C}; not timing it:\n{report}")
+                rows.append((spec, mode))
+        modes = tuple(dict.fromkeys(mode for _, mode in rows)) if ceiling and (N * C) % 8 == 0 else ()
+        results += time_shape(N, C, rows, modes, copy_gbps, repeats)
     return results
+
+
+def time_shape(N: int, C: int, rows, ceiling_modes=(), copy_gbps: float = float("nan"), repeats: int = 50):
+    """Time ``rows`` ((rung, overwrite) pairs) at one shape, interleaved: the rows of one dtype share one
+    :class:`DeviceProblem`, and the same-bytes ceiling in each of ``ceiling_modes`` joins the bf16 rows
+    on the same buffers. A noisy row is timed again alone (:func:`steady`). Returns their Timings."""
+    bf16_dtype = np.dtype(bf16.bfloat16)
+    dtypes = list(dict.fromkeys(spec.dtype for spec, _ in rows))
+    if ceiling_modes and bf16_dtype not in dtypes:
+        dtypes.append(bf16_dtype)
+    out = []
+    for dtype in dtypes:
+        problem = DeviceProblem(N, C, dtype)
+        try:
+            timed = {}  # name -> (bytes moved, launch(i))
+            for spec, mode in rows:
+                if spec.dtype == dtype:
+                    L = launch.launcher(spec, C, overwrite=mode)
+                    timed[overwrite_name(spec) if mode else spec.name] = (
+                        spec.bytes_moved(N, C, overwrite=mode), lambda i, L=L: L(N, problem.buffers[i]))
+            if dtype == bf16_dtype:
+                for mode in ceiling_modes:
+                    stream = _stream_launcher(accumulate=not mode)
+                    timed[STREAM_NAME + (OVERWRITE_SUFFIX if mode else "")] = (
+                        ladder.get("v7_fast").bytes_moved(N, C, overwrite=mode),
+                        lambda i, stream=stream: stream(problem.buffers[i].dinp, problem.buffers[i].dout,
+                                                        problem.buffers[i].inp, N * C))
+            if not timed:
+                continue
+            times = time_interleaved({name: f for name, (_, f) in timed.items()}, sets=problem.sets,
+                                     repeats=repeats)
+            for name, (nbytes, f) in timed.items():
+                again = lambda name=name, nbytes=nbytes, f=f: _timing(  # noqa: E731
+                    name, N, C, time_ms(f, sets=problem.sets, repeats=repeats), nbytes, copy_gbps)
+                out.append(steady(again, first=_timing(name, N, C, times[name], nbytes, copy_gbps)))
+        finally:
+            problem.free()
+    return out
 
 
 def runnable(version, N: int, C: int) -> None:
@@ -264,8 +311,8 @@ def _stream_launcher(accumulate: bool, stream=None):
     blocks = gpu.facts().multiprocessors * 4  # 2048 threads of 32 registers per SM
 
     def launch(out, a, b, n):
-        function(out, a, b, np.int64(n // 8), np.int32(bool(accumulate)), block=(512, 1, 1), grid=(blocks, 1, 1),
-                 stream=stream)
+        function(*(np.uintp(int(p)) for p in (out, a, b)), np.int64(n // 8), np.int32(bool(accumulate)),
+                 block=(512, 1, 1), grid=(blocks, 1, 1), stream=stream)
     return launch
 
 
@@ -301,6 +348,44 @@ def stream_ceiling(N: int, C: int, copy_gbps: float, overwrite: bool = False, re
     spec = ladder.get("v7_fast")
     return _timing(STREAM_NAME + (OVERWRITE_SUFFIX if overwrite else ""), N, C, times,
                    spec.bytes_moved(N, C, overwrite=overwrite), copy_gbps)
+
+
+@dataclass(frozen=True)
+class Yardstick:
+    """The copy bandwidth the bench reports against: the faster of ``cuMemcpyDtoD`` and a plain copy kernel
+    (kernels/stream_ceiling.cu's ``stream_copy``), both measured now, bytes read + written."""
+
+    dtod_gbps: float
+    kernel_gbps: float
+
+    @property
+    def gbps(self) -> float:
+        return max(self.dtod_gbps, self.kernel_gbps)
+
+    def __str__(self) -> str:
+        return (f"copy {self.gbps:.0f} GB/s (bytes read + written): the faster of cuMemcpyDtoD "
+                f"{self.dtod_gbps:.0f} GB/s and a copy kernel {self.kernel_gbps:.0f} GB/s")
+
+
+def copy_kernel_bandwidth(nbytes: int = 1 << 30, repeats: int = 20) -> float:
+    """GB/s (read + written) of ``stream_copy``, 16-byte streaming loads and stores, over ``nbytes``."""
+    drv = gpu.driver()
+    function = build.source_module("stream_ceiling").get_function("stream_copy")
+    blocks = gpu.facts().multiprocessors * 4
+    src, dst = drv.mem_alloc(nbytes), drv.mem_alloc(nbytes)
+    try:
+        drv.memset_d8(src, 1, nbytes)
+        times = time_ms(lambda i: function(dst, src, np.int64(nbytes // 16), block=(512, 1, 1), grid=(blocks, 1, 1)),
+                        warmup=3, repeats=repeats)
+        return 2 * nbytes / (statistics.median(times) * 1e-3) / 1e9
+    finally:
+        src.free()
+        dst.free()
+
+
+def copy_yardstick() -> Yardstick:
+    """Both copies, measured now (:class:`Yardstick`)."""
+    return Yardstick(gpu.copy_bandwidth(), copy_kernel_bandwidth())
 
 
 def fit_fixed_cost(ns, ms) -> tuple[float, float]:

@@ -173,7 +173,8 @@ def _bench(args) -> int:
     want_peers = bool(args.peer_names) or (_torch_imports() if args.peers is None else args.peers)
     peer_names = args.peer_names or list(peers.PEERS)
     overwrite = want_peers if args.overwrite is None else args.overwrite  # peers overwrite dinp: compare so
-    copy_gbps = gpu.copy_bandwidth()
+    yardstick = bench.copy_yardstick()
+    copy_gbps = yardstick.gbps
     results = bench.sweep(versions, shapes, repeats=args.repeats, copy_gbps=copy_gbps,
                           overwrite=overwrite, ceiling=args.ceiling)
 
@@ -187,7 +188,7 @@ def _bench(args) -> int:
         print(bench.table(results, baseline="v6_last_block", overwriting=peer_names), flush=True)
         results += peers.sweep(shapes, names=peer_names, repeats=args.repeats, copy_gbps=copy_gbps)
     results = bench.by_shape(results)
-    print(f"copy bandwidth {copy_gbps:.0f} GB/s (bytes read + written)")
+    print(yardstick)
     print(bench.table(results, baseline="v6_last_block", overwriting=peer_names))
     if want_peers:
         mine = [r.name for r in results if r.name not in peers.ALL_PEERS]

@@ -369,7 +369,7 @@ def sweep(shapes=None, names=None, repeats: int = 50, copy_gbps: float | None = 
             runnable.append(name)
         else:
             print(f"skip peer {name}: {reason}", file=log)
-    shapes = list(shapes or bench.LARGE_SHAPES + bench.SMALL_SHAPES)
+    shapes = list(shapes or bench.SHAPES)
     copy_gbps = copy_gbps or gpu.copy_bandwidth()
     results = []
     for N, C in shapes:

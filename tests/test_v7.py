@@ -421,7 +421,7 @@ def test_bench_command_writes_every_row(tmp_path, monkeypatch):
         return [_t(name, N, C, 3.0, copy=copy_gbps) for N, C in shapes_ for name in peers.PEERS]
 
     monkeypatch.setattr(gpu, "require", lambda: None)
-    monkeypatch.setattr(gpu, "copy_bandwidth", lambda: 4000.0)
+    monkeypatch.setattr(bench, "copy_yardstick", lambda: bench.Yardstick(3900.0, 4000.0))
     monkeypatch.setattr(bench, "sweep", fake_sweep)
     monkeypatch.setattr(peers, "sweep", fake_peers)
     out_json, out_png = tmp_path / "bench.json", tmp_path / "bench.png"

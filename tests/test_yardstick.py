@@ -2,6 +2,7 @@
 again and flagged, the same-bytes ceiling measured beside the rows and each row's percent of it."""
 import io
 
+import numpy as np
 import pytest
 
 from rmsnorm_lessons import bench, check, ladder
@@ -67,39 +68,64 @@ def test_percent_of_ceiling_by_shape_and_mode():
 
 
 class _FakeProblem:
+    made = []
+
     def __init__(self, N, C, dtype, sets=None, seed=0):
-        self.buffers, self.sets = [None], 1
+        self.buffers, self.sets = [None] * 3, 3
+        _FakeProblem.made.append((N, C, np.dtype(dtype)))
 
     def free(self):
         pass
 
 
-def test_sweep_times_the_ceiling_in_each_mode_it_timed(monkeypatch):
-    timed, ceilings = [], []
+def test_sweep_times_a_shapes_rows_and_ceilings_interleaved(monkeypatch):
+    rounds, alone = [], []
+    _FakeProblem.made = []
     monkeypatch.setattr(bench, "runnable", lambda spec, N, C: None)
     monkeypatch.setattr(bench, "DeviceProblem", _FakeProblem)
     monkeypatch.setattr(bench.checking, "check_version", lambda *a, **k: type("R", (), {"ok": True})())
     monkeypatch.setattr(bench, "check_overwrite", lambda *a, **k: type("R", (), {"ok": True})())
+    monkeypatch.setattr(bench.launch, "launcher", lambda spec, C, overwrite=False: (lambda N, tensors: None))
+    monkeypatch.setattr(bench, "_stream_launcher", lambda accumulate, stream=None: (lambda *a: None))
 
-    def fake_bench(version, N, C, copy_gbps, repeats=50, problem=None, *, overwrite=False, **kw):
-        timed.append((version, N, C, overwrite))
-        name = bench.overwrite_name(version) if overwrite else ladder.get(version).name
-        return _t(name, N, C)
+    def fake_interleaved(launches, sets=1, warmup=5, repeats=50, stream=None):
+        rounds.append((list(launches), sets))
+        # the ceiling 0.9 ms, v7 (dinp=) noisy, the others 1 ms
+        return {name: ([0.9] * 10 if name.startswith(bench.STREAM_NAME) else
+                       [0.5, 1.0, 2.0] * 4 if name == "v7_fast (dinp=)" else [1.0] * 10) for name in launches}
 
-    def fake_ceiling(N, C, copy_gbps, overwrite=False, repeats=50):
-        ceilings.append((N, C, overwrite))
-        return _t(bench.STREAM_NAME + (bench.OVERWRITE_SUFFIX if overwrite else ""), N, C, ms=0.9)
+    def fake_time_ms(launch, sets=1, warmup=5, repeats=50, stream=None):
+        alone.append(sets)
+        return [0.8] * 10
 
-    monkeypatch.setattr(bench, "bench_version", fake_bench)
-    monkeypatch.setattr(bench, "stream_ceiling", fake_ceiling)
+    monkeypatch.setattr(bench, "time_interleaved", fake_interleaved)
+    monkeypatch.setattr(bench, "time_ms", fake_time_ms)
     shapes = [(64, 1024), (32, 2048)]
-    rows = bench.sweep(["v6_last_block", "v7_fast"], shapes, copy_gbps=4000.0, overwrite=True, ceiling=True)
-    assert ceilings == [(64, 1024, False), (64, 1024, True), (32, 2048, False), (32, 2048, True)]
-    assert [r.name for r in rows[-4:]] == [bench.STREAM_NAME, bench.STREAM_NAME + " (dinp=)"] * 2
-    assert len(timed) == 6  # v6, v7, v7 (dinp=) at each shape
-    assert all(r["percent_of_ceiling"] is not None for r in bench.records(rows) if not r["name"].startswith("stream"))
+    rows = bench.sweep(["v3_smem", "v6_last_block", "v7_fast"], shapes, copy_gbps=4000.0, overwrite=True,
+                       ceiling=True)
+    # per shape: the fp32 rung on its own buffers, then every bf16 row and both ceilings in one interleaved run
+    bf16_rows = ["v6_last_block", "v7_fast", "v7_fast (dinp=)", bench.STREAM_NAME, bench.STREAM_NAME + " (dinp=)"]
+    assert rounds == [(["v3_smem"], 3), (bf16_rows, 3)] * 2
+    assert [(N, C) for N, C, _ in _FakeProblem.made] == [(64, 1024)] * 2 + [(32, 2048)] * 2
+    assert [r.name for r in rows] == ["v3_smem", *bf16_rows] * 2
+    noisy = [r for r in rows if r.name == "v7_fast (dinp=)"]
+    assert alone == [3, 3] and all(r.ms == 0.8 and not r.noisy for r in noisy)  # timed again alone, steadier kept
+    recs = bench.records(rows)
+    assert all(r["percent_of_ceiling"] == pytest.approx(90.0) for r in recs if r["name"] == "v7_fast")
     assert bench.sweep(["v7_fast"], shapes[:1], copy_gbps=4000.0)[-1].name == "v7_fast"  # no ceiling unless asked
     assert check  # the module the sweep checks with (imported by bench as checking)
+
+
+def test_the_default_sweep_has_the_wide_rows():
+    assert bench.SHAPES[-2:] == [(4096, 32768), (2048, 65536)] and len(bench.SHAPES) == 10
+
+
+def test_the_yardstick_is_the_faster_copy():
+    y = bench.Yardstick(dtod_gbps=4213.0, kernel_gbps=4302.0)
+    assert y.gbps == 4302.0
+    assert str(y) == ("copy 4302 GB/s (bytes read + written): the faster of cuMemcpyDtoD 4213 GB/s and a copy "
+                      "kernel 4302 GB/s")
+    assert bench.Yardstick(4213.0, 4100.0).gbps == 4213.0
 
 
 def test_table_columns_stay_aligned_with_long_names():
@@ -110,3 +136,36 @@ def test_table_columns_stay_aligned_with_long_names():
     shape_end = header.index("N x C") + len("N x C")
     assert all(line.index("16384x4096") + len("16384x4096") == shape_end for line in lines), (header, lines)
     assert len({line.index("%") for line in lines}) == 1  # the "% copy" column lines up too
+
+
+class _FakeEvent:
+    clock = 0.0
+
+    def record(self, stream=None):
+        self.at = _FakeEvent.clock
+
+    def synchronize(self):
+        pass
+
+    def time_since(self, earlier):
+        return self.at - earlier.at
+
+
+def test_interleaved_rounds_take_turns_and_consecutive_sets(monkeypatch):
+    monkeypatch.setattr(bench.gpu, "driver", lambda: type("Driver", (), {"Event": _FakeEvent}))
+    monkeypatch.setattr(bench, "_sleep", lambda us, stream=None: None)
+    calls = []
+
+    def launcher(name, cost):
+        def launch(i):
+            calls.append((name, i))
+            _FakeEvent.clock += cost
+        return launch
+
+    times = bench.time_interleaved({"A": launcher("A", 1.0), "B": launcher("B", 2.0)}, sets=3, warmup=1, repeats=2)
+    # warm-up A0 B1, then rounds (A2 B0) (A1 B2): every launch reads the set after the previous launch's
+    assert calls == [("A", 0), ("B", 1), ("A", 2), ("B", 0), ("A", 1), ("B", 2)]
+    assert times == {"A": [1.0, 1.0], "B": [2.0, 2.0]}
+    calls.clear()
+    assert bench.time_ms(launcher("C", 0.5), sets=2, warmup=0, repeats=3) == [0.5] * 3
+    assert calls == [("C", 0), ("C", 1), ("C", 0)]
