@@ -1,0 +1,294 @@
+// lab/kernels/v8_tma.cu: an experiment past v7 (issue 16), not a rung of the course yet.
+//
+// What changes against v7, and why (lab/NOTES.md has the prediction):
+//  1. The rows come in through shared memory, not registers: warp 0 issues one bulk copy (cp.async.bulk,
+//     the TMA's 1-D form) per row and tensor into a ring of `stages` stages, each stage one tile of
+//     `groups` consecutive rows, and an mbarrier per stage says when its bytes have landed. Up to
+//     stages - 1 tiles are in flight while one is worked on, whatever the registers hold, in both modes
+//     (v7: K * 48 bytes per thread, and the next row only in accumulate mode at 1024 <= C <= 8192).
+//  2. A thread's dweight sums live in registers (K * 8 fp32): the rows no longer do.
+//  3. A row wider than one block's 512 threads x 4 chunks (C > 16384) is split across a thread-block
+//     cluster of CL blocks: each block owns a contiguous range of the row's chunks, and the row's dot
+//     product is added over the cluster through distributed shared memory with one cluster barrier per
+//     row. A cluster's blocks are resident together by construction, so no block waits on one that may
+//     not have started (the co-tenant rule of v7 holds).
+//  4. One partial row of C fp32 per cluster (v7: per block), summed by v7's reduce_dweight_v7.
+#include "v7_fast.cu"
+
+namespace v8 {
+
+constexpr int BLOCK = 512;
+constexpr int MAX_STAGES = 8;
+constexpr int MAX_CLUSTER = 8;
+
+__device__ __forceinline__ unsigned shared_address(const void* p) {
+    return static_cast<unsigned>(__cvta_generic_to_shared(p));
+}
+__device__ __forceinline__ void mbarrier_init(unsigned long long* bar, unsigned count) {
+    asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(shared_address(bar)), "r"(count) : "memory");
+}
+// one arrival that also says how many bytes the stage's copies will bring
+__device__ __forceinline__ void mbarrier_expect(unsigned long long* bar, unsigned bytes) {
+    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(shared_address(bar)), "r"(bytes)
+                 : "memory");
+}
+__device__ __forceinline__ void mbarrier_wait(unsigned long long* bar, unsigned parity) {
+    asm volatile(
+        "{\n\t.reg .pred done;\n"
+        "WAIT:\n\t"
+        "mbarrier.try_wait.parity.shared::cta.b64 done, [%0], %1;\n\t"
+        "@!done bra WAIT;\n}" ::"r"(shared_address(bar)),
+        "r"(parity)
+        : "memory");
+}
+template <bool EVICT_FIRST>
+__device__ __forceinline__ void bulk_copy(void* destination, const void* source, unsigned bytes,
+                                          unsigned long long* bar) {
+    if (EVICT_FIRST) {
+        asm volatile(
+            "{\n\t.reg .b64 policy;\n\t"
+            "createpolicy.fractional.L2::evict_first.b64 policy, 1.0;\n\t"
+            "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes.L2::cache_hint [%0], [%1], %2, [%3], "
+            "policy;\n}" ::"r"(shared_address(destination)),
+            "l"(source), "r"(bytes), "r"(shared_address(bar))
+            : "memory");
+    } else {
+        asm volatile(
+            "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];" ::"r"(
+                shared_address(destination)),
+            "l"(source), "r"(bytes), "r"(shared_address(bar))
+            : "memory");
+    }
+}
+__device__ __forceinline__ unsigned cluster_rank() {
+    unsigned r;
+    asm volatile("mov.u32 %0, %%cluster_ctarank;" : "=r"(r));
+    return r;
+}
+__device__ __forceinline__ void cluster_sync() {
+    asm volatile("barrier.cluster.arrive.release.aligned;\n\tbarrier.cluster.wait.acquire.aligned;" ::: "memory");
+}
+// store v at the same shared-memory place in block `rank` of this cluster
+__device__ __forceinline__ void store_in_block(float* here, unsigned rank, float v) {
+    unsigned there;
+    asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(there) : "r"(shared_address(here)), "r"(rank));
+    asm volatile("st.shared::cluster.f32 [%0], %1;" ::"r"(there), "f"(v) : "memory");
+}
+
+// K: 16-byte chunks per thread; ACC: dinp += (dinp staged too); CL: blocks per cluster (one row split
+// over them); EVICT_FIRST: the copies ask L2 to evict the rows first.
+template <int K, bool ACC, int CL, bool EVICT_FIRST>
+__device__ __forceinline__ void backward(__nv_bfloat16* dinp, float* partials, const __nv_bfloat16* dout,
+                                         const __nv_bfloat16* inp, const __nv_bfloat16* weight,
+                                         const float* rstd, int N, int C, int G, int stages) {
+    extern __shared__ __align__(128) unsigned char staged[];
+    __shared__ unsigned long long landed[MAX_STAGES];
+    __shared__ float slots[BLOCK / WARP_SIZE];
+    __shared__ float cluster_slots[2][MAX_CLUSTER];
+    constexpr int TENSORS = ACC ? 3 : 2;  // staged per row: dout, inp (, dinp)
+
+    const int rank = CL > 1 ? (int)cluster_rank() : 0;
+    const int cluster = blockIdx.x / CL, clusters = gridDim.x / CL;
+    const int chunks = C / 8;
+    const int per_rank = ceil_div(chunks, CL);
+    const int first = rank * per_rank;                         // this block's first chunk of a row
+    const int mine = max(0, min(per_rank, chunks - first));    // chunks of a row this block owns
+    const int groups = blockDim.x / G, group = threadIdx.x / G, t = threadIdx.x - group * G;
+    const int lane = threadIdx.x % WARP_SIZE;
+    const long long tiles = ((long long)N + groups - 1) / groups;  // tile = `groups` consecutive rows
+    const size_t row_bytes = (size_t)per_rank * 16;
+    const size_t stage_bytes = (size_t)TENSORS * groups * row_bytes;
+    const float inv_C = 1.0f / (float)C;
+
+    if (threadIdx.x == 0) {
+        for (int s = 0; s < stages; s++) mbarrier_init(&landed[s], 1);
+        asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+    }
+    __syncthreads();
+
+    // warp 0: the copies of tile `tile` into stage s
+    auto issue = [&](long long tile, int s) {
+        const long long row0 = tile * groups;
+        const int rows = (int)min((long long)groups, (long long)N - row0);
+        if (lane == 0) mbarrier_expect(&landed[s], (unsigned)(TENSORS * rows * mine * 16));
+        __syncwarp();
+        unsigned char* stage = staged + s * stage_bytes;
+        for (int i = lane; i < rows * TENSORS; i += WARP_SIZE) {
+            const int tensor = i / rows, r = i - tensor * rows;
+            const __nv_bfloat16* base = tensor == 0 ? dout : tensor == 1 ? inp : dinp;
+            bulk_copy<EVICT_FIRST>(stage + ((size_t)tensor * groups + r) * row_bytes,
+                                   base + (size_t)(row0 + r) * C + (size_t)first * 8, (unsigned)mine * 16,
+                                   &landed[s]);
+        }
+    };
+
+    const uint4* weight4 = reinterpret_cast<const uint4*>(weight) + first;
+    uint4 w[K];
+    float sum[K][8];
+    #pragma unroll
+    for (int j = 0; j < K; j++) {
+        const int c = t + j * G;
+        w[j] = c < mine ? __ldg(weight4 + c) : make_uint4(0u, 0u, 0u, 0u);
+        #pragma unroll
+        for (int k = 0; k < 8; k++) sum[j][k] = 0.0f;
+    }
+    if (CL > 1) cluster_sync();  // every block of the cluster has started before the first remote store
+
+    if (threadIdx.x < WARP_SIZE) {
+        for (int s = 0; s < stages; s++) {
+            const long long tile = cluster + (long long)s * clusters;
+            if (tile < tiles) issue(tile, s);
+        }
+    }
+    float r_next = 0.0f;
+    {
+        const long long row = (long long)cluster * groups + group;
+        if (row < N) r_next = __ldg(rstd + row);
+    }
+    int buffer = 0;
+    #pragma unroll 1
+    for (long long k = 0;; k++) {
+        const long long tile = cluster + k * clusters;
+        if (tile >= tiles) break;
+        const int s = (int)(k % stages);
+        const long long row = tile * groups + group;
+        const float r = r_next;
+        {
+            const long long next = row + (long long)clusters * groups;
+            if (next < N) r_next = __ldg(rstd + next);
+        }
+        mbarrier_wait(&landed[s], (unsigned)((k / stages) & 1));
+        const unsigned char* stage = staged + s * stage_bytes;
+        const uint4* g_row = reinterpret_cast<const uint4*>(stage + ((size_t)0 * groups + group) * row_bytes);
+        const uint4* x_row = reinterpret_cast<const uint4*>(stage + ((size_t)1 * groups + group) * row_bytes);
+        const uint4* d_row = reinterpret_cast<const uint4*>(stage + ((size_t)2 * groups + group) * row_bytes);
+        if (row < N) {  // the whole group agrees (and with CL > 1 there is one group, and row < N)
+            float dot = 0.0f;
+            #pragma unroll
+            for (int j = 0; j < K; j++) {
+                const int c = t + j * G;
+                if (c < mine) {
+                    const uint4 g = g_row[c], x = x_row[c];
+                    #pragma unroll
+                    for (int e = 0; e < 8; e++) {
+                        const float dout_e = v7::widen(g, e), inp_e = v7::widen(x, e);
+                        dot += v7::widen(w[j], e) * dout_e * inp_e;
+                        sum[j][e] += inp_e * r * dout_e;
+                    }
+                }
+            }
+            dot = warp_reduce_sum(dot);
+            if (G > WARP_SIZE) {
+                const int warps = G / WARP_SIZE, first_slot = group * warps;
+                if (lane == 0) slots[first_slot + t / WARP_SIZE] = dot;
+                v7::named_barrier(1 + group, G);
+                dot = 0.0f;
+                for (int i = 0; i < warps; i++) dot += slots[first_slot + i];
+            }
+            if (CL > 1) {
+                if (threadIdx.x == 0) {
+                    #pragma unroll
+                    for (int q = 0; q < CL; q++) store_in_block(&cluster_slots[buffer][rank], q, dot);
+                }
+                cluster_sync();
+                dot = 0.0f;
+                #pragma unroll
+                for (int q = 0; q < CL; q++) dot += cluster_slots[buffer][q];
+                buffer ^= 1;
+            }
+            const float scale_inp = dot * r * r * r * inv_C;
+            uint4* dinp_row = reinterpret_cast<uint4*>(dinp + (size_t)row * C) + first;
+            #pragma unroll
+            for (int j = 0; j < K; j++) {
+                const int c = t + j * G;
+                if (c < mine) {
+                    const uint4 g = g_row[c], x = x_row[c];
+                    uint4 d = make_uint4(0u, 0u, 0u, 0u);
+                    if (ACC) d = d_row[c];
+                    float out[8];
+                    #pragma unroll
+                    for (int e = 0; e < 8; e++) {
+                        const float v = v7::widen(w[j], e) * v7::widen(g, e) * r - v7::widen(x, e) * scale_inp;
+                        out[e] = ACC ? v7::widen(d, e) + v : v;
+                    }
+                    __stcs(dinp_row + c, make_uint4(v7::pack(out[0], out[1]), v7::pack(out[2], out[3]),
+                                                    v7::pack(out[4], out[5]), v7::pack(out[6], out[7])));
+                }
+            }
+        }
+        __syncthreads();  // stage s is read: it may be refilled
+        if (threadIdx.x < WARP_SIZE) {
+            const long long later = tile + (long long)stages * clusters;
+            if (later < tiles) issue(later, s);
+        }
+    }
+
+    // the block's dweight: groups' sums added in group order, one partial row per cluster (this block's
+    // columns of it)
+    float4* red = reinterpret_cast<float4*>(staged);  // groups x per_rank chunks x 2 float4
+    #pragma unroll
+    for (int j = 0; j < K; j++) {
+        const int c = t + j * G;
+        if (c < mine) {
+            red[((size_t)group * per_rank + c) * 2] = make_float4(sum[j][0], sum[j][1], sum[j][2], sum[j][3]);
+            red[((size_t)group * per_rank + c) * 2 + 1] = make_float4(sum[j][4], sum[j][5], sum[j][6], sum[j][7]);
+        }
+    }
+    __syncthreads();
+    float4* out = reinterpret_cast<float4*>(partials + (size_t)cluster * C + (size_t)first * 8);
+    for (int q = threadIdx.x; q < mine * 2; q += blockDim.x) {
+        float4 s = red[q];
+        for (int i = 1; i < groups; i++) v7::add4(s, red[(size_t)i * per_rank * 2 + q]);
+        __stcg(out + q, s);
+    }
+    if (CL > 1) cluster_sync();  // no block leaves while a peer may still store into its shared memory
+}
+
+template <int CL, bool EVICT_FIRST>
+__device__ __forceinline__ void dispatch(__nv_bfloat16* dinp, float* partials, const __nv_bfloat16* dout,
+                                         const __nv_bfloat16* inp, const __nv_bfloat16* weight,
+                                         const float* rstd, int N, int C, int G, int K, int stages, int accumulate) {
+    if (CL > 1) {  // a split row always takes 4 chunks a thread
+        if (K != 4) __trap();
+        if (accumulate) backward<4, true, CL, EVICT_FIRST>(dinp, partials, dout, inp, weight, rstd, N, C, G, stages);
+        else backward<4, false, CL, EVICT_FIRST>(dinp, partials, dout, inp, weight, rstd, N, C, G, stages);
+        return;
+    }
+#define V8_CASE(KK)                                                                                           \
+    case KK:                                                                                                  \
+        if (accumulate) backward<KK, true, 1, EVICT_FIRST>(dinp, partials, dout, inp, weight, rstd, N, C, G, stages); \
+        else backward<KK, false, 1, EVICT_FIRST>(dinp, partials, dout, inp, weight, rstd, N, C, G, stages);   \
+        break;
+    switch (K) {
+        V8_CASE(1)
+        V8_CASE(2)
+        V8_CASE(3)
+        V8_CASE(4)
+        default: __trap();
+    }
+#undef V8_CASE
+}
+
+}  // namespace v8
+
+#ifndef V8_EVICT_FIRST
+#define V8_EVICT_FIRST 0
+#endif
+
+#define V8_ARGS                                                                                                \
+    __nv_bfloat16 *dinp, float *partials, const __nv_bfloat16 *dout, const __nv_bfloat16 *inp,                 \
+        const __nv_bfloat16 *weight, const float *rstd, int N, int C, int G, int K, int stages, int accumulate
+#define V8_PASS dinp, partials, dout, inp, weight, rstd, N, C, G, K, stages, accumulate
+
+extern "C" __global__ void __launch_bounds__(v8::BLOCK, 1) v8_cluster1(V8_ARGS) {
+    v8::dispatch<1, V8_EVICT_FIRST>(V8_PASS);
+}
+extern "C" __global__ void __cluster_dims__(2, 1, 1) __launch_bounds__(v8::BLOCK, 1) v8_cluster2(V8_ARGS) {
+    v8::dispatch<2, V8_EVICT_FIRST>(V8_PASS);
+}
+extern "C" __global__ void __cluster_dims__(4, 1, 1) __launch_bounds__(v8::BLOCK, 1) v8_cluster4(V8_ARGS) {
+    v8::dispatch<4, V8_EVICT_FIRST>(V8_PASS);
+}
+extern "C" __global__ void __cluster_dims__(8, 1, 1) __launch_bounds__(v8::BLOCK, 1) v8_cluster8(V8_ARGS) {
+    v8::dispatch<8, V8_EVICT_FIRST>(V8_PASS);
+}

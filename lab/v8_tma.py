@@ -1,0 +1,259 @@
+"""The v8 experiment (lab/kernels/v8_tma.cu): rows staged in shared memory by bulk copies, clusters for wide rows.
+
+    python lab/v8_tma.py check            # every variant against float64 at odd shapes, both modes, bitwise twice
+    python lab/v8_tma.py bench [--json F] # v7, the v8 variants and the same-bytes ceiling, interleaved, per shape
+
+Each variant is registered as a rung of its own (``ladder.rung_from_source``) whose plan fixes its choices,
+so the package's launcher, check and buffers run it exactly as they run v7. The rows of a shape (v7,
+each variant, the same-bytes ceiling; both modes) are timed interleaved (bench.time_interleaved).
+"""
+from __future__ import annotations
+
+import argparse
+import ctypes
+import json
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from rmsnorm_lessons import bench, bf16, check, gpu, kernels, ladder, launch, reference
+from rmsnorm_lessons.ladder import BF16, Launch, Scratch, ceil_div, tensor_args, v7_fast
+
+SOURCE = (Path(__file__).resolve().parent / "kernels" / "v8_tma.cu").read_text()
+BLOCK = 512
+MAX_STAGES = 8
+CLUSTERS = (1, 2, 4, 8)
+MAX_CHUNKS_PER_BLOCK = 4 * BLOCK  # K = 4 chunks of 8 channels per thread, 512 threads
+STATIC_SHARED = 2048  # above the kernels' static shared memory (1024 B at most), for the stage budget
+
+
+@dataclass(frozen=True)
+class Choice:
+    """What a variant fixes; None leaves it to the rule."""
+
+    K: int | None = None  # chunks per thread (cluster size 1 only)
+    cluster: int | None = None  # blocks a row is split over
+    max_groups: int | None = None  # rows per tile (= row groups per block)
+    max_stages: int = MAX_STAGES
+    evict_first: bool = False
+
+
+@dataclass(frozen=True)
+class Shape:
+    cluster: int
+    per_rank: int  # chunks of a row per block
+    K: int
+    G: int
+    groups: int
+    stages: int
+    stage_bytes: int
+    clusters: int
+
+    @property
+    def block(self) -> int:
+        return self.groups * self.G
+
+
+def shape_for(N: int, C: int, device, overwrite: bool, choice: Choice) -> Shape:
+    chunks = C // 8
+    cluster = choice.cluster or next((cl for cl in CLUSTERS if ceil_div(chunks, cl) <= MAX_CHUNKS_PER_BLOCK), None)
+    if cluster is None:
+        raise ValueError(f"v8: C={C} needs more than {CLUSTERS[-1]} blocks of {MAX_CHUNKS_PER_BLOCK} chunks")
+    per_rank = ceil_div(chunks, cluster)
+    if per_rank > MAX_CHUNKS_PER_BLOCK or (cluster - 1) * per_rank >= chunks:
+        raise ValueError(f"v8: cluster {cluster} does not split C={C} ({chunks} chunks)")
+    K = 4 if cluster > 1 else (choice.K or min(4, max(1, ceil_div(per_rank, 32))))
+    G = 32 * max(1, ceil_div(per_rank, 32 * K))
+    if G > BLOCK:
+        raise ValueError(f"v8: K={K} at C={C} needs {G} threads a row, more than {BLOCK}")
+    groups = BLOCK // G
+    if G > 32:
+        groups = min(groups, 15)
+    if cluster > 1:
+        groups = 1
+    if choice.max_groups:
+        groups = min(groups, choice.max_groups)
+    tensors = 2 if overwrite else 3
+    stage_bytes = tensors * groups * per_rank * 16
+    stages = min(choice.max_stages, (device.shared_memory_per_block_optin - STATIC_SHARED) // stage_bytes)
+    if stages < 2:
+        raise ValueError(f"v8: a stage of {stage_bytes} B leaves room for {stages} stage(s) at C={C}")
+    tiles = ceil_div(N, groups)
+    clusters = max(1, min(device.multiprocessors // cluster, tiles))
+    return Shape(cluster, per_rank, K, G, groups, stages, stage_bytes, clusters)
+
+
+def make_plan(choice: Choice):
+    def plan(N, C, device, *, block, overwrite=False, config=None):
+        s = shape_for(N, C, device, overwrite, choice)
+        partials = Scratch("partials", s.clusters * C * 4)
+        reducers = ceil_div(C, 4 * v7_fast.QUADS_PER_PASS)
+        return [Launch(f"v8_cluster{s.cluster}", s.clusters * s.cluster, s.block, s.stages * s.stage_bytes,
+                       (*tensor_args("dinp"), ("partials", partials), *tensor_args("dout", "inp", "weight", "rstd"),
+                        ("N", N), ("C", C), ("G", s.G), ("K", s.K), ("stages", s.stages),
+                        ("accumulate", int(not overwrite)))),
+                Launch("reduce_dweight_v7", reducers, BLOCK, 0,
+                       (*tensor_args("dweight"), ("partials", partials), ("parts", s.clusters), ("C", C),
+                        ("slices", reducers)))]
+    return plan
+
+
+def shared_memory(C: int, block: int) -> int:
+    return 0  # the plan sizes the stages to the device; launch.py checks each launch against it
+
+
+VARIANTS = {
+    "v8": Choice(),
+    "v8_ef": Choice(evict_first=True),
+    "v8_k2": Choice(K=2),
+    "v8_g8": Choice(max_groups=8),
+}
+
+
+def register(name: str) -> ladder.Rung:
+    choice = VARIANTS[name]
+    return ladder.rung_from_source(
+        name=name, source=SOURCE, plan=make_plan(choice), dtype=BF16, c_multiple=8, deterministic=True,
+        block_size=BLOCK, max_block=BLOCK, overwrite_mode=True, shared_memory=shared_memory,
+        kernels=("v8_cluster1", "v8_cluster2", "v8_cluster4", "v8_cluster8", "reduce_dweight_v7"),
+        defines={**v7_fast.DEFINES, "V8_EVICT_FIRST": int(choice.evict_first)},
+        adds="lab: rows through shared memory by bulk copies; clusters for wide rows")
+
+
+def describe(name: str, N: int, C: int, overwrite: bool) -> str:
+    s = shape_for(N, C, gpu.facts(), overwrite, VARIANTS[name])
+    return (f"cluster={s.cluster} K={s.K} G={s.G} groups={s.groups} block={s.block} stages={s.stages} "
+            f"stage={s.stage_bytes // 1024} KiB clusters={s.clusters}")
+
+
+# --- the cluster occupancy the driver promises (cuOccupancyMaxActiveClusters) --------------------------
+
+class _LaunchConfig(ctypes.Structure):
+    _fields_ = [("gridDimX", ctypes.c_uint), ("gridDimY", ctypes.c_uint), ("gridDimZ", ctypes.c_uint),
+                ("blockDimX", ctypes.c_uint), ("blockDimY", ctypes.c_uint), ("blockDimZ", ctypes.c_uint),
+                ("sharedMemBytes", ctypes.c_uint), ("hStream", ctypes.c_void_p), ("attrs", ctypes.c_void_p),
+                ("numAttrs", ctypes.c_uint)]
+
+
+def max_active_clusters(function, cluster: int, block: int, shared: int) -> int | str:
+    handle = getattr(function, "handle", None)
+    if handle is None:
+        return "no Function.handle in this PyCUDA"
+    lib = ctypes.CDLL("libcuda.so.1")
+    cfg = _LaunchConfig(cluster * 64, 1, 1, block, 1, 1, shared, None, None, 0)
+    out = ctypes.c_int(0)
+    rc = lib.cuOccupancyMaxActiveClusters(ctypes.byref(out), ctypes.c_void_p(int(handle)), ctypes.byref(cfg))
+    return out.value if rc == 0 else f"CUresult {rc}"
+
+
+# --- check -----------------------------------------------------------------------------------------------
+
+CHECK_SHAPES = [(1031, 768), (17, 776), (3, 1024), (2053, 1032), (333, 4104), (129, 16384), (67, 16392),
+                (40, 32768), (33, 65536), (21, 65528), (5, 40000), (1, 24)]
+
+
+def cmd_check(args) -> int:
+    names = args.variants.split(",")
+    failed = 0
+    for name in names:
+        register(name)
+        for N, C in CHECK_SHAPES:
+            for overwrite in (False, True):
+                try:
+                    how = describe(name, N, C, overwrite)
+                except ValueError as exc:
+                    print(f"skip {name} {N}x{C}: {exc}")
+                    continue
+                report = check.check_version(name, N, C, seed=N * 7 + C, overwrite=overwrite)
+                p = reference.random_problem(N, C, bf16.bfloat16, seed=N + C, accumulate=True)
+                runs = [kernels.run(name, p["dout"], p["inp"], p["weight"], p["rstd"], p["dinp"], p["dweight"],
+                                    overwrite=overwrite) for _ in range(2)]
+                same = all(np.array_equal(bf16.bits(a), bf16.bits(b)) for a, b in zip(*runs))
+                ok = report.ok and same
+                failed += not ok
+                mode = "(dinp=)" if overwrite else "(+=)   "
+                print(f"{'ok  ' if ok else 'FAIL'} {name:<6} {mode} {N:>5}x{C:<6} {how}"
+                      f"{'' if same else '  NOT BITWISE REPEATABLE'}")
+                if not report.ok:
+                    print(report)
+    print(f"{failed} failed")
+    return 1 if failed else 0
+
+
+# --- bench -----------------------------------------------------------------------------------------------
+
+SHAPES = bench.SHAPES
+
+
+def cmd_bench(args) -> int:
+    names = args.variants.split(",")
+    for name in names:
+        register(name)
+    gpu.require()
+    yardstick = bench.copy_yardstick()
+    print(yardstick)
+    shapes = SHAPES if not args.shapes else [tuple(map(int, s.split("x"))) for s in args.shapes.split(",")]
+    results, how = [], {}
+    for N, C in shapes:
+        t0 = time.time()
+        rows = []
+        for name in (["v7_fast"] if C <= v7_fast.MAX_C else []) + names:
+            for overwrite in (False, True):
+                try:
+                    launch.launcher(name, C, overwrite=overwrite).plan(N)
+                except ValueError as exc:
+                    print(f"skip {name} at {N}x{C}: {exc}")
+                    continue
+                rows.append((ladder.get(name), overwrite))
+                if name != "v7_fast":
+                    how[(bench.overwrite_name(name) if overwrite else name, N, C)] = describe(name, N, C, overwrite)
+        shape = bench.time_shape(N, C, rows, (False, True), yardstick.gbps, args.repeats)
+        results += shape
+        print(f"--- {N}x{C} ({time.time() - t0:.1f} s)")
+        print(bench.table(shape))
+        sys.stdout.flush()
+    if args.json:
+        records = bench.records(results, baseline=None)
+        for r in records:
+            r.update(how=how.get((r["name"], r["N"], r["C"]), ""), dtod_gbps=yardstick.dtod_gbps,
+                     kernel_copy_gbps=yardstick.kernel_gbps)
+        Path(args.json).write_text(json.dumps(records, indent=1))
+    for key, text in how.items():
+        print(f"{key[0]} at {key[1]}x{key[2]}: {text}")
+    return 0
+
+
+def cmd_clusters(args) -> int:
+    register("v8")
+    for C in (32768, 65536):
+        for overwrite in (False, True):
+            L = launch.launcher("v8", C, overwrite=overwrite)
+            main = L.plan(1 << 20)[0]
+            fn = L.functions[main.kernel]
+            cl = int(main.kernel.removeprefix("v8_cluster"))
+            print(f"C={C} {'dinp=' if overwrite else 'dinp+='} {main.kernel} block={main.block} "
+                  f"shared={main.shared}: grid {main.grid} = {main.grid // cl} clusters; driver's max active "
+                  f"clusters: {max_active_clusters(fn, cl, main.block, main.shared)}")
+    return 0
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = parser.add_subparsers(dest="cmd", required=True)
+    c = sub.add_parser("check")
+    c.add_argument("--variants", default=",".join(VARIANTS))
+    b = sub.add_parser("bench")
+    b.add_argument("--variants", default=",".join(VARIANTS))
+    b.add_argument("--shapes", default="", help="NxC,NxC (default: the bench's and two wide ones)")
+    b.add_argument("--repeats", type=int, default=60)
+    b.add_argument("--json")
+    sub.add_parser("clusters")
+    args = parser.parse_args(argv)
+    return {"check": cmd_check, "bench": cmd_bench, "clusters": cmd_clusters}[args.cmd](args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
