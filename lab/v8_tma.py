@@ -27,16 +27,17 @@ BLOCK = 512
 MAX_STAGES = 8
 CLUSTERS = (1, 2, 4, 8)
 MAX_CHUNKS_PER_BLOCK = 4 * BLOCK  # K = 4 chunks of 8 channels per thread, 512 threads
-STATIC_SHARED = 2048  # above the kernels' static shared memory (1024 B at most), for the stage budget
+STATIC_SHARED = 2048  # above the kernels' static shared memory (1152 B), for the slots' budget
 
 
 @dataclass(frozen=True)
 class Choice:
     """What a variant fixes; None leaves it to the rule."""
 
-    K: int | None = None  # chunks per thread (cluster size 1 only)
-    cluster: int | None = None  # blocks a row is split over
-    max_groups: int | None = None  # rows per tile (= row groups per block)
+    K: int | None = None  # chunks per thread
+    wide_K: int = 4  # chunks per thread where a row is split over a cluster
+    split_above: int = 16384  # C above this is split over a cluster
+    max_groups: int | None = None  # row groups per block
     max_stages: int = MAX_STAGES
     evict_first: bool = False
 
@@ -48,24 +49,33 @@ class Shape:
     K: int
     G: int
     groups: int
-    stages: int
-    stage_bytes: int
+    stages: int  # row slots per group
+    slot_bytes: int
     clusters: int
 
     @property
     def block(self) -> int:
         return self.groups * self.G
 
+    @property
+    def shared(self) -> int:
+        return self.groups * self.stages * self.slot_bytes
+
 
 def shape_for(N: int, C: int, device, overwrite: bool, choice: Choice) -> Shape:
     chunks = C // 8
-    cluster = choice.cluster or next((cl for cl in CLUSTERS if ceil_div(chunks, cl) <= MAX_CHUNKS_PER_BLOCK), None)
-    if cluster is None:
-        raise ValueError(f"v8: C={C} needs more than {CLUSTERS[-1]} blocks of {MAX_CHUNKS_PER_BLOCK} chunks")
+    if C > choice.split_above:
+        K = choice.wide_K
+        cluster = next((cl for cl in CLUSTERS[1:] if ceil_div(chunks, cl) <= K * BLOCK), None)
+        if cluster is None:
+            raise ValueError(f"v8: C={C} needs more than {CLUSTERS[-1]} blocks of {K * BLOCK} chunks")
+    else:
+        cluster = 1
     per_rank = ceil_div(chunks, cluster)
-    if per_rank > MAX_CHUNKS_PER_BLOCK or (cluster - 1) * per_rank >= chunks:
+    if (cluster - 1) * per_rank >= chunks:
         raise ValueError(f"v8: cluster {cluster} does not split C={C} ({chunks} chunks)")
-    K = 4 if cluster > 1 else (choice.K or min(4, max(1, ceil_div(per_rank, 32))))
+    if cluster == 1:
+        K = choice.K or min(4, max(1, ceil_div(per_rank, 32)))
     G = 32 * max(1, ceil_div(per_rank, 32 * K))
     if G > BLOCK:
         raise ValueError(f"v8: K={K} at C={C} needs {G} threads a row, more than {BLOCK}")
@@ -77,13 +87,19 @@ def shape_for(N: int, C: int, device, overwrite: bool, choice: Choice) -> Shape:
     if choice.max_groups:
         groups = min(groups, choice.max_groups)
     tensors = 2 if overwrite else 3
-    stage_bytes = tensors * groups * per_rank * 16
-    stages = min(choice.max_stages, (device.shared_memory_per_block_optin - STATIC_SHARED) // stage_bytes)
+    slot_bytes = tensors * per_rank * 16
+    stages = min(choice.max_stages, (device.shared_memory_per_block_optin - STATIC_SHARED) // (groups * slot_bytes))
     if stages < 2:
-        raise ValueError(f"v8: a stage of {stage_bytes} B leaves room for {stages} stage(s) at C={C}")
+        raise ValueError(f"v8: {groups} groups' slots of {slot_bytes} B leave room for {stages} a group at C={C}")
     tiles = ceil_div(N, groups)
     clusters = max(1, min(device.multiprocessors // cluster, tiles))
-    return Shape(cluster, per_rank, K, G, groups, stages, stage_bytes, clusters)
+    if cluster > 1:
+        clusters = min(clusters, ACTIVE_CLUSTERS.get((cluster, groups * G, groups * stages * slot_bytes), clusters))
+    return Shape(cluster, per_rank, K, G, groups, stages, slot_bytes, clusters)
+
+
+#: (cluster, block, shared) -> clusters the driver can keep resident at once (filled by ask_active_clusters)
+ACTIVE_CLUSTERS: dict = {}
 
 
 def make_plan(choice: Choice):
@@ -91,7 +107,7 @@ def make_plan(choice: Choice):
         s = shape_for(N, C, device, overwrite, choice)
         partials = Scratch("partials", s.clusters * C * 4)
         reducers = ceil_div(C, 4 * v7_fast.QUADS_PER_PASS)
-        return [Launch(f"v8_cluster{s.cluster}", s.clusters * s.cluster, s.block, s.stages * s.stage_bytes,
+        return [Launch(f"v8_cluster{s.cluster}", s.clusters * s.cluster, s.block, s.shared,
                        (*tensor_args("dinp"), ("partials", partials), *tensor_args("dout", "inp", "weight", "rstd"),
                         ("N", N), ("C", C), ("G", s.G), ("K", s.K), ("stages", s.stages),
                         ("accumulate", int(not overwrite)))),
@@ -107,9 +123,8 @@ def shared_memory(C: int, block: int) -> int:
 
 VARIANTS = {
     "v8": Choice(),
-    "v8_ef": Choice(evict_first=True),
     "v8_k2": Choice(K=2),
-    "v8_g8": Choice(max_groups=8),
+    "v8_wide": Choice(wide_K=2, split_above=8192),  # C = 16384 split over 2 blocks, 32768 over 4, 65536 over 8
 }
 
 
@@ -126,10 +141,12 @@ def register(name: str) -> ladder.Rung:
 def describe(name: str, N: int, C: int, overwrite: bool) -> str:
     s = shape_for(N, C, gpu.facts(), overwrite, VARIANTS[name])
     return (f"cluster={s.cluster} K={s.K} G={s.G} groups={s.groups} block={s.block} stages={s.stages} "
-            f"stage={s.stage_bytes // 1024} KiB clusters={s.clusters}")
+            f"slot={s.slot_bytes // 1024} KiB shared={s.shared // 1024} KiB clusters={s.clusters}")
 
 
 # --- the cluster occupancy the driver promises (cuOccupancyMaxActiveClusters) --------------------------
+# PyCUDA's Function does not give its CUfunction, so the same source is compiled to a cubin and loaded
+# through the driver API into the current (PyCUDA's) context, only to ask.
 
 class _LaunchConfig(ctypes.Structure):
     _fields_ = [("gridDimX", ctypes.c_uint), ("gridDimY", ctypes.c_uint), ("gridDimZ", ctypes.c_uint),
@@ -138,15 +155,56 @@ class _LaunchConfig(ctypes.Structure):
                 ("numAttrs", ctypes.c_uint)]
 
 
-def max_active_clusters(function, cluster: int, block: int, shared: int) -> int | str:
-    handle = getattr(function, "handle", None)
-    if handle is None:
-        return "no Function.handle in this PyCUDA"
+_cubin_module = None
+
+
+def max_active_clusters(cluster: int, block: int, shared: int) -> int:
+    global _cubin_module
+    from rmsnorm_lessons import build
     lib = ctypes.CDLL("libcuda.so.1")
+    if _cubin_module is None:
+        major, minor = gpu.facts().compute_capability
+        cubin = build.compile_source(SOURCE, arch=f"sm_{major}{minor}", name="v8_tma",
+                                     defines={**v7_fast.DEFINES, "V8_EVICT_FIRST": 0}).binary
+        module = ctypes.c_void_p()
+        rc = lib.cuModuleLoadData(ctypes.byref(module), ctypes.c_char_p(cubin))
+        if rc:
+            raise RuntimeError(f"cuModuleLoadData: CUresult {rc}")
+        _cubin_module = module
+    function = ctypes.c_void_p()
+    rc = lib.cuModuleGetFunction(ctypes.byref(function), _cubin_module, f"v8_cluster{cluster}".encode())
+    if rc:
+        raise RuntimeError(f"cuModuleGetFunction: CUresult {rc}")
+    rc = lib.cuFuncSetAttribute(function, 8, ctypes.c_int(shared))  # MAX_DYNAMIC_SHARED_SIZE_BYTES
+    if rc:
+        raise RuntimeError(f"cuFuncSetAttribute: CUresult {rc}")
     cfg = _LaunchConfig(cluster * 64, 1, 1, block, 1, 1, shared, None, None, 0)
     out = ctypes.c_int(0)
-    rc = lib.cuOccupancyMaxActiveClusters(ctypes.byref(out), ctypes.c_void_p(int(handle)), ctypes.byref(cfg))
-    return out.value if rc == 0 else f"CUresult {rc}"
+    rc = lib.cuOccupancyMaxActiveClusters(ctypes.byref(out), function, ctypes.byref(cfg))
+    if rc:
+        raise RuntimeError(f"cuOccupancyMaxActiveClusters: CUresult {rc}")
+    return out.value
+
+
+def ask_active_clusters(names, shapes) -> None:
+    """Fill ACTIVE_CLUSTERS for every split shape the variants make, printing what the driver says."""
+    device = gpu.facts()
+    for name in names:
+        for N, C in shapes:
+            for overwrite in (False, True):
+                try:
+                    s = shape_for(N, C, device, overwrite, VARIANTS[name])
+                except ValueError:
+                    continue
+                key = (s.cluster, s.block, s.shared)
+                if s.cluster == 1 or key in ACTIVE_CLUSTERS:
+                    continue
+                try:
+                    ACTIVE_CLUSTERS[key] = max_active_clusters(*key)
+                    print(f"clusters of {s.cluster} x {s.block} threads, {s.shared} B shared: the driver keeps "
+                          f"{ACTIVE_CLUSTERS[key]} resident ({device.multiprocessors // s.cluster} would fill the SMs)")
+                except (OSError, RuntimeError) as exc:
+                    print(f"could not ask the driver about clusters of {s.cluster}: {exc}")
 
 
 # --- check -----------------------------------------------------------------------------------------------
@@ -158,6 +216,8 @@ CHECK_SHAPES = [(1031, 768), (17, 776), (3, 1024), (2053, 1032), (333, 4104), (1
 def cmd_check(args) -> int:
     names = args.variants.split(",")
     failed = 0
+    gpu.require()
+    ask_active_clusters(names, CHECK_SHAPES)
     for name in names:
         register(name)
         for N, C in CHECK_SHAPES:
@@ -193,9 +253,10 @@ def cmd_bench(args) -> int:
     for name in names:
         register(name)
     gpu.require()
+    shapes = SHAPES if not args.shapes else [tuple(map(int, s.split("x"))) for s in args.shapes.split(",")]
+    ask_active_clusters(names, shapes)
     yardstick = bench.copy_yardstick()
     print(yardstick)
-    shapes = SHAPES if not args.shapes else [tuple(map(int, s.split("x"))) for s in args.shapes.split(",")]
     results, how = [], {}
     for N, C in shapes:
         t0 = time.time()
@@ -226,20 +287,6 @@ def cmd_bench(args) -> int:
     return 0
 
 
-def cmd_clusters(args) -> int:
-    register("v8")
-    for C in (32768, 65536):
-        for overwrite in (False, True):
-            L = launch.launcher("v8", C, overwrite=overwrite)
-            main = L.plan(1 << 20)[0]
-            fn = L.functions[main.kernel]
-            cl = int(main.kernel.removeprefix("v8_cluster"))
-            print(f"C={C} {'dinp=' if overwrite else 'dinp+='} {main.kernel} block={main.block} "
-                  f"shared={main.shared}: grid {main.grid} = {main.grid // cl} clusters; driver's max active "
-                  f"clusters: {max_active_clusters(fn, cl, main.block, main.shared)}")
-    return 0
-
-
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = parser.add_subparsers(dest="cmd", required=True)
@@ -250,9 +297,8 @@ def main(argv=None) -> int:
     b.add_argument("--shapes", default="", help="NxC,NxC (default: the bench's and two wide ones)")
     b.add_argument("--repeats", type=int, default=60)
     b.add_argument("--json")
-    sub.add_parser("clusters")
     args = parser.parse_args(argv)
-    return {"check": cmd_check, "bench": cmd_bench, "clusters": cmd_clusters}[args.cmd](args)
+    return {"check": cmd_check, "bench": cmd_bench}[args.cmd](args)
 
 
 if __name__ == "__main__":

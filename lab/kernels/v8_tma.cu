@@ -1,11 +1,13 @@
 // lab/kernels/v8_tma.cu: an experiment past v7 (issue 16), not a rung of the course yet.
 //
 // What changes against v7, and why (lab/NOTES.md has the prediction):
-//  1. The rows come in through shared memory, not registers: warp 0 issues one bulk copy (cp.async.bulk,
-//     the TMA's 1-D form) per row and tensor into a ring of `stages` stages, each stage one tile of
-//     `groups` consecutive rows, and an mbarrier per stage says when its bytes have landed. Up to
-//     stages - 1 tiles are in flight while one is worked on, whatever the registers hold, in both modes
-//     (v7: K * 48 bytes per thread, and the next row only in accumulate mode at 1024 <= C <= 8192).
+//  1. The rows come in through shared memory, not registers: each row group's first thread issues one
+//     bulk copy (cp.async.bulk, the TMA's 1-D form) per tensor of the group's next rows into the group's
+//     ring of `stages` row slots, and an mbarrier per slot says when its bytes have landed. Up to
+//     stages - 1 rows a group are in flight while one is worked on, whatever the registers hold, in both
+//     modes (v7: K * 48 bytes per thread, and the next row only in accumulate mode at 1024 <= C <= 8192).
+//     (A first version shared one ring of tiles among the block's groups, refilled after a __syncthreads
+//     per tile: lab/NOTES.md has why it was slower.)
 //  2. A thread's dweight sums live in registers (K * 8 fp32): the rows no longer do.
 //  3. A row wider than one block's 512 threads x 4 chunks (C > 16384) is split across a thread-block
 //     cluster of CL blocks: each block owns a contiguous range of the row's chunks, and the row's dot
@@ -20,6 +22,12 @@ namespace v8 {
 constexpr int BLOCK = 512;
 constexpr int MAX_STAGES = 8;
 constexpr int MAX_CLUSTER = 8;
+constexpr int MAX_GROUPS = 16;  // row groups a block: 16 warps of one, or up to 15 named barriers
+
+// Declared once here, not in backward: each of its template instances would get its own copy.
+__shared__ unsigned long long landed[MAX_GROUPS * MAX_STAGES];  // one mbarrier per row slot
+__shared__ float slots[BLOCK / WARP_SIZE];                     // each warp's part of its row's dot product
+__shared__ float cluster_slots[2][MAX_CLUSTER];                // each block's part, in every block of the cluster
 
 __device__ __forceinline__ unsigned shared_address(const void* p) {
     return static_cast<unsigned>(__cvta_generic_to_shared(p));
@@ -77,49 +85,48 @@ __device__ __forceinline__ void store_in_block(float* here, unsigned rank, float
 
 // K: 16-byte chunks per thread; ACC: dinp += (dinp staged too); CL: blocks per cluster (one row split
 // over them); EVICT_FIRST: the copies ask L2 to evict the rows first.
+// Each row group owns a ring of `stages` row slots and one mbarrier per slot: its first thread issues the
+// copies of the group's next rows, the group waits on the slot of the row it works on, and after the
+// row the group's own barrier (not the block's) frees the slot for the row `stages` ahead. The groups of
+// a block never wait for each other, so one group's gaps (its dot product, its stores) are filled by the
+// others' copies in flight.
 template <int K, bool ACC, int CL, bool EVICT_FIRST>
 __device__ __forceinline__ void backward(__nv_bfloat16* dinp, float* partials, const __nv_bfloat16* dout,
                                          const __nv_bfloat16* inp, const __nv_bfloat16* weight,
                                          const float* rstd, int N, int C, int G, int stages) {
     extern __shared__ __align__(128) unsigned char staged[];
-    __shared__ unsigned long long landed[MAX_STAGES];
-    __shared__ float slots[BLOCK / WARP_SIZE];
-    __shared__ float cluster_slots[2][MAX_CLUSTER];
     constexpr int TENSORS = ACC ? 3 : 2;  // staged per row: dout, inp (, dinp)
 
     const int rank = CL > 1 ? (int)cluster_rank() : 0;
     const int cluster = blockIdx.x / CL, clusters = gridDim.x / CL;
     const int chunks = C / 8;
     const int per_rank = ceil_div(chunks, CL);
-    const int first = rank * per_rank;                         // this block's first chunk of a row
-    const int mine = max(0, min(per_rank, chunks - first));    // chunks of a row this block owns
+    const int first = rank * per_rank;                       // this block's first chunk of a row
+    const int mine = max(0, min(per_rank, chunks - first));  // chunks of a row this block owns
     const int groups = blockDim.x / G, group = threadIdx.x / G, t = threadIdx.x - group * G;
     const int lane = threadIdx.x % WARP_SIZE;
-    const long long tiles = ((long long)N + groups - 1) / groups;  // tile = `groups` consecutive rows
     const size_t row_bytes = (size_t)per_rank * 16;
-    const size_t stage_bytes = (size_t)TENSORS * groups * row_bytes;
+    const size_t slot_bytes = (size_t)TENSORS * row_bytes;
+    unsigned char* ring = staged + (size_t)group * stages * slot_bytes;
+    unsigned long long* ring_landed = landed + group * MAX_STAGES;
     const float inv_C = 1.0f / (float)C;
+    const bool leader = t == 0;
 
-    if (threadIdx.x == 0) {
-        for (int s = 0; s < stages; s++) mbarrier_init(&landed[s], 1);
+    if (leader) {
+        for (int s = 0; s < stages; s++) mbarrier_init(&ring_landed[s], 1);
         asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
     }
     __syncthreads();
 
-    // warp 0: the copies of tile `tile` into stage s
-    auto issue = [&](long long tile, int s) {
-        const long long row0 = tile * groups;
-        const int rows = (int)min((long long)groups, (long long)N - row0);
-        if (lane == 0) mbarrier_expect(&landed[s], (unsigned)(TENSORS * rows * mine * 16));
-        __syncwarp();
-        unsigned char* stage = staged + s * stage_bytes;
-        for (int i = lane; i < rows * TENSORS; i += WARP_SIZE) {
-            const int tensor = i / rows, r = i - tensor * rows;
-            const __nv_bfloat16* base = tensor == 0 ? dout : tensor == 1 ? inp : dinp;
-            bulk_copy<EVICT_FIRST>(stage + ((size_t)tensor * groups + r) * row_bytes,
-                                   base + (size_t)(row0 + r) * C + (size_t)first * 8, (unsigned)mine * 16,
-                                   &landed[s]);
-        }
+    // the group's j-th row: rows are dealt in tiles of `groups`, tile i to cluster i % clusters
+    auto row_of = [&](long long j) { return (cluster + j * clusters) * groups + group; };
+    auto issue = [&](long long row, int s) {  // the leader: the row's copies into slot s
+        mbarrier_expect(&ring_landed[s], (unsigned)(TENSORS * mine * 16));
+        unsigned char* slot = ring + s * slot_bytes;
+        const size_t offset = (size_t)row * C + (size_t)first * 8;
+        bulk_copy<EVICT_FIRST>(slot, dout + offset, (unsigned)mine * 16, &ring_landed[s]);
+        bulk_copy<EVICT_FIRST>(slot + row_bytes, inp + offset, (unsigned)mine * 16, &ring_landed[s]);
+        if (ACC) bulk_copy<EVICT_FIRST>(slot + 2 * row_bytes, dinp + offset, (unsigned)mine * 16, &ring_landed[s]);
     };
 
     const uint4* weight4 = reinterpret_cast<const uint4*>(weight) + first;
@@ -134,104 +141,99 @@ __device__ __forceinline__ void backward(__nv_bfloat16* dinp, float* partials, c
     }
     if (CL > 1) cluster_sync();  // every block of the cluster has started before the first remote store
 
-    if (threadIdx.x < WARP_SIZE) {
+    if (leader) {
         for (int s = 0; s < stages; s++) {
-            const long long tile = cluster + (long long)s * clusters;
-            if (tile < tiles) issue(tile, s);
+            const long long row = row_of(s);
+            if (row < N) issue(row, s);
         }
     }
-    float r_next = 0.0f;
-    {
-        const long long row = (long long)cluster * groups + group;
-        if (row < N) r_next = __ldg(rstd + row);
-    }
+    float r_next = row_of(0) < N ? __ldg(rstd + row_of(0)) : 0.0f;
     int buffer = 0;
     #pragma unroll 1
-    for (long long k = 0;; k++) {
-        const long long tile = cluster + k * clusters;
-        if (tile >= tiles) break;
-        const int s = (int)(k % stages);
-        const long long row = tile * groups + group;
+    for (long long j = 0;; j++) {
+        const long long row = row_of(j);
+        if (row >= N) break;  // the same for the whole group (and with CL > 1, for the cluster)
+        const int s = (int)(j % stages);
         const float r = r_next;
         {
-            const long long next = row + (long long)clusters * groups;
+            const long long next = row_of(j + 1);
             if (next < N) r_next = __ldg(rstd + next);
         }
-        mbarrier_wait(&landed[s], (unsigned)((k / stages) & 1));
-        const unsigned char* stage = staged + s * stage_bytes;
-        const uint4* g_row = reinterpret_cast<const uint4*>(stage + ((size_t)0 * groups + group) * row_bytes);
-        const uint4* x_row = reinterpret_cast<const uint4*>(stage + ((size_t)1 * groups + group) * row_bytes);
-        const uint4* d_row = reinterpret_cast<const uint4*>(stage + ((size_t)2 * groups + group) * row_bytes);
-        if (row < N) {  // the whole group agrees (and with CL > 1 there is one group, and row < N)
-            float dot = 0.0f;
-            #pragma unroll
-            for (int j = 0; j < K; j++) {
-                const int c = t + j * G;
-                if (c < mine) {
-                    const uint4 g = g_row[c], x = x_row[c];
-                    #pragma unroll
-                    for (int e = 0; e < 8; e++) {
-                        const float dout_e = v7::widen(g, e), inp_e = v7::widen(x, e);
-                        dot += v7::widen(w[j], e) * dout_e * inp_e;
-                        sum[j][e] += inp_e * r * dout_e;
-                    }
-                }
-            }
-            dot = warp_reduce_sum(dot);
-            if (G > WARP_SIZE) {
-                const int warps = G / WARP_SIZE, first_slot = group * warps;
-                if (lane == 0) slots[first_slot + t / WARP_SIZE] = dot;
-                v7::named_barrier(1 + group, G);
-                dot = 0.0f;
-                for (int i = 0; i < warps; i++) dot += slots[first_slot + i];
-            }
-            if (CL > 1) {
-                if (threadIdx.x == 0) {
-                    #pragma unroll
-                    for (int q = 0; q < CL; q++) store_in_block(&cluster_slots[buffer][rank], q, dot);
-                }
-                cluster_sync();
-                dot = 0.0f;
+        mbarrier_wait(&ring_landed[s], (unsigned)((j / stages) & 1));
+        const unsigned char* slot = ring + s * slot_bytes;
+        const uint4* g_row = reinterpret_cast<const uint4*>(slot);
+        const uint4* x_row = reinterpret_cast<const uint4*>(slot + row_bytes);
+        const uint4* d_row = reinterpret_cast<const uint4*>(slot + 2 * row_bytes);
+        float dot = 0.0f;
+        #pragma unroll
+        for (int k = 0; k < K; k++) {
+            const int c = t + k * G;
+            if (c < mine) {
+                const uint4 g = g_row[c], x = x_row[c];
                 #pragma unroll
-                for (int q = 0; q < CL; q++) dot += cluster_slots[buffer][q];
-                buffer ^= 1;
-            }
-            const float scale_inp = dot * r * r * r * inv_C;
-            uint4* dinp_row = reinterpret_cast<uint4*>(dinp + (size_t)row * C) + first;
-            #pragma unroll
-            for (int j = 0; j < K; j++) {
-                const int c = t + j * G;
-                if (c < mine) {
-                    const uint4 g = g_row[c], x = x_row[c];
-                    uint4 d = make_uint4(0u, 0u, 0u, 0u);
-                    if (ACC) d = d_row[c];
-                    float out[8];
-                    #pragma unroll
-                    for (int e = 0; e < 8; e++) {
-                        const float v = v7::widen(w[j], e) * v7::widen(g, e) * r - v7::widen(x, e) * scale_inp;
-                        out[e] = ACC ? v7::widen(d, e) + v : v;
-                    }
-                    __stcs(dinp_row + c, make_uint4(v7::pack(out[0], out[1]), v7::pack(out[2], out[3]),
-                                                    v7::pack(out[4], out[5]), v7::pack(out[6], out[7])));
+                for (int e = 0; e < 8; e++) {
+                    const float dout_e = v7::widen(g, e), inp_e = v7::widen(x, e);
+                    dot += v7::widen(w[k], e) * dout_e * inp_e;
+                    sum[k][e] += inp_e * r * dout_e;
                 }
             }
         }
-        __syncthreads();  // stage s is read: it may be refilled
-        if (threadIdx.x < WARP_SIZE) {
-            const long long later = tile + (long long)stages * clusters;
-            if (later < tiles) issue(later, s);
+        dot = warp_reduce_sum(dot);
+        if (G > WARP_SIZE) {
+            const int warps = G / WARP_SIZE, first_slot = group * warps;
+            if (lane == 0) slots[first_slot + t / WARP_SIZE] = dot;
+            v7::named_barrier(1 + group, G);
+            dot = 0.0f;
+            for (int i = 0; i < warps; i++) dot += slots[first_slot + i];
+        }
+        if (CL > 1) {
+            if (threadIdx.x == 0) {
+                #pragma unroll
+                for (int q = 0; q < CL; q++) store_in_block(&cluster_slots[buffer][rank], q, dot);
+            }
+            cluster_sync();
+            dot = 0.0f;
+            #pragma unroll
+            for (int q = 0; q < CL; q++) dot += cluster_slots[buffer][q];
+            buffer ^= 1;
+        }
+        const float scale_inp = dot * r * r * r * inv_C;
+        uint4* dinp_row = reinterpret_cast<uint4*>(dinp + (size_t)row * C) + first;
+        #pragma unroll
+        for (int k = 0; k < K; k++) {
+            const int c = t + k * G;
+            if (c < mine) {
+                const uint4 g = g_row[c], x = x_row[c];
+                uint4 d = make_uint4(0u, 0u, 0u, 0u);
+                if (ACC) d = d_row[c];
+                float out[8];
+                #pragma unroll
+                for (int e = 0; e < 8; e++) {
+                    const float v = v7::widen(w[k], e) * v7::widen(g, e) * r - v7::widen(x, e) * scale_inp;
+                    out[e] = ACC ? v7::widen(d, e) + v : v;
+                }
+                __stcs(dinp_row + c, make_uint4(v7::pack(out[0], out[1]), v7::pack(out[2], out[3]),
+                                                v7::pack(out[4], out[5]), v7::pack(out[6], out[7])));
+            }
+        }
+        // the group has read slot s (and the exchange's slots): the leader may refill it
+        if (G > WARP_SIZE) v7::named_barrier(1 + group, G); else __syncwarp();
+        if (leader) {
+            const long long later = row_of(j + stages);
+            if (later < N) issue(later, s);
         }
     }
+    __syncthreads();  // every group is done with the ring: it holds the groups' sums now
 
     // the block's dweight: groups' sums added in group order, one partial row per cluster (this block's
     // columns of it)
     float4* red = reinterpret_cast<float4*>(staged);  // groups x per_rank chunks x 2 float4
     #pragma unroll
-    for (int j = 0; j < K; j++) {
-        const int c = t + j * G;
+    for (int k = 0; k < K; k++) {
+        const int c = t + k * G;
         if (c < mine) {
-            red[((size_t)group * per_rank + c) * 2] = make_float4(sum[j][0], sum[j][1], sum[j][2], sum[j][3]);
-            red[((size_t)group * per_rank + c) * 2 + 1] = make_float4(sum[j][4], sum[j][5], sum[j][6], sum[j][7]);
+            red[((size_t)group * per_rank + c) * 2] = make_float4(sum[k][0], sum[k][1], sum[k][2], sum[k][3]);
+            red[((size_t)group * per_rank + c) * 2 + 1] = make_float4(sum[k][4], sum[k][5], sum[k][6], sum[k][7]);
         }
     }
     __syncthreads();
@@ -248,10 +250,16 @@ template <int CL, bool EVICT_FIRST>
 __device__ __forceinline__ void dispatch(__nv_bfloat16* dinp, float* partials, const __nv_bfloat16* dout,
                                          const __nv_bfloat16* inp, const __nv_bfloat16* weight,
                                          const float* rstd, int N, int C, int G, int K, int stages, int accumulate) {
-    if (CL > 1) {  // a split row always takes 4 chunks a thread
-        if (K != 4) __trap();
-        if (accumulate) backward<4, true, CL, EVICT_FIRST>(dinp, partials, dout, inp, weight, rstd, N, C, G, stages);
-        else backward<4, false, CL, EVICT_FIRST>(dinp, partials, dout, inp, weight, rstd, N, C, G, stages);
+    if (CL > 1) {  // a split row takes 2 or 4 chunks a thread
+        if (K == 2) {
+            if (accumulate) backward<2, true, CL, EVICT_FIRST>(dinp, partials, dout, inp, weight, rstd, N, C, G, stages);
+            else backward<2, false, CL, EVICT_FIRST>(dinp, partials, dout, inp, weight, rstd, N, C, G, stages);
+        } else if (K == 4) {
+            if (accumulate) backward<4, true, CL, EVICT_FIRST>(dinp, partials, dout, inp, weight, rstd, N, C, G, stages);
+            else backward<4, false, CL, EVICT_FIRST>(dinp, partials, dout, inp, weight, rstd, N, C, G, stages);
+        } else {
+            __trap();
+        }
         return;
     }
 #define V8_CASE(KK)                                                                                           \
