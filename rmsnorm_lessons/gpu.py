@@ -179,6 +179,9 @@ class DeviceFacts:
     l2_bytes: int
     total_memory: int
     driver_version: int
+    #: (cluster size, clusters of whole-SM blocks the driver runs at once) pairs, where known
+    #: (cuOccupancyMaxActiveClusters; v7_fast's plan reads them for rows split over a cluster)
+    resident_clusters: tuple = ()
 
     @property
     def arch(self) -> str:
@@ -192,6 +195,9 @@ H200 = DeviceFacts(
     shared_memory_per_block_optin=227 * 1024, shared_memory_per_multiprocessor=228 * 1024,
     max_threads_per_multiprocessor=2048, registers_per_multiprocessor=65536, l2_bytes=60 * 1024 * 1024,
     total_memory=150_110_011_392, driver_version=13000,
+    # measured 2026-12-03 with v7's wide kernels (lab/results/h200-2026-12-03b/v8-rings-check.log); a GPU test
+    # asks the driver again
+    resident_clusters=((2, 66), (4, 30)),
 )
 #: the copy bandwidth measured in the run the course's published figures come from
 #: (lab/results/h200-2026-12-02/bench.json; a test keeps the two equal)
@@ -242,6 +248,7 @@ def _read_facts() -> DeviceFacts:
         l2_bytes=d.get_attribute(attr.L2_CACHE_SIZE),
         total_memory=d.total_memory(),
         driver_version=g.driver.get_driver_version(),
+        resident_clusters=H200.resident_clusters if d.name() == H200.name else (),
     )
 
 

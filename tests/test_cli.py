@@ -173,12 +173,12 @@ def test_info_claims_compiling_only_with_kernel_sources(tmp_path):
 # named versions and named shapes: every pair must be runnable, said before any GPU work, each pair named
 @pytest.mark.parametrize("command", ["check", "bench"])
 def test_shapes_a_named_version_cannot_run_are_refused_first(command):
-    p = _cli(command, "--shapes", "100x7,64x20000,32x64", "v7_fast", "v2_warp")
+    p = _cli(command, "--shapes", "100x7,64x70000,32x64", "v7_fast", "v2_warp")
     assert p.returncode == cli.EXIT_USAGE, (p.returncode, p.stdout, p.stderr)
     lines = p.stderr.strip().splitlines()
     assert "--shapes holds shapes these versions cannot run" in lines[0]
     assert any("v7_fast at 100x7" in line and "multiple of 8" in line for line in lines[1:])
-    assert any("v7_fast at 64x20000" in line and "16384" in line for line in lines[1:])
+    assert any("v7_fast at 64x70000" in line and "65536" in line for line in lines[1:])
     assert not any("v2_warp" in line or "32x64" in line for line in lines[1:])  # those run
     p = _cli(command, "v6_last_block", "--shapes", "8x1000000")  # 8 MB of shared memory a block: no GPU has it
     assert p.returncode == cli.EXIT_USAGE and "v6_last_block at 8x1000000" in p.stderr, (p.returncode, p.stderr)

@@ -4,6 +4,8 @@ A "hog" kernel on stream A takes one block on every SM but FREE_SMS (each block 
 memory a block may have, so no other block fits beside it) and sleeps for HOG_S seconds. v7_fast then runs
 on stream B. Its blocks can only use the free SMs, in waves; nothing in it may wait for a block that is not
 resident (an earlier v7 did, and here waited until the hog ended, or trapped after 10 s: lab/NOTES.md).
+A row wider than one block is split over a cluster of 2, whose blocks wait for each other: the hardware
+starts a cluster's blocks together (on free SMs of one GPC), so that wait is only ever on resident blocks.
 """
 from __future__ import annotations
 
@@ -33,13 +35,13 @@ FREE_SMS = 12
 
 
 @pytest.mark.gpu
+@pytest.mark.parametrize("N,C", [(16384, 4096), (1024, 32768)])  # a row in one block; a row over a cluster of 2
 @pytest.mark.parametrize("overwrite", [False, True])
-def test_v7_finishes_right_while_another_kernel_holds_most_sms(overwrite):
+def test_v7_finishes_right_while_another_kernel_holds_most_sms(N, C, overwrite):
     from pycuda import gpuarray
     from pycuda.compiler import SourceModule
 
     drv = gpu.driver()
-    N, C = 16384, 4096
     p = reference.random_problem(N, C, kernels.get("v7_fast").dtype, seed=5, accumulate=True)
     dev = to_device(p)
     warm = to_device(p)

@@ -193,8 +193,8 @@ def test_a_bad_config_is_refused_when_made(kwargs, rule):
 
 
 def test_v7_C_past_its_limit(no_gpu):
-    p = _problem("v7_fast", N=2, C=16392)
-    with pytest.raises(ValueError, match=r"the largest C at this block size is 16384, and 16384 at block_size=512"):
+    p = _problem("v7_fast", N=2, C=65544)
+    with pytest.raises(ValueError, match=r"C=65544 is wider than 4 blocks of 512 threads hold; the largest C is 65536"):
         kernels.run("v7_fast", *_args(p))
 
 

@@ -5,6 +5,7 @@ The plan is data (``ladder.plan("v7_fast", ...)`` on ``gpu.H200``); its variants
 ``ladder.v7_fast.Config``, never with globals or environment variables. The version itself is also in every
 parametrized test over ``rl.kernels.VERSIONS``.
 """
+import ctypes
 import dataclasses
 import re
 import types
@@ -93,16 +94,60 @@ def test_every_C_fits_the_shared_memory_and_the_barriers(C, overwrite):
     assert s.block <= v7_fast.MAX_BLOCK  # one block fits __launch_bounds__(512, 1)
 
 
-def test_C_above_16384_is_refused_with_the_largest_C():
-    assert v7_fast.MAX_C == 16384
-    with pytest.raises(ValueError, match=r"the largest C at this block size is 16384, and 16384 at block_size=512"):
+def test_rows_wider_than_a_block_are_split_up_to_65536():
+    assert (v7_fast.ROW_MAX_C, v7_fast.MAX_C) == (16384, 65536)
+    with pytest.raises(ValueError, match=r"a row of C=16392 is wider than one block holds .* split over a cluster"):
         row_layout(16392)
-    with pytest.raises(ValueError, match=r"the largest C at this block size is 16384"):
-        ladder.shared_memory(V7, 16392)
-    assert launch.largest_c(V7, OPTIN_H200, 512) == 16384
+    with pytest.raises(ValueError, match=r"C=65544 is wider than 4 blocks of 512 threads hold; the largest C is 65536"):
+        ladder.shared_memory(V7, 65544)
+    assert launch.largest_c(V7, OPTIN_H200, 512) == 65536
     with pytest.raises(ValueError, match=r"at C=16384 a row needs 512 threads of 4 chunks, more than block_size=256; "
                                          r"the largest C at this block size is 8192"):
         row_layout(16384, block=256)
+
+
+WIDE = {  # C: (cluster, chunks a block, threads a block)
+    16392: (2, 1025, 288), 32768: (2, 2048, 512), 40000: (4, 1250, 320), 65528: (4, 2048, 512), 65536: (4, 2048, 512),
+}
+
+
+@pytest.mark.parametrize("C", sorted(WIDE))
+@pytest.mark.parametrize("overwrite", [False, True])
+def test_wide_plan(C, overwrite):
+    cluster, per_rank, block = WIDE[C]
+    w = v7_fast.wide_layout(C, overwrite, OPTIN_H200)
+    assert (w.cluster, w.per_rank, w.block) == (cluster, per_rank, block)
+    assert w.block * v7_fast.MAX_K >= per_rank > (w.block - 32) * v7_fast.MAX_K  # 4 chunks a thread cover it
+    assert (cluster - 1) * per_rank < C // 8 <= cluster * per_rank  # every block owns some of the row
+    assert w.slot == (2 if overwrite else 3) * per_rank * 16
+    assert w.stages == min(8, (OPTIN_H200 - 1024) // w.slot) >= 2 and w.shared <= OPTIN_H200 - 1024
+    for N in (3, 29, 4096):
+        main, reduce = plan(N, C, overwrite=overwrite)
+        clusters = min(N, {2: 66, 4: 30}[cluster])  # the H200 keeps 30 clusters of 4 resident, not 33
+        assert main.kernel == f"rmsnorm_backward_v7_wide{cluster}" and main.kernel in V7.kernels
+        assert (main.grid, main.block, main.shared) == (clusters * cluster, block, w.shared)
+        assert [n for n, _ in main.args] == ["dinp", "partials", "dout", "inp", "weight", "rstd", "N", "C", "stages",
+                                             "overwrite"]
+        assert [v for _, v in main.args[6:]] == [N, C, w.stages, int(overwrite)]
+        partials = args(main)["partials"]
+        assert partials.nbytes == clusters * C * 4 and partials.zero == "none"  # one partial row a cluster
+        assert reduce.kernel == "reduce_dweight_v7" and args(reduce)["partials"] is partials
+        assert (args(reduce)["parts"], reduce.block) == (clusters, block)
+    assert ladder.shared_memory(V7, C) == max(v7_fast.wide_layout(C, m).shared for m in (False, True))
+
+
+def test_wide_rows_need_sm_90_and_take_no_config():
+    a100 = dataclasses.replace(gpu.H200, name="NVIDIA A100", compute_capability=(8, 0),
+                               shared_memory_per_block_optin=OPTIN_A100)
+    with pytest.raises(ValueError, match=r"C=32768 > 16384 splits each row over a thread-block cluster, which needs "
+                                         r"sm_90 or newer; NVIDIA A100 is sm_80"):
+        plan(64, 32768, device=a100)
+    with pytest.raises(ValueError, match=r"Config \(K, prefetch, per_sm\) is for rows one block holds"):
+        plan(64, 32768, config=Config(K=2))
+    assert plan(64, 32768, config=Config())[0].kernel == "rmsnorm_backward_v7_wide2"  # the default Config is none
+    # an unknown GPU: every SM holds a block of a cluster
+    other = dataclasses.replace(gpu.H200, name="Some sm_90 GPU", multiprocessors=100, resident_clusters=())
+    assert plan(4096, 65536, device=other)[0].grid == 100
 
 
 @pytest.mark.parametrize("N,C", [(1, 8), (37, 776), (4096, 16384), (32768, 768), (70000, 1600), (1024, 4096)])
@@ -135,6 +180,10 @@ def test_no_block_waits_for_another():
     for gone in ("ld.acquire", "__nanosleep", "globaltimer", "atomicInc", "ticket"):
         assert gone not in source
     assert source.count("__trap()") == 2
+    # the wide kernels wait on their own copies (mbarrier) and on their own cluster, which the hardware
+    # launches whole; nothing else
+    assert source.count("mbarrier.try_wait") == 1 and source.count("barrier.cluster.wait") == 1
+    assert source.count("@!done bra WAIT") == 1  # the one spin: on the block's own copies
 
 
 def test_config_choices():
@@ -218,11 +267,12 @@ def test_the_kernel_source_matches_the_mirrors():
 @pytest.mark.parametrize("arch", ["sm_90", "sm_80"])
 def test_compiles_without_spills(arch):
     res = build.resources("v7_fast", arch)
-    assert set(res) == {"rmsnorm_backward_v7", "reduce_dweight_v7"}
+    wide = set(v7_fast.WIDE_KERNELS)  # clusters and bulk copies: sm_90 and newer
+    assert set(res) == {"rmsnorm_backward_v7", "reduce_dweight_v7"} | (wide if arch == "sm_90" else set())
     for r in res.values():
         assert not r.spills and r.stack_bytes == 0, r
-    # __launch_bounds__(512, 1): the registers of 512 threads on one SM, 128 a thread
-    assert res["rmsnorm_backward_v7"].registers <= 65536 // v7_fast.MAX_BLOCK
+        # __launch_bounds__(512, 1): the registers of 512 threads on one SM, 128 a thread
+        assert r.registers <= 65536 // v7_fast.MAX_BLOCK
 
 
 # ------------------------------------------------------------------------------------------------------
@@ -388,10 +438,56 @@ def test_launch_variants_are_right(variant):
 
 
 @pytest.mark.gpu
-def test_C_beyond_16384_refused_before_launching():
-    p = reference.random_problem(2, 16392, bf16.bfloat16, seed=1)
-    with pytest.raises(ValueError, match=r"the largest C at this block size is 16384"):
+def test_C_beyond_65536_refused_before_launching():
+    p = reference.random_problem(2, 65544, bf16.bfloat16, seed=1)
+    with pytest.raises(ValueError, match=r"the largest C is 65536"):
         kernels.run(V7, p["dout"], p["inp"], p["weight"], p["rstd"])
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("N,C", [(67, 16392), (40, 32768), (5, 40000), (33, 65536), (21, 65528), (1, 65536)])
+@pytest.mark.parametrize("overwrite", [False, True])
+def test_wide_rows_against_the_reference_bitwise_twice(N, C, overwrite):
+    p = reference.random_problem(N, C, bf16.bfloat16, seed=N + C, accumulate=True)
+    report = check.check_version(V7, N, C, seed=N + C + 3, overwrite=overwrite)
+    assert report.ok, report
+    runs = [kernels.run(V7, p["dout"], p["inp"], p["weight"], p["rstd"], p["dinp"], p["dweight"],
+                        overwrite=overwrite) for _ in range(2)]
+    for a, b in zip(*runs):
+        assert np.array_equal(bf16.bits(a), bf16.bits(b))
+
+
+class _LaunchConfig(ctypes.Structure):  # CUlaunchConfig
+    _fields_ = [("gridDimX", ctypes.c_uint), ("gridDimY", ctypes.c_uint), ("gridDimZ", ctypes.c_uint),
+                ("blockDimX", ctypes.c_uint), ("blockDimY", ctypes.c_uint), ("blockDimZ", ctypes.c_uint),
+                ("sharedMemBytes", ctypes.c_uint), ("hStream", ctypes.c_void_p), ("attrs", ctypes.c_void_p),
+                ("numAttrs", ctypes.c_uint)]
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("cluster", v7_fast.WIDE_CLUSTERS)
+def test_the_saved_resident_clusters_are_what_the_driver_says(cluster):
+    """The plan's figure (gpu.H200.resident_clusters) against cuOccupancyMaxActiveClusters on this GPU, for
+    v7's own wide kernel (loaded again through the driver API: PyCUDA's Function hides its handle)."""
+    f = gpu.facts()
+    if f.name != gpu.H200.name:
+        pytest.skip(f"the saved figures are the H200's; this is {f.name}")
+    lib = ctypes.CDLL("libcuda.so.1")
+    cubin = build.compile_file("v7_fast", f.arch).binary
+    module, function, count = ctypes.c_void_p(), ctypes.c_void_p(), ctypes.c_int(0)
+    with gpu.in_context():
+        assert lib.cuModuleLoadData(ctypes.byref(module), ctypes.c_char_p(cubin)) == 0
+        try:
+            name = f"rmsnorm_backward_v7_wide{cluster}".encode()
+            assert lib.cuModuleGetFunction(ctypes.byref(function), module, name) == 0
+            w = v7_fast.wide_layout(cluster * 16384, False, f.shared_memory_per_block_optin)
+            assert lib.cuFuncSetAttribute(function, 8, ctypes.c_int(w.shared)) == 0  # MAX_DYNAMIC_SHARED_SIZE_BYTES
+            config = _LaunchConfig(cluster * f.multiprocessors, 1, 1, w.block, 1, 1, w.shared, None, None, 0)
+            assert lib.cuOccupancyMaxActiveClusters(ctypes.byref(count), function, ctypes.byref(config)) == 0
+        finally:
+            lib.cuModuleUnload(module)
+    print(f"clusters of {cluster}: the driver runs {count.value} at once")
+    assert dict(f.resident_clusters)[cluster] == count.value
 
 
 def test_bench_command_writes_every_row(tmp_path, monkeypatch):

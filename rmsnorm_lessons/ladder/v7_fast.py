@@ -4,6 +4,10 @@ Each thread holds K 16-byte chunks of a row; a row group of G threads holds the 
 (G * K * 8 >= C); a block holds several row groups; the grid is persistent. What the plan chooses (K,
 prefetch, blocks per SM) can be overridden with a :class:`Config`: the
 lab's experiments do that, and nothing else does.
+
+A row wider than one block holds (C > :data:`ROW_MAX_C`, up to :data:`MAX_C`) is split over a thread-block
+cluster of 2 or 4 blocks (:func:`wide_layout`; sm_90 and newer): its rows come into shared memory by bulk
+copies, and the row's dot product is added over the cluster.
 """
 from __future__ import annotations
 
@@ -18,7 +22,13 @@ REDUCE_BATCH = 9  # the final sum: loads a warp keeps in flight (16 warps x 9 co
 MAX_GROUPS = 15  # row groups of more than one warp each own a named barrier, 1..15
 PREFETCH_C = (1024, 8192)  # accumulate mode prefetches the next row (K = 2) for C in this range (lab/NOTES.md)
 DEFINES = {"V7_MAX_BLOCK": MAX_BLOCK, "V7_QUADS_PER_PASS": QUADS_PER_PASS, "V7_REDUCE_BATCH": REDUCE_BATCH}
-MAX_C = 8 * MAX_K * MAX_BLOCK  # 16384: a row must fit in one block's registers
+ROW_MAX_C = 8 * MAX_K * MAX_BLOCK  # 16384: the widest row one block holds in its registers
+WIDE_CLUSTERS = (2, 4)  # blocks a wider row is split over (a thread-block cluster)
+MAX_C = ROW_MAX_C * WIDE_CLUSTERS[-1]  # 65536
+#: the kernels of the wide rows, built for sm_90 and newer only (clusters, bulk copies)
+WIDE_KERNELS = tuple(f"rmsnorm_backward_v7_wide{cl}" for cl in WIDE_CLUSTERS)
+WIDE_MAX_STAGES = 8  # row slots in a wide block's ring (kernels/v7_fast.cu: wide::MAX_STAGES)
+WIDE_STATIC_SHARED = 1024  # kept free for the wide kernels' static shared memory (160 B) in the slots' budget
 
 
 @dataclass(frozen=True)
@@ -78,10 +88,14 @@ def row_layout(C: int, block: int = MAX_BLOCK, K: int | None = None, overwrite: 
     if prefetch and K != 2:
         raise ValueError(f"v7_fast: prefetch needs K = 2 (two rows in 128 registers), got K={K}")
     group = 32 * max(1, ceil_div(chunks, 32 * K))
+    if C > ROW_MAX_C:
+        raise ValueError(f"v7_fast: a row of C={C} is wider than one block holds (C <= {ROW_MAX_C}): it is split "
+                         f"over a cluster (wide_layout), where K, prefetch and per_sm do not apply")
     if group > block:
         raise ValueError(f"v7_fast keeps a row in one block's registers: at C={C} a row needs {group} threads "
                          f"of {K} chunks, more than block_size={block}; the largest C at this block size is "
-                         f"{8 * K * block // 32 * 32}, and {MAX_C} at block_size={MAX_BLOCK}")
+                         f"{8 * K * block // 32 * 32}, and {ROW_MAX_C} at block_size={MAX_BLOCK} (wider rows, "
+                         f"C > {ROW_MAX_C}, are split over a cluster whatever the block size)")
     groups = block // group
     if group > 32:
         groups = min(groups, MAX_GROUPS)
@@ -100,12 +114,77 @@ def resolve(N: int, C: int, device, *, block: int = MAX_BLOCK, overwrite: bool =
     return Resolved(layout, per_sm, grid, reducers)
 
 
+@dataclass(frozen=True)
+class WideLayout:
+    cluster: int  # blocks a row is split over
+    per_rank: int  # 16-byte chunks of a row each block owns (the last block may own fewer)
+    block: int  # threads a block: MAX_K chunks each cover its part
+    slot: int  # bytes of one row slot: the block's part of dout, inp (and dinp when accumulating)
+    stages: int  # row slots in the ring
+
+    @property
+    def shared(self) -> int:
+        return self.stages * self.slot
+
+
+def wide_layout(C: int, overwrite: bool = False, shared_per_block: int | None = None) -> WideLayout:
+    """How a row wider than :data:`ROW_MAX_C` is split: the smallest cluster of :data:`WIDE_CLUSTERS` whose
+    blocks hold their part in MAX_K chunks a thread, and as many row slots as ``shared_per_block`` bytes
+    hold (at most :data:`WIDE_MAX_STAGES`; without it, the 2 the kernel needs at least)."""
+    if C <= ROW_MAX_C:
+        raise ValueError(f"v7_fast: rows of C <= {ROW_MAX_C} are held by one block (row_layout), got C={C}")
+    chunks = C // 8
+    cluster = next((cl for cl in WIDE_CLUSTERS if ceil_div(chunks, cl) <= MAX_K * MAX_BLOCK), None)
+    if cluster is None:
+        raise ValueError(f"v7_fast: C={C} is wider than {WIDE_CLUSTERS[-1]} blocks of {MAX_BLOCK} threads hold; "
+                         f"the largest C is {MAX_C}")
+    per_rank = ceil_div(chunks, cluster)
+    block = 32 * ceil_div(per_rank, 32 * MAX_K)
+    slot = (2 if overwrite else 3) * per_rank * 16
+    stages = 2 if shared_per_block is None else min(WIDE_MAX_STAGES, (shared_per_block - WIDE_STATIC_SHARED) // slot)
+    if stages < 2:
+        raise ValueError(f"v7_fast at C={C}: two row slots of {slot} bytes do not fit in {shared_per_block} bytes "
+                         f"of shared memory a block")
+    return WideLayout(cluster, per_rank, block, slot, stages)
+
+
+def resident_clusters(device, cluster: int) -> int:
+    """Clusters of ``cluster`` whole-SM blocks that ``device`` runs at once: its ``resident_clusters`` where
+    known (the H200's, measured), else every SM in use. A grid of more clusters than run at once is still
+    right, only slower: the clusters left over wait for a second round (61 % of the ceiling instead of
+    101 % at 2048 x 65536 on the H200, lab/NOTES.md)."""
+    return dict(device.resident_clusters).get(cluster, device.multiprocessors // cluster)
+
+
+def wide_plan(N, C, device, *, overwrite=False, config=None):
+    if config is not None and config != Config():
+        raise ValueError(f"v7_fast: Config (K, prefetch, per_sm) is for rows one block holds, C <= {ROW_MAX_C}; "
+                         f"got C={C}")
+    if tuple(device.compute_capability) < (9, 0):
+        raise ValueError(f"v7_fast: C={C} > {ROW_MAX_C} splits each row over a thread-block cluster, which "
+                         f"needs sm_90 or newer; {device.name} is {device.arch}")
+    w = wide_layout(C, overwrite, device.shared_memory_per_block_optin)
+    clusters = max(1, min(N, resident_clusters(device, w.cluster), device.multiprocessors // w.cluster))
+    partials = Scratch("partials", clusters * C * 4)  # C fp32 per cluster, each written before it is read
+    reducers = ceil_div(C, 4 * QUADS_PER_PASS)
+    return [Launch(f"rmsnorm_backward_v7_wide{w.cluster}", clusters * w.cluster, w.block, w.shared,
+                   (*tensor_args("dinp"), ("partials", partials), *tensor_args("dout", "inp", "weight", "rstd"),
+                    ("N", N), ("C", C), ("stages", w.stages), ("overwrite", int(bool(overwrite))))),
+            Launch("reduce_dweight_v7", reducers, w.block, 0,
+                   (*tensor_args("dweight"), ("partials", partials), ("parts", clusters), ("C", C),
+                    ("slices", reducers)))]
+
+
 def shared_memory(C: int, block: int) -> int:
+    if C > ROW_MAX_C:  # the two row slots the wide kernel needs at least (the plan takes more where there is room)
+        return max(wide_layout(C, overwrite=mode).shared for mode in (False, True))
     # enough for either mode
     return max(row_layout(C, block, overwrite=mode).smem for mode in (False, True))
 
 
 def plan(N, C, device, *, block, overwrite=False, config=None):
+    if C > ROW_MAX_C:
+        return wide_plan(N, C, device, overwrite=overwrite, config=config)
     r = resolve(N, C, device, block=block, overwrite=overwrite, config=config)
     s = r.layout
     partials = Scratch("partials", r.grid * C * 4)  # C fp32 per block, each written before it is read
@@ -120,7 +199,8 @@ def plan(N, C, device, *, block, overwrite=False, config=None):
 
 
 RUNG = Rung(name="v7_fast", adds="past the seed: a row per row group in registers, no barrier per chunk, the "
-            "final sum spread over many blocks, an overwrite mode", dtype=BF16, c_multiple=8, deterministic=True,
-            block_size=MAX_BLOCK, max_block=MAX_BLOCK, kernels=("rmsnorm_backward_v7", "reduce_dweight_v7"),
+            "final sum spread over many blocks, an overwrite mode, wider rows split over a cluster", dtype=BF16,
+            c_multiple=8, deterministic=True, block_size=MAX_BLOCK, max_block=MAX_BLOCK,
+            kernels=("rmsnorm_backward_v7", "reduce_dweight_v7", *WIDE_KERNELS),
             plan=plan, shared_memory=shared_memory, overwrite_mode=True, defines=DEFINES,
             lesson="09_v7_step_by_step")
