@@ -428,8 +428,8 @@ def test_run_refuses_C_beyond_the_devices_shared_memory(version):
     # H200's limit, 232448 bytes, is the largest any GPU gives a block: validate.shared_memory)
     with pytest.raises(ValueError, match=rf"^(C={C} needs \d+ bytes of dynamic shared memory per block for {version} "
                                          rf"\(\+ \d+ static\), more than this device allows \({limit} bytes\); the "
-                                         rf"largest C it can run is \d+|v7_fast keeps a row in one block's registers: "
-                                         rf"at C={C} |{version} at C={C} needs \d+ bytes of dynamic shared memory per "
+                                         rf"largest C it can run is \d+|v7_fast: C={C} is wider than 4 blocks of 512 "
+                                         rf"threads hold; the largest C is 65536|{version} at C={C} needs \d+ bytes of dynamic shared memory per "
                                          rf"block \(block of \d+\); no GPU allows a block more than \d+ bytes)"):
         kernels.run(version, p["dout"], p["inp"], p["weight"], p["rstd"], p["dinp"], p["dweight"])
 
