@@ -29,58 +29,27 @@ __shared__ unsigned long long landed[MAX_GROUPS * MAX_STAGES];  // one mbarrier 
 __shared__ float slots[BLOCK / WARP_SIZE];                     // each warp's part of its row's dot product
 __shared__ float cluster_slots[2][MAX_CLUSTER];                // each block's part, in every block of the cluster
 
-__device__ __forceinline__ unsigned shared_address(const void* p) {
-    return static_cast<unsigned>(__cvta_generic_to_shared(p));
-}
-__device__ __forceinline__ void mbarrier_init(unsigned long long* bar, unsigned count) {
-    asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(shared_address(bar)), "r"(count) : "memory");
-}
-// one arrival that also says how many bytes the stage's copies will bring
-__device__ __forceinline__ void mbarrier_expect(unsigned long long* bar, unsigned bytes) {
-    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(shared_address(bar)), "r"(bytes)
-                 : "memory");
-}
-__device__ __forceinline__ void mbarrier_wait(unsigned long long* bar, unsigned parity) {
-    asm volatile(
-        "{\n\t.reg .pred done;\n"
-        "WAIT:\n\t"
-        "mbarrier.try_wait.parity.shared::cta.b64 done, [%0], %1;\n\t"
-        "@!done bra WAIT;\n}" ::"r"(shared_address(bar)),
-        "r"(parity)
-        : "memory");
-}
+// The copy, mbarrier and cluster helpers are v7's (kernels/v7_fast.cu, item 10, which took them from here);
+// only the evict-first copy of the first run stays this file's own.
+using v7::wide::cluster_rank;
+using v7::wide::cluster_sync;
+using v7::wide::mbarrier_expect;
+using v7::wide::mbarrier_init;
+using v7::wide::mbarrier_wait;
+using v7::wide::shared_address;
+using v7::wide::store_in_block;
+
 template <bool EVICT_FIRST>
 __device__ __forceinline__ void bulk_copy(void* destination, const void* source, unsigned bytes,
                                           unsigned long long* bar) {
-    if (EVICT_FIRST) {
-        asm volatile(
-            "{\n\t.reg .b64 policy;\n\t"
-            "createpolicy.fractional.L2::evict_first.b64 policy, 1.0;\n\t"
-            "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes.L2::cache_hint [%0], [%1], %2, [%3], "
-            "policy;\n}" ::"r"(shared_address(destination)),
-            "l"(source), "r"(bytes), "r"(shared_address(bar))
-            : "memory");
-    } else {
-        asm volatile(
-            "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];" ::"r"(
-                shared_address(destination)),
-            "l"(source), "r"(bytes), "r"(shared_address(bar))
-            : "memory");
-    }
-}
-__device__ __forceinline__ unsigned cluster_rank() {
-    unsigned r;
-    asm volatile("mov.u32 %0, %%cluster_ctarank;" : "=r"(r));
-    return r;
-}
-__device__ __forceinline__ void cluster_sync() {
-    asm volatile("barrier.cluster.arrive.release.aligned;\n\tbarrier.cluster.wait.acquire.aligned;" ::: "memory");
-}
-// store v at the same shared-memory place in block `rank` of this cluster
-__device__ __forceinline__ void store_in_block(float* here, unsigned rank, float v) {
-    unsigned there;
-    asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(there) : "r"(shared_address(here)), "r"(rank));
-    asm volatile("st.shared::cluster.f32 [%0], %1;" ::"r"(there), "f"(v) : "memory");
+    if (!EVICT_FIRST) return v7::wide::bulk_copy(destination, source, bytes, bar);
+    asm volatile(
+        "{\n\t.reg .b64 policy;\n\t"
+        "createpolicy.fractional.L2::evict_first.b64 policy, 1.0;\n\t"
+        "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes.L2::cache_hint [%0], [%1], %2, [%3], "
+        "policy;\n}" ::"r"(shared_address(destination)),
+        "l"(source), "r"(bytes), "r"(shared_address(bar))
+        : "memory");
 }
 
 // K: 16-byte chunks per thread; ACC: dinp += (dinp staged too); CL: blocks per cluster (one row split
@@ -113,7 +82,7 @@ __device__ __forceinline__ void backward(__nv_bfloat16* dinp, float* partials, c
     const bool leader = t == 0;
 
     if (leader) {
-        for (int s = 0; s < stages; s++) mbarrier_init(&ring_landed[s], 1);
+        for (int s = 0; s < stages; s++) mbarrier_init(&ring_landed[s]);
         asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
     }
     __syncthreads();
