@@ -1,0 +1,216 @@
+"""The v9 experiment (lab/kernels/v9_async.cu): rows staged in shared memory by per-thread cp.async copies.
+
+    python lab/v9_async.py check            # every variant against float64 at odd shapes, both modes, bitwise twice
+    python lab/v9_async.py bench [--json F] # v7, the v9 variants and the same-bytes ceiling, interleaved, per shape
+    python lab/v9_async.py plans            # what each variant launches at the bench's shapes (no GPU needed)
+
+Each variant is registered as a rung of its own (``ladder.rung_from_source``) whose plan fixes its choices,
+so the package's launcher, check and buffers run it exactly as they run v7. A variant is a build (threads a
+block, the largest K it holds without spilling) and a rule for the ring's depth.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from rmsnorm_lessons import bench, bf16, check, gpu, kernels, ladder, launch, reference
+from rmsnorm_lessons.ladder import BF16, Launch, Scratch, ceil_div, tensor_args, v7_fast
+
+SOURCE = (Path(__file__).resolve().parent / "kernels" / "v9_async.cu").read_text()
+STATIC_SHARED = 1024  # above the kernel's static shared memory (256 B), kept out of the ring's budget
+MAX_GROUPS = 15  # row groups of more than one warp each own a named barrier, 1..15
+
+
+@dataclass(frozen=True)
+class Variant:
+    block: int  # threads a block, one block an SM (__launch_bounds__(block, 1))
+    max_K: int  # the largest K the build holds in its registers
+    max_stages: int = 8  # row slots a group's ring has at most (the kernel waits on at most 7 pending)
+
+
+VARIANTS = {
+    "v9": Variant(512, 4),
+    "v9_s2": Variant(512, 4, max_stages=2),
+    "v9_b768": Variant(768, 3),
+    "v9_b1024": Variant(1024, 2),
+}
+
+
+@dataclass(frozen=True)
+class Shape:
+    K: int
+    G: int
+    groups: int
+    stages: int
+    slot_bytes: int
+    grid: int
+
+    @property
+    def block(self) -> int:
+        return self.groups * self.G
+
+    @property
+    def shared(self) -> int:
+        return self.groups * self.stages * self.slot_bytes
+
+
+def shape_for(N: int, C: int, device, overwrite: bool, v: Variant) -> Shape:
+    chunks = C // 8
+    G = 32 * ceil_div(chunks, 32 * v.max_K)
+    if G > v.block:
+        raise ValueError(f"v9: C={C} needs {G} threads a row at K <= {v.max_K}, more than a block of {v.block}")
+    K = ceil_div(chunks, G)
+    groups = v.block // G
+    if G > 32:
+        groups = min(groups, MAX_GROUPS)
+    slot_bytes = (2 if overwrite else 3) * G * K * 16
+    budget = device.shared_memory_per_block_optin - STATIC_SHARED
+    while groups > 1 and budget // (groups * slot_bytes) < 2:
+        groups -= 1
+    stages = min(v.max_stages, budget // (groups * slot_bytes))
+    if stages < 2:
+        raise ValueError(f"v9: two row slots of {slot_bytes} B do not fit at C={C}")
+    grid = max(1, min(device.multiprocessors, ceil_div(N, groups)))
+    return Shape(K, G, groups, stages, slot_bytes, grid)
+
+
+def make_plan(v: Variant):
+    def plan(N, C, device, *, block, overwrite=False, config=None):
+        s = shape_for(N, C, device, overwrite, v)
+        partials = Scratch("partials", s.grid * C * 4)
+        reducers = ceil_div(C, 4 * v7_fast.QUADS_PER_PASS)
+        return [Launch("v9_async", s.grid, s.block, max(s.shared, s.groups * C * 4),
+                       (*tensor_args("dinp"), ("partials", partials), *tensor_args("dout", "inp", "weight", "rstd"),
+                        ("N", N), ("C", C), ("G", s.G), ("K", s.K), ("stages", s.stages),
+                        ("accumulate", int(not overwrite)))),
+                Launch("reduce_dweight_v7", reducers, v7_fast.MAX_BLOCK, 0,
+                       (*tensor_args("dweight"), ("partials", partials), ("parts", s.grid), ("C", C),
+                        ("slices", reducers)))]
+    return plan
+
+
+def register(name: str) -> ladder.Rung:
+    v = VARIANTS[name]
+    return ladder.rung_from_source(
+        name=name, source=SOURCE, plan=make_plan(v), dtype=BF16, c_multiple=8, deterministic=True,
+        block_size=v.block, max_block=v.block, overwrite_mode=True, shared_memory=lambda C, block: 0,
+        kernels=("v9_async", "reduce_dweight_v7"),
+        defines={**v7_fast.DEFINES, "V9_BLOCK": v.block, "V9_MAX_K": v.max_K},
+        adds="lab: rows through shared memory by per-thread cp.async; dweight in registers")
+
+
+def describe(name: str, N: int, C: int, overwrite: bool, device=None) -> str:
+    s = shape_for(N, C, device or gpu.facts(), overwrite, VARIANTS[name])
+    return (f"K={s.K} G={s.G} groups={s.groups} block={s.block} stages={s.stages} "
+            f"slot={s.slot_bytes / 1024:.1f} KiB shared={s.shared // 1024} KiB grid={s.grid}")
+
+
+# --- check -----------------------------------------------------------------------------------------------
+
+CHECK_SHAPES = [(1031, 768), (17, 776), (3, 1024), (2053, 1032), (500, 2056), (333, 4104), (129, 8200),
+                (129, 16384), (67, 16376), (1, 24), (40000, 64)]
+
+
+def cmd_check(args) -> int:
+    names = args.variants.split(",")
+    failed = 0
+    gpu.require()
+    for name in names:
+        register(name)
+        for N, C in CHECK_SHAPES:
+            for overwrite in (False, True):
+                try:
+                    how = describe(name, N, C, overwrite)
+                except ValueError as exc:
+                    print(f"skip {name} {N}x{C}: {exc}")
+                    continue
+                report = check.check_version(name, N, C, seed=N * 7 + C, overwrite=overwrite)
+                p = reference.random_problem(N, C, bf16.bfloat16, seed=N + C, accumulate=True)
+                runs = [kernels.run(name, p["dout"], p["inp"], p["weight"], p["rstd"], p["dinp"], p["dweight"],
+                                    overwrite=overwrite) for _ in range(2)]
+                same = all(np.array_equal(bf16.bits(a), bf16.bits(b)) for a, b in zip(*runs))
+                ok = report.ok and same
+                failed += not ok
+                mode = "(dinp=)" if overwrite else "(+=)   "
+                print(f"{'ok  ' if ok else 'FAIL'} {name:<8} {mode} {N:>5}x{C:<6} {how}"
+                      f"{'' if same else '  NOT BITWISE REPEATABLE'}")
+                if not report.ok:
+                    print(report)
+        sys.stdout.flush()
+    print(f"{failed} failed")
+    return 1 if failed else 0
+
+
+# --- bench -----------------------------------------------------------------------------------------------
+
+def cmd_bench(args) -> int:
+    names = args.variants.split(",")
+    for name in names:
+        register(name)
+    gpu.require()
+    shapes = (bench.LARGE_SHAPES + bench.SMALL_SHAPES if not args.shapes
+              else [tuple(map(int, s.split("x"))) for s in args.shapes.split(",")])
+    yardstick = bench.copy_yardstick()
+    print(yardstick)
+    results, how = [], {}
+    for N, C in shapes:
+        t0 = time.time()
+        rows = []
+        for name in ["v7_fast"] + names:
+            for overwrite in (False, True):
+                try:
+                    launch.launcher(name, C, overwrite=overwrite).plan(N)
+                except ValueError as exc:
+                    print(f"skip {name} at {N}x{C}: {exc}")
+                    continue
+                rows.append((ladder.get(name), overwrite))
+                if name != "v7_fast":
+                    how[(bench.overwrite_name(name) if overwrite else name, N, C)] = describe(name, N, C, overwrite)
+        shape = bench.time_shape(N, C, rows, (False, True), yardstick.gbps, args.repeats)
+        results += shape
+        print(f"--- {N}x{C} ({time.time() - t0:.1f} s)")
+        print(bench.table(shape))
+        sys.stdout.flush()
+    if args.json:
+        records = bench.records(results, baseline=None)
+        for r in records:
+            r.update(how=how.get((r["name"], r["N"], r["C"]), ""), dtod_gbps=yardstick.dtod_gbps,
+                     kernel_copy_gbps=yardstick.kernel_gbps)
+        Path(args.json).write_text(json.dumps(records, indent=1))
+    for key, text in how.items():
+        print(f"{key[0]} at {key[1]}x{key[2]}: {text}")
+    return 0
+
+
+def cmd_plans(args) -> int:
+    device = gpu.facts_or_fallback()[0]
+    for name in args.variants.split(","):
+        for N, C in bench.LARGE_SHAPES + bench.SMALL_SHAPES:
+            for overwrite in (False, True):
+                print(f"{name:<9} {'(dinp=)' if overwrite else '(+=)   '} {N:>5}x{C:<6} "
+                      f"{describe(name, N, C, overwrite, device)}")
+    return 0
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = parser.add_subparsers(dest="cmd", required=True)
+    for cmd in ("check", "bench", "plans"):
+        p = sub.add_parser(cmd)
+        p.add_argument("--variants", default=",".join(VARIANTS))
+        if cmd == "bench":
+            p.add_argument("--shapes", default="", help="NxC,NxC (default: the bench's large and small shapes)")
+            p.add_argument("--repeats", type=int, default=60)
+            p.add_argument("--json")
+    args = parser.parse_args(argv)
+    return {"check": cmd_check, "bench": cmd_bench, "plans": cmd_plans}[args.cmd](args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
