@@ -32,6 +32,7 @@ class Variant:
     block: int  # threads a block, one block an SM (__launch_bounds__(block, 1))
     max_K: int  # the largest K the build holds in its registers
     max_stages: int = 8  # row slots a group's ring has at most (the kernel waits on at most 7 pending)
+    weight_f32: bool = False  # weight held widened to fp32 (K x 8 registers) instead of packed bf16 pairs
 
 
 VARIANTS = {
@@ -39,6 +40,8 @@ VARIANTS = {
     "v9_s2": Variant(512, 4, max_stages=2),
     "v9_b768": Variant(768, 3),
     "v9_b1024": Variant(1024, 2),
+    "v9w": Variant(512, 4, weight_f32=True),
+    "v9w_b1024": Variant(1024, 2, weight_f32=True),
 }
 
 
@@ -101,7 +104,7 @@ def register(name: str) -> ladder.Rung:
         name=name, source=SOURCE, plan=make_plan(v), dtype=BF16, c_multiple=8, deterministic=True,
         block_size=v.block, max_block=v.block, overwrite_mode=True, shared_memory=lambda C, block: 0,
         kernels=("v9_async", "reduce_dweight_v7"),
-        defines={**v7_fast.DEFINES, "V9_BLOCK": v.block, "V9_MAX_K": v.max_K},
+        defines={**v7_fast.DEFINES, "V9_BLOCK": v.block, "V9_MAX_K": v.max_K, "V9_WEIGHT_F32": int(v.weight_f32)},
         adds="lab: rows through shared memory by per-thread cp.async; dweight in registers")
 
 
@@ -198,6 +201,25 @@ def cmd_plans(args) -> int:
     return 0
 
 
+def cmd_profile(args) -> int:
+    """Launch one variant (or v7_fast) a few times at one shape, for Nsight Compute:
+    ncu --kernel-name regex:'v9_async|rmsnorm_backward_v7' --launch-skip 3 --launch-count 1 ... profile NAME N C"""
+    if args.name in VARIANTS:
+        register(args.name)
+    gpu.require()
+    rung = ladder.get(args.name)
+    problem = bench.DeviceProblem(args.N, args.C, rung.dtype, sets=1)
+    try:
+        L = launch.launcher(rung.name, args.C, overwrite=args.overwrite)
+        for _ in range(5):
+            L(args.N, problem.buffers[0])
+        gpu.synchronize()
+    finally:
+        problem.free()
+    print(f"{rung.name} {args.N}x{args.C} {'(dinp=)' if args.overwrite else '(+=)'}: 5 launches done")
+    return 0
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = parser.add_subparsers(dest="cmd", required=True)
@@ -208,8 +230,13 @@ def main(argv=None) -> int:
             p.add_argument("--shapes", default="", help="NxC,NxC (default: the bench's large and small shapes)")
             p.add_argument("--repeats", type=int, default=60)
             p.add_argument("--json")
+    p = sub.add_parser("profile")
+    p.add_argument("name")
+    p.add_argument("N", type=int)
+    p.add_argument("C", type=int)
+    p.add_argument("--overwrite", action="store_true")
     args = parser.parse_args(argv)
-    return {"check": cmd_check, "bench": cmd_bench, "plans": cmd_plans}[args.cmd](args)
+    return {"check": cmd_check, "bench": cmd_bench, "plans": cmd_plans, "profile": cmd_profile}[args.cmd](args)
 
 
 if __name__ == "__main__":

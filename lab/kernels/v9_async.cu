@@ -23,7 +23,12 @@ namespace v9 {
 
 constexpr int BLOCK = V9_BLOCK;
 constexpr int WARPS = BLOCK / WARP_SIZE;
-constexpr int MAX_K = V9_MAX_K;  // the largest K built: more chunks a thread than its registers hold would spill
+constexpr int MAX_K = V9_MAX_K;
+#ifndef V9_WEIGHT_F32
+#define V9_WEIGHT_F32 0
+#endif
+// weight held widened (K x 8 fp32 registers, no widening in the row loop) or packed (K x 4 words)
+constexpr bool WEIGHT_F32 = V9_WEIGHT_F32 != 0;  // the largest K built: more chunks a thread than its registers hold would spill
 
 __shared__ float warp_dots[2][WARPS];  // each warp's part of its row's dot product (two buffers alternate)
 
@@ -71,14 +76,19 @@ __device__ __forceinline__ void backward(__nv_bfloat16* dinp, float* partials, c
 
     const uint4* weight4 = reinterpret_cast<const uint4*>(weight);
     uint4 w[K];
+    float wf[WEIGHT_F32 ? K : 1][8];
     float sum[K][8];
     #pragma unroll
     for (int j = 0; j < K; j++) {
         const int c = t + j * G;
         w[j] = c < chunks ? __ldg(weight4 + c) : make_uint4(0u, 0u, 0u, 0u);
         #pragma unroll
-        for (int e = 0; e < 8; e++) sum[j][e] = 0.0f;
+        for (int e = 0; e < 8; e++) {
+            sum[j][e] = 0.0f;
+            if (WEIGHT_F32) wf[WEIGHT_F32 ? j : 0][e] = v7::widen(w[j], e);
+        }
     }
+    auto weight_at = [&](int j, int e) { return WEIGHT_F32 ? wf[WEIGHT_F32 ? j : 0][e] : v7::widen(w[j], e); };
 
     // the group's i-th row, dealt round-robin over the grid as in v7
     const long long stride = (long long)gridDim.x * groups;
@@ -131,7 +141,7 @@ __device__ __forceinline__ void backward(__nv_bfloat16* dinp, float* partials, c
                 #pragma unroll
                 for (int e = 0; e < 8; e++) {
                     const float gx = v7::widen(g, e) * v7::widen(x, e);
-                    dot = fmaf(v7::widen(w[j], e), gx, dot);
+                    dot = fmaf(weight_at(j, e), gx, dot);
                     sum[j][e] = fmaf(r, gx, sum[j][e]);
                 }
             }
@@ -156,7 +166,7 @@ __device__ __forceinline__ void backward(__nv_bfloat16* dinp, float* partials, c
                 float out[8];
                 #pragma unroll
                 for (int e = 0; e < 8; e++) {
-                    const float v = fmaf(v7::widen(w[j], e) * v7::widen(g, e), r, -v7::widen(x, e) * scale_inp);
+                    const float v = fmaf(weight_at(j, e) * v7::widen(g, e), r, -v7::widen(x, e) * scale_inp);
                     out[e] = ACC ? v7::widen(d, e) + v : v;
                 }
                 __stcs(dinp_row + c, make_uint4(v7::pack(out[0], out[1]), v7::pack(out[2], out[3]),
