@@ -182,11 +182,13 @@ def table(profiles) -> str:
 
 
 def command(ncu: str, version: str, N: int, C: int, kernel: str | None = None) -> list[str]:
-    """The ncu command line: profile the second launch of ``kernel`` (the rung's first kernel by default)."""
+    """The ncu command line: profile the second launch of ``kernel`` (by default the main kernel the plan
+    launches at this shape: v7_fast's depends on C)."""
     from . import ladder
 
     rung = ladder.get(version)
-    kernel = kernel or rung.kernels[0]
+    if kernel is None:
+        kernel = ladder.plan(rung, N, C)[0].kernel
     if kernel not in rung.kernels:
         raise ValueError(f"{version} has no kernel {kernel!r}; its kernels: {', '.join(rung.kernels)}")
     return [ncu, "--clock-control", "none", "--csv", "--page", "raw", "--metrics", ",".join(METRICS),

@@ -17,6 +17,8 @@ followed by this arithmetic (``python -m rmsnorm_lessons inspect`` prints it).
 """
 from __future__ import annotations
 
+import dataclasses
+
 import ctypes
 from dataclasses import dataclass, field
 
@@ -231,20 +233,34 @@ def from_resources(registers: int, static_smem: int, block_size: int, dynamic_sm
 _LARGE_N = 1 << 24  # rows enough for every block of a persistent grid; the block and shared memory do not depend on N
 
 
+def _device_like(arch: str):
+    """This GPU's facts (else the saved H200's) where ``arch`` is its own; otherwise the same facts with the
+    compute capability and the per-block shared memory of ``arch``, so that a plan which sizes itself to the
+    device (v7_fast's staged rows) is the one that GPU would get."""
+    device = gpu.facts_or_fallback()[0]
+    if device.arch == arch:
+        return device
+    L = limits(arch)
+    major, minor = int(arch[3:-1]), int(arch[-1])
+    return dataclasses.replace(device, name=f"an {arch} GPU", compute_capability=(major, minor),
+                               shared_memory_per_block_optin=L.shared_per_block_optin, resident_clusters=())
+
+
 def launch_shape(version, C: int, block_size: int | None = None, kernel: str | None = None,
                  device=None) -> tuple[str, int, int]:
     """``(kernel, threads per block, dynamic shared memory bytes)`` of one kernel of a version, read from
     the version's plan at (a large N, ``C``): the block and the shared memory its launch asks for.
 
-    ``kernel`` defaults to the version's main kernel (its first); ``block_size`` is handed to the plan
-    (it may launch fewer threads: v7_fast rounds a block down to whole row groups). A kernel the plan does
-    not launch at that C gets ``block_size`` (else the version's) and no dynamic shared memory.
+    ``kernel`` defaults to the main kernel the plan launches at this C (its first launch: v7_fast has
+    three, for short, staged and split rows); ``block_size`` is handed to the plan (it may launch fewer
+    threads: v7_fast rounds a block down to whole row groups). A kernel the plan does not launch at that C
+    gets ``block_size`` (else the version's) and no dynamic shared memory.
     """
     rung = ladder.get(version)
-    kernel = kernel or rung.kernels[0]
-    if kernel not in rung.kernels:
+    if kernel is not None and kernel not in rung.kernels:
         raise ValueError(f"{rung.name} has the kernels {', '.join(rung.kernels)}; got {kernel!r}")
     launches = ladder.plan(rung, _LARGE_N, C, device, block_size=block_size)
+    kernel = kernel or launches[0].kernel
     found = next((l for l in launches if l.kernel == kernel), None)
     if found is None:
         return kernel, int(block_size or rung.block_size), 0
@@ -270,7 +286,7 @@ def occupancy(version, C: int, arch: str = DEFAULT_ARCH, block_size: int | None 
     kernel of the version (its main kernel, the first, by default).
     """
     rung = ladder.get(version)
-    kernel, block, dynamic = launch_shape(rung, C, block_size, kernel)
+    kernel, block, dynamic = launch_shape(rung, C, block_size, kernel, device=_device_like(arch))
     res = build.resources(rung, arch)[kernel]
     bound = sass.max_threads_per_block(rung, kernel, arch)
     return from_resources(registers if registers is not None else res.registers, res.shared_bytes, block,

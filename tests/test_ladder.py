@@ -63,16 +63,23 @@ def test_every_launch_is_legal(version, N, C):
     for device in (H200, SMALL_GPU):
         for plan in _plans(version, N, C, device):
             assert plan, f"{version} plans no launch"
-            assert plan[0].kernel == rung.kernels[0], "the first launch is the main kernel"
+            # the first launch is the main kernel: the rung's first, or one of v7_fast's other row paths
+            assert plan[0].kernel in rung.kernels and not plan[0].kernel.startswith("reduce"), plan[0].kernel
+            if plan[0].kernel != rung.kernels[0]:
+                assert version == "v7_fast"
             for L in plan:
                 assert isinstance(L, Launch)
                 assert L.kernel in rung.kernels
                 assert isinstance(L.grid, int) and 1 <= L.grid < 2**31
-                assert isinstance(L.block, int) and 32 <= L.block <= rung.max_block and L.block % 32 == 0
+                assert isinstance(L.block, int) and 32 <= L.block <= 1024 and L.block % 32 == 0
                 bound = sigs[L.kernel].max_threads
                 assert bound is None or L.block <= bound, f"{L.kernel}: {L.block} threads > __launch_bounds__"
+                if L.kernel == "rmsnorm_backward_v7_staged":  # its own __launch_bounds__(1024, 1)
+                    assert L.block <= v7_fast.STAGED_BLOCK
+                else:
+                    assert L.block <= rung.max_block
                 assert isinstance(L.shared, int) and L.shared >= 0
-                if L.kernel != rung.kernels[0]:
+                if L is not plan[0]:
                     assert L.shared == 0, f"{L.kernel}: only the main kernel takes dynamic shared memory"
 
 
@@ -109,9 +116,17 @@ def test_main_kernel_shared_memory_is_the_rungs(version, N, C):
                 need = ladder.shared_memory(version, C, block)
             except ValueError:  # a row of this C does not fit this block
                 continue
-            # v7's shared_memory is enough for either mode: the larger of the two plans'
-            modes = [ladder.plan(version, N, C, H200, block_size=block, overwrite=o)[0].shared for o in (False, True)]
+            # v7's shared_memory is enough for either mode on the register path: the larger of the two plans'
+            registers = v7_fast.Config(staged=False)
+            modes = [ladder.plan(version, N, C, H200, block_size=block, overwrite=o, config=registers)[0].shared
+                     for o in (False, True)]
             assert max(modes) == need
+            # rows the plan stages take what the device has (at least two slots a group), and fall back to the
+            # register path where that does not fit
+            for o in (False, True):
+                main = ladder.plan(version, N, C, H200, block_size=block, overwrite=o)[0]
+                if main.kernel == "rmsnorm_backward_v7_staged":
+                    assert need <= main.shared <= H200.shared_memory_per_block_optin - v7_fast.STAGED_STATIC_SHARED
         else:
             assert ladder.plan(version, N, C, H200, block_size=block)[0].shared == ladder.shared_memory(version, C,
                                                                                                          block)
@@ -157,7 +172,7 @@ def test_v6_scratch_header_is_the_define(N, C):
 @pytest.mark.parametrize("overwrite", [False, True])
 def test_v7_partials_are_shared_by_its_two_kernels(N, C, overwrite):
     assert ladder.get("v7_fast").defines == v7_fast.DEFINES
-    assert set(v7_fast.DEFINES) == {"V7_MAX_BLOCK", "V7_QUADS_PER_PASS", "V7_REDUCE_BATCH"}
+    assert set(v7_fast.DEFINES) == {"V7_MAX_BLOCK", "V7_QUADS_PER_PASS", "V7_REDUCE_BATCH", "V7_STAGED_BLOCK"}
     plan = ladder.plan("v7_fast", N, C, H200, overwrite=overwrite)
     scratches = {dict(L.args)["partials"] for L in plan}
     assert len(scratches) == 1, "the main kernel and the reduce kernel share one buffer of partials"

@@ -149,7 +149,9 @@ def test_every_plan_launches_its_kernels_with_legal_configurations(version, N, C
         pytest.skip(f"{version} needs C % {spec.c_multiple} == 0")
     plan = _plan(version, N, C)
     assert plan, f"{version} launched nothing"
-    assert plan[0].kernel == spec.kernels[0], "the first launch must be the main kernel (it gets the shared memory)"
+    # the first launch is a main kernel (it gets the shared memory): the version's first, or for v7_fast one
+    # of its other row paths; the final sums come after it
+    assert plan[0].kernel in spec.kernels and not plan[0].kernel.startswith("reduce"), plan[0].kernel
     for L in plan:
         assert L.kernel in spec.kernels
         assert 1 <= L.grid < 2**31

@@ -61,8 +61,9 @@ def test_plan_picks_K_and_the_row_group_from_C(C, overwrite):
     assert s.block == s.groups * s.group <= v7_fast.MAX_BLOCK
     assert s.smem == max(s.groups * C * 4, s.block * 16) <= ladder.shared_memory(V7, C, 512)
     assert ladder.shared_memory(V7, C, 512) == max(row_layout(C, overwrite=m).smem for m in (False, True))
-    # the plan launches exactly this layout
-    main = plan(5000, C, overwrite=overwrite)[0]
+    # the plan launches exactly this layout on the register path (1024 <= C <= 16384 is staged by default)
+    main = plan(5000, C, overwrite=overwrite, config=Config(staged=False))[0]
+    assert main.kernel == "rmsnorm_backward_v7"
     assert (main.block, main.shared) == (s.block, s.smem)
     assert (args(main)["G"], args(main)["K"], args(main)["prefetch"]) == (s.group, s.K, int(s.prefetch))
 
@@ -142,7 +143,7 @@ def test_wide_rows_need_sm_90_and_take_no_config():
     with pytest.raises(ValueError, match=r"C=32768 > 16384 splits each row over a thread-block cluster, which needs "
                                          r"sm_90 or newer; NVIDIA A100 is sm_80"):
         plan(64, 32768, device=a100)
-    with pytest.raises(ValueError, match=r"Config \(K, prefetch, per_sm\) is for rows one block holds"):
+    with pytest.raises(ValueError, match=r"Config \(K, prefetch, per_sm, staged\) is for rows one block holds"):
         plan(64, 32768, config=Config(K=2))
     assert plan(64, 32768, config=Config())[0].kernel == "rmsnorm_backward_v7_wide2"  # the default Config is none
     # an unknown GPU: every SM holds a block of a cluster
@@ -153,7 +154,8 @@ def test_wide_rows_need_sm_90_and_take_no_config():
 @pytest.mark.parametrize("N,C", [(1, 8), (37, 776), (4096, 16384), (32768, 768), (70000, 1600), (1024, 4096)])
 @pytest.mark.parametrize("overwrite", [False, True])
 def test_plan_launch(N, C, overwrite):
-    main, reduce = plan(N, C, overwrite=overwrite)
+    registers = Config(staged=False)  # the register path, which rows of 1024 <= C <= 16384 leave by default
+    main, reduce = plan(N, C, overwrite=overwrite, config=registers)
     s = row_layout(C, overwrite=overwrite)
     grid = max(1, min(H200_SMS, ceil_div(N, s.groups)))  # one block per SM
     assert main.kernel == "rmsnorm_backward_v7" == V7.kernels[0]
@@ -196,6 +198,13 @@ def test_config_choices():
     assert row_layout(1024, K=1).group == 128
     assert args(plan(5000, 1024, config=Config(K=1))[0])["G"] == 128
     assert plan(5000, 1024, config=Config()) == plan(5000, 1024)  # the defaults are the plan's choices
+    assert plan(5000, 1024, config=Config(staged=True)) == plan(5000, 1024)  # staged: the default at C = 1024
+    with pytest.raises(ValueError, match=r"K, prefetch and per_sm tune the register path; staged=True takes none"):
+        Config(K=2, staged=True)
+    with pytest.raises(ValueError, match=r"Config\(staged=True\) needs 1024 <= C <= 16384 .*got C=768"):
+        plan(5000, 768, config=Config(staged=True))
+    with pytest.raises(ValueError, match=r"Config.staged must be True, False or None, got 1"):
+        Config(staged=1)
     with pytest.raises(TypeError):
         Config(reduce="fused")  # gone: the partials are always summed by the second kernel
     with pytest.raises(ValueError, match=r"Config.K \(chunks per thread\) must be an int 1..4"):
@@ -233,8 +242,8 @@ def _slices(C, slices):
 
 @pytest.mark.parametrize("N,C", [(1, 8), (3, 24), (7, 776), (4097, 768), (513, 5120), (4096, 16384), (33333, 1032)])
 def test_the_kernels_index_arithmetic_covers_everything_once(N, C):
-    main = plan(N, C)[0]
-    s, grid, reducers = row_layout(C), main.grid, plan(N, C)[1].grid
+    main, reduce = plan(N, C, config=Config(staged=False))
+    s, grid, reducers = row_layout(C), main.grid, reduce.grid
     assert (args(main)["G"], args(main)["K"]) == (s.group, s.K)
     rows = _rows_of(N, grid, s.groups)
     assert sorted(rows) == list(range(N))
@@ -268,11 +277,14 @@ def test_the_kernel_source_matches_the_mirrors():
 def test_compiles_without_spills(arch):
     res = build.resources("v7_fast", arch)
     wide = set(v7_fast.WIDE_KERNELS)  # clusters and bulk copies: sm_90 and newer
-    assert set(res) == {"rmsnorm_backward_v7", "reduce_dweight_v7"} | (wide if arch == "sm_90" else set())
-    for r in res.values():
+    assert set(res) == ({"rmsnorm_backward_v7", "reduce_dweight_v7", "rmsnorm_backward_v7_staged"}
+                        | (wide if arch == "sm_90" else set()))
+    for name, r in res.items():
         assert not r.spills and r.stack_bytes == 0, r
-        # __launch_bounds__(512, 1): the registers of 512 threads on one SM, 128 a thread
-        assert r.registers <= 65536 // v7_fast.MAX_BLOCK
+        # __launch_bounds__(512, 1): the registers of 512 threads on one SM, 128 a thread; the staged
+        # kernel's (1024, 1): 64
+        block = v7_fast.STAGED_BLOCK if name == "rmsnorm_backward_v7_staged" else v7_fast.MAX_BLOCK
+        assert r.registers <= 65536 // block
 
 
 # ------------------------------------------------------------------------------------------------------

@@ -5,6 +5,11 @@ Each thread holds K 16-byte chunks of a row; a row group of G threads holds the 
 prefetch, blocks per SM) can be overridden with a :class:`Config`: the
 lab's experiments do that, and nothing else does.
 
+Rows of :data:`STAGED_C` (1024 <= C <= 16384) are staged in shared memory by per-thread asynchronous
+copies instead (:func:`staged_layout`): a ring of row slots per row group, K = 2 chunks a thread, blocks of
+:data:`STAGED_BLOCK` threads. A :class:`Config` that sets K, prefetch or per_sm, or ``staged=False``, or a
+block size other than the default, keeps such rows on the register path.
+
 A row wider than one block holds (C > :data:`ROW_MAX_C`, up to :data:`MAX_C`) is split over a thread-block
 cluster of 2 or 4 blocks (:func:`wide_layout`; sm_90 and newer): its rows come into shared memory by bulk
 copies, and the row's dot product is added over the cluster.
@@ -21,7 +26,13 @@ QUADS_PER_PASS = 32  # the final sum: one warp reads 32 float4 (128 columns) of 
 REDUCE_BATCH = 9  # the final sum: loads a warp keeps in flight (16 warps x 9 cover 132 partial rows)
 MAX_GROUPS = 15  # row groups of more than one warp each own a named barrier, 1..15
 PREFETCH_C = (1024, 8192)  # accumulate mode prefetches the next row (K = 2) for C in this range (lab/NOTES.md)
-DEFINES = {"V7_MAX_BLOCK": MAX_BLOCK, "V7_QUADS_PER_PASS": QUADS_PER_PASS, "V7_REDUCE_BATCH": REDUCE_BATCH}
+STAGED_BLOCK = 1024  # the staged kernel's __launch_bounds__(1024, 1): 64 registers a thread
+STAGED_K = 2  # chunks a thread on the staged path (kernels/v7_fast.cu: staged::K)
+STAGED_C = (1024, 16384)  # C staged by cp.async (lab/NOTES.md, "v9"); shorter rows keep the register path
+STAGED_MAX_STAGES = 8  # row slots a group's ring has at most (kernels/v7_fast.cu: staged::MAX_STAGES)
+STAGED_STATIC_SHARED = 1024  # kept free for the staged kernel's static shared memory (256 B) in the ring's budget
+DEFINES = {"V7_MAX_BLOCK": MAX_BLOCK, "V7_QUADS_PER_PASS": QUADS_PER_PASS, "V7_REDUCE_BATCH": REDUCE_BATCH,
+           "V7_STAGED_BLOCK": STAGED_BLOCK}
 ROW_MAX_C = 8 * MAX_K * MAX_BLOCK  # 16384: the widest row one block holds in its registers
 WIDE_CLUSTERS = (2, 4)  # blocks a wider row is split over (a thread-block cluster)
 MAX_C = ROW_MAX_C * WIDE_CLUSTERS[-1]  # 65536
@@ -36,13 +47,16 @@ class Config:
     """Overrides of the plan's choices; ``None`` leaves a choice to the plan.
 
     ``K``: 16-byte chunks per thread (1..4); ``prefetch``: hold the next row's dout and inp while this
-    row is finished (needs K = 2); ``per_sm``: blocks per SM. (The partials are always summed by a second
-    kernel: no block waits for another, so v7 finishes beside any other work on the GPU.)
+    row is finished (needs K = 2); ``per_sm``: blocks per SM; these three tune the register path.
+    ``staged``: rows of :data:`STAGED_C` through shared memory (True), on the register path (False), or as
+    the plan decides (None). (The partials are always summed by a second kernel: no block waits for
+    another, so v7 finishes beside any other work on the GPU.)
     """
 
     K: int | None = None
     prefetch: bool | None = None
     per_sm: int | None = None
+    staged: bool | None = None
 
     def __post_init__(self):
         if self.K is not None and (isinstance(self.K, bool) or not isinstance(self.K, int)
@@ -53,6 +67,14 @@ class Config:
         if self.per_sm is not None and (isinstance(self.per_sm, bool) or not isinstance(self.per_sm, int)
                                         or self.per_sm < 1):
             raise ValueError(f"Config.per_sm (blocks per SM) must be an int >= 1 or None, got {self.per_sm!r}")
+        if self.staged is not None and not isinstance(self.staged, bool):
+            raise ValueError(f"Config.staged must be True, False or None, got {self.staged!r}")
+        if self.staged and (self.K, self.prefetch, self.per_sm) != (None, None, None):
+            raise ValueError("Config: K, prefetch and per_sm tune the register path; staged=True takes none of them")
+
+    @property
+    def tunes_registers(self) -> bool:
+        return (self.K, self.prefetch, self.per_sm) != (None, None, None) or self.staged is False
 
 
 @dataclass(frozen=True)
@@ -115,6 +137,82 @@ def resolve(N: int, C: int, device, *, block: int = MAX_BLOCK, overwrite: bool =
 
 
 @dataclass(frozen=True)
+class StagedLayout:
+    K: int  # 16-byte chunks a thread (STAGED_K)
+    group: int  # threads a row group, a multiple of 32
+    groups: int  # row groups a block
+    slot: int  # bytes of one row slot: the group's dout, inp (and dinp when accumulating) for one row
+    stages: int  # row slots in each group's ring
+    sums: int  # bytes the groups' dweight sums take at the end, where the rings were
+
+    @property
+    def block(self) -> int:
+        return self.groups * self.group
+
+    @property
+    def shared(self) -> int:
+        return max(self.groups * self.stages * self.slot, self.sums)
+
+
+def staged_layout(C: int, overwrite: bool = False, shared_per_block: int | None = None) -> StagedLayout:
+    """How rows of 1024 <= C <= 16384 are staged: row groups of STAGED_K chunks a thread in a block of at most
+    :data:`STAGED_BLOCK` threads, and as many row slots a group as ``shared_per_block`` bytes hold (at most
+    :data:`STAGED_MAX_STAGES`; without it, the 2 the kernel needs at least). Raises ValueError where C is
+    outside :data:`STAGED_C` or two slots a group do not fit."""
+    if not STAGED_C[0] <= C <= STAGED_C[1]:
+        raise ValueError(f"v7_fast stages rows of {STAGED_C[0]} <= C <= {STAGED_C[1]} in shared memory, got C={C}")
+    chunks = C // 8
+    group = 32 * ceil_div(chunks, 32 * STAGED_K)
+    groups = STAGED_BLOCK // group
+    if group > 32:
+        groups = min(groups, MAX_GROUPS)
+    slot = (2 if overwrite else 3) * group * STAGED_K * 16
+    if shared_per_block is None:
+        stages = 2
+    else:
+        budget = shared_per_block - STAGED_STATIC_SHARED
+        while groups > 1 and budget // (groups * slot) < 2:
+            groups -= 1
+        stages = min(STAGED_MAX_STAGES, budget // (groups * slot))
+        if stages < 2:
+            raise ValueError(f"v7_fast at C={C}: two row slots of {slot} bytes do not fit in {shared_per_block} bytes "
+                             f"of shared memory a block")
+    return StagedLayout(STAGED_K, group, groups, slot, stages, groups * C * 4)
+
+
+def staged_here(C: int, device, block: int, overwrite: bool, config: Config | None) -> StagedLayout | None:
+    """The staged layout when the plan takes that path at this C, else None (the register path)."""
+    config = config or Config()
+    asked = config.staged is True
+    if config.tunes_registers or (block != MAX_BLOCK and not asked):
+        return None
+    if not STAGED_C[0] <= C <= STAGED_C[1] or tuple(device.compute_capability) < (8, 0):
+        if asked:
+            raise ValueError(f"v7_fast: Config(staged=True) needs {STAGED_C[0]} <= C <= {STAGED_C[1]} and sm_80 or "
+                             f"newer (cp.async); got C={C} on {device.arch}")
+        return None
+    try:
+        return staged_layout(C, overwrite, device.shared_memory_per_block_optin)
+    except ValueError:
+        if asked:
+            raise
+        return None  # a device with less shared memory: the register path, which needs at most 64 KiB
+
+
+def staged_plan(N, C, device, layout: StagedLayout, overwrite: bool):
+    grid = max(1, min(device.multiprocessors, ceil_div(N, layout.groups)))
+    partials = Scratch("partials", grid * C * 4)  # C fp32 per block, each written before it is read
+    reducers = ceil_div(C, 4 * QUADS_PER_PASS)
+    return [Launch("rmsnorm_backward_v7_staged", grid, layout.block, layout.shared,
+                   (*tensor_args("dinp"), ("partials", partials), *tensor_args("dout", "inp", "weight", "rstd"),
+                    ("N", N), ("C", C), ("G", layout.group), ("stages", layout.stages),
+                    ("overwrite", int(bool(overwrite))))),
+            Launch("reduce_dweight_v7", reducers, MAX_BLOCK, 0,
+                   (*tensor_args("dweight"), ("partials", partials), ("parts", grid), ("C", C),
+                    ("slices", reducers)))]
+
+
+@dataclass(frozen=True)
 class WideLayout:
     cluster: int  # blocks a row is split over
     per_rank: int  # 16-byte chunks of a row each block owns (the last block may own fewer)
@@ -158,8 +256,8 @@ def resident_clusters(device, cluster: int) -> int:
 
 def wide_plan(N, C, device, *, overwrite=False, config=None):
     if config is not None and config != Config():
-        raise ValueError(f"v7_fast: Config (K, prefetch, per_sm) is for rows one block holds, C <= {ROW_MAX_C}; "
-                         f"got C={C}")
+        raise ValueError(f"v7_fast: Config (K, prefetch, per_sm, staged) is for rows one block holds, "
+                         f"C <= {ROW_MAX_C}; got C={C}")
     if tuple(device.compute_capability) < (9, 0):
         raise ValueError(f"v7_fast: C={C} > {ROW_MAX_C} splits each row over a thread-block cluster, which "
                          f"needs sm_90 or newer; {device.name} is {device.arch}")
@@ -185,6 +283,9 @@ def shared_memory(C: int, block: int) -> int:
 def plan(N, C, device, *, block, overwrite=False, config=None):
     if C > ROW_MAX_C:
         return wide_plan(N, C, device, overwrite=overwrite, config=config)
+    staged = staged_here(C, device, block, overwrite, config)
+    if staged is not None:
+        return staged_plan(N, C, device, staged, overwrite)
     r = resolve(N, C, device, block=block, overwrite=overwrite, config=config)
     s = r.layout
     partials = Scratch("partials", r.grid * C * 4)  # C fp32 per block, each written before it is read
@@ -199,8 +300,9 @@ def plan(N, C, device, *, block, overwrite=False, config=None):
 
 
 RUNG = Rung(name="v7_fast", adds="past the seed: a row per row group in registers, no barrier per chunk, the "
-            "final sum spread over many blocks, an overwrite mode, wider rows split over a cluster", dtype=BF16,
+            "final sum spread over many blocks, an overwrite mode, rows staged by cp.async, wider rows split over "
+            "a cluster", dtype=BF16,
             c_multiple=8, deterministic=True, block_size=MAX_BLOCK, max_block=MAX_BLOCK,
-            kernels=("rmsnorm_backward_v7", "reduce_dweight_v7", *WIDE_KERNELS),
+            kernels=("rmsnorm_backward_v7", "reduce_dweight_v7", "rmsnorm_backward_v7_staged", *WIDE_KERNELS),
             plan=plan, shared_memory=shared_memory, overwrite_mode=True, defines=DEFINES,
             lesson="09_v7_step_by_step")
