@@ -253,11 +253,13 @@ def sweep(versions=None, shapes=None, repeats: int = 50, check: bool = True, cop
 
 
 def time_shape(N: int, C: int, rows, ceiling_modes=(), copy_gbps: float = float("nan"), repeats: int = 50):
-    """Time ``rows`` ((rung, overwrite) pairs) at one shape, interleaved: the rows of one dtype share one
-    :class:`DeviceProblem`, and the same-bytes ceiling in each of ``ceiling_modes`` joins the bf16 rows
-    on the same buffers. A noisy row is timed again alone (:func:`steady`). Returns their Timings."""
+    """Time ``rows`` ((rung, overwrite) pairs, or (rung, overwrite, config, name) for a v7_fast variant
+    under its own name) at one shape, interleaved: the rows of one dtype share one :class:`DeviceProblem`,
+    and the same-bytes ceiling in each of ``ceiling_modes`` joins the bf16 rows on the same buffers. A
+    noisy row is timed again alone (:func:`steady`). Returns their Timings."""
     bf16_dtype = np.dtype(bf16.bfloat16)
-    dtypes = list(dict.fromkeys(spec.dtype for spec, _ in rows))
+    rows = [tuple(row) + (None, None) if len(row) == 2 else tuple(row) for row in rows]
+    dtypes = list(dict.fromkeys(row[0].dtype for row in rows))
     if ceiling_modes and bf16_dtype not in dtypes:
         dtypes.append(bf16_dtype)
     out = []
@@ -265,11 +267,14 @@ def time_shape(N: int, C: int, rows, ceiling_modes=(), copy_gbps: float = float(
         problem = DeviceProblem(N, C, dtype)
         try:
             timed = {}  # name -> (bytes moved, launch(i))
-            for spec, mode in rows:
+            for spec, mode, config, label in rows:
                 if spec.dtype == dtype:
-                    L = launch.launcher(spec, C, overwrite=mode)
-                    timed[overwrite_name(spec) if mode else spec.name] = (
-                        spec.bytes_moved(N, C, overwrite=mode), lambda i, L=L: L(N, problem.buffers[i]))
+                    L = launch.launcher(spec, C, overwrite=mode, config=config)
+                    name = (label + (OVERWRITE_SUFFIX if mode else "")) if label else (
+                        overwrite_name(spec) if mode else spec.name)
+                    if name in timed:
+                        raise ValueError(f"time_shape: two rows are named {name!r}; give a variant its own name")
+                    timed[name] = (spec.bytes_moved(N, C, overwrite=mode), lambda i, L=L: L(N, problem.buffers[i]))
             if dtype == bf16_dtype:
                 for mode in ceiling_modes:
                     stream = _stream_launcher(accumulate=not mode)
