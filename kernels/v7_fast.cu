@@ -424,6 +424,7 @@ constexpr int BLOCK = V7_STAGED_BLOCK;  // __launch_bounds__(BLOCK, 1): 65536 / 
 constexpr int K = 2;                    // 16-byte chunks a thread: what 64 registers hold with weight widened
 constexpr int MAX_STAGES = 8;           // row slots a group's ring has at most (wait_pending's 0..7)
 static_assert(BLOCK % WARP_SIZE == 0 && BLOCK <= 1024, "V7_STAGED_BLOCK: whole warps, at most 1024 threads");
+static_assert(MAX_STAGES - 1 <= 7, "wait_pending waits with at most 7 groups pending");
 
 __shared__ float warp_dots[2][BLOCK / WARP_SIZE];  // each warp's part of its row's dot product, two buffers
 

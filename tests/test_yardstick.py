@@ -85,7 +85,7 @@ def test_sweep_times_a_shapes_rows_and_ceilings_interleaved(monkeypatch):
     monkeypatch.setattr(bench, "DeviceProblem", _FakeProblem)
     monkeypatch.setattr(bench.checking, "check_version", lambda *a, **k: type("R", (), {"ok": True})())
     monkeypatch.setattr(bench, "check_overwrite", lambda *a, **k: type("R", (), {"ok": True})())
-    monkeypatch.setattr(bench.launch, "launcher", lambda spec, C, overwrite=False: (lambda N, tensors: None))
+    monkeypatch.setattr(bench.launch, "launcher", lambda spec, C, overwrite=False, config=None: (lambda N, tensors: None))
     monkeypatch.setattr(bench, "_stream_launcher", lambda accumulate, stream=None: (lambda *a: None))
 
     def fake_interleaved(launches, sets=1, warmup=5, repeats=50, stream=None):
