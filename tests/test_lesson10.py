@@ -209,7 +209,10 @@ def test_no_csv_is_no_kernel_and_failures_are_named():
 def test_ncu_command_profiles_the_second_launch_of_one_kernel():
     cmd = profile.command("ncu", "v7_fast", 8192, 1024)
     assert cmd[:3] == ["ncu", "--clock-control", "none"]
-    assert cmd[cmd.index("--kernel-name") + 1] == "rmsnorm_backward_v7"
+    # the main kernel the plan launches at this shape: rows of C = 1024 are staged, C = 768 keeps registers
+    assert cmd[cmd.index("--kernel-name") + 1] == "rmsnorm_backward_v7_staged"
+    short = profile.command("ncu", "v7_fast", 8192, 768)
+    assert short[short.index("--kernel-name") + 1] == "rmsnorm_backward_v7"
     assert cmd[cmd.index("--launch-skip") + 1] == "1" and cmd[cmd.index("--launch-count") + 1] == "1"
     assert cmd[cmd.index("--page") + 1] == "raw" and "--csv" in cmd
     metrics = cmd[cmd.index("--metrics") + 1].split(",")
