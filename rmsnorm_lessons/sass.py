@@ -243,6 +243,26 @@ _TWO_ADDRESSES = re.compile(r"(\[[^\[\]]*\])(\[[^\[\]]*\])")  # "[R7][R2.64]": t
 _REGISTER_THEN_ADDRESS = re.compile(r"(U?R\d+|U?RZ|U?P\d|U?PT)(\[.+\])")
 
 
+# sm_90's global address of an asynchronous copy (LDGSTS) is a descriptor and a register pair, "desc[UR10][R12.64]"
+_GLOBAL_ADDRESS = r"desc\[[^\[\]]*\]\[[^\[\]]*\]|\[[^\[\]]*\.64[^\[\]]*\]"
+_TWO_WITH_GLOBAL = re.compile(rf"({_GLOBAL_ADDRESS})(\[[^\[\]]*\])|(\[[^\[\]]*\])({_GLOBAL_ADDRESS})")
+
+
+def _shared_address_first(ops: list) -> list:
+    """An LDGSTS's operands as cuobjdump orders them, ``[R37], desc[UR10][R12.64]``: the shared-memory
+    address, then the global one, whatever order (and commas) the JSON of this nvdisasm gave them in."""
+    pieces = []
+    for op in ops:
+        two = _TWO_WITH_GLOBAL.fullmatch(op)
+        pieces += [g for g in two.groups() if g] if two else [op]
+    globals_ = [p for p in pieces if re.fullmatch(_GLOBAL_ADDRESS, p)]
+    shared = [p for p in pieces if p.startswith("[") and p not in globals_]
+    if len(globals_) != 1 or len(shared) != 1:
+        return ops  # not the two addresses expected: leave it as given
+    rest = [p for p in pieces if p not in globals_ and p not in shared]
+    return shared + globals_ + rest
+
+
 def _text(ins: dict, function: str) -> str:
     """One instruction as cuobjdump prints it, e.g. ``@P0 LDG.E.128 R4, desc[UR6][R2.64]``.
 
@@ -264,6 +284,8 @@ def _text(ins: dict, function: str) -> str:
         if pred not in ops:
             ops.insert(1 if opcode.startswith("P2R") else 0, pred)
         pred = ""
+    if opcode.startswith("LDGSTS"):  # cuobjdump: the shared-memory address first, then the global one
+        ops = _shared_address_first(ops)
     if opcode.split(".")[0] in _REGISTER_AND_OFFSET and len(ops) == 2 and _REGISTER.fullmatch(ops[0]):
         ops = [f"{ops[0]} {'0x0' if ops[1] == function else ops[1]}"]
     return " ".join(p for p in (pred, opcode, ", ".join(ops)) if p)

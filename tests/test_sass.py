@@ -401,3 +401,13 @@ def test_occupancy_matches_the_driver(version):
                     f"{kernel} block {block} C={C}: driver {theirs.blocks_per_sm}, ours {ours.explain()}")
                 checked += 1
     assert checked > 0
+
+
+@pytest.mark.parametrize("operands", ["[R37],desc[UR10][R12.64]", "desc[UR10][R12.64],[R37]",
+                                      "desc[UR10][R12.64][R37]", "[R37]desc[UR10][R12.64]"])
+def test_an_async_copy_prints_its_shared_address_first(operands):
+    # cuobjdump's order for LDGSTS (sm_90), whatever order and commas an nvdisasm's JSON gives
+    ins = {"predicate": "@!P1", "opcode": "LDGSTS.E.BYPASS.128", "operands": operands}
+    assert sass._text(ins, "k") == "@!P1 LDGSTS.E.BYPASS.128 [R37], desc[UR10][R12.64]"
+    assert sass._text({"opcode": "LDGSTS.E.BYPASS.128", "operands": "[R7][R2.64]"}, "k") == \
+        "LDGSTS.E.BYPASS.128 [R7], [R2.64]"  # sm_80's two bare addresses

@@ -413,11 +413,22 @@ def test_overwrite_mode_sets_dinp_and_adds_dweight(N, C):
 def test_every_launch_shape_against_the_reference(C, overwrite):
     N = max(3, min(4099, (1 << 23) // C) | 1)  # odd; N*C up to 8 M
     p = reference.random_problem(N, C, bf16.bfloat16, seed=C * 3 + overwrite, accumulate=True)
+    want = _gradient(p, overwrite)
     got = kernels.run(V7, p["dout"], p["inp"], p["weight"], p["rstd"], p["dinp"], p["dweight"], overwrite=overwrite)
-    _ok(N, got, _gradient(p, overwrite))
-    L = launch.launcher(V7, C, overwrite=overwrite)  # the launcher run() used
-    main = L.plan(N)[0]
-    s = row_layout(C, overwrite=overwrite)  # the plan ran the layout this file expects
+    _ok(N, got, want)
+    main = launch.launcher(V7, C, overwrite=overwrite).plan(N)[0]  # the launcher run() used
+    staged = v7_fast.STAGED_C[0] <= C <= v7_fast.STAGED_C[1]
+    if staged:  # the default: rows staged by cp.async, in the layout staged_layout gives this device
+        t = v7_fast.staged_layout(C, overwrite, gpu.facts().shared_memory_per_block_optin)
+        assert main.kernel == "rmsnorm_backward_v7_staged"
+        assert (args(main)["G"], args(main)["stages"], main.block, main.shared) == (t.group, t.stages, t.block, t.shared)
+        # and the register path at the same C, which Config(staged=False) asks for
+        registers = v7_fast.Config(staged=False)
+        _ok(N, kernels.run(V7, p["dout"], p["inp"], p["weight"], p["rstd"], p["dinp"], p["dweight"],
+                           overwrite=overwrite, config=registers), want)
+        main = launch.launcher(V7, C, overwrite=overwrite, config=registers).plan(N)[0]
+    s = row_layout(C, overwrite=overwrite)  # the register path ran the layout this file expects
+    assert main.kernel == "rmsnorm_backward_v7"
     assert (args(main)["G"], args(main)["K"], args(main)["prefetch"]) == (s.group, s.K, int(s.prefetch))
     assert s.prefetch == (not overwrite and 1024 <= C <= 8192)
     assert main.block == s.block and main.shared == s.smem <= ladder.shared_memory(V7, C)
