@@ -23,38 +23,22 @@ namespace v9 {
 
 constexpr int BLOCK = V9_BLOCK;
 constexpr int WARPS = BLOCK / WARP_SIZE;
-constexpr int MAX_K = V9_MAX_K;
+constexpr int MAX_K = V9_MAX_K;  // the largest K built: more chunks a thread than its registers hold would spill
 #ifndef V9_WEIGHT_F32
 #define V9_WEIGHT_F32 0
 #endif
 // weight held widened (K x 8 fp32 registers, no widening in the row loop) or packed (K x 4 words)
-constexpr bool WEIGHT_F32 = V9_WEIGHT_F32 != 0;  // the largest K built: more chunks a thread than its registers hold would spill
+constexpr bool WEIGHT_F32 = V9_WEIGHT_F32 != 0;
 
 __shared__ float warp_dots[2][WARPS];  // each warp's part of its row's dot product (two buffers alternate)
 
+// The copy helpers are v7's (kernels/v7_fast.cu, item 11, which took this experiment's kernel as its staged
+// path): cp.async.cg of 16 bytes, commit, and a wait for at most `pending` groups in flight.
+using v7::staged::commit;
+using v7::staged::copy16;
+using v7::staged::wait_pending;
 __device__ __forceinline__ unsigned shared_address(const void* p) {
     return static_cast<unsigned>(__cvta_generic_to_shared(p));
-}
-__device__ __forceinline__ void copy16(unsigned destination, const void* source) {  // a shared-memory address
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(destination), "l"(source) : "memory");
-}
-__device__ __forceinline__ void commit() { asm volatile("cp.async.commit_group;" ::: "memory"); }
-template <int PENDING>
-__device__ __forceinline__ void wait_all_but() {
-    asm volatile("cp.async.wait_group %0;" ::"n"(PENDING) : "memory");
-}
-// wait until at most `pending` of this thread's committed groups are still in flight (0 .. 7)
-__device__ __forceinline__ void wait_pending(int pending) {
-    switch (pending) {
-        case 0: wait_all_but<0>(); break;
-        case 1: wait_all_but<1>(); break;
-        case 2: wait_all_but<2>(); break;
-        case 3: wait_all_but<3>(); break;
-        case 4: wait_all_but<4>(); break;
-        case 5: wait_all_but<5>(); break;
-        case 6: wait_all_but<6>(); break;
-        default: wait_all_but<7>(); break;
-    }
 }
 
 // K: 16-byte chunks a thread; ACC: dinp += (dinp is staged too). A block is groups row groups of G
