@@ -17,17 +17,19 @@ def main(argv=None) -> int:
     parser.add_argument("N", nargs="?", type=int, default=16384)
     parser.add_argument("C", nargs="?", type=int, default=4096)
     parser.add_argument("launches", nargs="?", type=int, default=5)
+    parser.add_argument("--overwrite", action="store_true", help="dinp = instead of +=")
     args = parser.parse_args(argv)
     rung = ladder.get(args.version)
     problem = bench.DeviceProblem(args.N, args.C, rung.dtype, sets=1)
     try:
-        L = launch.launcher(rung.name, args.C)
+        L = launch.launcher(rung.name, args.C, overwrite=args.overwrite)
         for _ in range(args.launches):
             L(args.N, problem.buffers[0])
         gpu.synchronize()
     finally:
         problem.free()
-    print(f"{rung.name} {args.N}x{args.C}: {args.launches} launches done")
+    mode = " (dinp=)" if args.overwrite else ""
+    print(f"{rung.name}{mode} {args.N}x{args.C}: {args.launches} launches done")
     return 0
 
 

@@ -11,15 +11,12 @@ block, the largest K it holds without spilling) and a rule for the ring's depth.
 from __future__ import annotations
 
 import argparse
-import json
 import sys
-import time
 from dataclasses import dataclass
 from pathlib import Path
 
-import numpy as np
-
-from rmsnorm_lessons import bench, bf16, check, gpu, kernels, ladder, launch, reference
+import variant_runs
+from rmsnorm_lessons import bench, gpu, ladder
 from rmsnorm_lessons.ladder import BF16, Launch, Scratch, ceil_div, tensor_args, v7_fast
 
 SOURCE = (Path(__file__).resolve().parent / "kernels" / "v9_async.cu").read_text()
@@ -121,73 +118,14 @@ CHECK_SHAPES = [(1031, 768), (17, 776), (3, 1024), (2053, 1032), (500, 2056), (3
 
 
 def cmd_check(args) -> int:
-    names = args.variants.split(",")
-    failed = 0
-    gpu.require()
-    for name in names:
-        register(name)
-        for N, C in CHECK_SHAPES:
-            for overwrite in (False, True):
-                try:
-                    how = describe(name, N, C, overwrite)
-                except ValueError as exc:
-                    print(f"skip {name} {N}x{C}: {exc}")
-                    continue
-                report = check.check_version(name, N, C, seed=N * 7 + C, overwrite=overwrite)
-                p = reference.random_problem(N, C, bf16.bfloat16, seed=N + C, accumulate=True)
-                runs = [kernels.run(name, p["dout"], p["inp"], p["weight"], p["rstd"], p["dinp"], p["dweight"],
-                                    overwrite=overwrite) for _ in range(2)]
-                same = all(np.array_equal(bf16.bits(a), bf16.bits(b)) for a, b in zip(*runs))
-                ok = report.ok and same
-                failed += not ok
-                mode = "(dinp=)" if overwrite else "(+=)   "
-                print(f"{'ok  ' if ok else 'FAIL'} {name:<8} {mode} {N:>5}x{C:<6} {how}"
-                      f"{'' if same else '  NOT BITWISE REPEATABLE'}")
-                if not report.ok:
-                    print(report)
-        sys.stdout.flush()
-    print(f"{failed} failed")
-    return 1 if failed else 0
+    return 1 if variant_runs.check_variants(args.variants.split(","), CHECK_SHAPES, register, describe) else 0
 
 
 # --- bench -----------------------------------------------------------------------------------------------
 
 def cmd_bench(args) -> int:
-    names = args.variants.split(",")
-    for name in names:
-        register(name)
-    gpu.require()
-    shapes = (bench.LARGE_SHAPES + bench.SMALL_SHAPES if not args.shapes
-              else [tuple(map(int, s.split("x"))) for s in args.shapes.split(",")])
-    yardstick = bench.copy_yardstick()
-    print(yardstick)
-    results, how = [], {}
-    for N, C in shapes:
-        t0 = time.time()
-        rows = []
-        for name in ["v7_fast"] + names:
-            for overwrite in (False, True):
-                try:
-                    launch.launcher(name, C, overwrite=overwrite).plan(N)
-                except ValueError as exc:
-                    print(f"skip {name} at {N}x{C}: {exc}")
-                    continue
-                rows.append((ladder.get(name), overwrite))
-                if name != "v7_fast":
-                    how[(bench.overwrite_name(name) if overwrite else name, N, C)] = describe(name, N, C, overwrite)
-        shape = bench.time_shape(N, C, rows, (False, True), yardstick.gbps, args.repeats)
-        results += shape
-        print(f"--- {N}x{C} ({time.time() - t0:.1f} s)")
-        print(bench.table(shape))
-        sys.stdout.flush()
-    if args.json:
-        records = bench.records(results, baseline=None)
-        for r in records:
-            r.update(how=how.get((r["name"], r["N"], r["C"]), ""), dtod_gbps=yardstick.dtod_gbps,
-                     kernel_copy_gbps=yardstick.kernel_gbps)
-        Path(args.json).write_text(json.dumps(records, indent=1))
-    for key, text in how.items():
-        print(f"{key[0]} at {key[1]}x{key[2]}: {text}")
+    shapes = variant_runs.parse_shapes(args.shapes, bench.LARGE_SHAPES + bench.SMALL_SHAPES)
+    variant_runs.bench_variants(args.variants.split(","), shapes, register, describe, args.repeats, args.json)
     return 0
 
 
@@ -202,22 +140,13 @@ def cmd_plans(args) -> int:
 
 
 def cmd_profile(args) -> int:
-    """Launch one variant (or v7_fast) a few times at one shape, for Nsight Compute:
-    ncu --kernel-name regex:'v9_async|rmsnorm_backward_v7' --launch-skip 3 --launch-count 1 ... profile NAME N C"""
+    """Launch one variant (or v7_fast) a few times at one shape, for Nsight Compute (lab/profile_v7.py, after
+    registering the variant): ncu --kernel-name regex:'v9_async|rmsnorm_backward_v7$' --launch-skip 3 ..."""
+    import profile_v7
+
     if args.name in VARIANTS:
         register(args.name)
-    gpu.require()
-    rung = ladder.get(args.name)
-    problem = bench.DeviceProblem(args.N, args.C, rung.dtype, sets=1)
-    try:
-        L = launch.launcher(rung.name, args.C, overwrite=args.overwrite)
-        for _ in range(5):
-            L(args.N, problem.buffers[0])
-        gpu.synchronize()
-    finally:
-        problem.free()
-    print(f"{rung.name} {args.N}x{args.C} {'(dinp=)' if args.overwrite else '(+=)'}: 5 launches done")
-    return 0
+    return profile_v7.main([args.name, str(args.N), str(args.C)] + (["--overwrite"] if args.overwrite else []))
 
 
 def main(argv=None) -> int:
