@@ -199,17 +199,25 @@ def staged_here(C: int, device, block: int, overwrite: bool, config: Config | No
         return None  # a device with less shared memory: the register path, which needs at most 64 KiB
 
 
+def _with_final_sum(kernel: str, grid: int, block: int, shared: int, parts: int, C: int, reduce_block: int,
+                    row_args: tuple) -> list:
+    """A main kernel that writes ``parts`` partial rows of dweight (C fp32 each), then reduce_dweight_v7 on
+    the same stream, which sums them in a fixed order (its ``reduce_block`` threads fix that order)."""
+    partials = Scratch("partials", parts * C * 4)  # each written by the main kernel before it is read
+    reducers = ceil_div(C, 4 * QUADS_PER_PASS)  # one pass of a warp's 32 float4 each
+    return [Launch(kernel, grid, block, shared,
+                   (*tensor_args("dinp"), ("partials", partials), *tensor_args("dout", "inp", "weight", "rstd"),
+                    *row_args)),
+            Launch("reduce_dweight_v7", reducers, reduce_block, 0,
+                   (*tensor_args("dweight"), ("partials", partials), ("parts", parts), ("C", C),
+                    ("slices", reducers)))]
+
+
 def staged_plan(N, C, device, layout: StagedLayout, overwrite: bool):
     grid = max(1, min(device.multiprocessors, ceil_div(N, layout.groups)))
-    partials = Scratch("partials", grid * C * 4)  # C fp32 per block, each written before it is read
-    reducers = ceil_div(C, 4 * QUADS_PER_PASS)
-    return [Launch("rmsnorm_backward_v7_staged", grid, layout.block, layout.shared,
-                   (*tensor_args("dinp"), ("partials", partials), *tensor_args("dout", "inp", "weight", "rstd"),
-                    ("N", N), ("C", C), ("G", layout.group), ("stages", layout.stages),
-                    ("overwrite", int(bool(overwrite))))),
-            Launch("reduce_dweight_v7", reducers, MAX_BLOCK, 0,
-                   (*tensor_args("dweight"), ("partials", partials), ("parts", grid), ("C", C),
-                    ("slices", reducers)))]
+    return _with_final_sum("rmsnorm_backward_v7_staged", grid, layout.block, layout.shared, grid, C, MAX_BLOCK,
+                           (("N", N), ("C", C), ("G", layout.group), ("stages", layout.stages),
+                            ("overwrite", int(bool(overwrite)))))
 
 
 @dataclass(frozen=True)
@@ -263,14 +271,8 @@ def wide_plan(N, C, device, *, overwrite=False, config=None):
                          f"needs sm_90 or newer; {device.name} is {device.arch}")
     w = wide_layout(C, overwrite, device.shared_memory_per_block_optin)
     clusters = max(1, min(N, resident_clusters(device, w.cluster), device.multiprocessors // w.cluster))
-    partials = Scratch("partials", clusters * C * 4)  # C fp32 per cluster, each written before it is read
-    reducers = ceil_div(C, 4 * QUADS_PER_PASS)
-    return [Launch(f"rmsnorm_backward_v7_wide{w.cluster}", clusters * w.cluster, w.block, w.shared,
-                   (*tensor_args("dinp"), ("partials", partials), *tensor_args("dout", "inp", "weight", "rstd"),
-                    ("N", N), ("C", C), ("stages", w.stages), ("overwrite", int(bool(overwrite))))),
-            Launch("reduce_dweight_v7", reducers, w.block, 0,
-                   (*tensor_args("dweight"), ("partials", partials), ("parts", clusters), ("C", C),
-                    ("slices", reducers)))]
+    return _with_final_sum(f"rmsnorm_backward_v7_wide{w.cluster}", clusters * w.cluster, w.block, w.shared, clusters,
+                           C, w.block, (("N", N), ("C", C), ("stages", w.stages), ("overwrite", int(bool(overwrite)))))
 
 
 def shared_memory(C: int, block: int) -> int:
@@ -288,15 +290,9 @@ def plan(N, C, device, *, block, overwrite=False, config=None):
         return staged_plan(N, C, device, staged, overwrite)
     r = resolve(N, C, device, block=block, overwrite=overwrite, config=config)
     s = r.layout
-    partials = Scratch("partials", r.grid * C * 4)  # C fp32 per block, each written before it is read
-    return [Launch("rmsnorm_backward_v7", r.grid, s.block, s.smem,
-                   (*tensor_args("dinp"), ("partials", partials), *tensor_args("dout", "inp", "weight", "rstd"),
-                    ("N", N), ("C", C), ("G", s.group), ("K", s.K), ("prefetch", int(s.prefetch)),
-                    ("overwrite", int(bool(overwrite))))),
-            # on the same stream, after the main kernel: every partial is written when it starts
-            Launch("reduce_dweight_v7", r.reducers, s.block, 0,
-                   (*tensor_args("dweight"), ("partials", partials), ("parts", r.grid), ("C", C),
-                    ("slices", r.reducers)))]
+    return _with_final_sum("rmsnorm_backward_v7", r.grid, s.block, s.smem, r.grid, C, s.block,
+                           (("N", N), ("C", C), ("G", s.group), ("K", s.K), ("prefetch", int(s.prefetch)),
+                            ("overwrite", int(bool(overwrite)))))
 
 
 RUNG = Rung(name="v7_fast", adds="past the seed: a row per row group in registers, no barrier per chunk, the "
