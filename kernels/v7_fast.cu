@@ -506,6 +506,10 @@ __device__ __forceinline__ void backward(__nv_bfloat16* dinp, float* partials, c
     };
     for (int s = 0; s < stages - 1; s++) issue(first_row + s * stride, s);
 
+    // rstd is loaded a row ahead, after the row's dot product: loaded at its row, the load was issued after
+    // the row's copies had landed, and its whole latency stood between one row and the next. (Loaded at the
+    // top of the row instead, r_next lives through pass 1, and sm_80 spills 4 bytes at 64 registers.)
+    float r_next = first_row < N ? __ldg(rstd + first_row) : 0.0f;
     int buffer = 0;
     #pragma unroll 1
     for (int i = 0;; i++) {
@@ -514,7 +518,7 @@ __device__ __forceinline__ void backward(__nv_bfloat16* dinp, float* partials, c
         const int s = i % stages;
         // the slot row i - 1 used: this thread alone read it, and used what it read, so it can be refilled
         issue(row + (stages - 1) * stride, (i + stages - 1) % stages);
-        const float r = __ldg(rstd + row);  // its latency hides behind the wait for the row
+        const float r = r_next;
         wait_pending(stages - 1);
         const unsigned char* slot = ring + (size_t)s * slot_bytes;
         const uint4* g_row = reinterpret_cast<const uint4*>(slot);
@@ -536,6 +540,7 @@ __device__ __forceinline__ void backward(__nv_bfloat16* dinp, float* partials, c
             }
         }
         dot = warp_reduce_sum(dot);
+        if (row + stride < N) r_next = __ldg(rstd + row + stride);
         if (warps_in_group > 1) {  // the group's warps in a fixed order, after the group's own barrier
             if (lane == 0) warp_dots[buffer][warp] = dot;
             named_barrier(1 + group, G);
