@@ -238,6 +238,37 @@ def test_lesson09_solution_is_v7s_own_row_pass():
     assert spliced.count("float row_pass(") == 1 and spliced.startswith('#line 1 "v7_fast.cu"')
 
 
+def test_lesson09_times_the_learner_against_v7s_register_path(monkeypatch):
+    """The learner's row_pass runs on v7's register path at every C, so it is timed against that path, not
+    against v7's default (rows staged in shared memory at the timing shape, which never runs row_pass)."""
+    from rmsnorm_lessons import bench
+
+    timed = []
+
+    class Problem:
+        def __init__(self, N, C, dtype):
+            self.N, self.C = N, C
+
+        def free(self):
+            pass
+
+    def bench_version(version, N, C, copy_gbps, repeats=50, problem=None, *, config=None, **kw):
+        timed.append((getattr(version, "name", version), config))
+        return bench._timing(str(version), N, C, [0.05], 1000, copy_gbps)
+
+    monkeypatch.setattr(bench, "DeviceProblem", Problem)
+    monkeypatch.setattr(bench, "bench_version", bench_version)
+    staged_off = ladder.v7_fast.Config(staged=False)
+    line = kernel_check.time_against(ladder.get("v7_fast"), "v7_fast", config=staged_off, label="the register path")
+    assert timed == [("v7_fast", None), ("v7_fast", staged_off)]
+    assert line.endswith("the register path 0.050 ms")
+    seen = {}
+    monkeypatch.setattr(kernel_check, "check_kernel", lambda source, **kw: seen.update(kw))
+    lesson09.check_v7_kernel("float row_pass() {}")
+    assert seen["compare_with"] == "v7_fast" and seen["compare_config"] == staged_off
+    assert "register path" in seen["compare_label"]
+
+
 @needs_nvcc
 def test_a_missing_kernel_is_named():
     text = kernel_text("02_naive").replace("rmsnorm_backward_v1(", "my_kernel(")

@@ -421,19 +421,21 @@ def run_checks(rung, shapes, *, seed=0, rows_per_block=None, hints=None) -> Outc
                          f"into random starting dinp and dweight")
 
 
-def time_against(rung, compare_with: str, shape=TIME_SHAPE, repeats: int = 20) -> str:
+def time_against(rung, compare_with: str, shape=TIME_SHAPE, repeats: int = 20, config=None,
+                 label: str | None = None) -> str:
+    """Yours and ``compare_with`` (launched with ``config``, named ``label``) timed at ``shape``."""
     from .. import bench
 
     N, C = shape
     problem = bench.DeviceProblem(N, C, rung.dtype)
     try:
         mine = bench.bench_version(rung, N, C, gpu.H200_COPY_GBPS, repeats=repeats, problem=problem)
-        theirs = bench.bench_version(compare_with, N, C, gpu.H200_COPY_GBPS, repeats=repeats, problem=problem) \
-            if ladder.get(compare_with).dtype == rung.dtype else \
-            bench.bench_version(compare_with, N, C, gpu.H200_COPY_GBPS, repeats=repeats)
+        shared = problem if ladder.get(compare_with).dtype == rung.dtype else None
+        theirs = bench.bench_version(compare_with, N, C, gpu.H200_COPY_GBPS, repeats=repeats, problem=shared,
+                                     config=config)
     finally:
         problem.free()
-    return f"at {N}x{C}: yours {mine.ms:.3f} ms, {compare_with} {theirs.ms:.3f} ms"
+    return f"at {N}x{C}: yours {mine.ms:.3f} ms, {label or compare_with} {theirs.ms:.3f} ms"
 
 
 # ----------------------------------------------------------------------------------------------------
@@ -567,14 +569,15 @@ def check_kernel(source, *, name: str, kernels, plan, dtype, compare_with: str =
                  shapes=None, block_size: int = 256, max_block: int = 1024, shared_memory=None, defines=None,
                  deterministic: bool = False, rows_per_block: int | None = None, static=(), hints=None,
                  sanitize_it: bool = False, timing: bool = True, seed: int = 0,
-                 embed: Callable[[str], str] | None = None) -> Verdict:
+                 embed: Callable[[str], str] | None = None, compare_config=None,
+                 compare_label: str | None = None) -> Verdict:
     """Register ``source`` as the rung ``name``, compile it, inspect it and (where a GPU works) run it.
 
     ``kernels``/``plan``/``dtype``/... are :func:`rmsnorm_lessons.ladder.rung_from_source`'s; ``static``
     the lesson's :class:`Static` checks; ``rows_per_block``: rows one block takes per step of its loop
     (default: warps per block), to name blocks in a diagnosis; ``hints``: extra sentences by diagnosis kind
     (e.g. ``{"dweight unchanged": "did the last block run?"}``); ``compare_with``: the shipped rung timed
-    beside yours; ``embed``: splices the text into a shipped kernel (see :func:`register`); the TODO lines
+    beside yours (launched with ``compare_config``, named ``compare_label``); ``embed``: splices the text into a shipped kernel (see :func:`register`); the TODO lines
     and the source checks still read the learner's text alone. Returns PASS, NOT YET or NOT VERIFIED (no
     GPU here).
     """
@@ -601,7 +604,7 @@ def check_kernel(source, *, name: str, kernels, plan, dtype, compare_with: str =
     extra = []
     if timing:
         try:
-            extra.append(time_against(rung, compare_with))
+            extra.append(time_against(rung, compare_with, config=compare_config, label=compare_label))
         except Exception as exc:  # timing is a bonus: never turns a right kernel into a failure
             extra.append(f"(not timed: {type(exc).__name__}: {str(exc)[:200]})")
     if sanitize_it:

@@ -114,7 +114,7 @@ def check_v7_kernel(source: str, sanitize: bool = False) -> Verdict:
     """Lesson 09's kernel exercise: the learner's ``row_pass`` (pass 1 over a row held in registers: this
     thread's part of the dot product, and dweight's sums in its own slice of shared memory), spliced into
     kernels/v7_fast.cu in place of v7's own, checked as the rung ``yours_v7`` with v7_fast's plan and
-    defines, and timed beside v7_fast."""
+    defines, and timed beside v7_fast's own register path (the staged rows would not run row_pass)."""
     from .. import ladder
     from . import kernel_check as kc
 
@@ -130,6 +130,7 @@ def check_v7_kernel(source: str, sanitize: bool = False) -> Verdict:
     return kc.check_kernel(
         source, name="yours_v7", kernels=(kernel, "reduce_dweight_v7"), plan=register_path, dtype=ladder.BF16,
         c_multiple=8, shared_memory=v7.shared_memory, defines=v7.DEFINES, compare_with="v7_fast",
+        compare_config=v7.Config(staged=False), compare_label="v7_fast's register path",
         block_size=v7.MAX_BLOCK, max_block=v7.MAX_BLOCK, deterministic=True,
         rows_per_block=1,  # v7 deals rows round-robin: row % grid is the block that took it
         sanitize_it=sanitize, embed=splice_row_pass,
