@@ -32,7 +32,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 NAME = "MANIFEST.json"
 #: packages whose versions a run records where they are installed (the peers' and the toolchain's)
-PACKAGES = ("numpy", "pycuda", "torch", "triton", "liger-kernel")
+PACKAGES = ("numpy", "pycuda", "torch", "triton", "liger-kernel", "quack-kernels", "nvidia-cutlass-dsl")
 
 
 def _git(*args) -> str | None:

@@ -1,0 +1,57 @@
+#!/usr/bin/env bash
+# The README's benchmark on the GPU machine: the seed's design, v7 in both modes, the same-bytes ceilings
+# and every peer (PyTorch eager, torch.compile in default and max-autotune-no-cudagraphs mode, Liger,
+# Quack's whole call, kernel alone and tuned entry point) in ONE process. Compiling and autotuning the
+# peers takes longer than one device call may run, so the bench runs in the background and a later call
+# on the same (still warm) machine waits for it:
+#     bash lab/gpu-readme-bench.sh start DIR          # starts it, returns at once
+#     bash lab/gpu-readme-bench.sh wait DIR SECONDS   # waits up to SECONDS; prints the log's new lines
+#     (run DIR: the bench itself, what start runs in its own session)
+# DIR is a folder on the GPU machine (say /tmp/readme-bench), outside the copied tree, so it survives
+# between calls; copy it to $OUT when done. When the bench ends, MANIFEST.json in DIR records the run
+# (lab/manifest.py; set LAB_COMMIT to the commit measured: the copied tree has no git).
+# Quack needs `python lab/peer_wheels.py unpack` first and its PYTHONPATH exported.
+set -u
+cmd=${1:?start or wait}
+DIR=${2:?a folder}
+ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+PEERS=(--peer "torch eager" --peer torch.compile --peer Liger-Kernel --peer "torch.compile max-autotune"
+       --peer Quack --peer "Quack kernel" --peer "Quack tuned")
+case "$cmd" in
+start)
+    mkdir -p "$DIR"
+    rm -f "$DIR/done" "$DIR/bench.log"
+    # its own session: the bench outlives the device call that started it
+    setsid nohup bash "${BASH_SOURCE[0]}" run "$DIR" < /dev/null > /dev/null 2>&1 &
+    echo "started in $DIR"
+    ;;
+run)
+    cd "$DIR" || exit 1
+    python3 -m rmsnorm_lessons bench v6_last_block v7_fast "${PEERS[@]}" --json bench.json --plot bench.png \
+        > bench.log 2>&1
+    status=$?
+    echo "exit $status" >> bench.log
+    [ "$status" = 0 ] && python3 "$ROOT/lab/manifest.py" "$DIR" bench.json bench.png -- \
+        python -m rmsnorm_lessons bench v6_last_block v7_fast "${PEERS[@]}" --json bench.json --plot bench.png \
+        >> bench.log 2>&1
+    touch done
+    ;;
+wait)
+    limit=${3:?seconds}
+    seen=0
+    start=$(date +%s)
+    while :; do
+        if [ -f "$DIR/bench.log" ]; then
+            total=$(wc -l < "$DIR/bench.log")
+            [ "$total" -gt "$seen" ] && sed -n "$((seen + 1)),${total}p" "$DIR/bench.log" && seen=$total
+        fi
+        [ -f "$DIR/done" ] && { echo "bench done"; exit 0; }
+        [ $(( $(date +%s) - start )) -ge "$limit" ] && { echo "bench still running"; exit 3; }
+        sleep 5
+    done
+    ;;
+*)
+    echo "usage: $0 start DIR | wait DIR SECONDS" >&2
+    exit 2
+    ;;
+esac
