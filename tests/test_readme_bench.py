@@ -55,3 +55,36 @@ def test_render_bolds_the_fastest_of_those_moving_the_same_bytes(tool, tmp_path)
     assert "| **0.0450** (" in text
     assert "![" not in text  # no bench.png beside it
     assert "1.11x over the fastest of them" in text
+
+
+def test_render_gives_both_yardsticks_and_names_every_peer_with_its_version(tool, tmp_path):
+    """With the same-bytes ceilings in the run: each cell says % of copy / % of the ceiling of its mode, the
+    ceilings are a yardstick, not a column, the peers are named with the versions the run recorded, and a
+    noisy row is marked."""
+    N, C = 16384, 4096  # one of the large shapes: the summary gives v7's share of the ceiling there
+    rows = [_row("v6_last_block", N, C, 0.20, 4), _row("v7_fast", N, C, 0.080, 4),
+            _row("v7_fast (dinp=)", N, C, 0.060, 3), _row("torch.compile max-autotune", N, C, 0.100, 3),
+            _row("Quack kernel", N, C, 0.064, 3), _row("stream ceiling", N, C, 0.072, 4),
+            _row("stream ceiling (dinp=)", N, C, 0.054, 3)]
+    ceiling = {4: rows[5]["gbps"], 3: rows[6]["gbps"]}
+    for r, t in zip(rows[:5], (4, 4, 3, 3, 3)):
+        r["percent_of_ceiling"] = 100 * r["gbps"] / ceiling[t]
+    rows[3]["noisy"] = True
+    folder = tmp_path / "run"
+    folder.mkdir()
+    (folder / "bench.json").write_text(json.dumps(rows))
+    (folder / "MANIFEST.json").write_text(json.dumps({"runs": [dict(
+        command="python -m rmsnorm_lessons bench --json bench.json", produced=["bench.json"], device="NVIDIA X",
+        date="2027-01-02", packages={"torch": "2.11.0", "quack-kernels": "0.6.5", "nvidia-cutlass-dsl": "4.8.1"})]}))
+    text = tool.render(folder / "bench.json")
+    header = next(line for line in text.splitlines() if line.startswith("| N x C"))
+    assert "stream ceiling" not in header and "Quack kernel" in header
+    v7_over = rows[2]
+    assert f"| **0.0600** ({v7_over['percent_of_copy']:.0f} / {v7_over['percent_of_ceiling']:.0f} %) |" in text
+    assert f"({rows[3]['percent_of_copy']:.0f} / {rows[3]['percent_of_ceiling']:.0f} %) ~ |" in text
+    flat = " ".join(text.split())
+    assert "same-bytes ceiling" in flat and "`~`" in flat
+    assert "PyTorch 2.11.0 `torch.compile` (`max-autotune-no-cudagraphs`)" in flat
+    assert "Quack 0.6.5 (CUTLASS DSL 4.8.1): its kernel alone, without the dweight sum" in flat
+    assert (f"{rows[1]['percent_of_ceiling']:.0f} % of the same-bytes ceiling accumulating, "
+            f"{v7_over['percent_of_ceiling']:.0f} % overwriting") in flat

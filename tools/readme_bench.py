@@ -85,9 +85,44 @@ def _relative(path: Path) -> str:
     return path.resolve().relative_to(ROOT).as_posix()
 
 
+def _cell(r: dict, bold: bool) -> str:
+    ms = f"{r['ms']:.4f}"
+    ceiling = r.get("percent_of_ceiling")
+    shares = f"{r['percent_of_copy']:.0f}" + (f" / {ceiling:.0f}" if ceiling is not None else "")
+    return f"{f'**{ms}**' if bold else ms} ({shares} %){' ~' if r.get('noisy') else ''}"
+
+
+def _peer_versions(names, packages: dict) -> str | None:
+    """Which peers ran, with the versions the run recorded."""
+    parts = []
+    torch = packages.get("torch")
+    compiled = [n for n in names if n.startswith("torch.compile")]
+    if "torch eager" in names or compiled:
+        modes = []
+        if "torch eager" in names:
+            modes.append("eager")
+        if "torch.compile" in names:
+            modes.append("`torch.compile` (default mode)")
+        if "torch.compile max-autotune" in names:
+            modes.append("`torch.compile` (`max-autotune-no-cudagraphs`)")
+        parts.append(f"PyTorch{f' {torch}' if torch else ''} {_and(modes)}")
+    if "Liger-Kernel" in names:
+        liger = packages.get("liger-kernel")
+        parts.append(f"Liger-Kernel{f' {liger}' if liger else ''}")
+    quack = [n for n in names if n.startswith("Quack")]
+    if quack:
+        version = packages.get("quack-kernels")
+        dsl = packages.get("nvidia-cutlass-dsl")
+        forms = {"Quack": "its whole call", "Quack kernel": "its kernel alone, without the dweight sum",
+                 "Quack tuned": "its autotuned entry point"}
+        parts.append(f"Quack{f' {version}' if version else ''}{f' (CUTLASS DSL {dsl})' if dsl else ''}: "
+                     f"{_and(forms[n] for n in quack)}")
+    return "; ".join(parts) if parts else None
+
+
 def render(bench_json) -> str:
     """The text between the README's markers, for this bench.json (a path from the repository root or absolute)."""
-    from rmsnorm_lessons.bench import LARGE_SHAPES
+    from rmsnorm_lessons.bench import LARGE_SHAPES, STREAM_NAME
 
     bench_json = Path(bench_json)
     if not bench_json.is_absolute():
@@ -95,10 +130,12 @@ def render(bench_json) -> str:
     rows = json.loads(bench_json.read_text())
     run = _run_of(bench_json)
     device, date = run["device"], str(run["date"])[:10]
+    ceilings = [r for r in rows if r["name"].startswith(STREAM_NAME)]
+    rows = [r for r in rows if not r["name"].startswith(STREAM_NAME)]
     names = list(dict.fromkeys(r["name"] for r in rows))
     shapes = list(dict.fromkeys((r["N"], r["C"]) for r in rows))
     cell = {(r["name"], r["N"], r["C"]): r for r in rows}
-    copy = rows[0]["copy_gbps"]
+    copy = [r["copy_gbps"] for r in rows]
     # bf16 tensors of N x C that each one must move: 4 (dinp read too) or 3 (dinp overwritten)
     tensors = {}
     for r in rows:
@@ -119,25 +156,28 @@ def render(bench_json) -> str:
         groups.append(f"{_and(LABELS.get(n, f'`{n}`') for n in members)} {verb} ({t} x N x C x 2 bytes)")
     sentence = (f"Measured on one {device} on {date} (`python -m rmsnorm_lessons bench`, one process, CUDA events, "
                 f"median of {_repeats(run['command'])} launches, inputs rotated through buffers larger than L2; "
-                f"copy bandwidth {copy:.0f} GB/s in the same run). Milliseconds, and in brackets the % of the copy "
-                f"bandwidth for the bytes each one must move: {'; '.join(groups)}")
+                f"copy bandwidth {_range(copy, lambda x: f'{x:.0f}')} GB/s in the same run). Milliseconds, and in "
+                f"brackets the % of the copy bandwidth")
+    if ceilings:
+        sentence += (" / the % of the same-bytes ceiling (an elementwise kernel that moves exactly the bytes of "
+                     "the row's mode with no reduction, timed in the same run at the same shape)")
+    sentence += f" for the bytes each one must move: {'; '.join(groups)}"
     if len(same_bytes) > 1 and len(groups) > 1:
         sentence += f", so compare those {_word(len(same_bytes))} on time"
-    out += [*_wrap(sentence + "."), ""]
+    sentence += "."
+    versions = _peer_versions(names, run.get("packages", {}))
+    if versions:
+        sentence += f" Peers: {versions}."
+    if any(r.get("noisy") for r in rows):
+        sentence += " `~`: a row whose spread (p90 - p10) stayed above 20 % of its median when timed again."
+    out += [*_wrap(sentence), ""]
 
     out.append("| N x C | " + " | ".join(names) + " |")
     out.append("| --- " * (len(names) + 1) + "|")
     for N, C in shapes:
         present = [n for n in same_bytes if (n, N, C) in cell]
         fastest = min(present, key=lambda n: cell[n, N, C]["ms"]) if len(present) > 1 else None
-        cells = []
-        for n in names:
-            r = cell.get((n, N, C))
-            if r is None:
-                cells.append("-")
-                continue
-            ms = f"{r['ms']:.4f}"
-            cells.append(f"{f'**{ms}**' if n == fastest else ms} ({r['percent_of_copy']:.0f} %)")
+        cells = [_cell(cell[n, N, C], n == fastest) if (n, N, C) in cell else "-" for n in names]
         out.append(f"| {N}x{C} | " + " | ".join(cells) + " |")
 
     summary = _summary(names, shapes, cell, same_bytes, run, LARGE_SHAPES)
@@ -147,7 +187,8 @@ def render(bench_json) -> str:
 
 
 def _summary(names, shapes, cell, same_bytes, run, large_shapes) -> str | None:
-    """v7 against the seed's design, against the peers on the same bytes, and its % of copy at the large shapes."""
+    """v7 against the seed's design, against the peers on the same bytes, and its % of copy and of the
+    ceiling at the large shapes."""
     peers = [n for n in same_bytes if n != OURS_SAME_BYTES]
     if not {BASE, OURS, OURS_SAME_BYTES} <= set(names) or not peers:
         return None
@@ -158,20 +199,27 @@ def _summary(names, shapes, cell, same_bytes, run, large_shapes) -> str | None:
                  if (OURS_SAME_BYTES, N, C) in cell and any((p, N, C) in cell for p in peers)]
     if not over_base or not over_peer:
         return None
-    liger = run.get("packages", {}).get("liger-kernel")
+    packages = run.get("packages", {})
+    liger = packages.get("liger-kernel")
     labels = [PEER_LABELS.get(p, p) + (f" {liger}" if p == "Liger-Kernel" and liger else "") for p in peers]
     wins = sum(x > 1 for x in over_peer)
     where = "at every shape" if wins == len(over_peer) else f"at {_word(wins)} of {_word(len(over_peer))} shapes"
-    text = (f"v7 is {_range(over_base, lambda x: f'{x:.1f}x')} faster than the seed's design and, on the same "
-            f"bytes, faster than {_and(labels)} {where} ({_range(over_peer, lambda x: f'{x:.2f}x')} over the "
-            f"fastest of them).")
-    large = [cell[OURS, N, C]["percent_of_copy"] for N, C in shapes if (N, C) in set(map(tuple, large_shapes))
-             and (OURS, N, C) in cell]
-    if large:
-        at90 = sum(round(p) >= 90 for p in large)
-        tail = f"90 % or more at {_word(at90)} of them" if at90 else "below 90 % at every one"
-        text += (f" It reaches {_range(large, lambda x: f'{x:.0f}')} % of the copy bandwidth at the "
-                 f"{_word(len(large))} large shapes, {tail}.")
+    text = (f"v7 is {_range(over_base, lambda x: f'{x:.1f}x')} faster than the seed's design (where that runs the "
+            f"shape) and, on the same bytes, faster than {_and(labels)} {where} "
+            f"({_range(over_peer, lambda x: f'{x:.2f}x')} over the fastest of them).")
+    large = set(map(tuple, large_shapes))
+    at_large = [(N, C) for N, C in shapes if (N, C) in large]
+    copy = [cell[OURS, N, C]["percent_of_copy"] for N, C in at_large if (OURS, N, C) in cell]
+    if copy:
+        text += (f" At the {_word(len(copy))} large shapes it reaches {_range(copy, lambda x: f'{x:.0f}')} % of the "
+                 f"copy bandwidth")
+        ceiling = {mode: [cell[mode, N, C]["percent_of_ceiling"] for N, C in at_large
+                          if (mode, N, C) in cell and cell[mode, N, C].get("percent_of_ceiling") is not None]
+                   for mode in (OURS, OURS_SAME_BYTES)}
+        if ceiling[OURS] and ceiling[OURS_SAME_BYTES]:
+            text += (f" and {_range(ceiling[OURS], lambda x: f'{x:.0f}')} % of the same-bytes ceiling accumulating, "
+                     f"{_range(ceiling[OURS_SAME_BYTES], lambda x: f'{x:.0f}')} % overwriting")
+        text += "."
     return text
 
 
