@@ -186,7 +186,8 @@ def _bench(args) -> int:
     if want_peers:
         write_json()  # the versions' rows are safe on disk (and shown) before the peers run
         print(bench.table(results, baseline="v6_last_block", overwriting=peer_names), flush=True)
-        results += peers.sweep(shapes, names=peer_names, repeats=args.repeats, copy_gbps=copy_gbps)
+        results += peers.sweep(shapes, names=peer_names, repeats=args.repeats, copy_gbps=copy_gbps,
+                               wall_times=True)
     results = bench.by_shape(results)
     print(yardstick)
     print(bench.table(results, baseline="v6_last_block", overwriting=peer_names))

@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import inspect as _inspect
 import sys
+import time
 
 import numpy as np
 
@@ -332,11 +333,12 @@ def check_peer(peer: _Peer, problem: dict, ref=None) -> check.CheckReport:
 
 
 def bench_peer(name: str, N: int, C: int, copy_gbps: float, repeats: int = 50, problem=None, ref=None,
-               seed: int = 0) -> bench.Timing:
+               seed: int = 0, log=sys.stderr) -> bench.Timing:
     """Check one peer at one shape, then time it; raises AssertionError (with the report) when it is wrong.
 
     ``problem`` (from ``reference.random_problem``) and ``ref`` (its float64 gradients) may be shared by
-    several peers at one shape."""
+    several peers at one shape. A noisy timing is timed once more (:func:`bench.steady`) on the peer
+    already built: compiling or autotuning it again would take minutes and change nothing measured."""
     gpu.require()  # PyCUDA's context first: PyTorch then finds the primary context current and shares it
     reason = why_unavailable(name)
     if reason is not None:
@@ -351,15 +353,18 @@ def bench_peer(name: str, N: int, C: int, copy_gbps: float, repeats: int = 50, p
         report = check_peer(peer, problem, ref)
         if not report.ok:
             raise AssertionError(f"{name} is wrong at N={N} C={C}; not timing it:\n{report}")
-        times = time_ms(peer, sets, repeats=repeats)
+        return bench.steady(lambda: bench._timing(name, N, C, time_ms(peer, sets, repeats=repeats),
+                                                  bytes_moved(N, C), copy_gbps), log=log)
     finally:
         del peer
         torch.cuda.empty_cache()
-    return bench._timing(name, N, C, times, bytes_moved(N, C), copy_gbps)
 
 
-def sweep(shapes=None, names=None, repeats: int = 50, copy_gbps: float | None = None, log=sys.stderr):
-    """Check and time every available peer at every shape; a missing peer is skipped with one line."""
+def sweep(shapes=None, names=None, repeats: int = 50, copy_gbps: float | None = None, log=sys.stderr,
+          wall_times: bool = False):
+    """Check and time every available peer at every shape; a missing peer is skipped with one line.
+    ``wall_times``: also say on ``log`` how long each peer took at each shape, building (compiling,
+    autotuning) and checking included."""
     gpu.require()
     names = list(names or PEERS)
     runnable = []
@@ -372,19 +377,21 @@ def sweep(shapes=None, names=None, repeats: int = 50, copy_gbps: float | None = 
     shapes = list(shapes or bench.SHAPES)
     copy_gbps = copy_gbps or gpu.copy_bandwidth()
     results = []
-    for N, C in shapes:
-        if not runnable:
-            break
+    if not runnable:
+        return results
+    for N, C in bench.progress(shapes, total=len(shapes), desc="peers"):
         problem = reference.random_problem(N, C, bfloat16, seed=N * 7 + C, accumulate=False)
         ref = reference.backward(problem["dout"], problem["inp"], problem["weight"], problem["rstd"])
         for name in runnable:
+            started = time.perf_counter()
             try:
-                results.append(bench.steady(lambda: bench_peer(name, N, C, copy_gbps, repeats, problem=problem,
-                                                               ref=ref), log=log))
+                results.append(bench_peer(name, N, C, copy_gbps, repeats, problem=problem, ref=ref, log=log))
             except AssertionError as exc:  # a wrong peer is not timed, and said so
                 print(f"peer NOT TIMED: {exc}", file=log)
             except Exception as exc:  # a peer that fails to run is reported, not fatal to the benchmark
                 first = (str(exc).splitlines() or [""])[0][:300]
                 print(f"peer {name} failed at {N}x{C}: {type(exc).__name__}: {first}", file=log)
+            if wall_times:  # compiling and autotuning take minutes for some peers
+                print(f"peer {name} at {N}x{C}: {time.perf_counter() - started:.1f} s", file=log, flush=True)
     return results
 

@@ -536,7 +536,8 @@ def test_bench_command_writes_every_row(tmp_path, monkeypatch):
                     out.append(_t(bench.STREAM_NAME + " (dinp=)", N, C, 0.6, copy=copy_gbps))
         return out
 
-    def fake_peers(shapes_, names=None, repeats=50, copy_gbps=None, log=None):
+    def fake_peers(shapes_, names=None, repeats=50, copy_gbps=None, log=None, wall_times=False):
+        calls["wall_times"] = wall_times
         return [_t(name, N, C, 3.0, copy=copy_gbps) for N, C in shapes_ for name in peers.PEERS]
 
     monkeypatch.setattr(gpu, "require", lambda: None)
@@ -549,6 +550,7 @@ def test_bench_command_writes_every_row(tmp_path, monkeypatch):
     assert rc == 0
     # overwrite rows follow --peers; the same-bytes ceiling is on by default
     assert calls["sweep"] == (["v6_last_block", "v7_fast"], shapes, True, True)
+    assert calls["wall_times"]  # the shell's bench says what each peer cost: some compile for minutes
     rows = json.loads(out_json.read_text())
     assert len(rows) == 2 * 8
     assert [r["name"] for r in rows[:8]] == ["v6_last_block", "v7_fast", "v7_fast (dinp=)", bench.STREAM_NAME,

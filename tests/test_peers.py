@@ -1,0 +1,77 @@
+"""The peers' bench loop (rmsnorm_lessons/peers.py) with a made-up peer in place of PyTorch (CPU): a noisy
+timing is timed again on the peer already built, a wrong peer is not timed, and the sweep says how long
+each peer took when asked."""
+from __future__ import annotations
+
+import io
+from types import SimpleNamespace
+
+import pytest
+
+from rmsnorm_lessons import bench, gpu, peers
+
+
+class FakePeer:
+    built = 0
+
+    def __init__(self, problem, sets):
+        FakePeer.built += 1
+        self.sets = sets
+
+
+@pytest.fixture
+def fake(monkeypatch):
+    """A GPU-less stand-in for PyTorch and the device; yields the list of timings time_ms will return."""
+    FakePeer.built = 0
+    torch = SimpleNamespace(cuda=SimpleNamespace(mem_get_info=lambda device: (64 << 30, 80 << 30),
+                                                 empty_cache=lambda: None))
+    monkeypatch.setattr(gpu, "require", lambda: None)
+    monkeypatch.setattr(gpu, "facts", lambda: SimpleNamespace(l2_bytes=50 << 20))
+    monkeypatch.setattr(peers, "why_unavailable", lambda name: None)
+    monkeypatch.setattr(peers, "_torch", lambda: torch)
+    monkeypatch.setattr(peers, "_device", lambda torch: 0)
+    monkeypatch.setitem(peers._CLASSES, "torch eager", FakePeer)
+    monkeypatch.setattr(peers, "check_peer", lambda peer, problem, ref: SimpleNamespace(ok=True))
+    timings = []
+    monkeypatch.setattr(peers, "time_ms", lambda peer, sets, repeats=50: timings.pop(0))
+    return timings
+
+
+PROBLEM = {"inp": None}  # bench_peer passes the problem to the peer and the check only
+
+
+def test_a_noisy_peer_is_timed_again_without_being_built_again(fake):
+    fake += [[1.0, 1.0, 9.0, 1.0, 0.1], [1.0] * 5]  # a spread of 890 % first, then none
+    log = io.StringIO()
+    timing = peers.bench_peer("torch eager", 64, 256, 4000.0, problem=PROBLEM, ref=object(), log=log)
+    assert FakePeer.built == 1 and not fake  # both timings used, one build
+    assert timing.ms == 1.0 and timing.ms_spread == 0.0 and not timing.noisy
+    assert log.getvalue() == ""
+
+
+def test_a_steady_peer_is_timed_once(fake):
+    fake += [[1.0] * 5, [2.0] * 5]
+    peers.bench_peer("torch eager", 64, 256, 4000.0, problem=PROBLEM, ref=object(), log=io.StringIO())
+    assert FakePeer.built == 1 and len(fake) == 1
+
+
+def test_a_wrong_peer_is_not_timed(fake, monkeypatch):
+    monkeypatch.setattr(peers, "check_peer", lambda peer, problem, ref: SimpleNamespace(ok=False))
+    fake += [[1.0] * 5]
+    with pytest.raises(AssertionError, match="torch eager is wrong at N=64 C=256; not timing it"):
+        peers.bench_peer("torch eager", 64, 256, 4000.0, problem=PROBLEM, ref=object())
+    assert len(fake) == 1
+
+
+def test_sweep_says_each_peers_wall_time_when_asked(fake, monkeypatch):
+    monkeypatch.setattr(peers.reference, "random_problem", lambda *a, **k: {"dout": 0, "inp": 0, "weight": 0,
+                                                                            "rstd": 0})
+    monkeypatch.setattr(peers.reference, "backward", lambda *a: None)
+    fake += [[1.0] * 5, [1.0] * 5, [1.0] * 5, [1.0] * 5]
+    quiet, said = io.StringIO(), io.StringIO()
+    rows = peers.sweep([(64, 256), (32, 512)], names=["torch eager"], copy_gbps=4000.0, log=quiet)
+    assert [(r.N, r.C) for r in rows] == [(64, 256), (32, 512)] and quiet.getvalue() == ""
+    peers.sweep([(64, 256), (32, 512)], names=["torch eager"], copy_gbps=4000.0, log=said, wall_times=True)
+    lines = said.getvalue().splitlines()
+    assert [line.split(":")[0] for line in lines] == ["peer torch eager at 64x256", "peer torch eager at 32x512"]
+    assert all(line.endswith(" s") for line in lines)
