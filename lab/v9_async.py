@@ -30,6 +30,7 @@ class Variant:
     max_K: int  # the largest K the build holds in its registers
     max_stages: int = 8  # row slots a group's ring has at most (the kernel waits on at most 7 pending)
     weight_f32: bool = False  # weight held widened to fp32 (K x 8 registers) instead of packed bf16 pairs
+    rstd_at: int = 1  # where rstd is loaded: 0 at the row, 1 a row ahead at the top, 2 a row ahead after the dot
 
 
 VARIANTS = {
@@ -39,6 +40,11 @@ VARIANTS = {
     "v9_b1024": Variant(1024, 2),
     "v9w": Variant(512, 4, weight_f32=True),
     "v9w_b1024": Variant(1024, 2, weight_f32=True),
+    # rstd's placement, the one difference left between v9w_b1024 and v7's staged kernel (kernels/NOTES.md)
+    "v9w_b1024_r0": Variant(1024, 2, weight_f32=True, rstd_at=0),
+    "v9w_b1024_r2": Variant(1024, 2, weight_f32=True, rstd_at=2),
+    # one chunk a thread: C = 768 in row groups of 96 threads (three warps), no idle lane (K = 2 idles 1/4)
+    "v9w_b1024_k1": Variant(1024, 1, weight_f32=True),
 }
 
 
@@ -101,7 +107,8 @@ def register(name: str) -> ladder.Rung:
         name=name, source=SOURCE, plan=make_plan(v), dtype=BF16, c_multiple=8, deterministic=True,
         block_size=v.block, max_block=v.block, overwrite_mode=True, shared_memory=lambda C, block: 0,
         kernels=("v9_async", "reduce_dweight_v7"),
-        defines={**v7_fast.DEFINES, "V9_BLOCK": v.block, "V9_MAX_K": v.max_K, "V9_WEIGHT_F32": int(v.weight_f32)},
+        defines={**v7_fast.DEFINES, "V9_BLOCK": v.block, "V9_MAX_K": v.max_K, "V9_WEIGHT_F32": int(v.weight_f32),
+                 "V9_RSTD": v.rstd_at},
         adds="lab: rows through shared memory by per-thread cp.async; dweight in registers")
 
 

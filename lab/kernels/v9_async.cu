@@ -29,6 +29,14 @@ constexpr int MAX_K = V9_MAX_K;  // the largest K built: more chunks a thread th
 #endif
 // weight held widened (K x 8 fp32 registers, no widening in the row loop) or packed (K x 4 words)
 constexpr bool WEIGHT_F32 = V9_WEIGHT_F32 != 0;
+#ifndef V9_RSTD
+#define V9_RSTD 1
+#endif
+// where row i's rstd is loaded: 0 at the row, just before the wait (v7 at ac0ce65); 1 a row ahead, at the
+// top of row i - 1 (this experiment as first measured); 2 a row ahead, after row i - 1's dot product
+// (v7 from d502316)
+constexpr int RSTD_AT = V9_RSTD;
+static_assert(RSTD_AT >= 0 && RSTD_AT <= 2, "V9_RSTD is 0, 1 or 2");
 
 __shared__ float warp_dots[2][WARPS];  // each warp's part of its row's dot product (two buffers alternate)
 
@@ -99,7 +107,7 @@ __device__ __forceinline__ void backward(__nv_bfloat16* dinp, float* partials, c
     };
     for (int s = 0; s < stages - 1; s++) issue(row0 + s * stride, s);
 
-    float r_next = row0 < N ? __ldg(rstd + row0) : 0.0f;
+    float r_next = RSTD_AT != 0 && row0 < N ? __ldg(rstd + row0) : 0.0f;
     int buffer = 0;
     #pragma unroll 1
     for (long long i = 0;; i++) {
@@ -108,8 +116,8 @@ __device__ __forceinline__ void backward(__nv_bfloat16* dinp, float* partials, c
         const int s = (int)(i % stages);
         // the slot of row i - 1 was read by this thread only, and its values used: refill it
         issue(row + (long long)(stages - 1) * stride, (int)((i + stages - 1) % stages));
-        const float r = r_next;
-        if (row + stride < N) r_next = __ldg(rstd + row + stride);
+        const float r = RSTD_AT == 0 ? __ldg(rstd + row) : r_next;
+        if (RSTD_AT == 1 && row + stride < N) r_next = __ldg(rstd + row + stride);
         wait_pending(stages - 1);  // row i's copies (this thread's) have landed
         const unsigned char* slot = ring + (size_t)s * slot_bytes;
         const uint4* g_row = reinterpret_cast<const uint4*>(slot);
@@ -131,6 +139,7 @@ __device__ __forceinline__ void backward(__nv_bfloat16* dinp, float* partials, c
             }
         }
         dot = warp_reduce_sum(dot);
+        if (RSTD_AT == 2 && row + stride < N) r_next = __ldg(rstd + row + stride);
         if (warps_in_group > 1) {
             if (lane == 0) warp_dots[buffer][warp] = dot;
             v7::named_barrier(1 + group, G);
