@@ -6,6 +6,8 @@
 # on the same (still warm) machine waits for it:
 #     bash lab/gpu-readme-bench.sh start DIR          # starts it, returns at once
 #     bash lab/gpu-readme-bench.sh wait DIR SECONDS   # waits up to SECONDS; prints the log's new lines
+#     bash lab/gpu-readme-bench.sh probe DIR NxC      # each peer alone at one shape, in the background,
+#                                                     # one process per peer, its wall time logged
 #     (run DIR: the bench itself, what start runs in its own session)
 # DIR is a folder on the GPU machine (say /tmp/readme-bench), outside the copied tree, so it survives
 # between calls; copy it to $OUT when done. When the bench ends, MANIFEST.json in DIR records the run
@@ -34,6 +36,25 @@ run)
     [ "$status" = 0 ] && python3 "$ROOT/lab/manifest.py" "$DIR" bench.json bench.png -- \
         python -m rmsnorm_lessons bench v6_last_block v7_fast "${PEERS[@]}" --json bench.json --plot bench.png \
         >> bench.log 2>&1
+    touch done
+    ;;
+probe)
+    shape=${3:?a shape NxC}
+    mkdir -p "$DIR"
+    rm -f "$DIR/done" "$DIR/bench.log"
+    setsid nohup bash "${BASH_SOURCE[0]}" run-probe "$DIR" "$shape" < /dev/null > /dev/null 2>&1 &
+    echo "probe started in $DIR"
+    ;;
+run-probe)
+    cd "$DIR" || exit 1
+    for ((i = 1; i < ${#PEERS[@]}; i += 2)); do
+        peer=${PEERS[$i]}
+        start=$(date +%s)
+        echo "== $peer at $3" >> bench.log
+        python3 -m rmsnorm_lessons bench v7_fast --shapes "$3" --peer "$peer" --no-ceiling \
+            --json "probe-${peer// /_}.json" >> bench.log 2>&1
+        echo "== $peer: exit $?, $(( $(date +%s) - start )) s in all" >> bench.log
+    done
     touch done
     ;;
 wait)

@@ -8,6 +8,7 @@ bandwidth measured in the same process.
 """
 from __future__ import annotations
 
+import math
 import statistics
 import sys
 from dataclasses import asdict, dataclass
@@ -59,10 +60,12 @@ def time_interleaved(launches: dict, sets: int = 1, warmup: int = 5, repeats: in
     """Time several launches against each other (A/B interleaving): ``launches`` maps a name to
     ``launch(i)`` (``i`` = which buffer set); in each of ``repeats`` rounds every launch runs once, in
     turn, so a drift of the GPU over the run (clocks, temperature, a neighbour) lands on all of them
-    alike. Consecutive launches, whichever they are, take consecutive buffer sets. Returns each name's
-    milliseconds, one per round."""
+    alike. Consecutive launches, whichever they are, take consecutive buffer sets, among a number of sets
+    that shares no factor with the number of launches (:func:`rotation`), so that every launch visits
+    every set in use. Returns each name's milliseconds, one per round."""
     drv = gpu.driver()
     start, stop = drv.Event(), drv.Event()
+    sets = rotation(sets, len(launches))
     turn = 0
     for _ in range(warmup):
         for launch in launches.values():
@@ -79,6 +82,16 @@ def time_interleaved(launches: dict, sets: int = 1, warmup: int = 5, repeats: in
             times[name].append(stop.time_since(start))
             turn += 1
     return times
+
+
+def rotation(sets: int, launches: int) -> int:
+    """How many of ``sets`` buffer sets ``launches`` interleaved launches rotate through: the largest count
+    up to ``sets`` with no factor in common with ``launches``. With 8 sets and 2 launches taking turns,
+    each launch would only ever see 4 of the sets (and with 4 launches, 2): allocations differ in speed by
+    a few %, so two rows would be timed on different memory. With 7, each sees all 7."""
+    if sets < 1 or launches < 1:
+        raise ValueError(f"sets and launches must be at least 1, got {sets} and {launches}")
+    return next(m for m in range(sets, 0, -1) if math.gcd(m, launches) == 1)
 
 
 #: at least this many buffer sets are rotated at every shape (memory permitting): with 2, a large shape's

@@ -169,3 +169,31 @@ def test_interleaved_rounds_take_turns_and_consecutive_sets(monkeypatch):
     calls.clear()
     assert bench.time_ms(launcher("C", 0.5), sets=2, warmup=0, repeats=3) == [0.5] * 3
     assert calls == [("C", 0), ("C", 1), ("C", 0)]
+
+
+def test_rotation_shares_no_factor_with_the_launches():
+    assert bench.rotation(8, 1) == 8
+    assert bench.rotation(8, 2) == 7
+    assert bench.rotation(8, 4) == 7
+    assert bench.rotation(8, 12) == 7
+    assert bench.rotation(9, 12) == 7  # 9 and 8 share a factor with 12
+    assert bench.rotation(45, 5) == 44
+    assert bench.rotation(1, 6) == 1
+    with pytest.raises(ValueError, match="sets and launches"):
+        bench.rotation(0, 2)
+
+
+def test_every_interleaved_launch_visits_every_set(monkeypatch):
+    monkeypatch.setattr(bench.gpu, "driver", lambda: type("Driver", (), {"Event": _FakeEvent}))
+    monkeypatch.setattr(bench, "_sleep", lambda us, stream=None: None)
+    seen = {name: set() for name in "ABCD"}
+
+    def launcher(name):
+        def launch(i):
+            seen[name].add(i)
+            _FakeEvent.clock += 1.0
+        return launch
+
+    # 8 sets, 4 launches taking turns: without the rotation each would see 2 of the sets
+    bench.time_interleaved({name: launcher(name) for name in seen}, sets=8, warmup=0, repeats=7)
+    assert all(s == set(range(7)) for s in seen.values()), seen
