@@ -8,7 +8,16 @@
 #     bash lab/gpu-readme-bench.sh wait DIR SECONDS   # waits up to SECONDS; prints the log's new lines
 #     bash lab/gpu-readme-bench.sh probe DIR NxC      # each peer alone at one shape, in the background,
 #                                                     # one process per peer, its wall time logged
+#     bash lab/gpu-readme-bench.sh tune DIR NxC,...   # only the two autotuners (max-autotune, Quack tuned)
+#                                                     # at these shapes, in the background, filling the caches
+#     bash lab/gpu-readme-bench.sh pack FILE          # the autotuners' caches as one .tar.xz (to bring back)
+#     bash lab/gpu-readme-bench.sh unpack FILE        # ... and into place on a later machine
 #     (run DIR: the bench itself, what start runs in its own session)
+# The two autotuners search for minutes a shape (about 67 s and 94 s at 16384x4096, lab/NOTES.md), so the ten
+# shapes take longer than a session's device time. Both keep what they found on disk (torch's inductor
+# cache, Quack's autotune cache), here under $PEER_CACHE: searched in one session (tune, pack, brought back
+# through $OUT), they are carried into the session of the README's run (unpack), which then times them
+# without searching. The README names the session that searched.
 # DIR is a folder on the GPU machine (say /tmp/readme-bench), outside the copied tree, so it survives
 # between calls; copy it to $OUT when done. When the bench ends, MANIFEST.json in DIR records the run
 # (lab/manifest.py; set LAB_COMMIT to the commit measured: the copied tree has no git).
@@ -19,7 +28,35 @@ DIR=${2:?a folder}
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 PEERS=(--peer "torch eager" --peer torch.compile --peer Liger-Kernel --peer "torch.compile max-autotune"
        --peer Quack --peer "Quack kernel" --peer "Quack tuned")
+PEER_CACHE=${PEER_CACHE:-/tmp/peer-caches}
+export TORCHINDUCTOR_CACHE_DIR=$PEER_CACHE/inductor QUACK_CACHE_DIR=$PEER_CACHE/quack
 case "$cmd" in
+tune)
+    shapes=${3:?shapes NxC,...}
+    mkdir -p "$DIR" "$PEER_CACHE"
+    rm -f "$DIR/done" "$DIR/bench.log"
+    setsid nohup bash "${BASH_SOURCE[0]}" run-tune "$DIR" "$shapes" < /dev/null > /dev/null 2>&1 &
+    echo "tuning started in $DIR"
+    ;;
+run-tune)
+    cd "$DIR" || exit 1
+    for peer in "torch.compile max-autotune" "Quack tuned"; do
+        start=$(date +%s)
+        echo "== $peer at $3" >> bench.log
+        python3 -m rmsnorm_lessons bench v7_fast --shapes "$3" --peer "$peer" --no-ceiling --no-overwrite \
+            --json "tune-${peer// /_}.json" >> bench.log 2>&1
+        echo "== $peer: exit $?, $(( $(date +%s) - start )) s in all" >> bench.log
+    done
+    touch done
+    ;;
+pack)
+    file=${2:?}
+    tar -C "$PEER_CACHE" -cJf "$file" . && echo "packed $(du -h "$file" | cut -f1) from $(du -sh "$PEER_CACHE" | cut -f1)"
+    ;;
+unpack)
+    file=${2:?}
+    mkdir -p "$PEER_CACHE" && tar -C "$PEER_CACHE" -xJf "$file" && echo "unpacked $(du -sh "$PEER_CACHE" | cut -f1) into $PEER_CACHE"
+    ;;
 start)
     mkdir -p "$DIR"
     rm -f "$DIR/done" "$DIR/bench.log"

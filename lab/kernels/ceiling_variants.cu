@@ -75,3 +75,15 @@ extern "C" __global__ void __launch_bounds__(256) copy_flat(uint4* __restrict__ 
     const long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x;
     if (i < n16) __stcs(out + i, __ldcs(in + i));
 }
+
+// reads n16 chunks and keeps an XOR of them (written once by thread 0 of block 0 if it happens to be zero,
+// so the loads cannot be dropped): a read-only sweep, to evict L2's dirty lines between timed launches
+extern "C" __global__ void read_sweep(const uint4* __restrict__ in, long long n16, unsigned* sink) {
+    const long long stride = (long long)gridDim.x * blockDim.x;
+    unsigned acc = 0;
+    for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < n16; i += stride) {
+        const uint4 v = __ldcg(in + i);
+        acc ^= v.x ^ v.y ^ v.z ^ v.w;
+    }
+    if (acc == 0x9e3779b9u) *sink = acc;
+}
