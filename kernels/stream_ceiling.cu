@@ -16,24 +16,27 @@ __device__ __forceinline__ unsigned product(unsigned a, unsigned b, unsigned c, 
     return *reinterpret_cast<unsigned*>(&p);
 }
 
-// n16: 16-byte chunks (8 bf16) per tensor. A grid-stride loop of 128-bit streaming loads and stores.
-extern "C" __global__ void __launch_bounds__(512) stream_elementwise(uint4* out, const uint4* a, const uint4* b,
-                                                                     long long n16, int accumulate) {
-    const long long stride = (long long)gridDim.x * blockDim.x;
-    #pragma unroll 4
-    for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < n16; i += stride) {
-        const uint4 x = __ldcs(a + i), y = __ldcs(b + i);
-        uint4 z = make_uint4(0u, 0u, 0u, 0u);
-        if (accumulate) z = __ldcs(out + i);
-        __stcs(out + i, make_uint4(product(x.x, y.x, z.x, accumulate), product(x.y, y.y, z.y, accumulate),
-                                   product(x.z, y.z, z.z, accumulate), product(x.w, y.w, z.w, accumulate)));
-    }
+// n16: 16-byte chunks (8 bf16) per tensor. One chunk a thread, as many blocks of 256 as it takes: no loop, the
+// block scheduler hands out the work. A grid-stride loop of 4 blocks of 512 an SM moved the same bytes 3-7 %
+// slower on the H200 (it issues one chunk's loads, then its store, then the next chunk's loads: the store may
+// alias them); spellings with 2 or 4 chunks' loads before their stores were no faster (lab/NOTES.md).
+extern "C" __global__ void __launch_bounds__(256) stream_elementwise(uint4* __restrict__ out, const uint4* __restrict__ a,
+                                                                     const uint4* __restrict__ b, long long n16,
+                                                                     int accumulate) {
+    const long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= n16) return;
+    const uint4 x = __ldcs(a + i), y = __ldcs(b + i);
+    const uint4 z = accumulate ? __ldcs(out + i) : make_uint4(0u, 0u, 0u, 0u);
+    __stcs(out + i, make_uint4(product(x.x, y.x, z.x, accumulate), product(x.y, y.y, z.y, accumulate),
+                               product(x.z, y.z, z.z, accumulate), product(x.w, y.w, z.w, accumulate)));
 }
 
-// The copy half of the bench's yardstick (rmsnorm_lessons.bench.copy_yardstick): out = in, 16 bytes a
-// thread per step, the loads and stores of stream_elementwise with nothing between them.
-extern "C" __global__ void __launch_bounds__(512) stream_copy(uint4* out, const uint4* in, long long n16) {
-    const long long stride = (long long)gridDim.x * blockDim.x;
-    #pragma unroll 4
-    for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < n16; i += stride) __stcs(out + i, __ldcs(in + i));
+// The copy half of the bench's yardstick (rmsnorm_lessons.bench.copy_yardstick): out = in, one 16-byte chunk a
+// thread, the loads and stores of stream_elementwise with nothing between them.
+extern "C" __global__ void __launch_bounds__(256) stream_copy(uint4* __restrict__ out, const uint4* __restrict__ in,
+                                                              long long n16) {
+    const long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n16) __stcs(out + i, __ldcs(in + i));
 }
+
+// both kernels run blocks of 256 threads, ceil(n16 / 256) of them (rmsnorm_lessons.bench.STREAM_THREADS)

@@ -37,10 +37,18 @@ def progress(iterable, total=None, desc=""):
 
 
 _sleeper = None
-#: how long the busy kernel ahead of each timed launch runs: far more than the host's work per launch
-#: (PyCUDA's argument handling and a version's plan take some 20-60 us, more when the host is busy), so
-#: the launch is always queued before the GPU reaches it
-SLEEP_US = 200
+#: how long the busy kernel ahead of each timed burst runs, per launch of the burst: more than the host's
+#: work per launch (PyCUDA's argument handling and a version's plan take some 20-60 us, more when the host
+#: is busy), so the burst is queued before the GPU reaches it. A burst that was not (the sleep had ended
+#: when the host finished queueing it) is timed again with twice the sleep.
+SLEEP_US = 100
+#: the longest sleep a burst gets (us); a host slower than that is reported, not waited for
+MAX_SLEEP_US = 50_000
+#: launches timed back to back in one window, the window's time divided among them. Each launch's
+#: predecessor is then the same kernel, as in a loop: L2 is write-back, so a kernel leaves up to an L2 of
+#: dirty lines behind, and whatever runs next pays for writing them. Timed alone after a sleep, v7 (dinp=)
+#: at 16384x4096 took 0.107 to 0.121 ms depending on what ran before it (lab/NOTES.md); in bursts, 0.118.
+BURST = 10
 
 
 def _sleep(us: float, stream=None):
@@ -51,36 +59,54 @@ def _sleep(us: float, stream=None):
     _sleeper(np.int64(us * clock_khz / 1e3), block=(1, 1, 1), grid=(1, 1, 1), stream=stream)
 
 
-def time_ms(launch, sets: int = 1, warmup: int = 5, repeats: int = 50, stream=None) -> list[float]:
-    """Time ``launch(i)`` (``i`` = which buffer set) ``repeats`` times; return each launch's milliseconds."""
-    return time_interleaved({"launch": launch}, sets, warmup, repeats, stream)["launch"]
+def time_ms(launch, sets: int = 1, warmup: int = 5, repeats: int = 50, stream=None, burst: int = BURST) -> list[float]:
+    """Time ``launch(i)`` (``i`` = which buffer set) in ``repeats`` bursts of ``burst`` back-to-back launches;
+    return each burst's milliseconds per launch."""
+    return time_interleaved({"launch": launch}, sets, warmup, repeats, stream, burst)["launch"]
 
 
-def time_interleaved(launches: dict, sets: int = 1, warmup: int = 5, repeats: int = 50, stream=None) -> dict:
+def time_interleaved(launches: dict, sets: int = 1, warmup: int = 5, repeats: int = 50, stream=None,
+                     burst: int = BURST) -> dict:
     """Time several launches against each other (A/B interleaving): ``launches`` maps a name to
-    ``launch(i)`` (``i`` = which buffer set); in each of ``repeats`` rounds every launch runs once, in
-    turn, so a drift of the GPU over the run (clocks, temperature, a neighbour) lands on all of them
-    alike. Consecutive launches, whichever they are, take consecutive buffer sets, among a number of sets
-    that shares no factor with the number of launches (:func:`rotation`), so that every launch visits
-    every set in use. Returns each name's milliseconds, one per round."""
+    ``launch(i)`` (``i`` = which buffer set); in each of ``repeats`` rounds every launch runs one burst of
+    ``burst`` launches back to back, in turn, so a drift of the GPU over the run (clocks, temperature, a
+    neighbour) lands on all of them alike, and each launch follows its own kind (:data:`BURST` says why).
+    Consecutive launches take consecutive buffer sets, among a number of sets that shares no factor with
+    the launches of a round (:func:`rotation`), so that every launch visits every set in use. Returns each
+    name's milliseconds per launch, one figure per round."""
+    if burst < 1:
+        raise ValueError(f"burst must be at least 1, got {burst}")
     drv = gpu.driver()
-    start, stop = drv.Event(), drv.Event()
-    sets = rotation(sets, len(launches))
+    start, stop, queued = drv.Event(), drv.Event(), drv.Event()
+    sets = rotation(sets, len(launches) * burst)
     turn = 0
     for _ in range(warmup):
         for launch in launches.values():
             launch(turn % sets)
             turn += 1
+    sleep_us = {name: SLEEP_US * burst for name in launches}
     times = {name: [] for name in launches}
+    host_bound = set()
     for _ in range(repeats):
         for name, launch in launches.items():
-            _sleep(SLEEP_US, stream)
-            start.record(stream)
-            launch(turn % sets)
-            stop.record(stream)
-            stop.synchronize()
-            times[name].append(stop.time_since(start))
-            turn += 1
+            while True:
+                _sleep(sleep_us[name], stream)
+                queued.record(stream)  # reached when the sleep ends
+                start.record(stream)
+                for _ in range(burst):
+                    launch(turn % sets)
+                    turn += 1
+                stop.record(stream)
+                late = queued.query()  # the GPU was done sleeping before the host had queued the burst
+                stop.synchronize()
+                if not late or sleep_us[name] >= MAX_SLEEP_US:
+                    break
+                sleep_us[name] = min(2 * sleep_us[name], MAX_SLEEP_US)
+            if late and name not in host_bound:
+                host_bound.add(name)
+                print(f"timing {name}: the host could not queue {burst} launches within {MAX_SLEEP_US} us; "
+                      f"its time includes the host's", file=sys.stderr)
+            times[name].append(stop.time_since(start) / burst)
     return times
 
 
@@ -324,13 +350,17 @@ def _stream_function():
     return build.source_module("stream_ceiling").get_function("stream_elementwise")
 
 
+#: threads a block of kernels/stream_ceiling.cu's kernels, one 16-byte chunk a thread
+STREAM_THREADS = 256
+
+
 def _stream_launcher(accumulate: bool, stream=None):
     function = _stream_function()
-    blocks = gpu.facts().multiprocessors * 4  # 2048 threads of 32 registers per SM
 
     def launch(out, a, b, n):
-        function(*(np.uintp(int(p)) for p in (out, a, b)), np.int64(n // 8), np.int32(bool(accumulate)),
-                 block=(512, 1, 1), grid=(blocks, 1, 1), stream=stream)
+        n16 = n // 8
+        function(*(np.uintp(int(p)) for p in (out, a, b)), np.int64(n16), np.int32(bool(accumulate)),
+                 block=(STREAM_THREADS, 1, 1), grid=(-(-n16 // STREAM_THREADS), 1, 1), stream=stream)
     return launch
 
 
@@ -386,15 +416,16 @@ class Yardstick:
 
 
 def copy_kernel_bandwidth(nbytes: int = 1 << 30, repeats: int = 20) -> float:
-    """GB/s (read + written) of ``stream_copy``, 16-byte streaming loads and stores, over ``nbytes``."""
+    """GB/s (read + written) of ``stream_copy``, 16-byte streaming loads and stores, over ``nbytes``
+    (back-to-back launches on the same two buffers, :func:`time_ms`)."""
     drv = gpu.driver()
     function = build.source_module("stream_ceiling").get_function("stream_copy")
-    blocks = gpu.facts().multiprocessors * 4
+    n16 = nbytes // 16
     src, dst = drv.mem_alloc(nbytes), drv.mem_alloc(nbytes)
     try:
         drv.memset_d8(src, 1, nbytes)
-        times = time_ms(lambda i: function(dst, src, np.int64(nbytes // 16), block=(512, 1, 1), grid=(blocks, 1, 1)),
-                        warmup=3, repeats=repeats)
+        times = time_ms(lambda i: function(dst, src, np.int64(n16), block=(STREAM_THREADS, 1, 1),
+                                           grid=(-(-n16 // STREAM_THREADS), 1, 1)), warmup=3, repeats=repeats)
         return 2 * nbytes / (statistics.median(times) * 1e-3) / 1e9
     finally:
         src.free()

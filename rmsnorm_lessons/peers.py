@@ -19,9 +19,9 @@ a CuTe DSL compile take minutes):
 Every peer computes the gradient alone (dinp =, dweight =), so each moves ``3 * N * C * 2`` bytes plus
 rstd, weight and dweight (:func:`bytes_moved`). Each is checked against the float64 reference on its own
 outputs before it is timed, and timed as :mod:`rmsnorm_lessons.bench` times the versions: CUDA events
-(``torch.cuda.Event``) around one backward call queued behind a sleeping kernel, warm-up first, the median
-of many calls, consecutive calls on different tensor sets together larger than L2. Only the backward is
-timed: the forward graph is built once per tensor set beforehand.
+(``torch.cuda.Event``) around a burst of backward calls queued behind a sleeping kernel, warm-up first,
+the median of many bursts, consecutive calls on different tensor sets together larger than L2. Only the
+backward is timed: the forward graph is built once per tensor set beforehand.
 
 PyTorch shares the CUDA context with PyCUDA (both use the device's primary context; :mod:`gpu` is started
 first). A peer that is not installed is skipped with one line saying so.
@@ -41,7 +41,7 @@ EPS = 1e-5
 PEERS = ("torch eager", "torch.compile", "Liger-Kernel")  # the default sweep
 EXTRA_PEERS = ("torch.compile max-autotune", "Quack", "Quack kernel", "Quack tuned")  # asked for by name
 ALL_PEERS = PEERS + EXTRA_PEERS
-SLEEP_US = 1000  # long enough for autograd's (or Triton's) host work to be queued before the GPU gets there
+SLEEP_US = 300  # per call of a burst: about what autograd's (or Triton's) host work takes; lengthened when short
 
 
 def bytes_moved(N: int, C: int, itemsize: int = 2) -> int:
@@ -205,7 +205,7 @@ class _Compiled(_Eager):
 
         def before(i):
             self.out[i] = self.fn(self.x[i], self.w)
-            flush.zero_()  # the forward just read inp: push it out of L2 before the timed backward
+            flush.sum()  # the forward just read inp: read past L2 (no dirty lines left) before the timed backward
 
         self.before = before
 
@@ -299,28 +299,43 @@ _CLASSES = {c.name: c for c in (_Eager, _Compiled, _Liger, _CompiledMaxAutotune,
 # checking and timing
 
 
-def time_ms(peer: _Peer, sets: int, warmup: int = 5, repeats: int = 50) -> list[float]:
-    """Milliseconds of ``repeats`` backward calls, each behind a sleeping kernel, rotating the sets."""
+def time_ms(peer: _Peer, sets: int, warmup: int = 5, repeats: int = 50, burst: int | None = None) -> list[float]:
+    """Milliseconds per backward call: ``repeats`` bursts of ``burst`` calls back to back (default
+    :data:`bench.BURST`, as the versions are timed), rotating the sets, each burst behind a sleeping kernel
+    that is lengthened while the host cannot queue the burst in time. A peer that must run something
+    before each call (``before``) is timed one call at a time, after it."""
     torch = peer.torch
+    burst = 1 if peer.before else (burst or bench.BURST)
     clock_khz = gpu.require().device.get_attribute(gpu.driver().device_attribute.CLOCK_RATE)
-    cycles = int(SLEEP_US * clock_khz / 1e3)
     start, stop = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    queued = torch.cuda.Event()
     for i in range(warmup):
         if peer.before:
             peer.before(i % sets)
         peer.backward(i % sets)
     torch.cuda.synchronize()
-    times = []
-    for i in range(repeats):
-        k = i % sets
-        if peer.before:
-            peer.before(k)
-        torch.cuda._sleep(cycles)
-        start.record()
-        peer.backward(k)
-        stop.record()
-        stop.synchronize()
-        times.append(start.elapsed_time(stop))
+    sleep_us, times, turn, warned = SLEEP_US * burst, [], 0, False
+    for _ in range(repeats):
+        while True:
+            if peer.before:
+                peer.before(turn % sets)
+            torch.cuda._sleep(int(sleep_us * clock_khz / 1e3))
+            queued.record()
+            start.record()
+            for _ in range(burst):
+                peer.backward(turn % sets)
+                turn += 1
+            stop.record()
+            late = queued.query()
+            stop.synchronize()
+            if not late or sleep_us >= bench.MAX_SLEEP_US:
+                break
+            sleep_us = min(2 * sleep_us, bench.MAX_SLEEP_US)
+        if late and not warned:
+            warned = True
+            print(f"timing {peer.name}: the host could not queue {burst} calls within {bench.MAX_SLEEP_US} us; "
+                  f"its time includes the host's", file=sys.stderr)
+        times.append(start.elapsed_time(stop) / burst)
     return times
 
 

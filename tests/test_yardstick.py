@@ -147,6 +147,11 @@ class _FakeEvent:
     def synchronize(self):
         pass
 
+    late = []  # what query() answers, first to last (then False): whether the GPU had already got there
+
+    def query(self):
+        return _FakeEvent.late.pop(0) if _FakeEvent.late else False
+
     def time_since(self, earlier):
         return self.at - earlier.at
 
@@ -162,12 +167,13 @@ def test_interleaved_rounds_take_turns_and_consecutive_sets(monkeypatch):
             _FakeEvent.clock += cost
         return launch
 
-    times = bench.time_interleaved({"A": launcher("A", 1.0), "B": launcher("B", 2.0)}, sets=3, warmup=1, repeats=2)
+    times = bench.time_interleaved({"A": launcher("A", 1.0), "B": launcher("B", 2.0)}, sets=3, warmup=1, repeats=2,
+                                   burst=1)
     # warm-up A0 B1, then rounds (A2 B0) (A1 B2): every launch reads the set after the previous launch's
     assert calls == [("A", 0), ("B", 1), ("A", 2), ("B", 0), ("A", 1), ("B", 2)]
     assert times == {"A": [1.0, 1.0], "B": [2.0, 2.0]}
     calls.clear()
-    assert bench.time_ms(launcher("C", 0.5), sets=2, warmup=0, repeats=3) == [0.5] * 3
+    assert bench.time_ms(launcher("C", 0.5), sets=2, warmup=0, repeats=3, burst=1) == [0.5] * 3
     assert calls == [("C", 0), ("C", 1), ("C", 0)]
 
 
@@ -195,5 +201,43 @@ def test_every_interleaved_launch_visits_every_set(monkeypatch):
         return launch
 
     # 8 sets, 4 launches taking turns: without the rotation each would see 2 of the sets
-    bench.time_interleaved({name: launcher(name) for name in seen}, sets=8, warmup=0, repeats=7)
+    bench.time_interleaved({name: launcher(name) for name in seen}, sets=8, warmup=0, repeats=7, burst=1)
     assert all(s == set(range(7)) for s in seen.values()), seen
+
+
+def test_bursts_are_timed_together_and_divided(monkeypatch):
+    monkeypatch.setattr(bench.gpu, "driver", lambda: type("Driver", (), {"Event": _FakeEvent}))
+    monkeypatch.setattr(bench, "_sleep", lambda us, stream=None: None)
+    calls = []
+
+    def launch(i):
+        calls.append(i)
+        _FakeEvent.clock += 0.25 + 0.5 * (i == 0)  # set 0 is slower: the per-launch figure averages the burst
+
+    times = bench.time_ms(launch, sets=8, warmup=0, repeats=2, burst=4)
+    assert calls == [0, 1, 2, 3, 4, 5, 6, 0]  # 8 sets and bursts of 4 share a factor: 7 sets rotate
+    assert times == [pytest.approx((4 * 0.25 + 0.5) / 4), pytest.approx((4 * 0.25 + 0.5) / 4)]
+    with pytest.raises(ValueError, match="burst must be at least 1"):
+        bench.time_ms(launch, burst=0)
+
+
+def test_a_burst_queued_too_late_is_timed_again_with_a_longer_sleep(monkeypatch, capsys):
+    monkeypatch.setattr(bench.gpu, "driver", lambda: type("Driver", (), {"Event": _FakeEvent}))
+    slept = []
+    monkeypatch.setattr(bench, "_sleep", lambda us, stream=None: slept.append(us))
+    monkeypatch.setattr(_FakeEvent, "late", [True, True, False])  # late twice, then in time
+
+    def launch(i):
+        _FakeEvent.clock += 1.0
+
+    assert bench.time_ms(launch, warmup=0, repeats=2, burst=2) == [1.0, 1.0]  # one figure a round
+    assert slept == [200, 400, 800, 800]  # doubled until in time, and kept for the next round
+    assert capsys.readouterr().err == ""
+
+    monkeypatch.setattr(bench, "MAX_SLEEP_US", 1000)
+    monkeypatch.setattr(_FakeEvent, "late", [True] * 10)  # never in time: stops doubling, says so once
+    slept.clear()
+    assert bench.time_ms(launch, warmup=0, repeats=2, burst=2) == [1.0, 1.0]
+    assert slept == [200, 400, 800, 1000, 1000]
+    err = capsys.readouterr().err
+    assert err.count("could not queue 2 launches within 1000 us") == 1
