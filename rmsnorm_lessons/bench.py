@@ -1,8 +1,9 @@
-"""Timing, in one place: CUDA events, warm-up, median of many launches, inputs larger than L2.
+"""Timing, in one place: CUDA events, warm-up, median of many bursts, inputs larger than L2.
 
-Each timed launch is queued behind a short busy kernel so the host's launch overhead is not counted,
-and consecutive launches read different buffer sets (together larger than L2), so the figure is the
-speed from device memory, not from the cache. Bandwidth is the bytes a version must move
+Each timed burst of launches is queued behind a short busy kernel so the host's launch overhead is not
+counted, each timed launch follows a launch of its own kind (so it pays for the dirty L2 lines its own
+kind leaves, as in a loop, not for another kernel's), and consecutive launches read different buffer
+sets (together larger than L2), so the figure is the speed from device memory, not from the cache. Bandwidth is the bytes a version must move
 (:meth:`Version.bytes_moved`) over the median time, reported against the device-to-device copy
 bandwidth measured in the same process.
 """
@@ -44,11 +45,12 @@ _sleeper = None
 SLEEP_US = 100
 #: the longest sleep a burst gets (us); a host slower than that is reported, not waited for
 MAX_SLEEP_US = 50_000
-#: launches timed back to back in one window, the window's time divided among them. Each launch's
-#: predecessor is then the same kernel, as in a loop: L2 is write-back, so a kernel leaves up to an L2 of
-#: dirty lines behind, and whatever runs next pays for writing them. Timed alone after a sleep, v7 (dinp=)
-#: at 16384x4096 took 0.107 to 0.121 ms depending on what ran before it (lab/NOTES.md); in bursts, 0.118.
-BURST = 10
+#: launches timed back to back in one window, the window's time divided among them, behind one untimed
+#: launch of the same kind. Each timed launch's predecessor is then the same kernel, as in a loop: L2 is
+#: write-back, so a kernel leaves up to an L2 of dirty lines behind, and whatever runs next pays for
+#: writing them. Timed alone after a sleep, v7 (dinp=) at 16384x4096 took 0.107 to 0.121 ms depending on
+#: what ran before it (lab/NOTES.md); in bursts of 20, 0.118.
+BURST = 4
 
 
 def _sleep(us: float, stream=None):
@@ -68,9 +70,10 @@ def time_ms(launch, sets: int = 1, warmup: int = 5, repeats: int = 50, stream=No
 def time_interleaved(launches: dict, sets: int = 1, warmup: int = 5, repeats: int = 50, stream=None,
                      burst: int = BURST) -> dict:
     """Time several launches against each other (A/B interleaving): ``launches`` maps a name to
-    ``launch(i)`` (``i`` = which buffer set); in each of ``repeats`` rounds every launch runs one burst of
-    ``burst`` launches back to back, in turn, so a drift of the GPU over the run (clocks, temperature, a
-    neighbour) lands on all of them alike, and each launch follows its own kind (:data:`BURST` says why).
+    ``launch(i)`` (``i`` = which buffer set); in each of ``repeats`` rounds every launch runs one untimed
+    launch and then a timed burst of ``burst`` launches, back to back, in turn, so a drift of the GPU over
+    the run (clocks, temperature, a neighbour) lands on all of them alike, and each timed launch follows
+    its own kind (:data:`BURST` says why).
     Consecutive launches take consecutive buffer sets, among a number of sets that shares no factor with
     the launches of a round (:func:`rotation`), so that every launch visits every set in use. Returns each
     name's milliseconds per launch, one figure per round."""
@@ -78,13 +81,13 @@ def time_interleaved(launches: dict, sets: int = 1, warmup: int = 5, repeats: in
         raise ValueError(f"burst must be at least 1, got {burst}")
     drv = gpu.driver()
     start, stop, queued = drv.Event(), drv.Event(), drv.Event()
-    sets = rotation(sets, len(launches) * burst)
+    sets = rotation(sets, len(launches) * (burst + 1))
     turn = 0
     for _ in range(warmup):
         for launch in launches.values():
             launch(turn % sets)
             turn += 1
-    sleep_us = {name: SLEEP_US * burst for name in launches}
+    sleep_us = {name: SLEEP_US * (burst + 1) for name in launches}
     times = {name: [] for name in launches}
     host_bound = set()
     for _ in range(repeats):
@@ -92,6 +95,8 @@ def time_interleaved(launches: dict, sets: int = 1, warmup: int = 5, repeats: in
             while True:
                 _sleep(sleep_us[name], stream)
                 queued.record(stream)  # reached when the sleep ends
+                launch(turn % sets)  # untimed: the first timed launch follows its own kind too
+                turn += 1
                 start.record(stream)
                 for _ in range(burst):
                     launch(turn % sets)

@@ -320,7 +320,8 @@ def main(argv=None) -> int:
     p.add_argument("--shapes", type=_shapes, metavar="NxC[,NxC...]",
                    help="shapes to time, rows x channels, comma-separated (default: the benchmark's sweep)")
     p.add_argument("--repeats", type=_positive_int, default=50, metavar="R",
-                   help="launches timed per version and shape; the median is reported (default: 50)")
+                   help="rounds timed per version and shape, each a burst of launches back to back; the median "
+                        "round is reported (default: 50)")
     p.add_argument("--json", type=_output_path, metavar="PATH",
                    help="write every row here (name, N, C, ms, GB/s, %% of copy, speedup over v6)")
     p.add_argument("--peers", action=argparse.BooleanOptionalAction, default=None,

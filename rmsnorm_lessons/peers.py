@@ -301,9 +301,9 @@ _CLASSES = {c.name: c for c in (_Eager, _Compiled, _Liger, _CompiledMaxAutotune,
 
 def time_ms(peer: _Peer, sets: int, warmup: int = 5, repeats: int = 50, burst: int | None = None) -> list[float]:
     """Milliseconds per backward call: ``repeats`` bursts of ``burst`` calls back to back (default
-    :data:`bench.BURST`, as the versions are timed), rotating the sets, each burst behind a sleeping kernel
-    that is lengthened while the host cannot queue the burst in time. A peer that must run something
-    before each call (``before``) is timed one call at a time, after it."""
+    :data:`bench.BURST`, as the versions are timed), each behind one untimed call and a sleeping kernel
+    that is lengthened while the host cannot queue the burst in time; the calls rotate the sets. A peer
+    that must run something before each call (``before``) is timed one call at a time, after it."""
     torch = peer.torch
     burst = 1 if peer.before else (burst or bench.BURST)
     clock_khz = gpu.require().device.get_attribute(gpu.driver().device_attribute.CLOCK_RATE)
@@ -314,13 +314,16 @@ def time_ms(peer: _Peer, sets: int, warmup: int = 5, repeats: int = 50, burst: i
             peer.before(i % sets)
         peer.backward(i % sets)
     torch.cuda.synchronize()
-    sleep_us, times, turn, warned = SLEEP_US * burst, [], 0, False
+    sleep_us, times, turn, warned = SLEEP_US * (burst + 1), [], 0, False
     for _ in range(repeats):
         while True:
             if peer.before:
                 peer.before(turn % sets)
             torch.cuda._sleep(int(sleep_us * clock_khz / 1e3))
             queued.record()
+            if not peer.before:  # untimed: the first timed call follows a call of its own kind too
+                peer.backward(turn % sets)
+                turn += 1
             start.record()
             for _ in range(burst):
                 peer.backward(turn % sets)

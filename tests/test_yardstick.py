@@ -169,12 +169,13 @@ def test_interleaved_rounds_take_turns_and_consecutive_sets(monkeypatch):
 
     times = bench.time_interleaved({"A": launcher("A", 1.0), "B": launcher("B", 2.0)}, sets=3, warmup=1, repeats=2,
                                    burst=1)
-    # warm-up A0 B1, then rounds (A2 B0) (A1 B2): every launch reads the set after the previous launch's
-    assert calls == [("A", 0), ("B", 1), ("A", 2), ("B", 0), ("A", 1), ("B", 2)]
+    # warm-up A0 B1, then rounds of (untimed, timed) pairs: (A2 A0 B1 B2) (A0 A1 B2 B0): every launch reads
+    # the set after the previous launch's, and only the second of each pair is inside the events
+    assert calls == [("A", 0), ("B", 1), ("A", 2), ("A", 0), ("B", 1), ("B", 2), ("A", 0), ("A", 1), ("B", 2), ("B", 0)]
     assert times == {"A": [1.0, 1.0], "B": [2.0, 2.0]}
     calls.clear()
     assert bench.time_ms(launcher("C", 0.5), sets=2, warmup=0, repeats=3, burst=1) == [0.5] * 3
-    assert calls == [("C", 0), ("C", 1), ("C", 0)]
+    assert calls == [("C", 0), ("C", 0), ("C", 0), ("C", 0), ("C", 0), ("C", 0)]  # 2 sets share a factor with 2
 
 
 def test_rotation_shares_no_factor_with_the_launches():
@@ -214,9 +215,10 @@ def test_bursts_are_timed_together_and_divided(monkeypatch):
         calls.append(i)
         _FakeEvent.clock += 0.25 + 0.5 * (i == 0)  # set 0 is slower: the per-launch figure averages the burst
 
-    times = bench.time_ms(launch, sets=8, warmup=0, repeats=2, burst=4)
-    assert calls == [0, 1, 2, 3, 4, 5, 6, 0]  # 8 sets and bursts of 4 share a factor: 7 sets rotate
-    assert times == [pytest.approx((4 * 0.25 + 0.5) / 4), pytest.approx((4 * 0.25 + 0.5) / 4)]
+    times = bench.time_ms(launch, sets=8, warmup=0, repeats=2, burst=3)
+    # an untimed launch and a burst of 3 make 4 a round, which shares a factor with 8 sets: 7 rotate
+    assert calls == [0, 1, 2, 3, 4, 5, 6, 0]
+    assert times == [pytest.approx(0.25), pytest.approx((2 * 0.25 + 0.75) / 3)]  # set 0 in the second burst
     with pytest.raises(ValueError, match="burst must be at least 1"):
         bench.time_ms(launch, burst=0)
 
@@ -231,13 +233,13 @@ def test_a_burst_queued_too_late_is_timed_again_with_a_longer_sleep(monkeypatch,
         _FakeEvent.clock += 1.0
 
     assert bench.time_ms(launch, warmup=0, repeats=2, burst=2) == [1.0, 1.0]  # one figure a round
-    assert slept == [200, 400, 800, 800]  # doubled until in time, and kept for the next round
+    assert slept == [300, 600, 1200, 1200]  # 100 us a launch, doubled until in time, kept for the next round
     assert capsys.readouterr().err == ""
 
     monkeypatch.setattr(bench, "MAX_SLEEP_US", 1000)
     monkeypatch.setattr(_FakeEvent, "late", [True] * 10)  # never in time: stops doubling, says so once
     slept.clear()
     assert bench.time_ms(launch, warmup=0, repeats=2, burst=2) == [1.0, 1.0]
-    assert slept == [200, 400, 800, 1000, 1000]
+    assert slept == [300, 600, 1000, 1000]
     err = capsys.readouterr().err
     assert err.count("could not queue 2 launches within 1000 us") == 1
