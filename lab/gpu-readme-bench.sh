@@ -29,7 +29,8 @@ ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 PEERS=(--peer "torch eager" --peer torch.compile --peer Liger-Kernel --peer "torch.compile max-autotune"
        --peer Quack --peer "Quack kernel" --peer "Quack tuned")
 PEER_CACHE=${PEER_CACHE:-/tmp/peer-caches}
-export TORCHINDUCTOR_CACHE_DIR=$PEER_CACHE/inductor QUACK_CACHE_DIR=$PEER_CACHE/quack
+# Quack keeps its winners on disk only when asked (QUACK_CACHE_AUTOTUNING=1: quack/autotuner.py, 0.6.5)
+export TORCHINDUCTOR_CACHE_DIR=$PEER_CACHE/inductor QUACK_CACHE_DIR=$PEER_CACHE/quack QUACK_CACHE_AUTOTUNING=1
 case "$cmd" in
 tune)
     shapes=${3:?shapes NxC,...}
