@@ -1,6 +1,8 @@
-"""Is the same-bytes ceiling a ceiling? Time the shipped elementwise kernel (kernels/stream_ceiling.cu)
-beside other spellings of it (lab/kernels/ceiling_variants.cu) at the bench's shapes in both modes, and the
-shipped copy kernel beside cuMemcpyDtoD and other copy spellings, all interleaved (bench.time_interleaved).
+"""Is the same-bytes ceiling a ceiling? Time spellings of the elementwise kernel with the same bytes
+(lab/kernels/ceiling_variants.cu: grid-stride, what kernels/stream_ceiling.cu had until 2026-12-03; 2 or 4
+chunks a thread; one chunk a thread) at the bench's shapes in both modes, and the copy spellings beside
+cuMemcpyDtoD, all interleaved (bench.time_interleaved). (The run of 2026-12-03 named the grid-stride ones
+stream_elementwise / stream_copy and timed single launches behind a sleep, as the bench did then.)
 
     python lab/ceiling_probe.py [--json F]     # needs a GPU
 
@@ -19,8 +21,8 @@ import numpy as np
 from rmsnorm_lessons import bench, build, gpu, ladder
 
 SOURCE = Path(__file__).resolve().parent / "kernels" / "ceiling_variants.cu"
-THREADS = {"stream_elementwise": 512, "elementwise_u2": 256, "elementwise_u4": 256, "elementwise_flat": 256,
-           "stream_copy": 512, "copy_u4": 256, "copy_flat": 256}
+THREADS = {"gridstride_elementwise": 512, "elementwise_u2": 256, "elementwise_u4": 256, "elementwise_flat": 256,
+           "gridstride_copy": 512, "copy_u4": 256, "copy_flat": 256}
 
 
 def module():
@@ -55,7 +57,7 @@ def elementwise_shape(mod, N, C, overwrite, repeats, copy_gbps):
     buffers = [[drv.to_device(h) for h in host] for _ in range(sets)]
     try:
         variants = {f"{name} x{bps}": launcher(mod, name, n16, bps, accumulate=not overwrite)
-                    for name, bps in (("stream_elementwise", 4), ("elementwise_u2", 8), ("elementwise_u4", 4),
+                    for name, bps in (("gridstride_elementwise", 4), ("elementwise_u2", 8), ("elementwise_u4", 4),
                                       ("elementwise_u4", 8), ("elementwise_flat", 0))}
         launches = {k: (lambda i, L=L: L(buffers[i])) for k, L in variants.items()}
         times = bench.time_interleaved(launches, sets=sets, repeats=repeats)
@@ -75,7 +77,7 @@ def copies(mod, repeats, nbytes=1 << 30):
     drv.memset_d8(src, 1, nbytes)
     try:
         launches = {f"{name} x{bps}": (lambda i, L=launcher(mod, name, n16, bps): L((dst, src)))
-                    for name, bps in (("stream_copy", 4), ("copy_u4", 4), ("copy_u4", 8), ("copy_flat", 0))}
+                    for name, bps in (("gridstride_copy", 4), ("copy_u4", 4), ("copy_u4", 8), ("copy_flat", 0))}
         launches["cuMemcpyDtoD"] = lambda i: drv.memcpy_dtod(dst, src, nbytes)
         times = bench.time_interleaved(launches, sets=1, repeats=repeats)
     finally:

@@ -4,6 +4,9 @@ A hypothesis: L2 is write-back, so a kernel leaves up to an L2 of dirty lines be
 before each timed launch touches no memory), and whichever launch comes next pays for writing them.
 
     python lab/neighbour_probe.py [--json F]     # needs a GPU
+    python lab/neighbour_probe.py --profile "v7 (dinp=)" --shapes 16384x4096
+        # only 6 x (that predecessor, the sleep, v7 (dinp=)): for Nsight Compute with --cache-control none,
+        # to count the DRAM bytes each v7 launch writes after it (lab/gpu-neighbour.sh)
 
 For each timed kernel T (v7 and two spellings of the ceiling, overwrite mode) and each predecessor P,
 the loop is: P on one buffer set, the sleep, then T timed alone on the next set. Then T in bursts: the
@@ -30,6 +33,7 @@ def main(argv=None) -> int:
     p.add_argument("--json", default="")
     p.add_argument("--repeats", type=int, default=30)
     p.add_argument("--shapes", default="16384x4096,32768x1024")
+    p.add_argument("--profile", default="", help="a predecessor's name: run only it and v7 (dinp=), 6 times")
     args = p.parse_args(argv)
     gpu.require()
     drv = gpu.driver()
@@ -42,19 +46,19 @@ def main(argv=None) -> int:
         sets = bench.rotation(problem.sets, 2)
         n16 = N * C // 8
         L_acc, L_ow = launch.launcher(v7, C), launch.launcher(v7, C, overwrite=True)
-        stream_ow = bench._stream_launcher(accumulate=False)
+        gridstride = ceiling_probe.launcher(mod, "gridstride_elementwise", n16, 4, accumulate=False)
         flat = ceiling_probe.launcher(mod, "elementwise_flat", n16, 0, accumulate=False)
         flush_bytes = 4 * gpu.facts().l2_bytes
         flush_buf = drv.mem_alloc(flush_bytes)
         drv.memset_d8(flush_buf, 0, flush_bytes)
-        copy_fn = mod.get_function("copy_flat")
         flush_dst = drv.mem_alloc(16)
 
         def b(i):
             return problem.buffers[i % sets]
         kernels = {
             "v7 (dinp=)": lambda i: L_ow(N, b(i)),
-            "stream ceiling (dinp=)": lambda i: stream_ow(b(i).dinp, b(i).dout, b(i).inp, N * C),
+            # (the run of 2026-12-03 called this one "stream ceiling": the bench's ceiling then)
+            "gridstride ceiling (dinp=)": lambda i: gridstride((b(i).dinp, b(i).dout, b(i).inp)),
             "flat ceiling (dinp=)": lambda i: flat((b(i).dinp, b(i).dout, b(i).inp)),
         }
         # the flush: every thread reads its chunks and keeps one (a read-only sweep of 4 L2s evicts the dirty
@@ -65,9 +69,21 @@ def main(argv=None) -> int:
             read_fn(flush_buf, np.int64(flush_bytes // 16), flush_dst, block=(256, 1, 1),
                     grid=(gpu.facts().multiprocessors * 8, 1, 1))
         predecessors = {"nothing": None, "v7 (acc)": lambda i: L_acc(N, b(i)), "v7 (dinp=)": kernels["v7 (dinp=)"],
-                        "stream ceiling (dinp=)": kernels["stream ceiling (dinp=)"],
+                        "gridstride ceiling (dinp=)": kernels["gridstride ceiling (dinp=)"],
                         "flat ceiling (dinp=)": kernels["flat ceiling (dinp=)"], "L2 flush (read)": flush}
         start, stop = drv.Event(), drv.Event()
+        if args.profile:
+            P = predecessors[args.profile]
+            for r in range(6):
+                if P is not None:
+                    P(2 * r)
+                bench._sleep(bench.SLEEP_US)
+                kernels["v7 (dinp=)"](2 * r + 1)
+            drv.Context.synchronize()
+            flush_buf.free()
+            flush_dst.free()
+            problem.free()
+            continue
         for tname, T in kernels.items():
             for pname, P in predecessors.items():
                 times, turn = [], 0
