@@ -86,7 +86,7 @@ def shape_for(N: int, C: int, device, overwrite: bool, v: Variant) -> Shape:
     return Shape(K, G, groups, stages, slot_bytes, grid)
 
 
-def make_plan(v: Variant):
+def make_plan(v: Variant, reduce: str = "reduce_dweight_v7"):
     def plan(N, C, device, *, block, overwrite=False, config=None):
         s = shape_for(N, C, device, overwrite, v)
         partials = Scratch("partials", s.grid * C * 4)
@@ -95,20 +95,29 @@ def make_plan(v: Variant):
                        (*tensor_args("dinp"), ("partials", partials), *tensor_args("dout", "inp", "weight", "rstd"),
                         ("N", N), ("C", C), ("G", s.G), ("K", s.K), ("stages", s.stages),
                         ("accumulate", int(not overwrite)))),
-                Launch("reduce_dweight_v7", reducers, v7_fast.MAX_BLOCK, 0,
+                Launch(reduce, reducers, v7_fast.MAX_BLOCK, 0,
                        (*tensor_args("dweight"), ("partials", partials), ("parts", s.grid), ("C", C),
                         ("slices", reducers)))]
     return plan
 
 
-def register(name: str) -> ladder.Rung:
+#: blocks whose phases the stamped builds record (lab/v9_stamps.py); more than any grid here launches
+STAMPED_BLOCKS = 1024
+
+
+def register(name: str, stamps: bool = False) -> ladder.Rung:
+    """Register variant ``name`` as a rung; with ``stamps``, as ``<name>_stamps``, built with V9_STAMPS so that
+    every block of both kernels records %globaltimer at its phases (lab/v9_stamps.py reads them)."""
     v = VARIANTS[name]
+    reduce = "reduce_dweight_v9" if stamps else "reduce_dweight_v7"
+    defines = {**v7_fast.DEFINES, "V9_BLOCK": v.block, "V9_MAX_K": v.max_K, "V9_WEIGHT_F32": int(v.weight_f32),
+               "V9_RSTD": v.rstd_at}
+    if stamps:
+        defines["V9_STAMPS"] = STAMPED_BLOCKS
     return ladder.rung_from_source(
-        name=name, source=SOURCE, plan=make_plan(v), dtype=BF16, c_multiple=8, deterministic=True,
-        block_size=v.block, max_block=v.block, overwrite_mode=True, shared_memory=lambda C, block: 0,
-        kernels=("v9_async", "reduce_dweight_v7"),
-        defines={**v7_fast.DEFINES, "V9_BLOCK": v.block, "V9_MAX_K": v.max_K, "V9_WEIGHT_F32": int(v.weight_f32),
-                 "V9_RSTD": v.rstd_at},
+        name=name + ("_stamps" if stamps else ""), source=SOURCE, plan=make_plan(v, reduce), dtype=BF16,
+        c_multiple=8, deterministic=True, block_size=v.block, max_block=v.block, overwrite_mode=True,
+        shared_memory=lambda C, block: 0, kernels=("v9_async", reduce), defines=defines,
         adds="lab: rows through shared memory by per-thread cp.async; dweight in registers")
 
 

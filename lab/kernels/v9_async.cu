@@ -38,6 +38,27 @@ constexpr bool WEIGHT_F32 = V9_WEIGHT_F32 != 0;
 constexpr int RSTD_AT = V9_RSTD;
 static_assert(RSTD_AT >= 0 && RSTD_AT <= 2, "V9_RSTD is 0, 1 or 2");
 
+#ifdef V9_STAMPS
+// %globaltimer (ns) per block, thread 0's view (lab/v9_stamps.py): [0] entry, [1] its first row's copies
+// landed, [2] the row loop done, [3] the partial row written; the final sum's blocks: entry and exit
+__device__ unsigned long long v9_stamps[V9_STAMPS][4];
+__device__ unsigned long long v9_reduce_stamps[V9_STAMPS][2];
+__device__ __forceinline__ unsigned long long global_ns() {
+    unsigned long long t;
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+    return t;
+}
+__shared__ unsigned long long first_row_ns;
+#define V9_STAMP(k) \
+    do { \
+        if (threadIdx.x == 0 && blockIdx.x < V9_STAMPS) v9::v9_stamps[blockIdx.x][k] = v9::global_ns(); \
+    } while (0)
+#else
+#define V9_STAMP(k) \
+    do { \
+    } while (0)
+#endif
+
 __shared__ float warp_dots[2][WARPS];  // each warp's part of its row's dot product (two buffers alternate)
 
 // The copy helpers are v7's (kernels/v7_fast.cu, item 11, which took this experiment's kernel as its staged
@@ -55,6 +76,7 @@ template <int K, bool ACC>
 __device__ __forceinline__ void backward(__nv_bfloat16* dinp, float* partials, const __nv_bfloat16* dout,
                                          const __nv_bfloat16* inp, const __nv_bfloat16* weight,
                                          const float* rstd, int N, int C, int G, int stages) {
+    V9_STAMP(0);
     extern __shared__ __align__(128) unsigned char staged[];
     constexpr int TENSORS = ACC ? 3 : 2;
     const int chunks = C / 8;
@@ -119,6 +141,9 @@ __device__ __forceinline__ void backward(__nv_bfloat16* dinp, float* partials, c
         const float r = RSTD_AT == 0 ? __ldg(rstd + row) : r_next;
         if (RSTD_AT == 1 && row + stride < N) r_next = __ldg(rstd + row + stride);
         wait_pending(stages - 1);  // row i's copies (this thread's) have landed
+#ifdef V9_STAMPS
+        if (i == 0 && threadIdx.x == 0) v9::first_row_ns = v9::global_ns();  // (to shared: no spill in the loop)
+#endif
         const unsigned char* slot = ring + (size_t)s * slot_bytes;
         const uint4* g_row = reinterpret_cast<const uint4*>(slot);
         const uint4* x_row = reinterpret_cast<const uint4*>(slot + part_bytes);
@@ -168,6 +193,7 @@ __device__ __forceinline__ void backward(__nv_bfloat16* dinp, float* partials, c
         }
     }
     wait_pending(0);  // the empty groups at the end; nothing of the ring is read after this
+    V9_STAMP(2);
 
     // the groups' sums, added in group order, one partial row per block; the ring is free to hold them
     __syncthreads();
@@ -189,9 +215,26 @@ __device__ __forceinline__ void backward(__nv_bfloat16* dinp, float* partials, c
         for (int i = 1; i < groups; i++) v7::add4(a, sums4[(size_t)i * (C / 4) + q]);
         __stcg(mine + q, a);
     }
+    V9_STAMP(3);
+#ifdef V9_STAMPS
+    if (threadIdx.x == 0 && blockIdx.x < V9_STAMPS) v9_stamps[blockIdx.x][1] = first_row_ns;
+#endif
 }
 
 }  // namespace v9
+
+#ifdef V9_STAMPS
+// v7's final sum, stamped at entry and, after every thread is done, at exit
+extern "C" __global__ void __launch_bounds__(v7::MAX_BLOCK) reduce_dweight_v9(__nv_bfloat16* dweight,
+                                                                               const float* partials, int parts,
+                                                                               int C, int slices) {
+    if (threadIdx.x == 0 && blockIdx.x < V9_STAMPS) v9::v9_reduce_stamps[blockIdx.x][0] = v9::global_ns();
+    __shared__ float4 red[v7::MAX_BLOCK];
+    v7::reduce_slice(dweight, partials, parts, C, blockIdx.x, slices, red);
+    __syncthreads();
+    if (threadIdx.x == 0 && blockIdx.x < V9_STAMPS) v9::v9_reduce_stamps[blockIdx.x][1] = v9::global_ns();
+}
+#endif
 
 extern "C" __global__ void __launch_bounds__(v9::BLOCK, 1)
 v9_async(__nv_bfloat16* dinp, float* partials, const __nv_bfloat16* dout, const __nv_bfloat16* inp,
