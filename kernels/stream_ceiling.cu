@@ -16,11 +16,13 @@ __device__ __forceinline__ unsigned product(unsigned a, unsigned b, unsigned c, 
     return *reinterpret_cast<unsigned*>(&p);
 }
 
-// n16: 16-byte chunks (8 bf16) per tensor. One chunk a thread, as many blocks of 256 as it takes: no loop, the
-// block scheduler hands out the work. A grid-stride loop of 4 blocks of 512 an SM moved the same bytes 3-7 %
-// slower on the H200 (it issues one chunk's loads, then its store, then the next chunk's loads: the store may
-// alias them); spellings with 2 or 4 chunks' loads before their stores ranged from 5.5 % slower to 2.5 % faster (lab/NOTES.md).
-extern "C" __global__ void __launch_bounds__(256) stream_elementwise(uint4* __restrict__ out, const uint4* __restrict__ a,
+// n16: 16-byte chunks (8 bf16) per tensor. One chunk a thread, as many blocks of 256 as it takes: no loop,
+// the block scheduler hands out the work. A grid-stride loop of 4 blocks of 512 an SM moved the same bytes
+// 3-7 % slower on the H200 (it issues one chunk's loads, then its store, then the next chunk's loads: the
+// store may alias them); spellings with 2 or 4 chunks' loads before their stores ranged from 5.5 % slower
+// to 2.5 % faster than it (lab/NOTES.md).
+extern "C" __global__ void __launch_bounds__(256) stream_elementwise(uint4* __restrict__ out,
+                                                                     const uint4* __restrict__ a,
                                                                      const uint4* __restrict__ b, long long n16,
                                                                      int accumulate) {
     const long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x;

@@ -73,7 +73,8 @@ def main(argv=None) -> int:
             line.append(f"{name} {ms:.4f} ({pct:.1f}%)")
         best = {ow: min(r["ms"] for r in out[-6:] if r["name"].startswith(("gridstride", "flat")) and
                         r["name"].endswith("(dinp=)") == ow) for ow in (False, True)}
-        v7ms = {ow: next(r["ms"] for r in out[-6:] if r["name"] == "v7" + (" (dinp=)" if ow else "")) for ow in (False, True)}
+        v7ms = {ow: next(r["ms"] for r in out[-6:] if r["name"] == "v7" + (" (dinp=)" if ow else ""))
+                for ow in (False, True)}
         print(f"{N}x{C}: " + "  ".join(line) + f"  | v7 % of the best ceiling: {100 * best[False] / v7ms[False]:.1f} / "
               f"{100 * best[True] / v7ms[True]:.1f}", flush=True)
     if args.json:

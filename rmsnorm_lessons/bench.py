@@ -3,9 +3,9 @@
 Each timed burst of launches is queued behind a short busy kernel so the host's launch overhead is not
 counted, each timed launch follows a launch of its own kind (so it pays for the dirty L2 lines its own
 kind leaves, as in a loop, not for another kernel's), and consecutive launches read different buffer
-sets (together larger than L2), so the figure is the speed from device memory, not from the cache. Bandwidth is the bytes a version must move
-(:meth:`Version.bytes_moved`) over the median time, reported against the device-to-device copy
-bandwidth measured in the same process.
+sets (together larger than L2), so the figure is the speed from device memory, not from the cache.
+Bandwidth is the bytes a version must move (:meth:`Version.bytes_moved`) over the median time, reported
+against the device-to-device copy bandwidth measured in the same process.
 """
 from __future__ import annotations
 
