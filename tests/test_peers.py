@@ -1,6 +1,6 @@
 """The peers' bench loop (rmsnorm_lessons/peers.py) with a made-up peer in place of PyTorch (CPU): a noisy
-timing is timed again on the peer already built, a wrong peer is not timed, and the sweep says how long
-each peer took when asked."""
+timing is timed again on the peer already built, a wrong peer is not timed, the sweep says how long
+each peer took when asked, and a peer is timed in bursts as the versions are."""
 from __future__ import annotations
 
 import io
@@ -75,3 +75,81 @@ def test_sweep_says_each_peers_wall_time_when_asked(fake, monkeypatch):
     lines = said.getvalue().splitlines()
     assert [line.split(":")[0] for line in lines] == ["peer torch eager at 64x256", "peer torch eager at 32x512"]
     assert all(line.endswith(" s") for line in lines)
+
+
+class _Clock:
+    """A fake GPU timeline: each backward call advances it; events stamp it; query says whether the sleep
+    ahead of a burst had already ended when the host asked (the answers are scripted)."""
+
+    def __init__(self, late=()):
+        self.now, self.late, self.slept = 0.0, list(late), []
+
+    def torch(self):
+        clock = self
+
+        class Event:
+            def __init__(self, enable_timing=False):
+                self.at = None
+
+            def record(self):
+                self.at = clock.now
+
+            def query(self):
+                return clock.late.pop(0) if clock.late else False
+
+            def synchronize(self):
+                pass
+
+            def elapsed_time(self, end):
+                return end.at - self.at
+
+        cuda = SimpleNamespace(Event=Event, synchronize=lambda: None,
+                               _sleep=lambda cycles: clock.slept.append(cycles))
+        return SimpleNamespace(cuda=cuda)
+
+
+class _TimedPeer:
+    name = "made-up"
+
+    def __init__(self, clock, cost=0.5, before=None):
+        self.torch, self.calls, self.before, self.cost, self.clock = clock.torch(), [], before, cost, clock
+
+    def backward(self, i):
+        self.calls.append(i)
+        self.clock.now += self.cost * (1 + (i == 0))  # set 0 is twice as slow
+
+
+@pytest.fixture
+def device_clock(monkeypatch):
+    device = SimpleNamespace(get_attribute=lambda attribute: 1000)  # a 1000 kHz clock
+    monkeypatch.setattr(gpu, "require", lambda: SimpleNamespace(device=device))
+    monkeypatch.setattr(gpu, "driver", lambda: SimpleNamespace(device_attribute=SimpleNamespace(CLOCK_RATE=0)))
+
+
+def test_a_peer_is_timed_in_bursts_after_one_untimed_call(device_clock):
+    clock = _Clock()
+    peer = _TimedPeer(clock)
+    times = peers.time_ms(peer, sets=5, warmup=1, repeats=2, burst=3)
+    # warm-up 0; round 1: untimed 0, timed 1 2 3; round 2: untimed 4, timed 0 1 2 (set 0 costs twice)
+    assert peer.calls == [0, 0, 1, 2, 3, 4, 0, 1, 2]
+    assert times == [pytest.approx(0.5), pytest.approx((1.0 + 0.5 + 0.5) / 3)]
+    assert clock.slept == [peers.SLEEP_US * 4] * 2  # a clock of 1000 kHz: the cycles are the us
+
+
+def test_a_peer_queued_too_late_gets_a_longer_sleep_and_is_reported_once(device_clock, monkeypatch, capsys):
+    monkeypatch.setattr(bench, "MAX_SLEEP_US", 4 * peers.SLEEP_US * 2)  # twice the first sleep
+    clock = _Clock(late=[True, True, True])
+    peer = _TimedPeer(clock)
+    times = peers.time_ms(peer, sets=4, warmup=0, repeats=2, burst=3)
+    assert len(times) == 2
+    assert clock.slept == [1200, 2400, 2400]  # doubled to the cap, then kept
+    assert capsys.readouterr().err.count("could not queue 3 calls") == 1
+
+
+def test_a_peer_that_needs_a_call_before_each_backward_is_timed_one_call_at_a_time(device_clock):
+    clock = _Clock()
+    before = []
+    peer = _TimedPeer(clock, before=lambda i: before.append(i))
+    times = peers.time_ms(peer, sets=3, warmup=0, repeats=3, burst=4)
+    assert peer.calls == [0, 1, 2] and before == [0, 1, 2]  # no untimed call, no burst: before, then one
+    assert times == [pytest.approx(1.0), pytest.approx(0.5), pytest.approx(0.5)]
