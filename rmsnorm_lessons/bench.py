@@ -61,14 +61,17 @@ def _sleep(us: float, stream=None):
     _sleeper(np.int64(us * clock_khz / 1e3), block=(1, 1, 1), grid=(1, 1, 1), stream=stream)
 
 
-def time_ms(launch, sets: int = 1, warmup: int = 5, repeats: int = 50, stream=None, burst: int = BURST) -> list[float]:
+def time_ms(launch, sets: int = 1, warmup: int = 5, repeats: int = 50, stream=None, burst: int = BURST, *,
+            name: str = "launch", before=None, sleep_us: float = SLEEP_US) -> list[float]:
     """Time ``launch(i)`` (``i`` = which buffer set) in ``repeats`` bursts of ``burst`` back-to-back launches;
-    return each burst's milliseconds per launch."""
-    return time_interleaved({"launch": launch}, sets, warmup, repeats, stream, burst)["launch"]
+    return each burst's milliseconds per launch. ``name`` names it in a warning; ``before`` and ``sleep_us``
+    as in :func:`time_interleaved`."""
+    return time_interleaved({name: launch}, sets, warmup, repeats, stream, burst,
+                            before=None if before is None else {name: before}, sleep_us=sleep_us)[name]
 
 
 def time_interleaved(launches: dict, sets: int = 1, warmup: int = 5, repeats: int = 50, stream=None,
-                     burst: int = BURST) -> dict:
+                     burst: int = BURST, *, before: dict | None = None, sleep_us: float = SLEEP_US) -> dict:
     """Time several launches against each other (A/B interleaving): ``launches`` maps a name to
     ``launch(i)`` (``i`` = which buffer set); in each of ``repeats`` rounds every launch runs one untimed
     launch and then a timed burst of ``burst`` launches, back to back, in turn, so a drift of the GPU over
@@ -76,27 +79,39 @@ def time_interleaved(launches: dict, sets: int = 1, warmup: int = 5, repeats: in
     its own kind (:data:`BURST` says why).
     Consecutive launches take consecutive buffer sets, among a number of sets that shares no factor with
     the launches of a round (:func:`rotation`), so that every launch visits every set in use. Returns each
-    name's milliseconds per launch, one figure per round."""
+    name's milliseconds per launch, one figure per round.
+
+    ``before`` maps a name to ``prepare(i)``, run untimed ahead of each of its launches on the same set
+    (a launch that cannot repeat without it: it is then timed one launch at a time, ``burst`` = 1, with no
+    untimed launch of its own). ``sleep_us``: the first sleep ahead of a burst, per launch in it."""
+    before = before or {}
     if burst < 1:
         raise ValueError(f"burst must be at least 1, got {burst}")
+    if before and burst != 1:
+        raise ValueError(f"a launch with a call before each one is timed alone: burst must be 1, got {burst}")
     drv = gpu.driver()
     start, stop, queued = drv.Event(), drv.Event(), drv.Event()
     sets = rotation(sets, len(launches) * (burst + 1))
     turn = 0
     for _ in range(warmup):
-        for launch in launches.values():
+        for name, launch in launches.items():
+            if name in before:
+                before[name](turn % sets)
             launch(turn % sets)
             turn += 1
-    sleep_us = {name: SLEEP_US * (burst + 1) for name in launches}
+    sleep = {name: sleep_us * (burst + (name not in before)) for name in launches}
     times = {name: [] for name in launches}
     host_bound = set()
     for _ in range(repeats):
         for name, launch in launches.items():
             while True:
-                _sleep(sleep_us[name], stream)
+                if name in before:
+                    before[name](turn % sets)
+                _sleep(sleep[name], stream)
                 queued.record(stream)  # reached when the sleep ends
-                launch(turn % sets)  # untimed: the first timed launch follows its own kind too
-                turn += 1
+                if name not in before:
+                    launch(turn % sets)  # untimed: the first timed launch follows its own kind too
+                    turn += 1
                 start.record(stream)
                 for _ in range(burst):
                     launch(turn % sets)
@@ -104,9 +119,9 @@ def time_interleaved(launches: dict, sets: int = 1, warmup: int = 5, repeats: in
                 stop.record(stream)
                 late = queued.query()  # the GPU was done sleeping before the host had queued the burst
                 stop.synchronize()
-                if not late or sleep_us[name] >= MAX_SLEEP_US:
+                if not late or sleep[name] >= MAX_SLEEP_US:
                     break
-                sleep_us[name] = min(2 * sleep_us[name], MAX_SLEEP_US)
+                sleep[name] = min(2 * sleep[name], MAX_SLEEP_US)
             if late and name not in host_bound:
                 host_bound.add(name)
                 print(f"timing {name}: the host could not queue {burst} launches within {MAX_SLEEP_US} us; "

@@ -300,46 +300,12 @@ _CLASSES = {c.name: c for c in (_Eager, _Compiled, _Liger, _CompiledMaxAutotune,
 
 
 def time_ms(peer: _Peer, sets: int, warmup: int = 5, repeats: int = 50, burst: int | None = None) -> list[float]:
-    """Milliseconds per backward call: ``repeats`` bursts of ``burst`` calls back to back (default
-    :data:`bench.BURST`, as the versions are timed), each behind one untimed call and a sleeping kernel
-    that is lengthened while the host cannot queue the burst in time; the calls rotate the sets. A peer
-    that must run something before each call (``before``) is timed one call at a time, after it."""
-    torch = peer.torch
-    burst = 1 if peer.before else (burst or bench.BURST)
-    clock_khz = gpu.require().device.get_attribute(gpu.driver().device_attribute.CLOCK_RATE)
-    start, stop = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    queued = torch.cuda.Event()
-    for i in range(warmup):
-        if peer.before:
-            peer.before(i % sets)
-        peer.backward(i % sets)
-    torch.cuda.synchronize()
-    sleep_us, times, turn, warned = SLEEP_US * (burst + 1), [], 0, False
-    for _ in range(repeats):
-        while True:
-            if peer.before:
-                peer.before(turn % sets)
-            torch.cuda._sleep(int(sleep_us * clock_khz / 1e3))
-            queued.record()
-            if not peer.before:  # untimed: the first timed call follows a call of its own kind too
-                peer.backward(turn % sets)
-                turn += 1
-            start.record()
-            for _ in range(burst):
-                peer.backward(turn % sets)
-                turn += 1
-            stop.record()
-            late = queued.query()
-            stop.synchronize()
-            if not late or sleep_us >= bench.MAX_SLEEP_US:
-                break
-            sleep_us = min(2 * sleep_us, bench.MAX_SLEEP_US)
-        if late and not warned:
-            warned = True
-            print(f"timing {peer.name}: the host could not queue {burst} calls within {bench.MAX_SLEEP_US} us; "
-                  f"its time includes the host's", file=sys.stderr)
-        times.append(start.elapsed_time(stop) / burst)
-    return times
+    """Milliseconds per backward call, timed as the versions are (:func:`bench.time_ms`: bursts of ``burst``
+    calls, default :data:`bench.BURST`, each behind one untimed call and a sleeping kernel), on PyTorch's
+    default stream, which is the one PyCUDA's events and sleep use. A peer that must run something before
+    each call (``before``) is timed one call at a time, after it."""
+    return bench.time_ms(peer.backward, sets, warmup, repeats, burst=1 if peer.before else (burst or bench.BURST),
+                         name=peer.name, before=peer.before, sleep_us=SLEEP_US)
 
 
 def check_peer(peer: _Peer, problem: dict, ref=None) -> check.CheckReport:

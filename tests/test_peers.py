@@ -78,20 +78,17 @@ def test_sweep_says_each_peers_wall_time_when_asked(fake, monkeypatch):
 
 
 class _Clock:
-    """A fake GPU timeline: each backward call advances it; events stamp it; query says whether the sleep
-    ahead of a burst had already ended when the host asked (the answers are scripted)."""
+    """A fake GPU timeline: each backward call advances it; PyCUDA's events stamp it; query says whether the
+    sleep ahead of a burst had already ended when the host asked (the answers are scripted)."""
 
     def __init__(self, late=()):
         self.now, self.late, self.slept = 0.0, list(late), []
 
-    def torch(self):
+    def driver(self):
         clock = self
 
         class Event:
-            def __init__(self, enable_timing=False):
-                self.at = None
-
-            def record(self):
+            def record(self, stream=None):
                 self.at = clock.now
 
             def query(self):
@@ -100,54 +97,53 @@ class _Clock:
             def synchronize(self):
                 pass
 
-            def elapsed_time(self, end):
-                return end.at - self.at
+            def time_since(self, earlier):
+                return self.at - earlier.at
 
-        cuda = SimpleNamespace(Event=Event, synchronize=lambda: None,
-                               _sleep=lambda cycles: clock.slept.append(cycles))
-        return SimpleNamespace(cuda=cuda)
+        return SimpleNamespace(Event=Event)
 
 
 class _TimedPeer:
     name = "made-up"
 
     def __init__(self, clock, cost=0.5, before=None):
-        self.torch, self.calls, self.before, self.cost, self.clock = clock.torch(), [], before, cost, clock
+        self.calls, self.before, self.cost, self.clock = [], before, cost, clock
 
     def backward(self, i):
         self.calls.append(i)
         self.clock.now += self.cost * (1 + (i == 0))  # set 0 is twice as slow
 
 
-@pytest.fixture
-def device_clock(monkeypatch):
-    device = SimpleNamespace(get_attribute=lambda attribute: 1000)  # a 1000 kHz clock
-    monkeypatch.setattr(gpu, "require", lambda: SimpleNamespace(device=device))
-    monkeypatch.setattr(gpu, "driver", lambda: SimpleNamespace(device_attribute=SimpleNamespace(CLOCK_RATE=0)))
+def _timeline(monkeypatch, late=()):
+    clock = _Clock(late)
+    monkeypatch.setattr(gpu, "driver", clock.driver)
+    monkeypatch.setattr(bench, "_sleep", lambda us, stream=None: clock.slept.append(us))
+    return clock
 
 
-def test_a_peer_is_timed_in_bursts_after_one_untimed_call(device_clock):
-    clock = _Clock()
+def test_a_peer_is_timed_in_bursts_after_one_untimed_call(monkeypatch):
+    clock = _timeline(monkeypatch)
     peer = _TimedPeer(clock)
-    times = peers.time_ms(peer, sets=5, warmup=1, repeats=2, burst=3)
-    # warm-up 0; round 1: untimed 0, timed 1 2 3; round 2: untimed 4, timed 0 1 2 (set 0 costs twice)
-    assert peer.calls == [0, 0, 1, 2, 3, 4, 0, 1, 2]
-    assert times == [pytest.approx(0.5), pytest.approx((1.0 + 0.5 + 0.5) / 3)]
-    assert clock.slept == [peers.SLEEP_US * 4] * 2  # a clock of 1000 kHz: the cycles are the us
+    times = peers.time_ms(peer, sets=4, warmup=1, repeats=2, burst=3)
+    # 4 calls a round share a factor with 4 sets: 3 rotate. Warm-up 0; round 1: untimed 1, timed 2 0 1;
+    # round 2: untimed 2, timed 0 1 2 (set 0 costs twice: the per-call figure averages the burst)
+    assert peer.calls == [0, 1, 2, 0, 1, 2, 0, 1, 2]
+    assert times == [pytest.approx((0.5 + 1.0 + 0.5) / 3)] * 2
+    assert clock.slept == [peers.SLEEP_US * 4] * 2  # the peers' sleep per call, for the burst and its lead
 
 
-def test_a_peer_queued_too_late_gets_a_longer_sleep_and_is_reported_once(device_clock, monkeypatch, capsys):
+def test_a_peer_queued_too_late_gets_a_longer_sleep_and_is_reported_once(monkeypatch, capsys):
     monkeypatch.setattr(bench, "MAX_SLEEP_US", 4 * peers.SLEEP_US * 2)  # twice the first sleep
-    clock = _Clock(late=[True, True, True])
+    clock = _timeline(monkeypatch, late=[True, True, True])
     peer = _TimedPeer(clock)
     times = peers.time_ms(peer, sets=4, warmup=0, repeats=2, burst=3)
     assert len(times) == 2
     assert clock.slept == [1200, 2400, 2400]  # doubled to the cap, then kept
-    assert capsys.readouterr().err.count("could not queue 3 calls") == 1
+    assert capsys.readouterr().err.count("timing made-up: the host could not queue 3") == 1
 
 
-def test_a_peer_that_needs_a_call_before_each_backward_is_timed_one_call_at_a_time(device_clock):
-    clock = _Clock()
+def test_a_peer_that_needs_a_call_before_each_backward_is_timed_one_call_at_a_time(monkeypatch):
+    clock = _timeline(monkeypatch)
     before = []
     peer = _TimedPeer(clock, before=lambda i: before.append(i))
     times = peers.time_ms(peer, sets=3, warmup=0, repeats=3, burst=4)

@@ -243,3 +243,8 @@ def test_a_burst_queued_too_late_is_timed_again_with_a_longer_sleep(monkeypatch,
     assert slept == [300, 600, 1000, 1000]
     err = capsys.readouterr().err
     assert err.count("could not queue 2 launches within 1000 us") == 1
+
+
+def test_a_launch_with_a_call_before_it_is_timed_alone():
+    with pytest.raises(ValueError, match="burst must be 1, got 4"):
+        bench.time_interleaved({"A": lambda i: None}, before={"A": lambda i: None}, burst=4)

@@ -577,8 +577,9 @@ def check_kernel(source, *, name: str, kernels, plan, dtype, compare_with: str =
     the lesson's :class:`Static` checks; ``rows_per_block``: rows one block takes per step of its loop
     (default: warps per block), to name blocks in a diagnosis; ``hints``: extra sentences by diagnosis kind
     (e.g. ``{"dweight unchanged": "did the last block run?"}``); ``compare_with``: the shipped rung timed
-    beside yours (launched with ``compare_config``, named ``compare_label``); ``embed``: splices the text into a shipped kernel (see :func:`register`); the TODO lines
-    and the source checks still read the learner's text alone. Returns PASS, NOT YET or NOT VERIFIED (no
+    beside yours (launched with ``compare_config``, named ``compare_label``); ``embed``: splices the text into
+    a shipped kernel (see :func:`register`); the TODO lines and the source checks still read the learner's
+    text alone. Returns PASS, NOT YET or NOT VERIFIED (no
     GPU here).
     """
     if not isinstance(source, str) or not source.strip():
