@@ -166,6 +166,7 @@ class Timing:
     bytes: int
     gbps: float
     copy_gbps: float
+    burst: int = 1  # launches timed back to back per figure (1: a launch alone, as before bursts)
 
     @property
     def fraction_of_copy(self) -> float:
@@ -246,10 +247,11 @@ def bench_version(version, N: int, C: int, copy_gbps: float, repeats: int = 50, 
     return _timing(name, N, C, times, spec.bytes_moved(N, C, overwrite=overwrite), copy_gbps)
 
 
-def _timing(name, N, C, times, nbytes, copy_gbps) -> Timing:
+def _timing(name, N, C, times, nbytes, copy_gbps, burst: int = BURST) -> Timing:
     med = statistics.median(times)
     p10, p90 = np.percentile(times, [10, 90])
-    return Timing(name, N, C, med, float((p90 - p10) / med), nbytes, nbytes / (med * 1e-3) / 1e9, copy_gbps)
+    return Timing(name, N, C, med, float((p90 - p10) / med), nbytes, nbytes / (med * 1e-3) / 1e9, copy_gbps,
+                  burst)
 
 
 def check_overwrite(version, N: int, C: int, seed=0):

@@ -299,12 +299,17 @@ _CLASSES = {c.name: c for c in (_Eager, _Compiled, _Liger, _CompiledMaxAutotune,
 # checking and timing
 
 
+def burst_of(peer: _Peer, burst: int | None = None) -> int:
+    """Calls timed back to back per figure: one for a peer that must run something before each call."""
+    return 1 if peer.before else (burst or bench.BURST)
+
+
 def time_ms(peer: _Peer, sets: int, warmup: int = 5, repeats: int = 50, burst: int | None = None) -> list[float]:
     """Milliseconds per backward call, timed as the versions are (:func:`bench.time_ms`: bursts of ``burst``
     calls, default :data:`bench.BURST`, each behind one untimed call and a sleeping kernel), on PyTorch's
     default stream, which is the one PyCUDA's events and sleep use. A peer that must run something before
     each call (``before``) is timed one call at a time, after it."""
-    return bench.time_ms(peer.backward, sets, warmup, repeats, burst=1 if peer.before else (burst or bench.BURST),
+    return bench.time_ms(peer.backward, sets, warmup, repeats, burst=burst_of(peer, burst),
                          name=peer.name, before=peer.before, sleep_us=SLEEP_US)
 
 
@@ -338,7 +343,7 @@ def bench_peer(name: str, N: int, C: int, copy_gbps: float, repeats: int = 50, p
         if not report.ok:
             raise AssertionError(f"{name} is wrong at N={N} C={C}; not timing it:\n{report}")
         return bench.steady(lambda: bench._timing(name, N, C, time_ms(peer, sets, repeats=repeats),
-                                                  bytes_moved(N, C), copy_gbps), log=log)
+                                                  bytes_moved(N, C), copy_gbps, burst_of(peer)), log=log)
     finally:
         del peer
         torch.cuda.empty_cache()

@@ -88,3 +88,16 @@ def test_render_gives_both_yardsticks_and_names_every_peer_with_its_version(tool
     assert "Quack 0.6.5 (CUTLASS DSL 4.8.1): its kernel alone, without the dweight sum" in flat
     assert (f"{rows[1]['percent_of_ceiling']:.0f} % of the same-bytes ceiling accumulating, "
             f"{v7_over['percent_of_ceiling']:.0f} % overwriting") in flat
+
+
+def test_render_says_when_the_run_timed_bursts(tool, tmp_path):
+    rows = [dict(_row("v7_fast", 8192, 1024, 0.040, 4), burst=4),
+            dict(_row("torch eager", 8192, 1024, 0.1, 3), burst=4)]
+    folder = tmp_path / "run"
+    folder.mkdir()
+    (folder / "bench.json").write_text(json.dumps(rows))
+    (folder / "MANIFEST.json").write_text(json.dumps({"runs": [dict(
+        command="python -m rmsnorm_lessons bench --json bench.json", produced=["bench.json"],
+        device="NVIDIA X", date="2027-01-02T10:00:00+00:00", packages={})]}))
+    text = " ".join(tool.render(folder / "bench.json").split())
+    assert "median of 50 bursts of 4 launches back to back, each burst behind an untimed launch of its kind" in text

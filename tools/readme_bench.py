@@ -154,8 +154,12 @@ def render(bench_json) -> str:
         members = [n for n in names if tensors[n] == t]
         verb = "accumulate into `dinp`" if t == 4 else "overwrite it" if t == 3 else "move"
         groups.append(f"{_and(LABELS.get(n, f'`{n}`') for n in members)} {verb} ({t} x N x C x 2 bytes)")
+    burst = max(r.get("burst", 1) for r in rows)  # runs before 2026-12-03 timed one launch at a time
+    timed = (f"median of {_repeats(run['command'])} launches" if burst == 1 else
+             f"median of {_repeats(run['command'])} bursts of {burst} launches back to back, each burst behind "
+             f"an untimed launch of its kind")
     sentence = (f"Measured on one {device} on {date} (`python -m rmsnorm_lessons bench`, one process, CUDA events, "
-                f"median of {_repeats(run['command'])} launches, inputs rotated through buffers larger than L2; "
+                f"{timed}, inputs rotated through buffers larger than L2; "
                 f"copy bandwidth {_range(copy, lambda x: f'{x:.0f}')} GB/s in the same run). Milliseconds, and in "
                 f"brackets the % of the copy bandwidth")
     if ceilings:
