@@ -113,8 +113,8 @@ def kernel_exercises() -> tuple[Lesson, ...]:
 
 
 def notebook_dir() -> Path:
-    """Where the instructor edition's notebooks are: ``notebooks/`` beside the package in a checkout,
-    else the copy the installed package carries (``rmsnorm_lessons/notebooks``)."""
+    """Where the instructor edition's notebooks are: the checkout's notebooks folder beside the
+    package, else the copy an installed package carries inside itself."""
     here = Path(__file__).resolve().parent
     for candidate in (here.parent / "notebooks", here / "notebooks"):
         if candidate.is_dir():
