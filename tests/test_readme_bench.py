@@ -54,7 +54,7 @@ def test_render_bolds_the_fastest_of_those_moving_the_same_bytes(tool, tmp_path)
     assert "| 0.0400 (" in text  # v7_fast accumulates: faster, but not on the same bytes
     assert "| **0.0450** (" in text
     assert "![" not in text  # no bench.png beside it
-    assert "1.11x over the fastest of them" in text
+    assert "1.11x over the fastest of them" in " ".join(text.split())
 
 
 def test_render_gives_both_yardsticks_and_names_every_peer_with_its_version(tool, tmp_path):
@@ -101,3 +101,38 @@ def test_render_says_when_the_run_timed_bursts(tool, tmp_path):
         device="NVIDIA X", date="2027-01-02T10:00:00+00:00", packages={})]}))
     text = " ".join(tool.render(folder / "bench.json").split())
     assert "median of 50 bursts of 4 launches back to back, each burst behind an untimed launch of its kind" in text
+
+
+def test_render_names_the_run_and_claims_only_its_peers(tool, tmp_path):
+    """The sentences name the commit the run measured and the folder with its files, and the summary says
+    which peers it beat: each one this run timed, by name, never 'every peer'."""
+    rows = [_row("v6_last_block", 8192, 1024, 0.10, 4), _row("v7_fast", 8192, 1024, 0.040, 4),
+            _row("v7_fast (dinp=)", 8192, 1024, 0.045, 3), _row("torch.compile", 8192, 1024, 0.050, 3),
+            _row("v6_last_block", 1024, 4096, 0.02, 4), _row("v7_fast", 1024, 4096, 0.010, 4),
+            _row("v7_fast (dinp=)", 1024, 4096, 0.012, 3), _row("torch.compile", 1024, 4096, 0.011, 3)]
+    folder = tmp_path / "run"
+    folder.mkdir()
+    (folder / "bench.json").write_text(json.dumps(rows))
+    run = dict(command="python -m rmsnorm_lessons bench --json bench.json", produced=["bench.json"],
+               device="NVIDIA X", date="2027-01-02", commit="0123456789abcdef", dirty=True, packages={})
+    (folder / "MANIFEST.json").write_text(json.dumps({"runs": [run]}))
+    flat = " ".join(tool.render(folder / "bench.json").split())
+    assert "the code of commit 0123456 with local changes" in flat
+    assert ("faster than each peer it timed (`torch.compile` in its default mode) at one of two shapes"
+            in flat), flat
+    assert "every peer" not in flat
+    assert f"Every file of this run is in `{folder.as_posix()}/`" in flat
+    run.update(dirty=False)
+    (folder / "MANIFEST.json").write_text(json.dumps({"runs": [run]}))
+    assert "commit 0123456," in " ".join(tool.render(folder / "bench.json").split())
+
+
+def test_the_readme_keeps_no_figures_outside_the_rendered_run():
+    """Between the rendered block and the next heading there are no measured figures (ms, %, GB/s) from
+    other runs: the README's benchmark is one table from one run."""
+    import re
+
+    text = (ROOT / "README.md").read_text()
+    after = text.split("<!-- bench:end -->", 1)[1].split("\n## ", 1)[0]
+    assert not re.search(r"\d\s*(ms|%|GB/s)\b", after), after
+    assert text.count("<!-- bench:start") == 1

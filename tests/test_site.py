@@ -3,8 +3,11 @@
 The site is built once, with ``make site SITE_ARGS="--out <tmp>"`` (the repository is not written to but
 for the screenshots under build/screenshots/). Then:
 
-* on disk: an index with the README's lesson map, one page per notebook, every relative link and image of
-  every page pointing at a file that exists (so it works from file:// and any static HTTP server);
+* on disk: an index with the lessons of rmsnorm_lessons/lessons.py, one page per notebook, every
+  relative link and image of every page pointing at a file that exists (so it works from file:// and
+  any static HTTP server), no Markdown link left unrendered;
+* the default build is the student edition: no solution marker and no line of a solution in a lesson
+  page (``--instructor`` renders them); the CUDA of every kernel exercise is highlighted as CUDA;
 * in Chromium, from file:// with every request to the network refused (what a reader offline gets):
   the index, then every lesson link in turn; each page's figures must load (every ``<img>`` that is not
   a badge from the web decoded, none broken, at least one per lesson that saved a PNG), its code must be highlighted (Pygments' token
@@ -24,6 +27,8 @@ from urllib.parse import unquote, urlparse
 
 import pytest
 
+from rmsnorm_lessons.lessons import LESSONS as REGISTRY
+from rmsnorm_lessons.student import BEGIN, END, student_notebook
 from test_browser import CHROMIUM, CHROMIUM_ARGS, SCREENSHOTS
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -72,6 +77,50 @@ def _local_refs(page: Path) -> list[str]:
     return [r for r in p.refs if not re.match(r"^(https?:|data:|mailto:|#|javascript:)", r)]
 
 
+class _Text(HTMLParser):
+    """A page's text as a reader sees it (tags dropped, entities decoded)."""
+
+    def __init__(self):
+        super().__init__(convert_charrefs=True)
+        self.parts: list[str] = []
+
+    def handle_data(self, data):
+        self.parts.append(data)
+
+
+def _page_text(page: Path) -> str:
+    p = _Text()
+    p.feed(page.read_text())
+    return "".join(p.parts)
+
+
+def _strings(node):
+    """Every string in a notebook's JSON: sources, outputs, metadata, the widgets' state."""
+    if isinstance(node, str):
+        yield node
+    elif isinstance(node, dict):
+        for value in node.values():
+            yield from _strings(value)
+    elif isinstance(node, list):
+        for value in node:
+            yield from _strings(value)
+
+
+def _solution_lines(nb: dict) -> set[str]:
+    """The stripped lines inside the notebook's solution regions."""
+    lines = set()
+    for cell in nb["cells"]:
+        inside = False
+        for line in "".join(cell["source"]).splitlines():
+            if BEGIN in line:
+                inside = True
+            elif END in line:
+                inside = False
+            elif inside:
+                lines.add(line.strip())
+    return lines
+
+
 def _has_png(nb_path: Path) -> bool:
     nb = json.loads(nb_path.read_text())
     return any("image/png" in o.get("data", {}) for c in nb["cells"] if c["cell_type"] == "code"
@@ -83,11 +132,11 @@ def test_site_pages_and_links(site):
     for name in LESSONS:
         assert (site / f"{name}.html").is_file(), name
         assert f'href="{name}.html"' in index, f"the index does not link {name}"
-    readme = (ROOT / "README.md").read_text()
-    for row in re.findall(r"^\| `(\d\d_\w+)` \| `?([\w-]+)`? \|", readme, re.M):
-        if row[1] != "-":
-            kernel_page = Path("kernels", f"{row[1]}.cu.html").as_posix()
-            assert f'href="{kernel_page}"' in index, f"the index does not link kernel {row[1]}"
+    for lesson in REGISTRY:
+        assert f'href="{lesson.stem}.html"' in index, f"the index does not link {lesson.stem}"
+        if lesson.rung:
+            assert f'href="kernels/{lesson.rung}.cu.html"' in index, f"no link to {lesson.rung}"
+    assert "](" not in _page_text(site / "index.html"), "an unrendered Markdown link on the index"
     broken = []
     pages = sorted(site.rglob("*.html"))
     for page in pages:
@@ -105,6 +154,77 @@ def test_site_pages_and_links(site):
     for extra in ("workshop.html", "gpu-sharing.html", "kubernetes.html", Path("kernels", "index.html")):
         assert (site / extra).is_file(), extra
     print(f"{len(pages)} pages, every local link and image resolves")
+
+
+def test_the_default_site_is_the_student_edition(site):
+    """No page carries a solution marker, and no lesson page a line of a solution that the student
+    edition does not also show (a skeleton's line, a kept output)."""
+    marked = [p.relative_to(site).as_posix() for p in sorted(site.rglob("*.html"))
+              if BEGIN in p.read_text() or END in p.read_text()]
+    assert not marked, f"solution markers in {marked}"
+    leaked, checked = [], 0
+    for name in LESSONS:
+        nb = json.loads((NOTEBOOKS / f"{name}.ipynb").read_text())
+        shown = {line.strip() for text in _strings(student_notebook(nb))
+                 for line in text.splitlines()}
+        secret = {line for line in _solution_lines(nb) - shown if len(line) > 3}
+        page = {line.strip() for line in _page_text(site / f"{name}.html").splitlines()}
+        checked += len(secret)
+        leaked += [f"{name}: {line}" for line in sorted(secret & page)]
+    assert checked, "no solution lines found in the notebooks: the markers changed?"
+    assert not leaked, "solution lines in the student site:\n" + "\n".join(leaked)
+    assert "student edition" in (site / "index.html").read_text()
+
+
+def test_the_instructor_edition_keeps_the_solutions(tmp_path):
+    """``--instructor`` renders the notebooks as committed: markers and solution lines included."""
+    pytest.importorskip("nbconvert")
+    site_tool = _tool()
+    name = REGISTRY[2].stem
+    nb_path = NOTEBOOKS / f"{name}.ipynb"
+    rows = {r["notebook"]: r for r in site_tool.lesson_map()}
+    page = tmp_path / "page.html"
+    page.write_text(site_tool.render_lesson(nb_path, LESSONS, rows[name], instructor=True))
+    text = _page_text(page)
+    assert BEGIN in text
+    solution = _solution_lines(json.loads(nb_path.read_text()))
+    assert solution <= {line.strip() for line in text.splitlines()}
+    r = subprocess.run([sys.executable, str(ROOT / "tools" / "build_site.py"), "--help"],
+                       capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0 and "--instructor" in r.stdout
+
+
+def _tool():
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("build_site", ROOT / "tools" / "build_site.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+# a kernel exercise's cell, up to the next cell
+_CELL = re.compile(r'<div class="jp-Cell [^"]*celltag_kernel-exercise[^"]*"'
+                   r'.*?(?=<div class="jp-Cell |</body>)', re.S)
+
+
+def test_the_cuda_of_kernel_exercises_is_highlighted_as_cuda(site):
+    """In every kernel exercise's cell the CUDA text carries the CUDA lexer's token classes (kt: a
+    type such as float; cp: a preprocessor line), not one Python string; the Python around it stays
+    Python."""
+    for lesson in REGISTRY:
+        if not lesson.kernel_exercise:
+            continue
+        html = (site / f"{lesson.stem}.html").read_text()
+        cell = _CELL.search(html)
+        assert cell, f"{lesson.stem}: no cell tagged kernel-exercise on the page"
+        cell = cell.group(0)
+        assert '<span class="kt">' in cell, f"{lesson.stem}: its CUDA is not highlighted as CUDA"
+        assert '<span class="o">=</span>' in cell, f"{lesson.stem}: its Python is not highlighted"
+    first = (site / "02_naive.html").read_text()
+    cell = _CELL.search(first).group(0)
+    assert '<span class="cp">#include</span>' in cell
+    assert '<span class="kr">__global__</span>' in cell
 
 
 # every image of the page, but badges the prose links from the web (Colab, Binder): those need the network

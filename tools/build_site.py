@@ -1,10 +1,11 @@
-"""The course as a static website: ``python tools/build_site.py [--out build/site] [--student]`` (``make site``).
+"""The course as a static website: ``python tools/build_site.py [--out build/site] [--instructor]``.
 
 What it writes, all in one folder, every link relative (it works from ``file://`` and from any plain
 HTTP server, e.g. ``python -m http.server -d build/site``):
 
-* ``index.html``: the README's opening paragraph and its lesson map (the table under "## The lessons"),
-  each lesson and each kernel a link;
+* ``index.html``: the README's opening paragraph and the lessons (from rmsnorm_lessons/lessons.py),
+  each lesson a link, and its kernel a link to the kernel's page (or, where a lesson builds
+  several, the kernel files it reads);
 * ``<lesson>.html`` per notebook in ``notebooks/``: the notebook as committed, with the outputs it was
   saved with (the H200's tables and figures, the widgets' saved state), a bar to the previous lesson,
   the index and the next lesson, and links to the kernels the lesson reads;
@@ -22,10 +23,12 @@ theme and cross-references but needs Node and its own build of every page; mkdoc
 same nbconvert step in MkDocs. What needs the network when the page is opened: MathJax (the formulas)
 and the widget manager, both loaded from a CDN as nbconvert's template does; without it the formulas
 show as TeX source and a widget's place stays empty, and everything else (text, code, figures, tables)
-is in the page.
+is in the page. Code cells are highlighted as Python, but for the CUDA inside them (the
+triple-quoted string a kernel exercise hands to its check), which is highlighted as CUDA.
 
-``--student`` renders the student edition instead (``python -m rmsnorm_lessons student``: solutions
-replaced by their skeletons); the default is the notebooks as committed.
+The default is the student edition (``python -m rmsnorm_lessons student``: solutions replaced by
+their skeletons, the cells that show or check an answer without their outputs); ``--instructor``
+renders the notebooks as committed, solutions included (``make site SITE_ARGS=--instructor``).
 """
 from __future__ import annotations
 
@@ -48,6 +51,11 @@ PAGES = [  # (source, page, title)
 ]
 KDIR = "kernels"  # the site's folder of kernel pages
 KERNEL_REF = re.compile(r"kernels/(\w+\.cuh?)\b|kernel_source\(\s*[\"'](\w+)[\"']")
+#: a triple-quoted string in a code cell, and what makes its text CUDA rather than prose
+TRIPLE = re.compile(r"(?<![\w'\"])([rR]?)('\'\'|\"\"\")(.*?)\2", re.S)
+CUDA_HINT = re.compile(r"__global__|__device__|#include|__shfl\w*|threadIdx|blockIdx")
+#: the course's own cell magics whose cell body is Python (rmsnorm_lessons' %%gpu)
+PYTHON_MAGICS = ("gpu",)
 
 NAV_CSS = """
 .site-nav { display: flex; gap: 1.2rem; align-items: baseline; flex-wrap: wrap; padding: .6rem 1rem;
@@ -74,21 +82,19 @@ body.site .highlight pre { background: #f6f8fa; }
 # sources
 
 
-def lesson_map(readme: Path = README) -> list[dict]:
-    """The rows of the README's lesson table: ``[{"notebook", "kernel", "adds"}, ...]``."""
-    text = readme.read_text()
-    m = re.search(r"^## The lessons\s*\n(.*?)(?=^## )", text, re.M | re.S)
-    if not m:
-        raise SystemExit("site: README.md has no '## The lessons' section with the lesson table")
+def lesson_map() -> list[dict]:
+    """The lessons, from the registry: ``[{"notebook", "kernel", "kernel_file", "adds", ...}]``;
+    ``kernel`` is the registry's Markdown for the kernel column, ``kernel_file`` the one file of
+    ``kernels/`` it names (None where it names several or none)."""
+    from rmsnorm_lessons.lessons import LESSONS
+
     rows = []
-    for line in m.group(1).splitlines():
-        cells = [c.strip() for c in line.strip().strip("|").split("|")]
-        if len(cells) != 3 or not line.lstrip().startswith("|") or set(cells[0]) <= set("-: "):
-            continue
-        name, kernel, adds = (c.strip("`") if i < 2 else c for i, c in enumerate(cells))
-        if name == "notebook":
-            continue
-        rows.append({"notebook": name, "kernel": None if kernel in ("-", "") else kernel, "adds": adds})
+    for lesson in LESSONS:
+        m = re.fullmatch(r"`(\w+)`", lesson.kernel.strip())
+        name = m.group(1) if m else None
+        found = name and (KERNELS / f"{name}.cu").is_file()
+        rows.append({"notebook": lesson.stem, "kernel": lesson.kernel, "adds": lesson.adds,
+                     "minutes": lesson.minutes, "kernel_file": f"{name}.cu" if found else None})
     return rows
 
 
@@ -101,8 +107,8 @@ def readme_intro(readme: Path = README) -> str:
 def kernels_of(nb: dict, row: dict | None) -> list[str]:
     """Kernel files a lesson reads: its row of the lesson map, then the ones its cells name."""
     names: list[str] = []
-    if row and row.get("kernel"):
-        names.append(f"{row['kernel']}.cu")
+    if row and row.get("kernel_file"):
+        names.append(row["kernel_file"])
     text = "\n".join("".join(c.get("source", "")) for c in nb.get("cells", []))
     for a, b in KERNEL_REF.findall(text):
         names.append(a or f"{b}.cu")
@@ -136,6 +142,42 @@ def _markdown(text: str) -> str:
     return md(text)
 
 
+def _code_tokens(source: str):
+    """Pygments tokens of a code cell: Python (after a %%gpu line), and CUDA inside its
+    triple-quoted strings that read as CUDA."""
+    from IPython.lib.lexers import IPython3Lexer
+    from pygments.lexers import CudaLexer
+    from pygments.token import Keyword, Operator, String, Text
+
+    options = dict(stripnl=False, ensurenl=False)
+    python, cuda = IPython3Lexer(**options), CudaLexer(**options)
+    magic = re.match(r"%%(\w+)([^\n]*\n?)", source)
+    if magic and magic.group(1) in PYTHON_MAGICS:
+        yield from ((Operator, "%%"), (Keyword, magic.group(1)), (Text, magic.group(2)))
+        source = source[magic.end():]
+    pos = 0
+    for m in TRIPLE.finditer(source):
+        if not CUDA_HINT.search(m.group(3)):
+            continue
+        yield from python.get_tokens(source[pos:m.start()])
+        if m.group(1):
+            yield String.Affix, m.group(1)
+        yield String.Double, m.group(2)
+        yield from cuda.get_tokens(m.group(3))
+        yield String.Double, m.group(2)
+        pos = m.end()
+    yield from python.get_tokens(source[pos:])
+
+
+def highlight_cell(source: str, language=None, metadata=None) -> str:
+    """nbconvert's ``highlight_code`` filter for the lesson pages (same HTML classes as its own)."""
+    from pygments import format as pygments_format
+    from pygments.formatters import HtmlFormatter
+
+    formatter = HtmlFormatter(cssclass=" highlight hl-ipython3")
+    return pygments_format(_code_tokens(source or " "), formatter)
+
+
 def _page(title: str, nav: str, body: str, depth: int = 0) -> str:
     up = "../" * depth
     return (f'<!DOCTYPE html>\n<html lang="en">\n<head>\n<meta charset="utf-8">\n'
@@ -164,18 +206,20 @@ def _nav(lessons: list[str], here: str | None = None, kernels: list[str] = (), d
     return '<nav class="site-nav">' + " ".join(parts) + "</nav>"
 
 
-def render_lesson(path: Path, lessons: list[str], row: dict | None, student: bool) -> str:
+def render_lesson(path: Path, lessons: list[str], row: dict | None,
+                  instructor: bool = False) -> str:
     import nbformat
     from nbconvert import HTMLExporter
 
     raw = json.loads(path.read_text())
-    if student:
+    if not instructor:
         from rmsnorm_lessons.student import student_notebook
 
         raw = student_notebook(raw)
     kernels = kernels_of(raw, row)
     nb = nbformat.reads(json.dumps(raw), as_version=4)
-    exporter = HTMLExporter(template_name="lab", embed_images=True)
+    exporter = HTMLExporter(template_name="lab", embed_images=True,
+                            filters={"highlight_code": highlight_cell})
     body, _ = exporter.from_notebook_node(nb, resources={"metadata": {"name": path.stem}})
     nav = _nav(lessons, path.stem, kernels)
     style = f"<style>{NAV_CSS}</style>"
@@ -204,7 +248,7 @@ def render_kernel(path: Path, lessons: list[str], users: list[str]) -> str:
     return _page(f"kernels/{path.name}", _nav(lessons, None, depth=1), body, depth=1)
 
 
-def build(out: Path, student: bool = False) -> list[Path]:
+def build(out: Path, instructor: bool = False) -> list[Path]:
     from pygments.formatters import HtmlFormatter
 
     out = Path(out)
@@ -218,9 +262,12 @@ def build(out: Path, student: bool = False) -> list[Path]:
     (out / "pygments.css").write_text(HtmlFormatter().get_style_defs(".highlight"))
     written = []
     users: dict[str, list[str]] = {}
+    missing = sorted(set(rows) - set(lessons))
+    if missing:
+        raise SystemExit(f"site: the lesson registry names notebooks not in notebooks/: {missing}")
     for p in paths:
         page = out / f"{p.stem}.html"
-        page.write_text(render_lesson(p, lessons, rows.get(p.stem), student))
+        page.write_text(render_lesson(p, lessons, rows.get(p.stem), instructor))
         for k in kernels_of(json.loads(p.read_text()), rows.get(p.stem)):
             users.setdefault(k, []).append(p.stem)
         written.append(page)
@@ -244,12 +291,21 @@ def build(out: Path, student: bool = False) -> list[Path]:
             (out / name).write_text(_page(title, _nav(lessons, name), _markdown(text)))
             written.append(out / name)
 
-    table = ["| lesson | kernel | what it adds |", "| --- | --- | --- |"]
+    table = ["| lesson | kernel | what it adds | min |", "| --- | --- | --- | ---: |"]
     for name in lessons:
-        r = rows.get(name, {"kernel": None, "adds": ""})
-        kernel = f"[`{r['kernel']}`]({KDIR}/{r['kernel']}.cu.html)" if r["kernel"] else "-"
-        table.append(f"| [`{name}`]({name}.html) | {kernel} | {r['adds']} |")
-    edition = "the student edition (solutions replaced by skeletons)" if student else "the notebooks as committed"
+        r = rows.get(name, {"kernel": "-", "kernel_file": None, "adds": "", "minutes": ""})
+        if r["kernel_file"]:
+            kernel = f"[{r['kernel']}]({KDIR}/{r['kernel_file']}.html)"
+        else:  # several kernels or none: the registry's words, then the files the lesson reads
+            read = kernels_of(json.loads((NOTEBOOKS / f"{name}.ipynb").read_text()), r)
+            links = ", ".join(f"[`{k}`]({KDIR}/{k}.html)" for k in read)
+            if r["kernel"] == "-":
+                kernel = links or "-"
+            else:
+                kernel = f"{r['kernel']}; reads {links}" if links else r["kernel"]
+        table.append(f"| [`{name}`]({name}.html) | {kernel} | {r['adds']} | {r['minutes']} |")
+    edition = ("the notebooks as committed, solutions included (the instructor edition)"
+               if instructor else "the student edition (solutions replaced by skeletons)")
     index = (f"# rmsnorm-lessons\n\n{readme_intro()}\n\n## The lessons\n\n" + "\n".join(table) +
              f"\n\nEvery page is {edition}, with the outputs they were saved with (made on an NVIDIA H200). "
              f"[The kernels]({KDIR}/index.html) are the CUDA files the lessons compile.\n\n"
@@ -266,10 +322,11 @@ def build(out: Path, student: bool = False) -> list[Path]:
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", default=str(ROOT / "build" / "site"), help="folder to write (replaced)")
-    ap.add_argument("--student", action="store_true", help="render the student edition")
+    ap.add_argument("--instructor", action="store_true",
+                    help="the notebooks as committed, solutions in (default: the student edition)")
     args = ap.parse_args(argv)
     sys.path.insert(0, str(ROOT))
-    written = build(Path(args.out), student=args.student)
+    written = build(Path(args.out), instructor=args.instructor)
     index = Path(args.out).resolve() / "index.html"
     print(f"site: {len(written)} pages in {args.out}; open file://{index}")
     return 0

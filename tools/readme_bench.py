@@ -34,7 +34,11 @@ BASE, OURS, OURS_SAME_BYTES = "v6_last_block", "v7_fast", "v7_fast (dinp=)"
 LABELS = {"v6_last_block": "`v6_last_block` (the seed's kernel10 design)", "torch eager": "PyTorch",
           "torch.compile": "PyTorch", "Liger-Kernel": "Liger"}
 #: how the summary names a peer
-PEER_LABELS = {"torch eager": "PyTorch eager", "torch.compile": "`torch.compile`"}
+PEER_LABELS = {"torch eager": "PyTorch eager",
+               "torch.compile": "`torch.compile` in its default mode",
+               "torch.compile max-autotune": "`torch.compile` in `max-autotune-no-cudagraphs` mode",
+               "Quack": "Quack", "Quack kernel": "Quack's kernel alone",
+               "Quack tuned": "Quack's tuned entry point"}
 WORDS = {1: "one", 2: "two", 3: "three", 4: "four", 5: "five", 6: "six", 7: "seven", 8: "eight", 9: "nine"}
 DEFAULT_REPEATS = 50  # python -m rmsnorm_lessons bench --repeats
 
@@ -158,7 +162,11 @@ def render(bench_json) -> str:
     timed = (f"median of {_repeats(run['command'])} launches" if burst == 1 else
              f"median of {_repeats(run['command'])} bursts of {burst} launches back to back, each burst behind "
              f"an untimed launch of its kind")
-    sentence = (f"Measured on one {device} on {date} (`python -m rmsnorm_lessons bench`, one process, CUDA events, "
+    commit = run.get("commit")
+    code = (f", the code of commit {commit[:7]}{' with local changes' if run.get('dirty') else ''}"
+            if commit else "")
+    sentence = (f"Measured on one {device} on {date} (`python -m rmsnorm_lessons bench`{code}, "
+                f"one process, CUDA events, "
                 f"{timed}, inputs rotated through buffers larger than L2; "
                 f"copy bandwidth {_range(copy, lambda x: f'{x:.0f}')} GB/s in the same run). Milliseconds, and in "
                 f"brackets the % of the copy bandwidth")
@@ -187,6 +195,13 @@ def render(bench_json) -> str:
     summary = _summary(names, shapes, cell, same_bytes, run, LARGE_SHAPES)
     if summary:
         out += [""] + _wrap(summary)
+    try:
+        folder = _relative(bench_json.parent)
+    except ValueError:  # a run outside the repository
+        folder = bench_json.parent.as_posix()
+    out += [""] + _wrap(f"Every file of this run is in `{folder}/`, with the command that "
+                        f"made each in its MANIFEST.json; `tools/readme_bench.py` renders this "
+                        f"block from its bench.json and a test keeps the two equal.")
     return "\n".join(out)
 
 
@@ -208,8 +223,9 @@ def _summary(names, shapes, cell, same_bytes, run, large_shapes) -> str | None:
     labels = [PEER_LABELS.get(p, p) + (f" {liger}" if p == "Liger-Kernel" and liger else "") for p in peers]
     wins = sum(x > 1 for x in over_peer)
     where = "at every shape" if wins == len(over_peer) else f"at {_word(wins)} of {_word(len(over_peer))} shapes"
-    text = (f"v7 is {_range(over_base, lambda x: f'{x:.1f}x')} faster than the seed's design (where that runs the "
-            f"shape) and, on the same bytes, faster than {_and(labels)} {where} "
+    text = (f"In this run v7 is {_range(over_base, lambda x: f'{x:.1f}x')} faster than the seed's "
+            f"design (where that runs the shape) and, on the same bytes, faster than each peer it "
+            f"timed ({_and(labels)}) {where} "
             f"({_range(over_peer, lambda x: f'{x:.2f}x')} over the fastest of them).")
     large = set(map(tuple, large_shapes))
     at_large = [(N, C) for N, C in shapes if (N, C) in large]

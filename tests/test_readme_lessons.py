@@ -1,0 +1,74 @@
+"""README.md's lesson table is what tools/readme_lessons.py renders from the registry (CPU)."""
+import dataclasses
+import importlib.util
+from pathlib import Path
+
+import pytest
+
+from rmsnorm_lessons.lessons import LESSONS
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+@pytest.fixture(scope="module")
+def tool():
+    path = ROOT / "tools" / "readme_lessons.py"
+    spec = importlib.util.spec_from_file_location("readme_lessons", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_readme_lesson_table_is_the_registry(tool):
+    assert tool.readme_block() == tool.render(), (
+        "README.md's lesson table differs from rmsnorm_lessons/lessons.py: "
+        "run python tools/readme_lessons.py --write")
+
+
+def test_the_table_is_on_the_first_screen():
+    lines = (ROOT / "README.md").read_text().splitlines()
+    assert "<!-- lessons:start -->" in lines[:15], "the lesson table is not at the README's top"
+    start = lines.index("## Start")
+    assert start < 45 and "make lab" in "\n".join(lines[start:start + 5])
+
+
+def test_render_has_one_row_a_lesson_and_the_totals(tool):
+    text = tool.render()
+    rows = [line for line in text.splitlines() if line.startswith("| ") and "notebooks/" in line]
+    assert len(rows) == len(LESSONS)
+    for row, lesson in zip(rows, LESSONS):
+        cells = [c.strip() for c in row.strip("|").split("|")]
+        link = f"[`{lesson.stem}`](notebooks/{lesson.notebook})"
+        assert cells == [lesson.number, link, lesson.kernel, lesson.adds, str(lesson.minutes)]
+        assert (ROOT / "notebooks" / lesson.notebook).is_file()
+    flat = " ".join(text.split())
+    total = sum(lesson.minutes for lesson in LESSONS)
+    kernels = sum(1 for lesson in LESSONS if lesson.kernel_exercise)
+    assert f"in {kernels} of the {len(LESSONS)} lessons" in flat
+    assert f"add up to {total} minutes" in flat
+
+
+def test_render_follows_a_changed_registry_and_refuses_a_pipe(tool):
+    changed = (dataclasses.replace(LESSONS[0], minutes=LESSONS[0].minutes + 7),) + LESSONS[1:]
+    assert tool.render(changed) != tool.render()
+    assert f"| {LESSONS[0].minutes + 7} |" in tool.render(changed)
+    broken = (dataclasses.replace(LESSONS[0], adds="a | b"),)
+    with pytest.raises(ValueError, match="'\\|' would split"):
+        tool.render(broken)
+    with pytest.raises(ValueError, match="empty"):
+        tool.render(())
+
+
+def test_check_and_write(tool, tmp_path, monkeypatch, capsys):
+    readme = tmp_path / "README.md"
+    readme.write_text("# x\n\n<!-- lessons:start -->\nold\n<!-- lessons:end -->\n\nrest\n")
+    monkeypatch.setattr(tool, "README", readme)
+    assert tool.main(["--check"]) == 1
+    assert tool.main(["--write"]) == 0
+    assert tool.main(["--check"]) == 0
+    text = readme.read_text()
+    assert text.startswith("# x\n\n<!-- lessons:start -->\n| # |")
+    assert text.endswith("<!-- lessons:end -->\n\nrest\n")
+    readme.write_text("# no markers\n")
+    with pytest.raises(SystemExit, match="no '<!-- lessons:start -->'"):
+        tool.main(["--check"])

@@ -1,0 +1,85 @@
+"""The README's lesson table, rendered from the lesson registry (rmsnorm_lessons/lessons.py).
+
+    python tools/readme_lessons.py            # print what the README should hold
+    python tools/readme_lessons.py --check    # exit 1 if README.md holds something else
+    python tools/readme_lessons.py --write    # rewrite README.md between the markers
+
+README.md holds the rendered text between ``<!-- lessons:start -->`` and ``<!-- lessons:end -->``;
+tests/test_readme_lessons.py fails when it differs from what this renders, so a lesson added to, or
+changed in, the registry reaches the front page with ``--write``.
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+import textwrap
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+README = ROOT / "README.md"
+START, END = "<!-- lessons:start -->", "<!-- lessons:end -->"
+WIDTH = 105
+
+
+def render(lessons=None) -> str:
+    """The table (one row a lesson: number and notebook, kernel, what it adds, minutes) and one line
+    under it: how many lessons have you write a kernel, and the time in all."""
+    if lessons is None:
+        sys.path.insert(0, str(ROOT))
+        from rmsnorm_lessons.lessons import LESSONS as lessons
+    if not lessons:
+        raise ValueError("lessons: the registry is empty")
+    rows = ["| # | notebook | kernel | what it adds | min |", "| --- | --- | --- | --- | ---: |"]
+    for lesson in lessons:
+        if "|" in lesson.kernel + lesson.adds:
+            raise ValueError(f"lesson {lesson.stem}: '|' would split its row of the table")
+        link = f"[`{lesson.stem}`](notebooks/{lesson.notebook})"
+        rows.append(f"| {lesson.number} | {link} | {lesson.kernel} | {lesson.adds} "
+                    f"| {lesson.minutes} |")
+    minutes = sum(lesson.minutes for lesson in lessons)
+    kernels = sum(1 for lesson in lessons if lesson.kernel_exercise)
+    line = (f"You write and check a CUDA kernel of your own in {kernels} of the {len(lessons)} "
+            f"lessons; the lessons' own estimates add up to {minutes} minutes "
+            f"(about {round(minutes / 60)} hours).")
+    return "\n".join(rows + [""] + textwrap.wrap(line, WIDTH, break_on_hyphens=False))
+
+
+def _split(text: str):
+    start = text.find(START)
+    end = text.find(END, start + len(START)) if start >= 0 else -1
+    if start < 0 or end < 0:
+        raise SystemExit(f"README.md has no '{START}' ... '{END}' block")
+    return text[:start + len(START)], text[start + len(START):end].strip("\n"), text[end:]
+
+
+def readme_block(readme: Path = README) -> str:
+    return _split(readme.read_text())[1]
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    mode = parser.add_mutually_exclusive_group()
+    mode.add_argument("--write", action="store_true", help="rewrite README.md between the markers")
+    mode.add_argument("--check", action="store_true",
+                      help="exit 1 if README.md differs from the rendering")
+    args = parser.parse_args(argv)
+    rendered = render()
+    if not (args.write or args.check):
+        print(rendered)
+        return 0
+    before, inside, after = _split(README.read_text())
+    if args.write:
+        README.write_text(f"{before}\n{rendered}\n{after}")
+        print("README.md: lesson table rendered from rmsnorm_lessons/lessons.py")
+    elif args.check:
+        if inside != rendered:
+            print("README.md's lesson table differs from the registry: "
+                  "run python tools/readme_lessons.py --write", file=sys.stderr)
+            return 1
+        print("README.md's lesson table is the registry's")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
