@@ -76,8 +76,9 @@ def _links_table() -> list[str]:
 
 def readme_block() -> str:
     lines = [START,
-             "Every lesson opens in Colab; choose a GPU runtime (Runtime > Change runtime type > T4 or better) and",
-             "run the set-up lines below in the first cell. They clone the course, install it and PyCUDA, and",
+             "Every lesson opens in Colab with a GPU runtime (Runtime > Change runtime type). The course is",
+             "verified on an H200 only: on Colab's T4 (sm_75) v7_fast does not build yet. Run the set-up lines",
+             "below in the first cell. They clone the course, install it and PyCUDA, and",
              "install NVIDIA's nvcc wheels only where the runtime has no `nvcc`; `%cd` makes the checkout the",
              "working folder, so `import rmsnorm_lessons` and `kernels/` work at once (no restart needed).",
              "For the widgets, Colab needs `from google.colab import output; output.enable_custom_widget_manager()`.",
