@@ -1,0 +1,58 @@
+"""The tuning exercise's check (rmsnorm_lessons/exercises/tuning.py): refusals on the CPU, the score on a GPU."""
+from __future__ import annotations
+
+import pytest
+
+from rmsnorm_lessons import gpu
+from rmsnorm_lessons.exercises import tuning
+from rmsnorm_lessons.ladder.v7_fast import Config
+
+
+@pytest.mark.parametrize("config, says", [
+    (None, "replace the placeholder"),
+    ("fast", "give a Config"),
+    ({"K": 7}, "Config.K"),
+    ({"Q": 1}, "takes K, prefetch, per_sm and staged only"),
+    ({"K": 1, "prefetch": True}, "prefetch needs K = 2"),
+])
+def test_a_bad_config_is_refused_with_a_reason(config, says):
+    v = tuning.check_tuning(config)
+    assert v.status == "NOT YET" and says in v.message, v
+    assert v.score is None
+
+
+def test_a_config_that_cannot_run_a_shape_is_refused():
+    v = tuning.check_tuning(Config(K=1), shapes=[(100, 16384)])
+    assert v.status == "NOT YET" and "cannot run (100, 16384)" in v.message and "block_size" in v.message
+
+
+@pytest.mark.parametrize("kwargs, says", [
+    ({"target": 0}, "target"), ({"target": "90"}, "target"), ({"target": 250}, "target"),
+    ({"shapes": []}, "at least one"), ({"shapes": [(10, 100)]}, "multiple of 8"),
+    ({"shapes": [(0, 1024)]}, "N >= 1"), ({"shapes": [(10.5, 1024)]}, "whole numbers"),
+    ({"shapes": "16384x4096"}, "pairs"), ({"repeats": 2}, "repeats"),
+])
+def test_bad_arguments_raise_naming_them(kwargs, says):
+    with pytest.raises(ValueError, match=says):
+        tuning.check_tuning(Config(), **kwargs)
+
+
+@pytest.mark.skipif(gpu.available(), reason="there is a GPU here: the check measures")
+def test_without_a_gpu_a_valid_config_is_not_verified():
+    v = tuning.check_tuning(Config(K=2, prefetch=True))
+    assert v.status == "NOT VERIFIED" and not v and v.score is None
+    assert "GPU" in v.message
+
+
+@pytest.mark.gpu
+def test_the_score_is_the_ceilings_time_over_v7s_measured_now():
+    plan_default = tuning.check_tuning(Config(), target=1, repeats=10)
+    assert plan_default.passed and plan_default.score is not None, plan_default
+    assert 30 < plan_default.score < 130, plan_default  # a time ratio against a kernel with the same bytes
+    assert "% of the same-bytes ceiling" in plan_default.message
+    # one row group of 1-chunk threads a block, one block per SM: few bytes in flight, far slower
+    starved = tuning.check_tuning(Config(K=1, per_sm=1), target=plan_default.score, repeats=10)
+    assert starved.status == "NOT YET" and starved.score < plan_default.score, (starved, plan_default)
+    assert "below the target" in starved.message
+    unreachable = tuning.check_tuning(Config(), target=199, repeats=10)
+    assert unreachable.status == "NOT YET" and unreachable.score is not None
