@@ -1,17 +1,18 @@
-"""The room's accounts: passwords handed out by the instructor, and the Unix accounts the hub created.
+"""The room's accounts: passwords the instructor hands out, the Unix accounts the hub created.
 
-Shared by hub/run.py (which writes the passwords before the hub starts, and removes accounts after the
-workshop) and hub/jupyterhub_config.py (whose authenticator checks a login against the hashes and
-records each account it creates). Standard library only: run.py runs from the project's Python, the
-hub from the learner environment.
+Shared by hub/run.py (which writes the passwords before the hub starts, and removes accounts after
+the workshop) and hub/jupyterhub_config.py (whose authenticator checks a login against the hashes
+and records each account it creates). Standard library only: run.py runs from the project's Python,
+the hub from the learner environment.
 
 In the hub's state folder (mode 0700, root's):
 
-* ``passwords.json``: ``{name: "scrypt$<salt hex>$<hash hex>"}``, what the hub checks a login against;
+* ``passwords.json``: ``{name: "scrypt$<salt hex>$<hash hex>"}``, what the hub checks a login
+  against;
 * ``password-sheet.txt``: the learners' names and passwords in plain text, the sheet the instructor
   prints and hands out (mode 0600; the hub does not need it, and it may be deleted once handed out);
-* ``created-accounts.json``: ``{name: {"uid": ..., "home": ...}}``, every Unix account the hub created,
-  and so the only accounts ``--remove-accounts`` deletes.
+* ``created-accounts.json``: ``{name: {"uid": ..., "home": ...}}``, every Unix account the hub
+  created, and so the only accounts ``--remove-accounts`` deletes.
 
 Nobody chooses a password at the door: a name without a hash cannot log in, so nobody can claim an
 account by being the first to type its name.
@@ -94,10 +95,10 @@ def check_login(state, name: str, password: str) -> bool:
 def prepare_passwords(state, learners, instructor: str, instructor_password: str | None = None):
     """Give every learner without a password a generated one, and the instructor theirs.
 
-    ``instructor_password``: set it (at least :data:`MIN_PASSWORD` characters); None keeps the one the
-    state holds, or generates one where there is none. Returns ``(sheet, new_instructor_password)``:
-    the learners' sheet as text (also written to ``password-sheet.txt``, mode 0600) and the instructor's
-    password where it was generated now (to print once), else None.
+    ``instructor_password``: set it (at least :data:`MIN_PASSWORD` characters); None keeps the one
+    the state holds, or generates one where there is none. Returns ``(sheet,
+    new_instructor_password)``: the learners' sheet as text (also written to ``password-sheet.txt``,
+    mode 0600) and the instructor's password where it was generated now (to print once), else None.
     """
     state = Path(state)
     if instructor in learners:
@@ -125,7 +126,8 @@ def prepare_passwords(state, learners, instructor: str, instructor_password: str
 
 def render_sheet(passwords: dict) -> str:
     width = max([8] + [len(n) for n in passwords])
-    lines = ["rmsnorm-lessons workshop: your account (cut along the lines, one strip per learner)", ""]
+    lines = ["rmsnorm-lessons workshop: your account (cut along the lines, one strip per learner)",
+             ""]
     for name, password in passwords.items():
         lines += ["-" * (width + 30), f"name: {name:<{width}}  password: {password}"]
     return "\n".join(lines + ["-" * (width + 30), ""])
@@ -162,10 +164,11 @@ def created_accounts(state) -> dict:
 
 
 def create_account(state, name: str) -> None:
-    """``useradd`` the account (home 0700) and record it as the hub's. An existing account is refused:
-    it is not the hub's to create, nor ever to remove."""
+    """``useradd`` the account (home 0700) and record it as the hub's. An existing account is
+    refused: it is not the hub's to create, nor ever to remove."""
     if user_exists(name):
-        raise ValueError(f"the account {name} exists already: the hub creates only missing accounts")
+        raise ValueError(f"the account {name} exists already: the hub creates only missing "
+                         "accounts")
     r = subprocess.run(USERADD + [name], capture_output=True, text=True)
     if r.returncode != 0:
         raise RuntimeError(f"useradd {name} failed ({r.returncode}): {r.stderr.strip()}")
@@ -180,9 +183,9 @@ def record_created(state, name: str) -> None:
 
 
 def remove_accounts(state, names, log=print) -> list[str]:
-    """Delete (``userdel --remove``) each of ``names`` that the hub created, as recorded in the state
-    with the same uid; return the names refused (an account the hub did not create: its home may be
-    someone's). Names without an account are skipped."""
+    """Delete (``userdel --remove``) each of ``names`` that the hub created, as recorded in the
+    state with the same uid; return the names refused (an account the hub did not create: its home
+    may be someone's). Names without an account are skipped."""
     state = Path(state)
     created = created_accounts(state)
     refused = []
@@ -193,7 +196,8 @@ def remove_accounts(state, names, log=print) -> list[str]:
         record = created.get(name)
         uid = pwd.getpwnam(name).pw_uid
         if record is None or record.get("uid") != uid:
-            why = "not created by this hub" if record is None else f"uid {uid}, the hub created uid {record['uid']}"
+            why = ("not created by this hub" if record is None
+                   else f"uid {uid}, the hub created uid {record['uid']}")
             log(f"hub: refusing to remove the account {name} ({why}, per {state / CREATED})")
             refused.append(name)
             continue

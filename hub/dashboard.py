@@ -1,17 +1,17 @@
 """The instructor's view of the room: a JupyterHub service at ``/services/dashboard/``.
 
 Started by the hub (hub/jupyterhub_config.py) as root, beside it: it reads each learner's verdicts
-(``~/.rmsnorm-lessons/verdicts.jsonl``, which their checks write: :mod:`rmsnorm_lessons.verdicts`) from
-their private homes, and shows
+(``~/.rmsnorm-lessons/verdicts.jsonl``, which their checks write: :mod:`rmsnorm_lessons.verdicts`)
+from their private homes, and shows
 
-* a grid, learner x exercise (the exercises of the lesson registry, then the tuning exercise): the last
-  verdict of each (PASS / NOT YET / NOT VERIFIED, or not tried), the time of the learner's last attempt,
-  and the mean error of their recorded predictions ("-" until there are some);
+* a grid, learner x exercise (the exercises of the lesson registry, then the tuning exercise): the
+  last verdict of each (PASS / NOT YET / NOT VERIFIED, or not tried), the time of the learner's last
+  attempt, and the mean error of their recorded predictions ("-" until there are some);
 * a leaderboard of the tuning exercise: each learner's best % of the same-bytes ceiling.
 
-The page refreshes its tables every few seconds. Who may open it: the hub lets through only users with
-``access:services!service=dashboard`` (the admins and the instructor: hub/jupyterhub_config.py's
-roles); this service refuses anyone else too (403), whatever their token says.
+The page refreshes its tables every few seconds. Who may open it: the hub lets through only users
+with ``access:services!service=dashboard`` (the admins and the instructor: the roles in
+hub/jupyterhub_config.py); this service refuses anyone else too (403), whatever their token says.
 """
 from __future__ import annotations
 
@@ -63,20 +63,23 @@ def tables(room: dict) -> str:
                 tip = f"{r.time}: {r.message}"
                 score = f" {r.score:.1f}%" if r.score is not None else ""
                 cls = r.status.lower().replace(" ", "-")
-                cells.append(f'<td class="{cls}" title="{esc(tip)}">{esc(SHORT[r.status])}{esc(score)}</td>')
+                cells.append(f'<td class="{cls}" title="{esc(tip)}">'
+                             f"{esc(SHORT[r.status])}{esc(score)}</td>")
         error = "-" if row.prediction_error is None else f"{row.prediction_error:.1f}"
         rows.append(f'<tr data-learner="{esc(row.learner)}"><th>{esc(row.learner)}</th>'
                     f"<td>{row.passed}/{len(names)}</td><td>{esc(_clock(row.last_time))}</td>"
                     f"<td>{esc(error)}</td>{''.join(cells)}</tr>")
-    grid = (f'<table id="grid"><thead><tr><th>learner</th><th>passed</th><th>last attempt (UTC)</th>'
-            f"<th>prediction error</th>{head}</tr></thead><tbody>{''.join(rows)}</tbody></table>")
+    grid = ('<table id="grid"><thead><tr><th>learner</th><th>passed</th>'
+            f"<th>last attempt (UTC)</th><th>prediction error</th>{head}</tr></thead>"
+            f"<tbody>{''.join(rows)}</tbody></table>")
     board = verdicts.leaderboard(room)
-    lines = "".join(f"<tr><td>{i}</td><td>{esc(n)}</td><td>{s:.1f} %</td><td>{esc(_clock(t))}</td></tr>"
-                    for i, (n, s, t) in enumerate(board, 1))
-    leader = ('<table id="leaderboard"><thead><tr><th>#</th><th>learner</th><th>% of the same-bytes '
-              "ceiling</th><th>at (UTC)</th></tr></thead><tbody>"
+    lines = "".join(f"<tr><td>{i}</td><td>{esc(n)}</td><td>{s:.1f} %</td>"
+                    f"<td>{esc(_clock(t))}</td></tr>" for i, (n, s, t) in enumerate(board, 1))
+    leader = ('<table id="leaderboard"><thead><tr><th>#</th><th>learner</th>'
+              "<th>% of the same-bytes ceiling</th><th>at (UTC)</th></tr></thead><tbody>"
               + (lines or '<tr><td colspan="4">no kernel timed yet</td></tr>') + "</tbody></table>")
-    return (f"<h2>Exercises</h2>{grid}<h2>Tuning: v7_fast's variants against the same-bytes ceiling</h2>"
+    return (f"<h2>Exercises</h2>{grid}"
+            "<h2>Tuning: v7_fast's variants against the same-bytes ceiling</h2>"
             f'{leader}<p class="stamp">read at {esc(verdicts.now())}</p>')
 
 
@@ -91,9 +94,10 @@ def lessons_title(exercise: str) -> str:
 PAGE = """<!doctype html>
 <html><head><meta charset="utf-8"><title>rmsnorm-lessons: the room</title>
 <style>
-body {{ font-family: sans-serif; margin: 1em; }} table {{ border-collapse: collapse; font-size: 13px; }}
+body {{ font-family: sans-serif; margin: 1em; }}
+table {{ border-collapse: collapse; font-size: 13px; }}
 th, td {{ border: 1px solid #ccc; padding: 3px 6px; white-space: nowrap; }}
-thead th {{ writing-mode: vertical-rl; transform: rotate(180deg); text-align: left; }}
+#grid thead th {{ writing-mode: vertical-rl; transform: rotate(180deg); text-align: left; }}
 td.pass {{ background: #c8f0c8; }} td.not-yet {{ background: #f8e0a0; }}
 td.not-verified {{ background: #d8e4f8; }} td.none {{ color: #999; }} .stamp {{ color: #666; }}
 </style></head>
@@ -101,7 +105,9 @@ td.not-verified {{ background: #d8e4f8; }} td.none {{ color: #999; }} .stamp {{ 
 <script>
 setInterval(async () => {{
   try {{
-    const r = await fetch("api/tables", {{credentials: "same-origin"}});
+    // a script's fetch carries the XSRF token: the hub's service auth accepts its cookie only then
+    const r = await fetch("api/tables",
+                          {{credentials: "same-origin", headers: {{"X-XSRFToken": "{xsrf}"}}}});
     if (r.ok) document.getElementById("tables").innerHTML = (await r.json()).html;
   }} catch (e) {{}}
 }}, {refresh_ms});
@@ -129,8 +135,10 @@ def make_app():
         def get(self):
             self.check()
             self.set_header("Cache-Control", "no-store")
+            token = self.xsrf_token
+            token = token.decode() if isinstance(token, bytes) else token
             self.finish(PAGE.format(count=len(LEARNERS), tables=tables(read_room(LEARNERS)),
-                                    refresh_ms=REFRESH_S * 1000))
+                                    refresh_ms=REFRESH_S * 1000, xsrf=html.escape(token)))
 
     class Tables(Base):
         @web.authenticated

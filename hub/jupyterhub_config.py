@@ -81,8 +81,9 @@ c.JupyterHub.cleanup_proxy = True
 
 
 class RoomAuthenticator(LocalAuthenticator):
-    """A login is the name and the password hub/run.py generated (or the instructor set); every listed
-    name gets a Unix user, and the users the hub creates are recorded (only those are ever removed)."""
+    """A login is the name and the password hub/run.py generated (or the instructor set); every
+    listed name gets a Unix user, and the users the hub creates are recorded (only those are ever
+    removed)."""
 
     async def authenticate(self, handler, data):
         name = (data or {}).get("username", "")
@@ -152,7 +153,7 @@ environment = {
     "OPENBLAS_NUM_THREADS": THREADS,
     "MKL_NUM_THREADS": THREADS,
     "MPLBACKEND": "module://matplotlib_inline.backend_inline",
-    # each check's verdict is recorded here, for the instructor's dashboard (rmsnorm_lessons/verdicts.py)
+    # each check's verdict is recorded here, for the instructor's dashboard (verdicts.py)
     "RMSNORM_LESSONS_VERDICTS": "~/.rmsnorm-lessons/verdicts.jsonl",
 }
 if GPU_MODE == "mps":
@@ -210,7 +211,8 @@ c.JupyterHub.services = [{
     "name": "dashboard",
     "url": f"http://127.0.0.1:{DASHBOARD_PORT}",
     "command": [sys.executable, str(HERE / "dashboard.py")],
-    "environment": {"RMSNORM_HUB_LEARNERS": ",".join(LEARNERS), "RMSNORM_HUB_INSTRUCTOR": INSTRUCTOR},
+    "environment": {"RMSNORM_HUB_LEARNERS": ",".join(LEARNERS),
+                    "RMSNORM_HUB_INSTRUCTOR": INSTRUCTOR},
     "oauth_no_confirm": True,
     "display": True,
 }]

@@ -77,7 +77,8 @@ def main(argv=None) -> int:
     ap.add_argument("--port", type=int, default=8000)
     ap.add_argument("--learners", default="2", help="a count (learner01..) or comma-separated names")
     ap.add_argument("--instructor", default="instructor", help="the admin account")
-    ap.add_argument("--instructor-password", default=os.environ.get("RMSNORM_HUB_INSTRUCTOR_PASSWORD"),
+    ap.add_argument("--instructor-password",
+                    default=os.environ.get("RMSNORM_HUB_INSTRUCTOR_PASSWORD"),
                     help="the instructor's password (default: kept, or generated and printed once)")
     ap.add_argument("--state", default=str(ROOT / "build" / "hub" / "state"),
                     help="the hub's database, cookie secret, passwords, student edition")
@@ -103,7 +104,8 @@ def main(argv=None) -> int:
     if args.instructor in learners:
         print(f"hub: the instructor {args.instructor} is also in --learners", file=sys.stderr)
         return 2
-    if args.instructor_password is not None and len(args.instructor_password) < accounts.MIN_PASSWORD:
+    chosen = args.instructor_password
+    if chosen is not None and len(chosen) < accounts.MIN_PASSWORD:
         print(f"hub: --instructor-password must have at least {accounts.MIN_PASSWORD} characters",
               file=sys.stderr)
         return 2
@@ -166,10 +168,10 @@ def main(argv=None) -> int:
     if ready:
         shown = url if args.ip not in ("0.0.0.0", "") else f"http://<this machine's address>:{args.port}/"
         print(f"hub: ready at {shown}", flush=True)
-        print(f"hub: learners {', '.join(learners)}; instructor (admin) {args.instructor}. Ctrl+C stops "
-              f"the hub.", flush=True)
-        print(f"hub: the learners' passwords, to print and hand out (also in {state / accounts.SHEET}, "
-              f"readable by root only):\n{sheet}", flush=True)
+        print(f"hub: learners {', '.join(learners)}; instructor (admin) {args.instructor}. "
+              f"Ctrl+C stops the hub.", flush=True)
+        print(f"hub: the learners' passwords, to print and hand out (also in "
+              f"{state / accounts.SHEET}, readable by root only):\n{sheet}", flush=True)
         if instructor_password is not None:
             print(f"hub: the instructor's password (generated now, shown only this once; "
                   f"--instructor-password sets another): {instructor_password}", flush=True)

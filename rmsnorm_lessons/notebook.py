@@ -6,8 +6,9 @@ on the course's GPU, read from the notebook file itself (the lessons ship with t
 run, and ``python -m rmsnorm_lessons.execute`` records in the notebook's metadata where and when that
 run was), so the prose that follows still has its tables and figures beside it.
 
-Where :data:`rmsnorm_lessons.verdicts.ENV` names a file (the workshop hub sets it), a cell whose value is
-a check's verdict is recorded there (:mod:`rmsnorm_lessons.verdicts`) for the instructor's dashboard.
+Where :data:`rmsnorm_lessons.verdicts.ENV` names a file (the workshop hub sets it), a cell whose
+value is a check's verdict is recorded there (:mod:`rmsnorm_lessons.verdicts`) for the instructor's
+dashboard.
 """
 from __future__ import annotations
 
@@ -100,8 +101,9 @@ def show(outputs) -> None:
 
 
 def record_verdict(result) -> None:
-    """IPython's ``post_run_cell`` hook: a cell whose value is a Verdict is recorded under the exercise
-    its text calls. Never raises: a failed record must not turn a check's cell into an error."""
+    """IPython's ``post_run_cell`` hook: a cell whose value is a Verdict is recorded under the
+    exercise its text calls. Never raises: a failed record must not turn a check's cell into an
+    error."""
     try:
         from . import verdicts
         from .exercises import Verdict

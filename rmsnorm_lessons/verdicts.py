@@ -2,18 +2,20 @@
 
 Each line of ``~/.rmsnorm-lessons/verdicts.jsonl`` is one check a learner ran in a notebook::
 
-    {"time": "2026-12-04T16:40:05Z", "lesson": "04_shared_memory", "exercise": "lesson04.check_v3_kernel",
-     "status": "PASS", "message": "yours_v3 matches ...", "score": null}
+    {"time": "2026-12-04T16:40:05Z", "lesson": "04_shared_memory",
+     "exercise": "lesson04.check_v3_kernel", "status": "PASS", "message": "yours_v3 matches ...",
+     "score": null, "prediction_error": null}
 
-``status`` is the verdict's word (PASS, NOT YET, NOT VERIFIED), ``message`` its first line (shortened),
-``score`` the check's figure where it has one (the tuning exercise: % of the same-bytes ceiling), and
-``prediction_error`` (optional) how far a recorded prediction was from the measurement.
+``status`` is the verdict's word (PASS, NOT YET, NOT VERIFIED), ``message`` its first line
+(shortened), ``score`` the check's figure where it has one (the tuning exercise: % of the same-bytes
+ceiling), and ``prediction_error`` (optional) how far a recorded prediction was from the
+measurement.
 
 Recording is on only where :data:`ENV` names the file (the hub sets it for every learner's server):
-on a laptop, in the tests and when the notebooks are executed for the site, nothing is written to the
-home. :mod:`rmsnorm_lessons.notebook` records a cell whose value is a verdict, naming the exercise from
-the check call in the cell's text (``lesson04.check_v3_kernel(yours_v3)``). Recording never raises: a
-read-only home or a full disk loses the line, never the verdict.
+on a laptop, in the tests and when the notebooks are executed for the site, nothing is written to
+the home. :mod:`rmsnorm_lessons.notebook` records a cell whose value is a verdict, naming the
+exercise from the check call in the cell's text (``lesson04.check_v3_kernel(yours_v3)``). Recording
+never raises: a read-only home or a full disk loses the line, never the verdict.
 """
 from __future__ import annotations
 
@@ -39,7 +41,8 @@ MESSAGE_MAX = 300
 #: a learner's file is read from its end, at most this many bytes (a huge file cannot stall the hub)
 READ_MAX = 1 << 20
 
-#: a check call in a cell's text: ``lesson04.check_v3_kernel(``, ``tuning.check_tuning(``, ``check_tuning(``
+#: a check call in a cell's text: ``lesson04.check_v3_kernel(``, ``tuning.check_tuning(``,
+#: ``check_tuning(``
 CALL = re.compile(r"(?<![\w.])(?:(lesson\d\d|tuning)\.)?(check_\w+)\s*\(")
 
 
@@ -86,8 +89,9 @@ def first_line(message: str, limit: int = MESSAGE_MAX) -> str:
 
 
 def exercise_of(source: str) -> str | None:
-    """The exercise whose check a cell calls last (its value is the cell's): ``"lesson04.check_v3_kernel"``;
-    a bare ``check_tuning(`` is the tuning exercise; None where the cell calls no check."""
+    """The exercise whose check a cell calls last (its value is the cell's), e.g.
+    ``"lesson04.check_v3_kernel"``; a bare ``check_tuning(`` is the tuning exercise; None where the
+    cell calls no check."""
     found = None
     for module, fn in CALL.findall(source or ""):
         if module:
@@ -106,7 +110,8 @@ def lesson_of(exercise: str) -> str:
         if exercise in lesson.exercises:
             return lesson.stem
     m = re.match(r"lesson(\d\d)\.", exercise)
-    return next((lesson.stem for lesson in lessons.LESSONS if m and lesson.number == m.group(1)), "")
+    found = (lesson.stem for lesson in lessons.LESSONS if m and lesson.number == m.group(1))
+    return next(found, "")
 
 
 def exercises() -> list[str]:
@@ -128,9 +133,9 @@ def make_record(exercise: str, verdict) -> Record:
 
 
 def record(exercise: str, verdict, path=None) -> bool:
-    """Append ``verdict`` (a :class:`~rmsnorm_lessons.exercises.Verdict`) for ``exercise`` to ``path``
-    (default :func:`record_path`; nothing where that is None). True when the line was written; never
-    raises (a read-only home, a full disk: the line is lost, the check is not)."""
+    """Append ``verdict`` (a :class:`~rmsnorm_lessons.exercises.Verdict`) for ``exercise`` to
+    ``path`` (default :func:`record_path`; nothing where that is None). True when the line was
+    written; never raises (a read-only home, a full disk: the line is lost, the check is not)."""
     try:
         path = Path(path) if path is not None else record_path()
         if path is None:
@@ -154,7 +159,7 @@ def record_cell(source: str, verdict, path=None) -> bool:
 
 
 def parse(text: str) -> list[Record]:
-    """The records in a file's text; lines that are not records (cut, edited by hand) are skipped."""
+    """The records in a file's text; lines that are not records (cut, edited) are skipped."""
     out = []
     for line in text.splitlines():
         try:
@@ -168,8 +173,8 @@ def read(path, owner: int | None = None, limit: int = READ_MAX) -> list[Record]:
     """The records of the file at ``path`` ([] where there is none).
 
     ``owner``: only a regular file owned by this uid is read, and not through a symbolic link, so a
-    reader running as root (the hub's dashboard) reads a learner's own records and nothing they point
-    it at. Only the last ``limit`` bytes are read."""
+    reader running as root (the hub's dashboard) reads a learner's own records and nothing they
+    point it at. Only the last ``limit`` bytes are read."""
     flags = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK
     try:
         fd = os.open(path, flags)
@@ -225,8 +230,8 @@ def room_rows(room: dict) -> list[Row]:
 
 
 def leaderboard(room: dict, exercise: str = TUNING) -> list[tuple[str, float, str]]:
-    """``(learner, best score, time of that attempt)`` at ``exercise`` for the learners with a score,
-    best first (ties: the earlier attempt first)."""
+    """``(learner, best score, time of that attempt)`` at ``exercise`` for the learners with a
+    score, best first (ties: the earlier attempt first)."""
     board = []
     for learner, records in room.items():
         scored = [r for r in records if r.exercise == exercise and r.score is not None]

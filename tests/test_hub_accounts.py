@@ -1,6 +1,6 @@
-"""The hub's accounts (hub/accounts.py, hub/run.py --remove-accounts): passwords nobody can claim at the door,
-and removal of the accounts the hub created only. The account tests create real Linux accounts (root only),
-named ``hubt<hex>...``, and remove them."""
+"""The hub's accounts (hub/accounts.py, hub/run.py --remove-accounts): passwords nobody can claim at
+the door, and removal of the accounts the hub created only. The account tests create real Linux
+accounts (root only), named ``hubt<hex>...``, and remove them."""
 from __future__ import annotations
 
 import importlib.util
@@ -26,8 +26,9 @@ def _load(name: str):
 
 
 accounts = _load("accounts")
-root_only = pytest.mark.skipif(not hasattr(os, "geteuid") or os.geteuid() != 0 or not shutil.which("useradd"),
-                               reason="creating accounts needs root and useradd")
+root_only = pytest.mark.skipif(
+    not hasattr(os, "geteuid") or os.geteuid() != 0 or not shutil.which("useradd"),
+    reason="creating accounts needs root and useradd")
 
 
 def test_generated_passwords_log_in_and_nothing_else_does(tmp_path):
@@ -40,8 +41,9 @@ def test_generated_passwords_log_in_and_nothing_else_does(tmp_path):
     assert given["ada"] not in (tmp_path / accounts.PASSWORDS).read_text()  # hashes only
     assert accounts.check_login(tmp_path, "ada", given["ada"])
     assert accounts.check_login(tmp_path, "teach", generated)
-    for name, guess in [("ada", given["grace"]), ("teach", "teach"), ("teach", "password"), ("teach", ""),
-                        ("teach", given["ada"]), ("nobody", given["ada"]), ("", ""), ("ada", None)]:
+    for name, guess in [("ada", given["grace"]), ("teach", "teach"), ("teach", "password"),
+                        ("teach", ""), ("teach", given["ada"]), ("nobody", given["ada"]), ("", ""),
+                        ("ada", None)]:
         assert not accounts.check_login(tmp_path, name, guess), (name, guess)
 
 
@@ -69,7 +71,8 @@ def test_password_hashes():
     stored = accounts.hash_password("k7mp-2xqr-9dzf")
     assert accounts.verify_password("k7mp-2xqr-9dzf", stored)
     assert not accounts.verify_password("k7mp-2xqr-9dzF", stored)
-    assert not accounts.verify_password("x", "md5$00$00") and not accounts.verify_password("x", "garbage")
+    assert not accounts.verify_password("x", "md5$00$00")
+    assert not accounts.verify_password("x", "garbage")
     pw = accounts.generate_password()
     assert len(pw) == 14 and set(pw) <= set(accounts.ALPHABET + "-")
 
@@ -94,9 +97,9 @@ def test_removal_touches_only_the_accounts_the_hub_created(tmp_path):
         with pytest.raises(ValueError, match="exists already"):
             accounts.create_account(state, theirs)
         # the command line an instructor types, with the pre-existing account in the room
-        r = subprocess.run([sys.executable, str(HUB / "run.py"), "--state", str(state), "--learners",
-                            f"{theirs},{ours}", "--instructor", instructor, "--remove-accounts"],
-                           capture_output=True, text=True, timeout=120)
+        r = subprocess.run([sys.executable, str(HUB / "run.py"), "--state", str(state),
+                            "--learners", f"{theirs},{ours}", "--instructor", instructor,
+                            "--remove-accounts"], capture_output=True, text=True, timeout=120)
         assert r.returncode == 1, r
         assert f"refusing to remove the account {theirs}" in r.stdout, r.stdout
         assert f"removed the account {ours}" in r.stdout, r.stdout
@@ -115,8 +118,8 @@ def test_a_name_reused_by_another_account_is_not_removed(tmp_path):
     try:
         accounts.create_account(tmp_path, name)
         subprocess.run(["userdel", "--remove", name], check=True, capture_output=True)
-        subprocess.run(["useradd", "--create-home", "--uid", str(60000 + secrets.randbelow(5000)), name],
-                       check=True)
+        uid = str(60000 + secrets.randbelow(5000))
+        subprocess.run(["useradd", "--create-home", "--uid", uid, name], check=True)
         said = []
         assert accounts.remove_accounts(tmp_path, [name], log=said.append) == [name]
         assert _exists(name) and "the hub created uid" in said[0]

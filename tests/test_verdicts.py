@@ -21,8 +21,8 @@ def test_exercise_named_from_the_cells_text():
     assert verdicts.exercise_of("lesson04.check_v3_kernel(yours_v3)  # sanitize=True ...") == \
         "lesson04.check_v3_kernel"
     # the last call is the one whose value the cell shows
-    assert verdicts.exercise_of("print(lesson00.check_grid(1, 2, 3))\nlesson00.check_bytes(n, b)") == \
-        "lesson00.check_bytes"
+    two_calls = "print(lesson00.check_grid(1, 2, 3))\nlesson00.check_bytes(n, b)"
+    assert verdicts.exercise_of(two_calls) == "lesson00.check_bytes"
     assert verdicts.exercise_of("tuning.check_tuning(Config(K=2))") == verdicts.TUNING
     assert verdicts.exercise_of("check_tuning(cfg, target=80)") == verdicts.TUNING
     assert verdicts.exercise_of("x = 1\nrl.check.check_version('v2_warp', 1, 8)") is None
@@ -44,7 +44,8 @@ def test_lessons_and_exercises_come_from_the_registry():
 
 def test_record_and_read_back(target):
     assert verdicts.record("lesson04.check_v3_kernel", failed("dweight wrong\nsecond line")) is True
-    assert verdicts.record_cell("tuning.check_tuning(c)", Verdict(True, "92.0 % of the ceiling", score=92.0))
+    tuned = Verdict(True, "92.0 % of the ceiling", score=92.0)
+    assert verdicts.record_cell("tuning.check_tuning(c)", tuned)
     assert not verdicts.record_cell("print('no check here')", passed("x"))
     assert oct(target.stat().st_mode & 0o777) == "0o600"
     assert oct(target.parent.stat().st_mode & 0o777) == "0o700"
@@ -54,7 +55,8 @@ def test_record_and_read_back(target):
     assert (second.lesson, second.status, second.score) == ("tuning", "PASS", 92.0)
     assert first.time.endswith("Z") and len(first.time) == 20
     line = json.loads(target.read_text().splitlines()[0])
-    assert set(line) == {"time", "lesson", "exercise", "status", "message", "score", "prediction_error"}
+    assert set(line) == {"time", "lesson", "exercise", "status", "message", "score",
+                         "prediction_error"}
 
 
 def test_nothing_recorded_without_the_variable(tmp_path, monkeypatch):
@@ -84,9 +86,9 @@ def test_long_messages_and_bad_lines(target):
     verdicts.record("lesson01.check_term2", failed("x" * 1000))
     with open(target, "a") as f:
         f.write("not json\n")
-        f.write(json.dumps({"time": "t", "lesson": "l", "exercise": "e", "status": "WRONG", "message": ""}) + "\n")
-        f.write(json.dumps({"time": "t", "lesson": "l", "exercise": "e", "status": "PASS", "message": "",
-                            "score": "high"}) + "\n")
+        base = {"time": "t", "lesson": "l", "exercise": "e", "message": ""}
+        f.write(json.dumps({**base, "status": "WRONG"}) + "\n")
+        f.write(json.dumps({**base, "status": "PASS", "score": "high"}) + "\n")
         f.write('{"time": "t", "lesson": "l", "exer')  # cut mid-line
     records = verdicts.read(target)
     assert len(records) == 1 and len(records[0].message) == verdicts.MESSAGE_MAX
@@ -126,7 +128,7 @@ def test_room_rows_and_leaderboard():
     assert rows["ada"].cells["lesson00.check_grid"].status == "PASS"
     assert rows["ada"].passed == 2 and rows["ada"].last_time == "2026-12-04T10:03:00Z"
     assert rows["ada"].prediction_error == 4.0 and rows["grace"].prediction_error is None
-    assert rows["grace"].cells[verdicts.TUNING].status == "NOT YET"  # the last attempt, not the best
+    assert rows["grace"].cells[verdicts.TUNING].status == "NOT YET"  # the last try, not the best
     assert rows["linus"].cells == {} and rows["linus"].last_time is None
     board = verdicts.leaderboard(room)
     assert [(n, s) for n, s, _ in board] == [("grace", 95.0), ("ada", 91.5)]
@@ -149,7 +151,8 @@ def test_the_notebook_hook_records_a_cells_verdict(target):
     hooks = [h for h in ip.events.callbacks["post_run_cell"] if h.__name__ == "record_verdict"]
     assert len(hooks) == 1
     try:
-        r = ip.run_cell("from rmsnorm_lessons.exercises import lesson01\nlesson01.check_term2(lambda *a: None)")
+        r = ip.run_cell("from rmsnorm_lessons.exercises import lesson01\n"
+                        "lesson01.check_term2(lambda *a: None)")
         assert r.success and not r.result
         ip.run_cell("x = lesson01.check_term2(lambda *a: None)")  # no value shown: nothing recorded
         ip.run_cell("print('hello')")
