@@ -172,14 +172,20 @@ def parse(text: str) -> list[Record]:
 def read(path, owner: int | None = None, limit: int = READ_MAX) -> list[Record]:
     """The records of the file at ``path`` ([] where there is none).
 
-    ``owner``: only a regular file owned by this uid is read, and not through a symbolic link, so a
-    reader running as root (the hub's dashboard) reads a learner's own records and nothing they
-    point it at. Only the last ``limit`` bytes are read."""
-    flags = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK
+    ``owner``: only a regular file owned by this uid is read, and neither it nor its folder through
+    a symbolic link, so a reader running as root (the hub's dashboard) reads a learner's own records
+    and nothing they point it at. Only the last ``limit`` bytes are read."""
+    path = Path(path)
     try:
-        fd = os.open(path, flags)
+        folder = os.open(path.parent, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
     except OSError:
         return []
+    try:
+        fd = os.open(path.name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK, dir_fd=folder)
+    except OSError:
+        return []
+    finally:
+        os.close(folder)
     try:
         st = os.fstat(fd)
         if not stat.S_ISREG(st.st_mode) or (owner is not None and st.st_uid != owner):

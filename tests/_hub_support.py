@@ -17,7 +17,7 @@ from test_browser import _free_port, _wait
 ROOT = Path(__file__).resolve().parent.parent
 HUB = ROOT / "hub"
 HUB_PYTHON = os.environ.get("HUB_PYTHON", "/usr/bin/python3")
-ENV_BUILD_S = 900  # the learner environment, first time on a clean machine (pip, from the cache after)
+ENV_BUILD_S = 900  # the learner environment, first time on a clean machine (pip; cached after)
 HUB_START_S = 240
 
 
@@ -26,7 +26,7 @@ def _user_exists(name: str) -> bool:
 
 
 def _processes_naming(*needles: str) -> list[int]:
-    """Processes whose command line contains one of ``needles`` (this hub's port or state folder)."""
+    """Processes whose command line contains one of ``needles`` (this hub's port or state)."""
     found = []
     for d in Path("/proc").iterdir():
         if d.name.isdigit() and int(d.name) != os.getpid():
@@ -62,22 +62,24 @@ class Hub:
         self.removal = None  # what --remove-accounts said
 
     def build_env(self) -> None:
-        """The learner environment, before the clock of the hub's start runs (slow the first time)."""
+        """The learner environment, before the clock of the hub's start runs (slow at first)."""
         t0 = time.monotonic()
-        r = subprocess.run([str(HUB / "learner-env.sh")], cwd=ROOT, stdout=self._log, stderr=subprocess.STDOUT,
-                           timeout=ENV_BUILD_S, env={**os.environ, "HUB_PYTHON": HUB_PYTHON})
+        r = subprocess.run([str(HUB / "learner-env.sh")], cwd=ROOT, stdout=self._log,
+                           stderr=subprocess.STDOUT, timeout=ENV_BUILD_S,
+                           env={**os.environ, "HUB_PYTHON": HUB_PYTHON})
         assert r.returncode == 0, f"hub/learner-env.sh failed ({r.returncode}):\n{self.log_tail()}"
         print(f"learner environment ready in {time.monotonic() - t0:.0f} s")
 
     def start(self) -> None:
-        args = (f"--port {self.port} --learners {','.join(self.learners)} --instructor {self.instructor} "
-                f"--state {self.state} --cull-timeout 900")
+        args = (f"--port {self.port} --learners {','.join(self.learners)} "
+                f"--instructor {self.instructor} --state {self.state} --cull-timeout 900")
         # the README's command, with this interpreter (PY=, -o venv: no venv build)
-        cmd = ["make", "--no-print-directory", "-C", str(ROOT), "-o", "venv", "hub", f"PY={sys.executable}",
-               f"HUB_ARGS={args}"]
+        cmd = ["make", "--no-print-directory", "-C", str(ROOT), "-o", "venv", "hub",
+               f"PY={sys.executable}", f"HUB_ARGS={args}"]
         env = {**os.environ, "HUB_PYTHON": HUB_PYTHON, "PYTHONUNBUFFERED": "1"}
-        self.proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=self._log, stderr=subprocess.STDOUT,
-                                     stdin=subprocess.DEVNULL, start_new_session=True)
+        self.proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=self._log,
+                                     stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                     start_new_session=True)
         _wait(lambda: self._ready(), HUB_START_S, "the hub to print its URL")
 
     def _ready(self) -> bool:
@@ -111,7 +113,8 @@ class Hub:
         if self.proc is not None:
             if self.proc.poll() is None:
                 try:
-                    os.killpg(self.proc.pid, signal.SIGTERM)  # make, hub/run.py and JupyterHub: a clean stop
+                    # make, hub/run.py and JupyterHub: a clean stop
+                    os.killpg(self.proc.pid, signal.SIGTERM)
                 except ProcessLookupError:
                     pass
                 try:
@@ -130,7 +133,7 @@ class Hub:
                     os.killpg(self.proc.pid, signal.SIGKILL)
                 except ProcessLookupError:
                     pass
-        # the proxy and the culler: the hub stops them; anything naming this hub's port or state is ours
+        # the proxy and the services: the hub stops them; what names this port or state is ours
         self.left_running = _processes_naming(f"--port {self.port} ", str(self.state))
         for pid in self.left_running:
             try:

@@ -29,14 +29,17 @@ def _rec(exercise, status, time, message="m", score=None):
 
 def test_grid_and_leaderboard(monkeypatch):
     d = _dashboard(monkeypatch)
-    room = {"ada": [_rec("lesson04.check_v3_kernel", "NOT YET", "2026-12-04T10:00:00Z", "<b>bad</b> & worse"),
+    wrong = _rec("lesson04.check_v3_kernel", "NOT YET", "2026-12-04T10:00:00Z",
+                 "<b>bad</b> & worse")
+    room = {"ada": [wrong,
                     _rec(verdicts.TUNING, "PASS", "2026-12-04T10:02:03Z", score=91.25)],
             "grace": []}
     html = d.tables(room)
     every = verdicts.exercises()
     assert html.count("<th title=") == len(every)
     assert lessons.by_stem("04_shared_memory").title in html
-    assert "<b>bad</b>" not in html and "&lt;b&gt;bad&lt;/b&gt; &amp; worse" in html  # a learner's text
+    assert "<b>bad</b>" not in html  # a learner's text, escaped
+    assert "&lt;b&gt;bad&lt;/b&gt; &amp; worse" in html
     ada = html[html.index("data-learner=\"ada\""):html.index("data-learner=\"grace\"")]
     assert ada.count('class="none">not tried') == len(every) - 2
     assert 'class="not-yet"' in ada and 'class="pass"' in ada and "91.2%" in ada

@@ -104,6 +104,10 @@ def test_read_refuses_links_other_owners_and_keeps_the_tail(tmp_path, target):
     link = tmp_path / "link.jsonl"
     link.symlink_to(target)
     assert verdicts.read(link) == []
+    linked_folder = tmp_path / "folder-link"
+    linked_folder.symlink_to(target.parent)
+    assert verdicts.read(linked_folder / target.name) == []
+    assert len(verdicts.read(target.parent / target.name)) == 50
     assert verdicts.read(target, owner=os.getuid() + 1) == []
     assert verdicts.read(tmp_path / "missing.jsonl") == []
     assert verdicts.read(tmp_path) == []  # a folder
