@@ -58,3 +58,52 @@ def test_the_score_is_the_ceilings_time_over_v7s_measured_now():
     assert register.status == "NOT YET", register
     assert "below the target of 199 %" in register.message, register
     assert 30 < register.score < 130, register
+
+
+def _fake_gpu(monkeypatch, yours_ms, ceiling_ms, ok=True):
+    """The GPU's side replaced: a check report that is ``ok`` and the timings given, per shape."""
+    from types import SimpleNamespace
+
+    from rmsnorm_lessons import bench, check
+
+    timed = []
+    monkeypatch.setattr(gpu, "why_unavailable", lambda: None)
+    monkeypatch.setattr(check, "check_version", lambda *a, **k: SimpleNamespace(ok=ok))
+
+    def time_shape(N, C, rows, ceiling_modes=(), copy_gbps=float("nan"), repeats=50):
+        (spec, overwrite, config, label), = rows
+        timed.append((N, C, spec.name, overwrite, config, label, ceiling_modes, repeats))
+        k = len(timed) - 1
+        suffix = bench.OVERWRITE_SUFFIX if overwrite else ""
+        row = lambda name, ms: SimpleNamespace(name=name, ms=ms, noisy=False)  # noqa: E731
+        return [row(label + suffix, yours_ms[k]), row(bench.STREAM_NAME + suffix, ceiling_ms[k])]
+
+    monkeypatch.setattr(bench, "time_shape", time_shape)
+    return timed
+
+
+def test_graded_on_the_ratio_of_times_measured_together(monkeypatch):
+    timed = _fake_gpu(monkeypatch, yours_ms=[0.125], ceiling_ms=[0.100])
+    v = tuning.check_tuning(Config(K=2, prefetch=True), target=80, repeats=7)
+    assert v.passed and v.score == pytest.approx(80.0), v
+    assert "125.0 us against the ceiling's 100.0 us (80.0 %)" in v.message
+    assert timed == [(16384, 4096, "v7_fast", False, Config(K=2, prefetch=True), "yours", (False,), 7)]
+    _fake_gpu(monkeypatch, yours_ms=[0.125], ceiling_ms=[0.100])
+    v = tuning.check_tuning(Config(K=2, prefetch=True), target=80.5)
+    assert v.status == "NOT YET" and v.score == pytest.approx(80.0) and "below the target" in v.message
+
+
+def test_several_shapes_take_the_geometric_mean(monkeypatch):
+    timed = _fake_gpu(monkeypatch, yours_ms=[0.2, 0.1], ceiling_ms=[0.1, 0.1])
+    v = tuning.check_tuning(Config(), shapes=[(8192, 1024), (4096, 2048)], overwrite=True, target=50)
+    assert v.score == pytest.approx(100 * (0.5 * 1.0) ** 0.5), v
+    assert v.passed and "(dinp=)" not in v.message
+    assert [(t[0], t[1], t[3], t[6]) for t in timed] == [(8192, 1024, True, (True,)),
+                                                         (4096, 2048, True, (True,))]
+
+
+def test_a_wrong_result_is_not_timed(monkeypatch):
+    timed = _fake_gpu(monkeypatch, yours_ms=[0.1], ceiling_ms=[0.1], ok=False)
+    v = tuning.check_tuning(Config(K=4))
+    assert v.status == "NOT YET" and "wrong at (16384, 4096)" in v.message and v.score is None
+    assert timed == []
