@@ -87,15 +87,18 @@ def test_graded_on_the_ratio_of_times_measured_together(monkeypatch):
     v = tuning.check_tuning(Config(K=2, prefetch=True), target=80, repeats=7)
     assert v.passed and v.score == pytest.approx(80.0), v
     assert "125.0 us against the ceiling's 100.0 us (80.0 %)" in v.message
-    assert timed == [(16384, 4096, "v7_fast", False, Config(K=2, prefetch=True), "yours", (False,), 7)]
+    config = Config(K=2, prefetch=True)
+    assert timed == [(16384, 4096, "v7_fast", False, config, "yours", (False,), 7)]
     _fake_gpu(monkeypatch, yours_ms=[0.125], ceiling_ms=[0.100])
     v = tuning.check_tuning(Config(K=2, prefetch=True), target=80.5)
-    assert v.status == "NOT YET" and v.score == pytest.approx(80.0) and "below the target" in v.message
+    assert v.status == "NOT YET" and v.score == pytest.approx(80.0), v
+    assert "below the target" in v.message
 
 
 def test_several_shapes_take_the_geometric_mean(monkeypatch):
     timed = _fake_gpu(monkeypatch, yours_ms=[0.2, 0.1], ceiling_ms=[0.1, 0.1])
-    v = tuning.check_tuning(Config(), shapes=[(8192, 1024), (4096, 2048)], overwrite=True, target=50)
+    v = tuning.check_tuning(Config(), shapes=[(8192, 1024), (4096, 2048)], overwrite=True,
+                            target=50)
     assert v.score == pytest.approx(100 * (0.5 * 1.0) ** 0.5), v
     assert v.passed and "(dinp=)" not in v.message
     assert [(t[0], t[1], t[3], t[6]) for t in timed] == [(8192, 1024, True, (True,)),
