@@ -143,6 +143,7 @@ def main(argv=None) -> int:
         # the proxy's token, shared by the hub and the proxy it starts
         "CONFIGPROXY_AUTH_TOKEN": os.environ.get("CONFIGPROXY_AUTH_TOKEN") or os.urandom(16).hex(),
     })
+    env.pop("RMSNORM_HUB_INSTRUCTOR_PASSWORD", None)  # the hub reads the hashes, never the password
     # the hub runs from the learner environment too (hub/requirements.txt): one set of JupyterHub packages
     cmd = [str(env_dir / "bin" / "python"), "-m", "jupyterhub", "-f", str(HERE / "jupyterhub_config.py")]
     hub = subprocess.Popen(cmd, cwd=state, env=env)
@@ -170,11 +171,13 @@ def main(argv=None) -> int:
         print(f"hub: ready at {shown}", flush=True)
         print(f"hub: learners {', '.join(learners)}; instructor (admin) {args.instructor}. "
               f"Ctrl+C stops the hub.", flush=True)
-        print(f"hub: the learners' passwords, to print and hand out (also in "
-              f"{state / accounts.SHEET}, readable by root only):\n{sheet}", flush=True)
-        if instructor_password is not None:
-            print(f"hub: the instructor's password (generated now, shown only this once; "
-                  f"--instructor-password sets another): {instructor_password}", flush=True)
+    # shown whether or not the hub answered: a generated password exists only as a hash after this
+    print(f"hub: the learners' passwords, to print and hand out (also in {state / accounts.SHEET}, "
+          f"readable by root only):\n{sheet}", flush=True)
+    if instructor_password is not None:
+        print(f"hub: the instructor's password (generated now, shown only this once; "
+              f"--instructor-password sets another): {instructor_password}", flush=True)
+    if ready:
         print(f"hub: the instructor's view of the room: {shown}services/dashboard/", flush=True)
     while True:
         try:
