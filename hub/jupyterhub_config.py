@@ -3,13 +3,18 @@
 Read hub/README.md first. In short:
 
 * Accounts: the room is a list of learner names plus one instructor (an admin). Each name is a local
-  Unix account, created by the hub at start-up where it is missing (``useradd``, home mode 0700). At the
-  first login a learner chooses their password (FirstUseAuthenticator); only the listed names can log in.
+  Unix account, created by the hub at start-up where it is missing (``useradd``, home mode 0700) and
+  recorded in the state folder (hub/accounts.py). A login is checked against the password hashes
+  hub/run.py wrote before the hub started (generated for the learners, the instructor's own): nobody
+  chooses a password at the door, so nobody can claim someone else's name.
 * Servers: LocalProcessSpawner runs each learner's JupyterLab as that Unix user, with the learner
   environment (hub/learner-env.sh: a venv every user can run, the course installed in it).
 * Seeding: before a learner's first server starts, the student edition (written once per hub start by
   hub/run.py with ``python -m rmsnorm_lessons student``) is copied into ``~/rmsnorm-lessons``, owned by
   the learner. Later logins leave the folder alone: the learner's work stays theirs.
+* The instructor's view: the ``dashboard`` service (hub/dashboard.py, admins only) shows every
+  learner's verdicts (``~/.rmsnorm-lessons/verdicts.jsonl``, written by their checks) at
+  ``/services/dashboard/``.
 * Culling: jupyterhub-idle-culler runs as a hub service and stops servers idle for
   RMSNORM_HUB_CULL_TIMEOUT seconds (default 3600).
 * Limits: see hub/README.md ("What is enforced"): process count per learner and thread counts are set
@@ -26,7 +31,6 @@ import shutil
 import sys
 from pathlib import Path
 
-from firstuseauthenticator import FirstUseAuthenticator
 from jupyterhub.auth import LocalAuthenticator
 from jupyterhub.spawner import LocalProcessSpawner
 
@@ -34,6 +38,8 @@ c = get_config()  # noqa: F821 - defined by JupyterHub when it loads this file
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
+sys.path.insert(0, str(HERE))
+import accounts  # noqa: E402 - hub/accounts.py, beside this file
 
 
 def _env(name, default):
@@ -71,23 +77,29 @@ c.JupyterHub.cleanup_servers = True
 c.JupyterHub.cleanup_proxy = True
 
 # ----------------------------------------------------------------------------------------------------
-# accounts: the room's names, local Unix users, passwords chosen at first login
+# accounts: the room's names, local Unix users, passwords handed out by the instructor
 
 
-class RoomAuthenticator(LocalAuthenticator, FirstUseAuthenticator):
-    """FirstUseAuthenticator (the password is set at first login, stored bcrypt-hashed in the hub's state
-    folder) with LocalAuthenticator's system accounts: every listed name gets a Unix user."""
+class RoomAuthenticator(LocalAuthenticator):
+    """A login is the name and the password hub/run.py generated (or the instructor set); every
+    listed name gets a Unix user, and the users the hub creates are recorded (only those are ever
+    removed)."""
+
+    async def authenticate(self, handler, data):
+        name = (data or {}).get("username", "")
+        if accounts.check_login(STATE, name, (data or {}).get("password", "")):
+            return name
+        self.log.warning("refused a login as %r: wrong password or no account", name)
+        return None
+
+    def add_system_user(self, user):
+        accounts.create_account(STATE, user.name)
 
 
 c.JupyterHub.authenticator_class = RoomAuthenticator
 c.Authenticator.allowed_users = set(LEARNERS)
 c.Authenticator.admin_users = {INSTRUCTOR}
 c.LocalAuthenticator.create_system_users = True
-# useradd, not Debian's adduser: the home is private from the start (mode 0700, not adduser's 0750/0755)
-c.LocalAuthenticator.add_user_cmd = ["useradd", "--create-home", "--shell", "/bin/bash", "-K", "HOME_MODE=0700"]
-c.FirstUseAuthenticator.dbm_path = str(STATE / "passwords.dbm")
-c.FirstUseAuthenticator.create_users = False  # only the room's names, never a name typed at the door
-c.FirstUseAuthenticator.min_password_length = 8
 
 # ----------------------------------------------------------------------------------------------------
 # the learners' servers
@@ -141,6 +153,8 @@ environment = {
     "OPENBLAS_NUM_THREADS": THREADS,
     "MKL_NUM_THREADS": THREADS,
     "MPLBACKEND": "module://matplotlib_inline.backend_inline",
+    # each check's verdict is recorded here, for the instructor's dashboard (verdicts.py)
+    "RMSNORM_LESSONS_VERDICTS": "~/.rmsnorm-lessons/verdicts.jsonl",
 }
 if GPU_MODE == "mps":
     # clients of NVIDIA's MPS daemon (started by the admin, hub/gpu-sharing.md): at most this share of
@@ -185,17 +199,32 @@ def seed_home(spawner):
 c.Spawner.pre_spawn_hook = seed_home
 
 # ----------------------------------------------------------------------------------------------------
-# idle servers are stopped
+# idle servers are stopped; the instructor's view of the room
 
-
+DASHBOARD_PORT = int(_env("DASHBOARD_PORT", "8002"))
 c.JupyterHub.services = [{
     "name": "idle-culler",
     "command": [sys.executable, "-m", "jupyterhub_idle_culler", f"--timeout={CULL_TIMEOUT}",
                 "--cull-every=60"],
+}, {
+    # runs as root, like the hub: it reads every learner's verdicts in their private home
+    "name": "dashboard",
+    "url": f"http://127.0.0.1:{DASHBOARD_PORT}",
+    "command": [sys.executable, str(HERE / "dashboard.py")],
+    "environment": {"RMSNORM_HUB_LEARNERS": ",".join(LEARNERS),
+                    "RMSNORM_HUB_INSTRUCTOR": INSTRUCTOR},
+    "oauth_no_confirm": True,
+    "display": True,
 }]
 c.JupyterHub.load_roles = [{
     "name": "idle-culler",
     "description": "stop learners' servers that have been idle",
     "scopes": ["list:users", "read:users:activity", "read:servers", "delete:servers"],
     "services": ["idle-culler"],
+}, {
+    # the admin role has access:services already; said out loud, and for the instructor by name
+    "name": "room-dashboard",
+    "description": "open the instructor's view of the room",
+    "scopes": ["access:services!service=dashboard"],
+    "users": [INSTRUCTOR],
 }]

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The Python environment of the workshop hub: JupyterHub with its culler and authenticator
+# The Python environment of the workshop hub: JupyterHub with its idle culler
 # (hub/requirements.txt), JupyterLab, ipykernel and the course package, in a venv every local user can
 # read and run. The hub runs from it as root; each learner's JupyterLab runs from it as the learner.
 #

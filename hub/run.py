@@ -8,8 +8,15 @@
 4. starts JupyterHub with hub/jupyterhub_config.py, prints the URL and the room once it answers, and
    stays in the foreground until Ctrl+C (which stops the learners' servers and the proxy too).
 
-The learners' Unix accounts are created by the hub at start-up; they stay after it stops (their homes
-hold the learners' work). ``--remove-accounts`` deletes the room's accounts and homes and exits.
+Before the hub starts, every learner without a password gets a generated one: the sheet of names and
+passwords is printed and written to ``<state>/password-sheet.txt`` (mode 0600, root's), for the
+instructor to hand out. The instructor's password is ``--instructor-password`` (or
+``RMSNORM_HUB_INSTRUCTOR_PASSWORD``), else generated on the first start and printed once.
+
+The learners' Unix accounts are created by the hub at start-up and recorded in
+``<state>/created-accounts.json``; they stay after it stops (their homes hold the learners' work).
+``--remove-accounts`` deletes the recorded accounts of the room and their homes, refuses any other
+(naming it), and exits.
 """
 from __future__ import annotations
 
@@ -27,6 +34,8 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
+sys.path.insert(0, str(HERE))
+import accounts  # noqa: E402 - hub/accounts.py, beside this file
 NODE_PREFIX = ROOT / "build" / "hub" / "node"
 
 
@@ -62,19 +71,15 @@ def find_proxy(install: bool = True) -> str | None:
     return None
 
 
-def remove_accounts(names: list[str]) -> None:
-    for name in names:
-        if subprocess.run(["id", name], capture_output=True).returncode == 0:
-            subprocess.run(["userdel", "--remove", name], capture_output=True)
-            print(f"hub: removed the account {name} and its home")
-
-
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--ip", default="127.0.0.1", help="where learners connect (0.0.0.0: every interface)")
     ap.add_argument("--port", type=int, default=8000)
     ap.add_argument("--learners", default="2", help="a count (learner01..) or comma-separated names")
     ap.add_argument("--instructor", default="instructor", help="the admin account")
+    ap.add_argument("--instructor-password",
+                    default=os.environ.get("RMSNORM_HUB_INSTRUCTOR_PASSWORD"),
+                    help="the instructor's password (default: kept, or generated and printed once)")
     ap.add_argument("--state", default=str(ROOT / "build" / "hub" / "state"),
                     help="the hub's database, cookie secret, passwords, student edition")
     ap.add_argument("--env", default=os.environ.get("HUB_ENV", str(ROOT / "build" / "hub" / "env")),
@@ -92,9 +97,18 @@ def main(argv=None) -> int:
         print("hub: run as root: the hub creates the learners' accounts and starts each learner's server as "
               "that learner (sudo make hub)", file=sys.stderr)
         return 2
+    state = Path(args.state).resolve()
     if args.remove_accounts:
-        remove_accounts(learners + [args.instructor])
-        return 0
+        refused = accounts.remove_accounts(state, learners + [args.instructor])
+        return 1 if refused else 0
+    if args.instructor in learners:
+        print(f"hub: the instructor {args.instructor} is also in --learners", file=sys.stderr)
+        return 2
+    chosen = args.instructor_password
+    if chosen is not None and len(chosen) < accounts.MIN_PASSWORD:
+        print(f"hub: --instructor-password must have at least {accounts.MIN_PASSWORD} characters",
+              file=sys.stderr)
+        return 2
     if not shutil.which("useradd"):
         print("hub: useradd is missing (apt-get install passwd)", file=sys.stderr)
         return 2
@@ -109,9 +123,10 @@ def main(argv=None) -> int:
     if r.returncode != 0:
         return r.returncode
 
-    state = Path(args.state).resolve()
     state.mkdir(parents=True, exist_ok=True)
     os.chmod(state, 0o700)
+    sheet, instructor_password = accounts.prepare_passwords(state, learners, args.instructor,
+                                                            args.instructor_password)
     student = state / "student"
     shutil.rmtree(student, ignore_errors=True)
     subprocess.run([sys.executable, "-m", "rmsnorm_lessons", "student", str(student)], check=True, cwd=ROOT)
@@ -124,10 +139,11 @@ def main(argv=None) -> int:
         "RMSNORM_HUB_STUDENT": str(student), "RMSNORM_HUB_LEARNERS": ",".join(learners),
         "RMSNORM_HUB_INSTRUCTOR": args.instructor, "RMSNORM_HUB_CULL_TIMEOUT": str(args.cull_timeout),
         "RMSNORM_HUB_MEM_LIMIT": args.mem_limit, "RMSNORM_HUB_GPU_MODE": args.gpu_mode,
-        "RMSNORM_HUB_SPAWNER": args.spawner,
+        "RMSNORM_HUB_SPAWNER": args.spawner, "RMSNORM_HUB_DASHBOARD_PORT": str(_free_port()),
         # the proxy's token, shared by the hub and the proxy it starts
         "CONFIGPROXY_AUTH_TOKEN": os.environ.get("CONFIGPROXY_AUTH_TOKEN") or os.urandom(16).hex(),
     })
+    env.pop("RMSNORM_HUB_INSTRUCTOR_PASSWORD", None)  # the hub reads the hashes, never the password
     # the hub runs from the learner environment too (hub/requirements.txt): one set of JupyterHub packages
     cmd = [str(env_dir / "bin" / "python"), "-m", "jupyterhub", "-f", str(HERE / "jupyterhub_config.py")]
     hub = subprocess.Popen(cmd, cwd=state, env=env)
@@ -153,8 +169,16 @@ def main(argv=None) -> int:
     if ready:
         shown = url if args.ip not in ("0.0.0.0", "") else f"http://<this machine's address>:{args.port}/"
         print(f"hub: ready at {shown}", flush=True)
-        print(f"hub: learners {', '.join(learners)}; instructor (admin) {args.instructor}. Each chooses a "
-              f"password (8 characters or more) at their first login. Ctrl+C stops the hub.", flush=True)
+        print(f"hub: learners {', '.join(learners)}; instructor (admin) {args.instructor}. "
+              f"Ctrl+C stops the hub.", flush=True)
+    # shown whether or not the hub answered: a generated password exists only as a hash after this
+    print(f"hub: the learners' passwords, to print and hand out (also in {state / accounts.SHEET}, "
+          f"readable by root only):\n{sheet}", flush=True)
+    if instructor_password is not None:
+        print(f"hub: the instructor's password (generated now, shown only this once; "
+              f"--instructor-password sets another): {instructor_password}", flush=True)
+    if ready:
+        print(f"hub: the instructor's view of the room: {shown}services/dashboard/", flush=True)
     while True:
         try:
             return hub.wait()

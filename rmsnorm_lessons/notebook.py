@@ -1,10 +1,14 @@
-"""Notebook support: the ``%%gpu`` cell magic and a one-line status banner.
+"""Notebook support: the ``%%gpu`` cell magic, a one-line status banner, and the record of verdicts.
 
 A cell that launches kernels starts with ``%%gpu`` (and carries the cell tag ``gpu``). Where a GPU works
 the cell runs as usual. Where not, it says so in one sentence and shows the output the same cell made
 on the course's GPU, read from the notebook file itself (the lessons ship with the outputs of an H200
 run, and ``python -m rmsnorm_lessons.execute`` records in the notebook's metadata where and when that
 run was), so the prose that follows still has its tables and figures beside it.
+
+Where :data:`rmsnorm_lessons.verdicts.ENV` names a file (the workshop hub sets it), a cell whose
+value is a check's verdict is recorded there (:mod:`rmsnorm_lessons.verdicts`) for the instructor's
+dashboard.
 """
 from __future__ import annotations
 
@@ -96,8 +100,28 @@ def show(outputs) -> None:
             print(f"{out.get('ename')}: {out.get('evalue')}")
 
 
+def record_verdict(result) -> None:
+    """IPython's ``post_run_cell`` hook: a cell whose value is a Verdict is recorded under the
+    exercise its text calls. Never raises: a failed record must not turn a check's cell into an
+    error."""
+    try:
+        from . import verdicts
+        from .exercises import Verdict
+
+        value = getattr(result, "result", None)
+        if isinstance(value, Verdict) and verdicts.record_path() is not None:
+            info = getattr(result, "info", None)
+            verdicts.record_cell(getattr(info, "raw_cell", "") or "", value)
+    except Exception:  # pragma: no cover - verdicts.record already swallows its own errors
+        pass
+
+
 def load_ipython_extension(ipython) -> None:
     ipython.register_magic_function(gpu_cell, magic_kind="cell", magic_name="gpu")
+    hooks = ipython.events.callbacks.get("post_run_cell", [])
+    if not any(getattr(h, "__name__", "") == record_verdict.__name__
+               and getattr(h, "__module__", "") == __name__ for h in hooks):
+        ipython.events.register("post_run_cell", record_verdict)
 
 
 def setup() -> str:

@@ -1,20 +1,28 @@
-"""The workshop hub for real: ``make hub`` on a free port, two learners in Chromium, their homes kept apart.
+"""The workshop hub for real: ``make hub`` on a free port; two learners, an instructor, Chromium.
 
 What it does, as an instructor and two learners would:
 
-1. creates nothing by hand: ``make hub HUB_ARGS=...`` builds or reuses the learner environment, writes the
-   student edition, starts JupyterHub with configurable-http-proxy, and the hub creates the three local
-   accounts (two learners, one instructor) with fresh names (``rlh<hex>a``, ``...b``, ``...i``);
-2. logs each learner in, in their own browser context (own cookies): the first login sets the password;
+1. creates nothing by hand: ``make hub HUB_ARGS=...`` builds or reuses the learner environment,
+   writes the student edition and the password sheet, starts JupyterHub and its proxy,
+   and the hub creates the three local accounts (two learners, one instructor) with fresh names
+   (``hubt<hex>a``, ``...b``, ``...i``); the instructor's password is generated and printed once;
+2. before the instructor ever logs in, someone else tries the instructor's name with guesses (the
+   name, a learner's password, ...): refused; then logs each learner in, in their own browser
+   context (own cookies), with the password on the sheet the hub wrote;
 3. checks on disk that each home is private (0700) and holds the student edition, owned by the learner,
    equal to the one the hub wrote (solutions stripped);
 4. opens lesson 01 in each JupyterLab and runs its first two code cells (CPU only: the set-up line and
    the NumPy forward pass), which must print the forward pass's rstd;
 5. writes a file from learner 1's notebook and checks, from learner 2's notebook, the browser and the
    shell, that learner 2 can neither read it nor list learner 1's home;
-6. saves build/screenshots/hub-learner1.png and hub-learner2.png;
-7. always stops the hub (which stops the learners' servers and the proxy), ends any process left running
-   as the three accounts (by process id), and deletes the accounts and their homes.
+6. runs a check in each learner's notebook (lesson 01's, a wrong answer), which records its verdict
+   in the learner's home; the instructor logs in with the printed password and opens the dashboard
+   (``/services/dashboard/``): both learners' rows, NOT YET; learner 1 then passes the check and the
+   open page shows PASS without a reload; learner 2 gets 403 at the dashboard;
+7. saves build/screenshots/hub-learner1.png, hub-learner2.png and hub-dashboard.png;
+8. always stops the hub (which stops the learners' servers and the proxy), ends any process left
+   running as the three accounts (by process id), and deletes the accounts and their homes with
+   ``--remove-accounts`` (the hub recorded creating them).
 
 Skipped, with the reason, where it cannot run: not root, no useradd/userdel, no Chromium or Playwright,
 no configurable-http-proxy and no npm to install it, no world-runnable Python for the learners.
@@ -26,24 +34,16 @@ import os
 import re
 import secrets
 import shutil
-import signal
 import stat
 import subprocess
-import sys
-import time
 from pathlib import Path
 
 import pytest
 
-from test_browser import CHROMIUM, CHROMIUM_ARGS, SCREENSHOTS, _free_port, _kernel_ready, _wait
+from _hub_support import HUB, HUB_PYTHON, ROOT, Hub, _pids_of, _user_exists
+from test_browser import CHROMIUM, CHROMIUM_ARGS, SCREENSHOTS, _kernel_ready, _wait
 
-ROOT = Path(__file__).resolve().parent.parent
-HUB = ROOT / "hub"
-HUB_PYTHON = os.environ.get("HUB_PYTHON", "/usr/bin/python3")
-ENV_BUILD_S = 900  # the learner environment, first time on a clean machine (pip, from the cache after)
-HUB_START_S = 240
 PAGE_S = 120
-PASSWORD = "workshop-" + secrets.token_hex(4)
 
 try:
     import playwright.sync_api  # noqa: F401
@@ -84,120 +84,6 @@ pytestmark = [
 ]
 
 
-def _user_exists(name: str) -> bool:
-    return subprocess.run(["id", name], capture_output=True).returncode == 0
-
-
-def _processes_naming(*needles: str) -> list[int]:
-    """Processes whose command line contains one of ``needles`` (this hub's port or state folder)."""
-    found = []
-    for d in Path("/proc").iterdir():
-        if d.name.isdigit() and int(d.name) != os.getpid():
-            try:
-                cmd = (d / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
-            except OSError:
-                continue
-            if any(n in cmd for n in needles):
-                found.append(int(d.name))
-    return found
-
-
-def _pids_of(name: str) -> list[int]:
-    r = subprocess.run(["ps", "-u", name, "-o", "pid="], capture_output=True, text=True)
-    return [int(p) for p in r.stdout.split()] if r.returncode == 0 else []
-
-
-class Hub:
-    def __init__(self, work: Path):
-        tag = secrets.token_hex(3)
-        self.learners = [f"rlh{tag}a", f"rlh{tag}b"]
-        self.instructor = f"rlh{tag}i"
-        self.names = self.learners + [self.instructor]
-        for n in self.names:
-            assert not _user_exists(n), f"account {n} exists already"
-        self.port = _free_port()
-        self.url = f"http://127.0.0.1:{self.port}/"
-        self.state = work / "state"
-        self.log_path = work / "hub.log"
-        self._log = open(self.log_path, "w")
-        self.proc = None
-        self.left_running: list[int] = []
-
-    def build_env(self) -> None:
-        """The learner environment, before the clock of the hub's start runs (slow the first time)."""
-        t0 = time.monotonic()
-        r = subprocess.run([str(HUB / "learner-env.sh")], cwd=ROOT, stdout=self._log, stderr=subprocess.STDOUT,
-                           timeout=ENV_BUILD_S, env={**os.environ, "HUB_PYTHON": HUB_PYTHON})
-        assert r.returncode == 0, f"hub/learner-env.sh failed ({r.returncode}):\n{self.log_tail()}"
-        print(f"learner environment ready in {time.monotonic() - t0:.0f} s")
-
-    def start(self) -> None:
-        args = (f"--port {self.port} --learners {','.join(self.learners)} --instructor {self.instructor} "
-                f"--state {self.state} --cull-timeout 900")
-        # the README's command, with this interpreter (PY=, -o venv: no venv build)
-        cmd = ["make", "--no-print-directory", "-C", str(ROOT), "-o", "venv", "hub", f"PY={sys.executable}",
-               f"HUB_ARGS={args}"]
-        env = {**os.environ, "HUB_PYTHON": HUB_PYTHON, "PYTHONUNBUFFERED": "1"}
-        self.proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=self._log, stderr=subprocess.STDOUT,
-                                     stdin=subprocess.DEVNULL, start_new_session=True)
-        _wait(lambda: self._ready(), HUB_START_S, "the hub to print its URL")
-
-    def _ready(self) -> bool:
-        if self.proc.poll() is not None:
-            raise RuntimeError(f"make hub exited with {self.proc.returncode}:\n{self.log_tail()}")
-        return f"hub: ready at {self.url}" in self.log_text()
-
-    def log_text(self) -> str:
-        self._log.flush()
-        return self.log_path.read_text(errors="replace")
-
-    def log_tail(self, n: int = 60) -> str:
-        lines = [ln for ln in self.log_text().splitlines() if "is ignored: it is neither" not in ln]
-        return "\n".join(lines[-n:])
-
-    def stop(self) -> None:
-        """The hub, its proxy and the learners' servers; then the accounts and their homes."""
-        if self.proc is not None:
-            if self.proc.poll() is None:
-                try:
-                    os.killpg(self.proc.pid, signal.SIGTERM)  # make, hub/run.py and JupyterHub: a clean stop
-                except ProcessLookupError:
-                    pass
-                try:
-                    self.proc.wait(timeout=30)
-                except subprocess.TimeoutExpired:
-                    pass
-            deadline = time.monotonic() + 30
-            while time.monotonic() < deadline:  # JupyterHub may still be stopping the servers
-                try:
-                    os.killpg(self.proc.pid, 0)
-                except ProcessLookupError:
-                    break
-                time.sleep(0.5)
-            else:
-                try:
-                    os.killpg(self.proc.pid, signal.SIGKILL)
-                except ProcessLookupError:
-                    pass
-        # the proxy and the culler: the hub stops them; anything naming this hub's port or state is ours
-        self.left_running = _processes_naming(f"--port {self.port} ", str(self.state))
-        for pid in self.left_running:
-            try:
-                os.kill(pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
-        for name in self.names:  # anything still running as a test account was started by this test
-            for pid in _pids_of(name):
-                try:
-                    os.kill(pid, signal.SIGKILL)
-                except ProcessLookupError:
-                    pass
-        for name in self.names:
-            if _user_exists(name):
-                subprocess.run(["userdel", "--remove", "--force", name], capture_output=True)
-        self._log.close()
-
-
 @pytest.fixture(scope="module")
 def hub(tmp_path_factory):
     work = tmp_path_factory.mktemp("hub")
@@ -211,6 +97,9 @@ def hub(tmp_path_factory):
         left = [n for n in server.names if _user_exists(n) or Path(f"/home/{n}").exists()]
         assert not left, f"accounts or homes left behind: {left}"
         assert not server.left_running, f"processes left running after the hub stopped: {server.left_running}"
+        assert server.removal is not None and server.removal.returncode == 0, server.removal
+        for name in server.names:
+            assert f"removed the account {name}" in server.removal.stdout, server.removal.stdout
         print(f"hub log: {server.log_path}")
 
 
@@ -218,12 +107,17 @@ def hub(tmp_path_factory):
 # the browser side
 
 
-def _login(page, hub: Hub, name: str) -> None:
-    page.goto(f"{hub.url}hub/login", timeout=PAGE_S * 1000)
+def _submit_login(page, hub: Hub, name: str, password: str, url: str | None = None) -> None:
+    page.goto(url or f"{hub.url}hub/login", timeout=PAGE_S * 1000)
     page.fill("#username_input", name)
-    page.fill("#password_input", PASSWORD)
-    page.click("#login_submit")
-    # the first login sets the password; the hub spawns the server and redirects into JupyterLab
+    page.fill("#password_input", password)
+    with page.expect_navigation(timeout=PAGE_S * 1000):
+        page.click("#login_submit")
+
+
+def _login(page, hub: Hub, name: str) -> None:
+    _submit_login(page, hub, name, hub.password(name))
+    # the hub spawns the server and redirects into JupyterLab
     page.wait_for_url(re.compile(rf"/user/{name}/lab"), timeout=PAGE_S * 1000)
     page.locator(".jp-DirListing-item:has-text('01_rmsnorm_math.ipynb')").first.wait_for(timeout=PAGE_S * 1000)
 
@@ -284,6 +178,73 @@ def _student_edition_seeded(hub: Hub, name: str) -> None:
         assert "".join((seeded / n).read_text() for n in want) != instructor
 
 
+def _takeover_refused(browser, hub: Hub) -> None:
+    """Before the instructor's first login, someone else types the instructor's name: every guess is
+    refused, and no session comes of it (no first-use password to claim the account with)."""
+    context = browser.new_context()
+    try:
+        page = context.new_page()
+        learner_pw = hub.password(hub.learners[0])
+        for name, guess in [(hub.instructor, hub.instructor), (hub.instructor, "instructor"),
+                            (hub.instructor, "password1234"), (hub.instructor, learner_pw),
+                            (hub.learners[1], learner_pw)]:
+            _submit_login(page, hub, name, guess)
+            assert "/hub/login" in page.url, f"{name} with {guess!r} got in: {page.url}"
+            assert context.request.get(f"{hub.url}hub/api/user").status == 403
+        assert "refused a login as" in hub.log_text()
+    finally:
+        context.close()
+
+
+CHECK_WRONG = ("from rmsnorm_lessons.exercises import lesson01\n"
+               "lesson01.check_term2(lambda *a: None)  # wrong")
+CHECK_RIGHT = ("def t2_ok(dout, inp, weight, rstd):\n"
+               "    norm = inp * rstd[:, None]\n"
+               "    mean = np.mean(weight * dout * norm, axis=1, keepdims=True)\n"
+               "    return -rstd[:, None] * norm * mean\n\n"
+               "lesson01.check_term2(t2_ok)")
+
+
+def _verdicts_on_disk(name: str) -> list[dict]:
+    path = Path(f"/home/{name}/.rmsnorm-lessons/verdicts.jsonl")
+    assert path.stat().st_uid == Path(f"/home/{name}").stat().st_uid
+    return [json.loads(line) for line in path.read_text().splitlines()]
+
+
+def _room_view(browser, hub: Hub, pages: dict):
+    """Each learner runs a check; the instructor's dashboard shows both and follows along; a learner
+    gets 403 there. Returns the instructor's dashboard page."""
+    one, two = hub.learners
+    for name in hub.learners:
+        out = _new_cell(pages[name], CHECK_WRONG, f"{name}: a check", "# wrong")
+        assert "NOT YET" in out, out
+        assert [(v["exercise"], v["status"]) for v in _verdicts_on_disk(name)] == \
+            [("lesson01.check_term2", "NOT YET")]
+    context = browser.new_context(viewport={"width": 1400, "height": 900})
+    context.set_default_timeout(30_000)
+    page = context.new_page()
+    _submit_login(page, hub, hub.instructor, hub.password(hub.instructor),
+                  f"{hub.url}services/dashboard/")
+    page.locator("#grid").wait_for(timeout=PAGE_S * 1000)
+    assert "/services/dashboard/" in page.url, page.url
+    for name in hub.learners:
+        row = page.locator(f"#grid tr[data-learner='{name}']")
+        assert row.count() == 1 and row.locator("td.not-yet").count() == 1, row.inner_html()
+        assert "not tried" in row.inner_text()
+    assert "no kernel timed yet" in page.locator("#leaderboard").inner_text()
+    # learner 1 passes it; the open page shows it within a few refreshes, with no reload
+    out = _new_cell(pages[one], CHECK_RIGHT, f"{one}: the check, right", "t2_ok")
+    assert "PASS" in out, out
+    page.locator(f"#grid tr[data-learner='{one}'] td.pass").wait_for(timeout=30_000)
+    assert page.locator(f"#grid tr[data-learner='{two}'] td.pass").count() == 0
+    # a learner is not let in
+    resp = pages[two].context.request.get(f"{hub.url}services/dashboard/")
+    assert resp.status == 403 and "data-learner" not in resp.text(), resp.status
+    resp = pages[two].context.request.get(f"{hub.url}services/dashboard/api/tables")
+    assert resp.status == 403 and "data-learner" not in resp.text(), resp.status
+    return page
+
+
 def test_hub_two_learners(hub):
     from playwright.sync_api import sync_playwright
 
@@ -294,6 +255,7 @@ def test_hub_two_learners(hub):
     with sync_playwright() as p:
         browser = p.chromium.launch(executable_path=CHROMIUM, headless=True, args=CHROMIUM_ARGS, timeout=60_000)
         try:
+            _takeover_refused(browser, hub)
             pages = {}
             for name in hub.learners:
                 context = browser.new_context(viewport={"width": 1280, "height": 900})  # own cookies
@@ -340,6 +302,11 @@ def test_hub_two_learners(hub):
             r = subprocess.run(["runuser", "-u", two, "--", "cat", f"/home/{one}/{secret}"],
                                capture_output=True, text=True)
             assert r.returncode != 0 and text not in r.stdout, r
+
+            dashboard = _room_view(browser, hub, pages)
+            shots["dashboard"] = SCREENSHOTS / "hub-dashboard.png"
+            SCREENSHOTS.mkdir(parents=True, exist_ok=True)
+            dashboard.screenshot(path=str(shots["dashboard"]), full_page=True)
 
             for i, name in enumerate(hub.learners, 1):
                 page = pages[name]

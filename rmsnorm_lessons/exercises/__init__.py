@@ -17,15 +17,22 @@ STATES = ("PASS", "NOT YET", "NOT VERIFIED")
 class Verdict:
     """``PASS`` (checked and right), ``NOT YET`` (checked and wrong, or unfinished) or ``NOT VERIFIED``
     (``verified=False``: nothing found wrong, but the decisive check needs what is missing here, a GPU).
-    A NOT VERIFIED verdict is never passed: ``bool(verdict)`` is True for PASS only."""
+    A NOT VERIFIED verdict is never passed: ``bool(verdict)`` is True for PASS only. ``score``: the
+    check's figure where it measures one (the tuning exercise: % of the same-bytes ceiling), which
+    the hub's dashboard ranks; the message says it too."""
 
     passed: bool
     message: str
     verified: bool = True
+    score: float | None = None
 
     def __post_init__(self):
         if self.passed and not self.verified:
             raise ValueError("a verdict that was not verified cannot pass")
+        score = self.score
+        if score is not None and (isinstance(score, bool) or not isinstance(score, (int, float))
+                                  or not math.isfinite(score)):
+            raise ValueError(f"a verdict's score must be a finite number or None, got {score!r}")
 
     @property
     def status(self) -> str:

@@ -1,0 +1,213 @@
+"""The room's accounts: passwords the instructor hands out, the Unix accounts the hub created.
+
+Shared by hub/run.py (which writes the passwords before the hub starts, and removes accounts after
+the workshop) and hub/jupyterhub_config.py (whose authenticator checks a login against the hashes
+and records each account it creates). Standard library only: run.py runs from the project's Python,
+the hub from the learner environment.
+
+In the hub's state folder (mode 0700, root's):
+
+* ``passwords.json``: ``{name: "scrypt$<salt hex>$<hash hex>"}``, what the hub checks a login
+  against;
+* ``password-sheet.txt``: the learners' names and passwords in plain text, the sheet the instructor
+  prints and hands out (mode 0600; the hub does not need it, and it may be deleted once handed out);
+* ``created-accounts.json``: ``{name: {"uid": ..., "home": ...}}``, every Unix account the hub
+  created, and so the only accounts ``--remove-accounts`` deletes.
+
+Nobody chooses a password at the door: a name without a hash cannot log in, so nobody can claim an
+account by being the first to type its name.
+"""
+from __future__ import annotations
+
+import hashlib
+import hmac
+import json
+import os
+import pwd
+import secrets
+import subprocess
+from pathlib import Path
+
+PASSWORDS = "passwords.json"
+SHEET = "password-sheet.txt"
+CREATED = "created-accounts.json"
+#: letters and digits nobody misreads on a printed sheet (no 0/o, 1/l/i)
+ALPHABET = "abcdefghjkmnpqrstuvwxyz23456789"
+MIN_PASSWORD = 8
+#: useradd, not Debian's adduser: the home is private from the start (mode 0700)
+USERADD = ["useradd", "--create-home", "--shell", "/bin/bash", "-K", "HOME_MODE=0700"]
+_SCRYPT = {"n": 2 ** 14, "r": 8, "p": 1}
+
+
+def generate_password(groups: int = 3, size: int = 4) -> str:
+    """``k7mp-2xqr-9dzf``: 12 characters of 31 (59 bits), easy to copy from paper."""
+    return "-".join("".join(secrets.choice(ALPHABET) for _ in range(size)) for _ in range(groups))
+
+
+def hash_password(password: str) -> str:
+    salt = secrets.token_bytes(16)
+    digest = hashlib.scrypt(password.encode(), salt=salt, **_SCRYPT)
+    return f"scrypt${salt.hex()}${digest.hex()}"
+
+
+def verify_password(password: str, stored: str | None) -> bool:
+    if not stored or not isinstance(password, str):
+        return False
+    try:
+        kind, salt, digest = stored.split("$")
+        if kind != "scrypt":
+            return False
+        got = hashlib.scrypt(password.encode(), salt=bytes.fromhex(salt), **_SCRYPT)
+    except (ValueError, TypeError):
+        return False
+    return hmac.compare_digest(got.hex(), digest)
+
+
+def _read_json(path: Path) -> dict:
+    try:
+        data = json.loads(path.read_text())
+    except FileNotFoundError:
+        return {}
+    if not isinstance(data, dict):
+        raise ValueError(f"{path} does not hold a JSON object")
+    return data
+
+
+def _write_private(path: Path, text: str) -> None:
+    """Write ``text`` to ``path`` (mode 0600) by a rename, so a reader never sees half a file."""
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as f:
+        f.write(text)
+    os.chmod(tmp, 0o600)
+    os.replace(tmp, path)
+
+
+def load_hashes(state) -> dict:
+    return _read_json(Path(state) / PASSWORDS)
+
+
+def check_login(state, name: str, password: str) -> bool:
+    """True when ``password`` is ``name``'s (hashes read afresh: run.py may have changed them)."""
+    return verify_password(password, load_hashes(state).get(name))
+
+
+def prepare_passwords(state, learners, instructor: str, instructor_password: str | None = None):
+    """Give every learner without a password a generated one, and the instructor theirs.
+
+    ``instructor_password``: set it (at least :data:`MIN_PASSWORD` characters); None keeps the one
+    the state holds, or generates one where there is none. Returns ``(sheet,
+    new_instructor_password)``: the learners' sheet as text (also written to ``password-sheet.txt``,
+    mode 0600) and the instructor's password where it was generated now (to print once), else None.
+    """
+    state = Path(state)
+    if instructor in learners:
+        raise ValueError(f"the instructor {instructor!r} is also in the list of learners")
+    if instructor_password is not None and len(instructor_password) < MIN_PASSWORD:
+        raise ValueError(f"the instructor's password must have at least {MIN_PASSWORD} characters")
+    hashes = load_hashes(state)
+    sheet_path = state / SHEET
+    plain = _read_sheet(sheet_path)
+    for name in learners:
+        if name not in hashes or name not in plain:
+            plain[name] = generate_password()
+            hashes[name] = hash_password(plain[name])
+    generated = None
+    if instructor_password is not None:
+        hashes[instructor] = hash_password(instructor_password)
+    elif instructor not in hashes:
+        generated = generate_password(groups=4)
+        hashes[instructor] = hash_password(generated)
+    _write_private(state / PASSWORDS, json.dumps(hashes, indent=1) + "\n")
+    sheet = render_sheet({n: plain[n] for n in learners})
+    _write_private(sheet_path, sheet)
+    return sheet, generated
+
+
+def render_sheet(passwords: dict) -> str:
+    width = max([8] + [len(n) for n in passwords])
+    lines = ["rmsnorm-lessons workshop: your account (cut along the lines, one strip per learner)",
+             ""]
+    for name, password in passwords.items():
+        lines += ["-" * (width + 30), f"name: {name:<{width}}  password: {password}"]
+    return "\n".join(lines + ["-" * (width + 30), ""])
+
+
+def _read_sheet(path: Path) -> dict:
+    """``{name: password}`` from a sheet :func:`render_sheet` wrote ({} where there is none)."""
+    try:
+        text = path.read_text()
+    except FileNotFoundError:
+        return {}
+    found = {}
+    for line in text.splitlines():
+        if line.startswith("name: ") and "  password: " in line:
+            name, password = line[len("name: "):].split("  password: ", 1)
+            found[name.strip()] = password.strip()
+    return found
+
+
+def read_sheet(state) -> dict:
+    return _read_sheet(Path(state) / SHEET)
+
+
+def user_exists(name: str) -> bool:
+    try:
+        pwd.getpwnam(name)
+        return True
+    except KeyError:
+        return False
+
+
+def created_accounts(state) -> dict:
+    return _read_json(Path(state) / CREATED)
+
+
+def create_account(state, name: str) -> None:
+    """``useradd`` the account (home 0700) and record it as the hub's. An existing account is
+    refused: it is not the hub's to create, nor ever to remove."""
+    if user_exists(name):
+        raise ValueError(f"the account {name} exists already: the hub creates only missing "
+                         "accounts")
+    r = subprocess.run(USERADD + [name], capture_output=True, text=True)
+    if r.returncode != 0:
+        raise RuntimeError(f"useradd {name} failed ({r.returncode}): {r.stderr.strip()}")
+    record_created(state, name)
+
+
+def record_created(state, name: str) -> None:
+    user = pwd.getpwnam(name)
+    created = created_accounts(state)
+    created[name] = {"uid": user.pw_uid, "home": user.pw_dir}
+    _write_private(Path(state) / CREATED, json.dumps(created, indent=1) + "\n")
+
+
+def remove_accounts(state, names, log=print) -> list[str]:
+    """Delete (``userdel --remove``) each of ``names`` that the hub created, as recorded in the
+    state with the same uid; return the names refused (an account the hub did not create: its home
+    may be someone's). Names without an account are skipped."""
+    state = Path(state)
+    created = created_accounts(state)
+    refused = []
+    for name in names:
+        if not user_exists(name):
+            created.pop(name, None)
+            continue
+        record = created.get(name)
+        uid = pwd.getpwnam(name).pw_uid
+        if record is None or record.get("uid") != uid:
+            why = ("not created by this hub" if record is None
+                   else f"uid {uid}, the hub created uid {record['uid']}")
+            log(f"hub: refusing to remove the account {name} ({why}, per {state / CREATED})")
+            refused.append(name)
+            continue
+        r = subprocess.run(["userdel", "--remove", name], capture_output=True, text=True)
+        if r.returncode not in (0, 12):  # 12: the home could not be removed (already gone)
+            log(f"hub: userdel {name} failed ({r.returncode}): {r.stderr.strip()}")
+            refused.append(name)
+            continue
+        created.pop(name)
+        log(f"hub: removed the account {name} and its home")
+    if state.is_dir():
+        _write_private(state / CREATED, json.dumps(created, indent=1) + "\n")
+    return refused

@@ -1,0 +1,158 @@
+"""The workshop hub as tests/test_hub.py drives it: ``make hub`` started and stopped, its log, its
+accounts' passwords, and the clean-up of everything it started (processes, accounts, homes)."""
+from __future__ import annotations
+
+import os
+import re
+import secrets
+import signal
+import stat
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from test_browser import _free_port, _wait
+
+ROOT = Path(__file__).resolve().parent.parent
+HUB = ROOT / "hub"
+HUB_PYTHON = os.environ.get("HUB_PYTHON", "/usr/bin/python3")
+ENV_BUILD_S = 900  # the learner environment, first time on a clean machine (pip; cached after)
+HUB_START_S = 240
+
+
+def _user_exists(name: str) -> bool:
+    return subprocess.run(["id", name], capture_output=True).returncode == 0
+
+
+def _processes_naming(*needles: str) -> list[int]:
+    """Processes whose command line contains one of ``needles`` (this hub's port or state)."""
+    found = []
+    for d in Path("/proc").iterdir():
+        if d.name.isdigit() and int(d.name) != os.getpid():
+            try:
+                cmd = (d / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+            except OSError:
+                continue
+            if any(n in cmd for n in needles):
+                found.append(int(d.name))
+    return found
+
+
+def _pids_of(name: str) -> list[int]:
+    r = subprocess.run(["ps", "-u", name, "-o", "pid="], capture_output=True, text=True)
+    return [int(p) for p in r.stdout.split()] if r.returncode == 0 else []
+
+
+class Hub:
+    def __init__(self, work: Path):
+        tag = secrets.token_hex(3)
+        self.learners = [f"hubt{tag}a", f"hubt{tag}b"]
+        self.instructor = f"hubt{tag}i"
+        self.names = self.learners + [self.instructor]
+        for n in self.names:
+            assert not _user_exists(n), f"account {n} exists already"
+        self.port = _free_port()
+        self.url = f"http://127.0.0.1:{self.port}/"
+        self.state = work / "state"
+        self.log_path = work / "hub.log"
+        self._log = open(self.log_path, "w")
+        self.proc = None
+        self.left_running: list[int] = []
+        self.removal = None  # what --remove-accounts said
+
+    def build_env(self) -> None:
+        """The learner environment, before the clock of the hub's start runs (slow at first)."""
+        t0 = time.monotonic()
+        r = subprocess.run([str(HUB / "learner-env.sh")], cwd=ROOT, stdout=self._log,
+                           stderr=subprocess.STDOUT, timeout=ENV_BUILD_S,
+                           env={**os.environ, "HUB_PYTHON": HUB_PYTHON})
+        assert r.returncode == 0, f"hub/learner-env.sh failed ({r.returncode}):\n{self.log_tail()}"
+        print(f"learner environment ready in {time.monotonic() - t0:.0f} s")
+
+    def start(self) -> None:
+        args = (f"--port {self.port} --learners {','.join(self.learners)} "
+                f"--instructor {self.instructor} --state {self.state} --cull-timeout 900")
+        # the README's command, with this interpreter (PY=, -o venv: no venv build)
+        cmd = ["make", "--no-print-directory", "-C", str(ROOT), "-o", "venv", "hub",
+               f"PY={sys.executable}", f"HUB_ARGS={args}"]
+        env = {**os.environ, "HUB_PYTHON": HUB_PYTHON, "PYTHONUNBUFFERED": "1"}
+        self.proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=self._log,
+                                     stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                     start_new_session=True)
+        _wait(lambda: self._ready(), HUB_START_S, "the hub to print its URL")
+
+    def _ready(self) -> bool:
+        if self.proc.poll() is not None:
+            raise RuntimeError(f"make hub exited with {self.proc.returncode}:\n{self.log_tail()}")
+        text = self.log_text()
+        return f"hub: ready at {self.url}" in text and "services/dashboard/" in text
+
+    def password(self, name: str) -> str:
+        """The instructor's from the printed line; a learner's from the sheet the hub wrote."""
+        if name == self.instructor:
+            m = re.search(r"the instructor's password \(generated now.*\): (\S+)", self.log_text())
+            assert m, f"the instructor's password was not printed:\n{self.log_tail()}"
+            return m.group(1)
+        sheet = self.state / "password-sheet.txt"
+        assert stat.S_IMODE(sheet.stat().st_mode) == 0o600 and sheet.stat().st_uid == 0
+        found = re.search(rf"^name: {re.escape(name)}\s+password: (\S+)$", sheet.read_text(), re.M)
+        assert found, f"{name} is not on {sheet}"
+        return found.group(1)
+
+    def log_text(self) -> str:
+        self._log.flush()
+        return self.log_path.read_text(errors="replace")
+
+    def log_tail(self, n: int = 60) -> str:
+        lines = [ln for ln in self.log_text().splitlines() if "is ignored: it is neither" not in ln]
+        return "\n".join(lines[-n:])
+
+    def stop(self) -> None:
+        """The hub, its proxy and the learners' servers; then the accounts and their homes."""
+        if self.proc is not None:
+            if self.proc.poll() is None:
+                try:
+                    # make, hub/run.py and JupyterHub: a clean stop
+                    os.killpg(self.proc.pid, signal.SIGTERM)
+                except ProcessLookupError:
+                    pass
+                try:
+                    self.proc.wait(timeout=30)
+                except subprocess.TimeoutExpired:
+                    pass
+            deadline = time.monotonic() + 30
+            while time.monotonic() < deadline:  # JupyterHub may still be stopping the servers
+                try:
+                    os.killpg(self.proc.pid, 0)
+                except ProcessLookupError:
+                    break
+                time.sleep(0.5)
+            else:
+                try:
+                    os.killpg(self.proc.pid, signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
+        # the proxy and the services: the hub stops them; what names this port or state is ours
+        self.left_running = _processes_naming(f"--port {self.port} ", str(self.state))
+        for pid in self.left_running:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        for name in self.names:  # anything still running as a test account was started by this test
+            for pid in _pids_of(name):
+                try:
+                    os.kill(pid, signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
+        # the instructor's way: the hub recorded creating these three, so it removes them
+        self.removal = subprocess.run(
+            [sys.executable, str(HUB / "run.py"), "--state", str(self.state),
+             "--learners", ",".join(self.learners), "--instructor", self.instructor,
+             "--remove-accounts"],
+            capture_output=True, text=True, timeout=120)
+        for name in self.names:
+            if _user_exists(name):
+                subprocess.run(["userdel", "--remove", "--force", name], capture_output=True)
+        self._log.close()

@@ -1,0 +1,128 @@
+"""The hub's accounts (hub/accounts.py, hub/run.py --remove-accounts): passwords nobody can claim at
+the door, and removal of the accounts the hub created only. The account tests create real Linux
+accounts (root only), named ``hubt<hex>...``, and remove them."""
+from __future__ import annotations
+
+import importlib.util
+import os
+import secrets
+import shutil
+import stat
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+HUB = ROOT / "hub"
+
+
+def _load(name: str):
+    spec = importlib.util.spec_from_file_location(f"hub_{name}", HUB / f"{name}.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+accounts = _load("accounts")
+root_only = pytest.mark.skipif(
+    not hasattr(os, "geteuid") or os.geteuid() != 0 or not shutil.which("useradd"),
+    reason="creating accounts needs root and useradd")
+
+
+def test_generated_passwords_log_in_and_nothing_else_does(tmp_path):
+    sheet, generated = accounts.prepare_passwords(tmp_path, ["ada", "grace"], "teach")
+    given = accounts.read_sheet(tmp_path)
+    assert set(given) == {"ada", "grace"} and given["ada"] != given["grace"]
+    assert given["ada"] in sheet and given["grace"] in sheet and generated not in sheet
+    assert stat.S_IMODE((tmp_path / accounts.SHEET).stat().st_mode) == 0o600
+    assert stat.S_IMODE((tmp_path / accounts.PASSWORDS).stat().st_mode) == 0o600
+    assert given["ada"] not in (tmp_path / accounts.PASSWORDS).read_text()  # hashes only
+    assert accounts.check_login(tmp_path, "ada", given["ada"])
+    assert accounts.check_login(tmp_path, "teach", generated)
+    for name, guess in [("ada", given["grace"]), ("teach", "teach"), ("teach", "password"),
+                        ("teach", ""), ("teach", given["ada"]), ("nobody", given["ada"]), ("", ""),
+                        ("ada", None)]:
+        assert not accounts.check_login(tmp_path, name, guess), (name, guess)
+
+
+def test_a_second_start_keeps_the_passwords_and_adds_new_learners(tmp_path):
+    _, generated = accounts.prepare_passwords(tmp_path, ["ada"], "teach")
+    first = accounts.read_sheet(tmp_path)
+    _, again = accounts.prepare_passwords(tmp_path, ["ada", "linus"], "teach")
+    assert again is None  # the instructor's is shown once, when it is made
+    second = accounts.read_sheet(tmp_path)
+    assert second["ada"] == first["ada"] and "linus" in second
+    assert accounts.check_login(tmp_path, "teach", generated)
+    accounts.prepare_passwords(tmp_path, ["ada"], "teach", instructor_password="a-new-secret")
+    assert accounts.check_login(tmp_path, "teach", "a-new-secret")
+    assert not accounts.check_login(tmp_path, "teach", generated)
+
+
+def test_bad_instructor_settings_are_refused(tmp_path):
+    with pytest.raises(ValueError, match="at least 8"):
+        accounts.prepare_passwords(tmp_path, ["ada"], "teach", instructor_password="short")
+    with pytest.raises(ValueError, match="also in the list"):
+        accounts.prepare_passwords(tmp_path, ["ada", "teach"], "teach")
+
+
+def test_password_hashes():
+    stored = accounts.hash_password("k7mp-2xqr-9dzf")
+    assert accounts.verify_password("k7mp-2xqr-9dzf", stored)
+    assert not accounts.verify_password("k7mp-2xqr-9dzF", stored)
+    assert not accounts.verify_password("x", "md5$00$00")
+    assert not accounts.verify_password("x", "garbage")
+    pw = accounts.generate_password()
+    assert len(pw) == 14 and set(pw) <= set(accounts.ALPHABET + "-")
+
+
+def _exists(name: str) -> bool:
+    return subprocess.run(["id", name], capture_output=True).returncode == 0
+
+
+@root_only
+def test_removal_touches_only_the_accounts_the_hub_created(tmp_path):
+    tag = secrets.token_hex(3)
+    theirs, ours, instructor = f"hubt{tag}p", f"hubt{tag}c", f"hubt{tag}i"
+    state = tmp_path / "state"
+    state.mkdir()
+    try:
+        subprocess.run(["useradd", "--create-home", theirs], check=True)
+        home = Path(f"/home/{theirs}")
+        (home / "work.txt").write_text("someone's work")
+        accounts.create_account(state, ours)
+        assert _exists(ours) and stat.S_IMODE(Path(f"/home/{ours}").stat().st_mode) == 0o700
+        assert set(accounts.created_accounts(state)) == {ours}
+        with pytest.raises(ValueError, match="exists already"):
+            accounts.create_account(state, theirs)
+        # the command line an instructor types, with the pre-existing account in the room
+        r = subprocess.run([sys.executable, str(HUB / "run.py"), "--state", str(state),
+                            "--learners", f"{theirs},{ours}", "--instructor", instructor,
+                            "--remove-accounts"], capture_output=True, text=True, timeout=120)
+        assert r.returncode == 1, r
+        assert f"refusing to remove the account {theirs}" in r.stdout, r.stdout
+        assert f"removed the account {ours}" in r.stdout, r.stdout
+        assert not _exists(ours) and not Path(f"/home/{ours}").exists()
+        assert _exists(theirs) and (home / "work.txt").read_text() == "someone's work"
+        assert accounts.created_accounts(state) == {}
+    finally:
+        for name in (theirs, ours, instructor):
+            if _exists(name):
+                subprocess.run(["userdel", "--remove", name], capture_output=True)
+
+
+@root_only
+def test_a_name_reused_by_another_account_is_not_removed(tmp_path):
+    name = f"hubt{secrets.token_hex(3)}r"
+    try:
+        accounts.create_account(tmp_path, name)
+        subprocess.run(["userdel", "--remove", name], check=True, capture_output=True)
+        uid = str(60000 + secrets.randbelow(5000))
+        subprocess.run(["useradd", "--create-home", "--uid", uid, name], check=True)
+        said = []
+        assert accounts.remove_accounts(tmp_path, [name], log=said.append) == [name]
+        assert _exists(name) and "the hub created uid" in said[0]
+    finally:
+        if _exists(name):
+            subprocess.run(["userdel", "--remove", name], capture_output=True)

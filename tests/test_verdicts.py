@@ -1,0 +1,172 @@
+"""The record of verdicts (rmsnorm_lessons/verdicts.py) and the notebook hook that writes it."""
+from __future__ import annotations
+
+import json
+import os
+
+import pytest
+
+from rmsnorm_lessons import lessons, notebook, verdicts
+from rmsnorm_lessons.exercises import Verdict, failed, not_verified, passed
+
+
+@pytest.fixture
+def target(tmp_path, monkeypatch):
+    path = tmp_path / "home" / ".rmsnorm-lessons" / "verdicts.jsonl"
+    monkeypatch.setenv(verdicts.ENV, str(path))
+    return path
+
+
+def test_exercise_named_from_the_cells_text():
+    assert verdicts.exercise_of("lesson04.check_v3_kernel(yours_v3)  # sanitize=True ...") == \
+        "lesson04.check_v3_kernel"
+    # the last call is the one whose value the cell shows
+    two_calls = "print(lesson00.check_grid(1, 2, 3))\nlesson00.check_bytes(n, b)"
+    assert verdicts.exercise_of(two_calls) == "lesson00.check_bytes"
+    assert verdicts.exercise_of("tuning.check_tuning(Config(K=2))") == verdicts.TUNING
+    assert verdicts.exercise_of("check_tuning(cfg, target=80)") == verdicts.TUNING
+    assert verdicts.exercise_of("x = 1\nrl.check.check_version('v2_warp', 1, 8)") is None
+    assert verdicts.exercise_of("check_other(1)") is None
+    assert verdicts.exercise_of("") is None
+
+
+def test_lessons_and_exercises_come_from_the_registry():
+    for lesson in lessons.LESSONS:
+        for exercise in lesson.exercises:
+            assert verdicts.lesson_of(exercise) == lesson.stem
+    assert verdicts.lesson_of(verdicts.TUNING) == "tuning"
+    assert verdicts.lesson_of("lesson04.check_not_listed") == "04_shared_memory"
+    assert verdicts.lesson_of("nonsense") == ""
+    names = verdicts.exercises()
+    assert names[-1] == verdicts.TUNING
+    assert names[:-1] == [e for lesson in lessons.LESSONS for e in lesson.exercises]
+
+
+def test_record_and_read_back(target):
+    assert verdicts.record("lesson04.check_v3_kernel", failed("dweight wrong\nsecond line")) is True
+    tuned = Verdict(True, "92.0 % of the ceiling", score=92.0)
+    assert verdicts.record_cell("tuning.check_tuning(c)", tuned)
+    assert not verdicts.record_cell("print('no check here')", passed("x"))
+    assert oct(target.stat().st_mode & 0o777) == "0o600"
+    assert oct(target.parent.stat().st_mode & 0o777) == "0o700"
+    first, second = verdicts.read(target, owner=os.getuid())
+    assert (first.lesson, first.exercise, first.status, first.message, first.score) == \
+        ("04_shared_memory", "lesson04.check_v3_kernel", "NOT YET", "dweight wrong", None)
+    assert (second.lesson, second.status, second.score) == ("tuning", "PASS", 92.0)
+    assert first.time.endswith("Z") and len(first.time) == 20
+    line = json.loads(target.read_text().splitlines()[0])
+    assert set(line) == {"time", "lesson", "exercise", "status", "message", "score",
+                         "prediction_error"}
+
+
+def test_nothing_recorded_without_the_variable(tmp_path, monkeypatch):
+    monkeypatch.delenv(verdicts.ENV, raising=False)
+    monkeypatch.setenv("HOME", str(tmp_path))
+    assert verdicts.record_path() is None
+    assert verdicts.record("lesson00.check_grid", passed("ok")) is False
+    assert not (tmp_path / ".rmsnorm-lessons").exists()
+
+
+def test_recording_never_raises(tmp_path, monkeypatch):
+    ro = tmp_path / "ro"
+    ro.mkdir()
+    ro.chmod(0o500)
+    try:
+        blocked = os.geteuid() != 0  # root writes anywhere: use a path under a file instead
+        path = (ro / "d" / "v.jsonl") if blocked else (tmp_path / "a-file" / "v.jsonl")
+        (tmp_path / "a-file").write_text("not a folder")
+        monkeypatch.setenv(verdicts.ENV, str(path))
+        assert verdicts.record("lesson00.check_grid", passed("ok")) is False
+        assert verdicts.record("lesson00.check_grid", "not a verdict") is False
+    finally:
+        ro.chmod(0o700)
+
+
+def test_long_messages_and_bad_lines(target):
+    verdicts.record("lesson01.check_term2", failed("x" * 1000))
+    with open(target, "a") as f:
+        f.write("not json\n")
+        base = {"time": "t", "lesson": "l", "exercise": "e", "message": ""}
+        f.write(json.dumps({**base, "status": "WRONG"}) + "\n")
+        f.write(json.dumps({**base, "status": "PASS", "score": "high"}) + "\n")
+        f.write('{"time": "t", "lesson": "l", "exer')  # cut mid-line
+    records = verdicts.read(target)
+    assert len(records) == 1 and len(records[0].message) == verdicts.MESSAGE_MAX
+    assert records[0].message.endswith("...")
+
+
+def test_read_refuses_links_other_owners_and_keeps_the_tail(tmp_path, target):
+    for i in range(50):
+        verdicts.record(f"lesson00.check_grid", failed(f"attempt {i}"))
+    assert len(verdicts.read(target)) == 50
+    tail = verdicts.read(target, limit=600)
+    assert 0 < len(tail) < 50 and tail[-1].message == "attempt 49"
+    link = tmp_path / "link.jsonl"
+    link.symlink_to(target)
+    assert verdicts.read(link) == []
+    linked_folder = tmp_path / "folder-link"
+    linked_folder.symlink_to(target.parent)
+    assert verdicts.read(linked_folder / target.name) == []
+    assert len(verdicts.read(target.parent / target.name)) == 50
+    assert verdicts.read(target, owner=os.getuid() + 1) == []
+    assert verdicts.read(tmp_path / "missing.jsonl") == []
+    assert verdicts.read(tmp_path) == []  # a folder
+
+
+def _rec(exercise, status, time, score=None, error=None):
+    return verdicts.Record(time, verdicts.lesson_of(exercise), exercise, status, "m", score, error)
+
+
+def test_room_rows_and_leaderboard():
+    room = {
+        "ada": [_rec("lesson00.check_grid", "NOT YET", "2026-12-04T10:00:00Z"),
+                _rec("lesson00.check_grid", "PASS", "2026-12-04T10:01:00Z"),
+                _rec(verdicts.TUNING, "NOT YET", "2026-12-04T10:02:00Z", score=70.0),
+                _rec(verdicts.TUNING, "PASS", "2026-12-04T10:03:00Z", score=91.5, error=4.0)],
+        "grace": [_rec(verdicts.TUNING, "PASS", "2026-12-04T10:05:00Z", score=95.0),
+                  _rec(verdicts.TUNING, "NOT YET", "2026-12-04T10:06:00Z", score=60.0)],
+        "linus": [],
+    }
+    rows = {r.learner: r for r in verdicts.room_rows(room)}
+    assert list(rows) == ["ada", "grace", "linus"]
+    assert rows["ada"].cells["lesson00.check_grid"].status == "PASS"
+    assert rows["ada"].passed == 2 and rows["ada"].last_time == "2026-12-04T10:03:00Z"
+    assert rows["ada"].prediction_error == 4.0 and rows["grace"].prediction_error is None
+    assert rows["grace"].cells[verdicts.TUNING].status == "NOT YET"  # the last try, not the best
+    assert rows["linus"].cells == {} and rows["linus"].last_time is None
+    board = verdicts.leaderboard(room)
+    assert [(n, s) for n, s, _ in board] == [("grace", 95.0), ("ada", 91.5)]
+
+
+def test_verdict_score():
+    assert Verdict(True, "m", score=90).score == 90
+    assert not_verified("m").score is None
+    for bad in (float("nan"), float("inf"), "90", True):
+        with pytest.raises(ValueError, match="score"):
+            Verdict(False, "m", score=bad)
+
+
+def test_the_notebook_hook_records_a_cells_verdict(target):
+    from IPython.core.interactiveshell import InteractiveShell
+
+    ip = InteractiveShell.instance()
+    notebook.load_ipython_extension(ip)
+    notebook.load_ipython_extension(ip)  # twice (setup() runs in every lesson): one hook
+    hooks = [h for h in ip.events.callbacks["post_run_cell"] if h.__name__ == "record_verdict"]
+    assert len(hooks) == 1
+    try:
+        r = ip.run_cell("from rmsnorm_lessons.exercises import lesson01\n"
+                        "lesson01.check_term2(lambda *a: None)")
+        assert r.success and not r.result
+        ip.run_cell("x = lesson01.check_term2(lambda *a: None)")  # no value shown: nothing recorded
+        ip.run_cell("print('hello')")
+        records = verdicts.read(target)
+        assert [(r.exercise, r.status, r.lesson) for r in records] == \
+            [("lesson01.check_term2", "NOT YET", "01_rmsnorm_math")]
+        assert "None" in records[0].message
+        # a record that cannot be written does not fail the cell
+        os.environ[verdicts.ENV] = str(target / "under-a-file")
+        r = ip.run_cell("lesson01.check_term2(lambda *a: None)")
+        assert r.success and r.result.status == "NOT YET"
+    finally:
+        ip.events.unregister("post_run_cell", hooks[0])
