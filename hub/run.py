@@ -90,9 +90,27 @@ def main(argv=None) -> int:
                     help="how learners share the GPU (hub/gpu-sharing.md)")
     ap.add_argument("--spawner", choices=["local", "systemd"], default="local")
     ap.add_argument("--remove-accounts", action="store_true", help="delete the room's accounts and homes, exit")
+    ap.add_argument("--passwords-only", action="store_true",
+                    help="write the passwords and the sheet into --state, print the sheet, exit "
+                         "(Zero to JupyterHub: hub/kubernetes.md)")
     args = ap.parse_args(argv)
     learners = room(args.learners)
 
+    if args.passwords_only:  # no accounts, no hub: the hashes for a hub elsewhere (Kubernetes)
+        state = Path(args.state).resolve()
+        state.mkdir(parents=True, exist_ok=True)
+        os.chmod(state, 0o700)
+        try:
+            sheet, instructor_password = accounts.prepare_passwords(
+                state, learners, args.instructor, args.instructor_password)
+        except ValueError as exc:
+            print(f"hub: {exc}", file=sys.stderr)
+            return 2
+        print(f"hub: hashes in {state / accounts.PASSWORDS}; the learners' sheet "
+              f"(also in {state / accounts.SHEET}):\n{sheet}", flush=True)
+        if instructor_password:
+            print(f"hub: the instructor's password (shown once): {instructor_password}", flush=True)
+        return 0
     if os.geteuid() != 0:
         print("hub: run as root: the hub creates the learners' accounts and starts each learner's server as "
               "that learner (sudo make hub)", file=sys.stderr)
