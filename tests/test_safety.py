@@ -1,9 +1,9 @@
 """Safe in a real process (CPU): every input ``run`` refuses never reaches the GPU.
 
-Each refusal is checked, with its message, with ``gpu.require`` (and the launcher and the compiler)
-replaced by a function that fails the test: a refusal that touched the GPU first would say "GPU touched"
-instead. On the GPU: memory, aliasing and the shared-memory edge in tests/test_safety_gpu.py, threads
-and streams in tests/test_safety_concurrency.py.
+Each refusal is checked, with its message, with ``gpu.require`` (and the launcher and the
+compiler) replaced by a function that fails the test: a refusal that touched the GPU first would say
+"GPU touched" instead. On the GPU: memory, aliasing and the shared-memory edge in
+tests/test_safety_gpu.py, threads and streams in tests/test_safety_concurrency.py.
 """
 import numpy as np
 import pytest
@@ -45,31 +45,37 @@ def test_the_guard_works(no_gpu):
         kernels.run("v2_warp", *_args(p))
 
 
-# ------------------------------------------------------------------------------------------------------
+# --------------------------------------------------------------------------------------------------
 # refused before the GPU (CPU)
 
 
 @pytest.mark.parametrize("block", [0, 33, 2048, -32, 1000, 1056])
 def test_block_size_out_of_range(no_gpu, block):
     p = _problem("v1_naive")
-    with pytest.raises(ValueError, match=rf"^block_size for v1_naive must be a multiple of 32 from 32 to 1024, "
-                                         rf"got {block}$"):
+    with pytest.raises(ValueError,
+                       match=rf"^block_size for v1_naive must be a multiple of 32 from 32 to 1024, "
+                             rf"got {block}$"):
         kernels.run("v1_naive", *_args(p), block_size=block)
 
 
-@pytest.mark.parametrize("block,kind", [(256.5, "float"), ("256", "str"), (True, "bool"), (np.float64(256), "float64"),
+@pytest.mark.parametrize("block,kind",
+                         [(256.5, "float"), ("256", "str"), (True, "bool"),
+                          (np.float64(256), "float64"),
                                         ([256], "list")])
 def test_block_size_of_the_wrong_type(no_gpu, block, kind):
     p = _problem("v1_naive")
-    with pytest.raises(TypeError, match=rf"^block_size must be an int \(threads per block\) or None, got {kind} "):
+    with pytest.raises(TypeError,
+                       match=rf"^block_size must be an int \(threads per block\) or None, got "
+                             rf"{kind} "):
         kernels.run("v1_naive", *_args(p), block_size=block)
 
 
 @pytest.mark.parametrize("version", ["v5_two_pass", "v6_last_block", "v7_fast"])
 def test_block_size_past_the_launch_bounds(no_gpu, version):
     p = _problem(version)
-    with pytest.raises(ValueError, match=rf"^block_size for {version} must be a multiple of 32 from 32 to 512 "
-                                         rf"\(its __launch_bounds__\), got 1024$"):
+    with pytest.raises(ValueError,
+                       match=rf"^block_size for {version} must be a multiple of 32 from 32 to 512 "
+                             rf"\(its __launch_bounds__\), got 1024$"):
         kernels.run(version, *_args(p), block_size=1024)
 
 
@@ -82,20 +88,25 @@ def test_numpy_ints_are_block_sizes():
 
 def test_v7_block_too_small_for_the_row(no_gpu):
     p = _problem("v7_fast", N=2, C=4096)
-    with pytest.raises(ValueError, match=r"v7_fast keeps a row in one block's registers: at C=4096 .*more than "
-                                         r"block_size=96; the largest C at this block size is \d+"):
+    with pytest.raises(ValueError,
+                       match=r"v7_fast keeps a row in one block's registers: at C=4096 .*more than "
+                             r"block_size=96; the largest C at this block size is \d+"):
         kernels.run("v7_fast", *_args(p), block_size=96)
 
 
 def test_a_width_no_gpu_can_hold_is_refused_before_the_gpu(no_gpu):
-    # v6 stages 2 * C floats per block: at C = 1,000,000 that is 8 MB, more than any GPU gives a block
+    # v6 stages 2 * C floats per block: at C = 1,000,000 that is 8 MB, more than any GPU gives
+    # a block
     p = _problem("v6_last_block", N=1, C=1_000_000)
-    with pytest.raises(ValueError, match=r"^v6_last_block at C=1000000 needs \d+ bytes of dynamic shared memory "
-                                         r"per block \(block of 512\); no GPU allows a block more than 232448 bytes$"):
+    with pytest.raises(ValueError,
+                       match=r"^v6_last_block at C=1000000 needs \d+ bytes of dynamic shared "
+                             r"memory per block \(block of 512\); no GPU allows a block more "
+                             r"than 232448 bytes$"):
         kernels.run("v6_last_block", *_args(p))
 
 
-@pytest.mark.parametrize("value,kind", [("no", "str"), (1, "int"), (None, "NoneType"), (0.0, "float")])
+@pytest.mark.parametrize("value,kind",
+                         [("no", "str"), (1, "int"), (None, "NoneType"), (0.0, "float")])
 def test_overwrite_must_be_a_bool(no_gpu, value, kind):
     p = _problem("v7_fast")
     with pytest.raises(TypeError, match=rf"^overwrite must be True or False, got {kind} "):
@@ -104,7 +115,9 @@ def test_overwrite_must_be_a_bool(no_gpu, value, kind):
 
 def test_overwrite_where_not_offered(no_gpu):
     p = _problem("v6_last_block")
-    with pytest.raises(ValueError, match=r"^overwrite=True \(dinp = instead of \+=\) is not offered by v6_last_block$"):
+    with pytest.raises(ValueError,
+                       match=r"^overwrite=True \(dinp = instead of \+=\) is not offered by "
+                             r"v6_last_block$"):
         kernels.run("v6_last_block", *_args(p), overwrite=True)
 
 
@@ -125,7 +138,9 @@ def test_unknown_version(no_gpu):
 def test_big_endian_float32_refused(no_gpu, name):
     p = _problem("v1_naive")
     p[name] = p[name].astype(">f4")
-    with pytest.raises(TypeError, match=rf"^{name} must be native float32 for v1_naive, got big-endian float32$"):
+    with pytest.raises(TypeError,
+                       match=rf"^{name} must be native float32 for v1_naive, got big-endian "
+                             rf"float32$"):
         kernels.run("v1_naive", *_args(p))
 
 
@@ -133,7 +148,9 @@ def test_big_endian_float32_refused(no_gpu, name):
 def test_big_endian_rstd_refused(no_gpu, version):
     p = _problem(version)
     p["rstd"] = p["rstd"].astype(">f4")
-    with pytest.raises(TypeError, match=r"^rstd must be native float32 \(the forward pass caches it in fp32\), "
+    with pytest.raises(TypeError,
+                       match=r"^rstd must be native float32 \(the forward pass caches it in "
+                             r"fp32\), "
                                         r"got big-endian float32$"):
         kernels.run(version, *_args(p))
 
@@ -142,8 +159,9 @@ def test_big_endian_rstd_refused(no_gpu, version):
 def test_C_past_2_30_refused(no_gpu, version):
     C = 2**30 + 8
     f = fakes(version, 1, C)
-    with pytest.raises(ValueError, match=r"^C \(the last dim of inp\) must be at most 2\*\*30 \(kernels index "
-                                         rf"columns with int\), got {C}$"):
+    with pytest.raises(ValueError,
+                       match=r"^C \(the last dim of inp\) must be at most 2\*\*30 \(kernels index "
+                             rf"columns with int\), got {C}$"):
         kernels.run(version, *[f[k] for k in TENSORS])
     assert kernels.check_inputs(version, *[fakes(version, 1, 2**30)[k] for k in TENSORS]).C == 2**30
 
@@ -151,7 +169,8 @@ def test_C_past_2_30_refused(no_gpu, version):
 @pytest.mark.parametrize("version", ["v1_naive", "v5_two_pass", "v6_last_block"])
 def test_config_is_only_for_v7(no_gpu, version):
     p = _problem(version)
-    with pytest.raises(ValueError, match=rf"^config is for v7_fast's variants; {version} takes none$"):
+    with pytest.raises(ValueError,
+                       match=rf"^config is for v7_fast's variants; {version} takes none$"):
         kernels.run(version, *_args(p), config=Config())
 
 
@@ -178,12 +197,15 @@ def test_a_bad_config_is_refused_when_made(kwargs, rule):
 
 def test_v7_C_past_its_limit(no_gpu):
     p = _problem("v7_fast", N=2, C=65544)
-    with pytest.raises(ValueError, match=r"C=65544 is wider than 4 blocks of 512 threads hold; the largest C is 65536"):
+    with pytest.raises(ValueError,
+                       match=r"C=65544 is wider than 4 blocks of 512 threads hold; the largest C "
+                             r"is 65536"):
         kernels.run("v7_fast", *_args(p))
 
 
 @pytest.mark.parametrize("stream,error,rule", [
-    ("s", TypeError, r"^stream must be None, a PyCUDA Stream, a PyTorch stream or an int CUstream handle, got "
+    ("s", TypeError,
+     r"^stream must be None, a PyCUDA Stream, a PyTorch stream or an int CUstream handle, got "
                      r"builtins.str$"),
     (object(), TypeError, r"got builtins.object$"),
     (True, TypeError, r"got bool$"),
@@ -198,8 +220,9 @@ def test_a_stream_of_the_wrong_kind(no_gpu, stream, error, rule):
 
 def test_gpuarray_outputs_required(no_gpu):
     f = fakes("v6_last_block")
-    with pytest.raises(ValueError, match=r"^dinp and dweight must be given as GPUArrays when the inputs are "
-                                         r"GPUArrays$"):
+    with pytest.raises(ValueError,
+                       match=r"^dinp and dweight must be given as GPUArrays when the inputs are "
+                             r"GPUArrays$"):
         kernels.run("v6_last_block", f["dout"], f["inp"], f["weight"], f["rstd"])
 
 
@@ -207,7 +230,8 @@ def test_gpuarray_outputs_required(no_gpu):
 def test_outputs_sharing_memory_refused(no_gpu, version):
     f = fakes(version)
     cases = [
-        (dict(dweight=f["weight"]), r"^dweight is the same memory as weight: an output may not share memory"),
+        (dict(dweight=f["weight"]),
+         r"^dweight is the same memory as weight: an output may not share memory"),
         (dict(dinp=f["dout"]), r"^dinp is the same memory as dout: "),
         (dict(dinp=f["inp"]), r"^dinp is the same memory as inp: "),
         (dict(dinp=FakeGPUArray(f["dinp"].shape, f["dinp"].dtype, int(f["inp"].gpudata) + 64)),
@@ -233,25 +257,30 @@ def test_numpy_outputs_sharing_memory_refused(no_gpu):
         (dict(dweight=p["weight"]), r"^dweight is the same memory as weight: "),
         (dict(dinp=p["inp"]), r"^dinp is the same memory as inp: "),
         (dict(dinp=flat[:96].reshape(6, 16), dweight=flat[90:106]), r"^dinp overlaps dweight: "),
-        (dict(dout=flat[:96].reshape(6, 16), dinp=flat[16:112].reshape(6, 16)), r"^dinp overlaps dout: "),
+        (dict(dout=flat[:96].reshape(6, 16), dinp=flat[16:112].reshape(6, 16)),
+         r"^dinp overlaps dout: "),
     ]
     for replace, rule in cases:
         g = {**p, **replace}
-        with pytest.raises(ValueError, match=rule):  # before the GPU is asked for (no_gpu would raise)
+        # before the GPU is asked for (no_gpu would raise)
+        with pytest.raises(ValueError, match=rule):
             kernels.run("v2_warp", *[g[k] for k in TENSORS])
     g = {**p, "dout": p["inp"]}  # inputs may share memory (read only)
     assert kernels.check_inputs("v2_warp", *[g[k] for k in TENSORS]).N == 6
 
 
-@pytest.mark.parametrize("version,offset,align", [("v1_naive", 2, 4), ("v2_warp", 1, 4), ("v4_vec_bf16", 8, 16),
+@pytest.mark.parametrize("version,offset,align",
+                         [("v1_naive", 2, 4), ("v2_warp", 1, 4), ("v4_vec_bf16", 8, 16),
                                                   ("v5_two_pass", 2, 16), ("v6_last_block", 4, 16),
                                                   ("v7_fast", 8, 16)])
 def test_misaligned_views_refused(no_gpu, version, offset, align):
     f = fakes(version)
     f["inp"] = FakeGPUArray(f["inp"].shape, f["inp"].dtype, int(f["inp"].gpudata) + offset)
     why = "128-bit loads" if align == 16 else "its element size"
-    with pytest.raises(ValueError, match=rf"^inp must start on a {align}-byte boundary for {version} \({why}\); its "
-                                         rf"address ends in {offset:#x}$"):
+    with pytest.raises(ValueError,
+                       match=rf"^inp must start on a {align}-byte boundary for {version} "
+                             rf"\({why}\); its "
+                             rf"address ends in {offset:#x}$"):
         kernels.run(version, *[f[k] for k in TENSORS])
 
 
@@ -260,5 +289,6 @@ def test_rstd_needs_only_4_byte_alignment(no_gpu):
     f["rstd"] = FakeGPUArray(f["rstd"].shape, np.float32, int(f["rstd"].gpudata) + 4)
     assert kernels.check_inputs("v6_last_block", *[f[k] for k in TENSORS]).N == 6
     f["rstd"] = FakeGPUArray(f["rstd"].shape, np.float32, int(f["rstd"].gpudata) + 2)
-    with pytest.raises(ValueError, match=r"^rstd must start on a 4-byte boundary for v6_last_block"):
+    with pytest.raises(ValueError,
+                       match=r"^rstd must start on a 4-byte boundary for v6_last_block"):
         kernels.run("v6_last_block", *[f[k] for k in TENSORS])

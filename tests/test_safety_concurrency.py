@@ -1,18 +1,20 @@
 """Safe in a real process, on the GPU: threads and streams.
 
-* threads (each in a child process: PyCUDA aborts a process whose thread ends with a context pushed):
-  four threads calling ``run`` at once, each on its own data, all right (and bitwise repeatable for the
-  deterministic versions); a thread that never used the GPU before can call ``run``, and end;
-* streams: on a PyCUDA stream ``run`` queues and returns (the stream is still busy), and the result is
-  right once the stream is synchronised; on a PyTorch stream (or its int handle) ``run`` is ordered
-  after the work already queued there and before the work queued after it.
+* threads (each in a child process: PyCUDA aborts a process whose thread ends with a context
+  pushed): four threads calling ``run`` at once, each on its own data, all right (and bitwise
+  repeatable for the deterministic versions); a thread that never used the GPU before can call
+  ``run``, and end;
+* streams: on a PyCUDA stream ``run`` queues and returns (the stream is still busy), and the result
+  is right once the stream is synchronised; on a PyTorch stream (or its int handle) ``run`` is
+  ordered after the work already queued there and before the work queued after it.
 """
 import numpy as np
 import pytest
 
 from rmsnorm_lessons import bf16, gpu, kernels, ladder, reference
 
-from _gpu_support import TENSORS, bits, busy, clock_hz, compare, free, reference_of, run_in_child, to_device
+from _gpu_support import (TENSORS, bits, busy, clock_hz, compare, free, reference_of, run_in_child,
+                          to_device)
 
 SHIPPED = tuple(r.name for r in ladder.SHIPPED)
 
@@ -21,13 +23,14 @@ def _args(p):
     return [p[k] for k in TENSORS]
 
 
-# ------------------------------------------------------------------------------------------------------
+# --------------------------------------------------------------------------------------------------
 # on the GPU: threads
 
 
 # Each in a child process: PyCUDA keeps a context stack per thread and aborts the whole process (its
-# "context stack was not empty" message) when a thread ends with a context still pushed. A package that
-# leaves the context pushed in a worker thread fails these tests instead of ending the test session.
+# "context stack was not empty" message) when a thread ends with a context still pushed. A package
+# that leaves the context pushed in a worker thread fails these tests instead of ending the test
+# session.
 
 
 _FOUR_THREADS = """
@@ -57,13 +60,14 @@ print("threads done", flush=True)  # (and ended: the pool is shut down)
 for i, outs in enumerate(results):
     assert len(outs) == calls
     for j, got in enumerate(outs):
-        report = check.compare_outputs(spec, N, got, refs[i], name=f"{{version}} thread {{i}} call {{j}}")
+        report = check.compare_outputs(spec, N, got, refs[i],
+                                       name=f"{{version}} thread {{i}} call {{j}}")
         assert report.ok, str(report)
         if spec.deterministic:
-            assert np.array_equal(bits(got[0]), bits(outs[0][0])) and np.array_equal(bits(got[1]), bits(outs[0][1]))
+            assert all(np.array_equal(bits(got[k]), bits(outs[0][k])) for k in (0, 1))
     if spec.deterministic:  # the same bits as the main thread alone
         alone = kernels.run(version, *[problems[i][k] for k in TENSORS])
-        assert np.array_equal(bits(alone[0]), bits(outs[0][0])) and np.array_equal(bits(alone[1]), bits(outs[0][1]))
+        assert all(np.array_equal(bits(alone[k]), bits(outs[0][k])) for k in (0, 1))
 print("CHILD OK")
 """
 
@@ -75,8 +79,10 @@ def test_the_child_process_harness():  # (CPU) what the thread tests rely on
         print("CHILD OK")
     """)
     assert out.splitlines() == ["rmsnorm_lessons dout", "CHILD OK"]
-    with pytest.raises(AssertionError, match=r"(?s)exited with status -6 \(killed by signal 6\).*about to abort"):
-        run_in_child("import os, sys\nprint('about to abort', file=sys.stderr, flush=True)\nos.abort()")
+    with pytest.raises(AssertionError,
+                       match=r"(?s)exited with status -6 \(killed by signal 6\).*about to abort"):
+        run_in_child("import os, sys\nprint('about to abort', file=sys.stderr, "
+                     "flush=True)\nos.abort()")
     with pytest.raises(AssertionError, match=r"(?s)exited with status 1.*ZeroDivisionError"):
         run_in_child("1 / 0")
     with pytest.raises(AssertionError, match=r"exited with status 0"):
@@ -106,8 +112,10 @@ def in_a_new_thread():
 
     def fresh():
         try:
-            box["numpy"] = kernels.run(version, *[p[k] for k in TENSORS])  # run() needs nothing else
-            with gpu.in_context():  # PyCUDA calls of the thread's own (GPUArrays) need the context current
+            # run() needs nothing else
+            box["numpy"] = kernels.run(version, *[p[k] for k in TENSORS])
+            # PyCUDA calls of the thread's own (GPUArrays) need the context current
+            with gpu.in_context():
                 dev = to_device(p)
                 kernels.run(version, *[dev[k] for k in TENSORS])
                 box["gpuarray"] = (dev["dinp"].get(), dev["dweight"].get())
@@ -122,7 +130,8 @@ def in_a_new_thread():
     if "error" in box:
         raise box["error"]
     for how in ("numpy", "gpuarray"):
-        report = check.compare_outputs(spec, N, box[how], want, name=f"{{version}} in a new thread ({{how}})")
+        report = check.compare_outputs(spec, N, box[how], want,
+                                       name=f"{{version}} in a new thread ({{how}})")
         assert report.ok, str(report)
 
 
@@ -146,7 +155,7 @@ def test_a_thread_new_to_the_gpu_can_run(version, first):
     print(run_in_child(_NEW_THREAD.format(version=version, first=setup)))
 
 
-# ------------------------------------------------------------------------------------------------------
+# --------------------------------------------------------------------------------------------------
 # on the GPU: streams
 
 
@@ -170,7 +179,8 @@ def test_run_on_a_pycuda_stream_queues_and_returns(version):
     stream.synchronize()
     assert out[0] is dev["dinp"] and out[1] is dev["dweight"]
     assert still_busy, "run() waited for the stream"
-    a, b = compare(version, N, (dev["dinp"].get(), dev["dweight"].get()), reference_of(p), label="on a stream")
+    a, b = compare(version, N, (dev["dinp"].get(), dev["dweight"].get()), reference_of(p),
+                   label="on a stream")
     assert a.ok and b.ok, f"{a}\n{b}"
     free(dev)
     # NumPy inputs on a stream: run waits for its copies back
@@ -212,9 +222,11 @@ def test_run_on_a_torch_stream_is_ordered_with_it(version, handle):
     target = s.cuda_stream if handle else s
 
     def wrap(ts):  # GPUArrays over the torch tensors' memory
-        return {k: gpuarray.GPUArray(tuple(t.shape), p[k].dtype, gpudata=int(t.data_ptr())) for k, t in ts.items()}
+        return {k: gpuarray.GPUArray(tuple(t.shape), p[k].dtype, gpudata=int(t.data_ptr())) for k,
+                t in ts.items()}
 
-    warm = {k: _torch_tensor(torch, p[k]) for k in TENSORS}  # compiles, makes the launcher and the bridge
+    # compiles, makes the launcher and the bridge
+    warm = {k: _torch_tensor(torch, p[k]) for k in TENSORS}
     torch.cuda.synchronize()
     w = wrap(warm)
     kernels.run(version, *[w[k] for k in TENSORS], stream=target)

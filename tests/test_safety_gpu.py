@@ -1,11 +1,13 @@
 """Safe in a real process, on the GPU (each test independent, small shapes, memory freed):
 
 * memory: 300 calls at 300 different N do not grow the device memory in use (nothing is kept per N);
-* aliasing and alignment: outputs sharing memory with another tensor, and misaligned views, are refused
-  with a ValueError naming them;
-* v6 at the largest C its shared-memory check accepts runs and is right; 8 more is refused, naming it.
+* aliasing and alignment: outputs sharing memory with another tensor, and misaligned views, are
+  refused with a ValueError naming them;
+* v6 at the largest C its shared-memory check accepts runs and is right; 8 more is refused, naming
+  it.
 
-Threads and streams: tests/test_safety_concurrency.py; refusals before the GPU: tests/test_safety.py.
+Threads and streams: tests/test_safety_concurrency.py; refusals before the GPU:
+tests/test_safety.py.
 """
 import gc
 
@@ -25,7 +27,7 @@ def _args(p):
     return [p[k] for k in TENSORS]
 
 
-# ------------------------------------------------------------------------------------------------------
+# --------------------------------------------------------------------------------------------------
 # on the GPU: memory
 
 
@@ -38,21 +40,23 @@ def _zeros(shape, dtype):
 
 
 def _free_bytes():
-    # what this process's launchers hold, not the device's free memory: other test workers share the GPU
-    # (lab/real_process.py measures the device-wide figure in a process of its own)
+    # what this process's launchers hold, not the device's free memory: other test workers share the
+    # GPU (lab/real_process.py measures the device-wide figure in a process of its own)
     rl.gpu.synchronize()
     gc.collect()
     return -launch.held_bytes()
 
 
 def _memory_case(version):
-    """The rung and the C the memory tests use: a C every rung accepts (bf16 rungs need a multiple of 8)."""
+    """The rung and the C the memory tests use: a C every rung accepts (bf16 rungs need a multiple
+    of 8)."""
     spec = ladder.get(version)
     return spec, 1024 if spec.dtype == np.float32 else 4096
 
 
 def _first_rows(tensors: dict, N: int) -> list:
-    """run()'s arguments, in order, holding the first N rows of the row tensors (views, not copies)."""
+    """run()'s arguments, in order, holding the first N rows of the row tensors (views, not
+    copies)."""
     return [tensors[k][:N] if k in ("dout", "inp", "dinp", "rstd") else tensors[k] for k in TENSORS]
 
 
@@ -77,9 +81,11 @@ def test_300_shapes_do_not_grow_device_memory(version):
         for N in Ns:
             call(N)
         after = _free_bytes()
-        print(f"{version}: device memory in use grew by {(before - after) / MiB:.1f} MiB over {len(Ns)} shapes")
+        print(f"{version}: device memory in use grew by {(before - after) / MiB:.1f} MiB over "
+              f"{len(Ns)} shapes")
         assert before - after <= 64 * MiB
-        assert not np.any(np.asarray(big["dinp"].get(), np.float32))  # zeros in, zeros out: nothing went astray
+        # zeros in, zeros out: nothing went astray
+        assert not np.any(np.asarray(big["dinp"].get(), np.float32))
     finally:
         free(big)
 
@@ -96,16 +102,18 @@ def test_numpy_calls_at_many_shapes_free_their_device_buffers(version):
         args = _first_rows(p, N)
         kernels.run(version, *args)
     after = _free_bytes()
-    print(f"{version}: device memory in use grew by {(before - after) / MiB:.1f} MiB over {len(Ns)} NumPy calls")
+    print(f"{version}: device memory in use grew by {(before - after) / MiB:.1f} MiB over "
+          f"{len(Ns)} NumPy calls")
     assert before - after <= 64 * MiB
     # and the last call was right
     N = Ns[-1]
     args = _first_rows(p, N)
-    a, b = compare(version, N, kernels.run(version, *args), reference.backward(*args), label="last of many shapes")
+    a, b = compare(version, N, kernels.run(version, *args), reference.backward(*args),
+                   label="last of many shapes")
     assert a.ok and b.ok, f"{a}\n{b}"
 
 
-# ------------------------------------------------------------------------------------------------------
+# --------------------------------------------------------------------------------------------------
 # on the GPU: aliasing and alignment
 
 
@@ -136,11 +144,13 @@ def test_real_aliased_outputs_refused(version):
         with pytest.raises(ValueError, match=r"^dinp overlaps dout"):
             call(dinp=second, dout=first)
         # side by side, not overlapping: accepted, and right
-        apart = gpuarray.GPUArray((N, C), spec.dtype, gpudata=int(block.gpudata) + N * C * spec.dtype.itemsize + 256)
+        apart = gpuarray.GPUArray((N, C), spec.dtype,
+                                  gpudata=int(block.gpudata) + N * C * spec.dtype.itemsize + 256)
         first.set(np.ascontiguousarray(p["inp"]))
         apart.set(np.ascontiguousarray(p["dinp"]))
         call(inp=first, dinp=apart)
-        a, b = compare(version, N, (apart.get(), dev["dweight"].get()), reference_of(p), label="views side by side")
+        a, b = compare(version, N, (apart.get(), dev["dweight"].get()), reference_of(p),
+                       label="views side by side")
         assert a.ok and b.ok, f"{a}\n{b}"
         block.gpudata.free()
     finally:
@@ -148,7 +158,8 @@ def test_real_aliased_outputs_refused(version):
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("version,offset,align", [("v1_naive", 2, 4), ("v4_vec_bf16", 8, 16), ("v5_two_pass", 8, 16),
+@pytest.mark.parametrize("version,offset,align",
+                         [("v1_naive", 2, 4), ("v4_vec_bf16", 8, 16), ("v5_two_pass", 8, 16),
                                                   ("v6_last_block", 8, 16), ("v7_fast", 8, 16)])
 def test_real_misaligned_view_refused(version, offset, align):
     from pycuda import gpuarray
@@ -161,21 +172,24 @@ def test_real_misaligned_view_refused(version, offset, align):
     try:
         view = gpuarray.GPUArray((N, C), spec.dtype, gpudata=int(block.gpudata) + offset)
         g = {**dev, "inp": view}
-        with pytest.raises(ValueError, match=rf"^inp must start on a {align}-byte boundary for {version}"):
+        with pytest.raises(ValueError,
+                           match=rf"^inp must start on a {align}-byte boundary for {version}"):
             kernels.run(version, *[g[k] for k in TENSORS])
         # an aligned view of the same block is accepted and right
-        ok = gpuarray.GPUArray((N, C), spec.dtype, gpudata=int(block.gpudata) + (4 if align == 4 else 16))
+        ok = gpuarray.GPUArray((N, C), spec.dtype,
+                               gpudata=int(block.gpudata) + (4 if align == 4 else 16))
         ok.set(np.ascontiguousarray(p["inp"]))
         g = {**dev, "inp": ok}
         kernels.run(version, *[g[k] for k in TENSORS])
-        a, b = compare(version, N, (dev["dinp"].get(), dev["dweight"].get()), reference_of(p), label="aligned view")
+        a, b = compare(version, N, (dev["dinp"].get(), dev["dweight"].get()), reference_of(p),
+                       label="aligned view")
         assert a.ok and b.ok, f"{a}\n{b}"
     finally:
         block.gpudata.free()
         free(dev)
 
 
-# ------------------------------------------------------------------------------------------------------
+# --------------------------------------------------------------------------------------------------
 # on the GPU: v6 at the edge of the device's shared memory
 
 
@@ -194,8 +208,9 @@ def test_v6_at_the_largest_C_it_accepts():
     a, b = compare(rung, N, kernels.run(rung, *_args(p)), reference_of(p), label=f"C={largest}")
     assert a.ok and b.ok, f"{a}\n{b}"
     q = reference.random_problem(N, largest + 8, rung.dtype, seed=92)
-    with pytest.raises(ValueError, match=rf"^C={largest + 8} needs \d+ bytes of dynamic shared memory per block for "
-                                         rf"v6_last_block \(\+ {static} static\), more than this device allows "
-                                         rf"\({facts.shared_memory_per_block_optin} bytes\); the largest C it can "
-                                         rf"run is {largest}$"):
+    with pytest.raises(ValueError,
+                       match=rf"^C={largest + 8} needs \d+ bytes of dynamic shared memory per "
+                             rf"block for v6_last_block \(\+ {static} static\), more than this "
+                             rf"device allows \({facts.shared_memory_per_block_optin} bytes\); "
+                             rf"the largest C it can run is {largest}$"):
         kernels.run(rung, *_args(q))

@@ -1,10 +1,11 @@
-"""v7_fast's plan (CPU): K and the row group from C, shared memory and barriers at every C, wide rows
-split across clusters, the launch, the kernel's index arithmetic mirrored in NumPy, and its resources.
+"""v7_fast's plan (CPU): K and the row group from C, shared memory and barriers at every C, wide
+rows split across clusters, the launch, the kernel's index arithmetic mirrored in NumPy, and its
+resources.
 
 The plan is data (``ladder.plan("v7_fast", ...)`` on ``gpu.H200``); its variants are chosen with
-``ladder.v7_fast.Config``, never with globals or environment variables. The version itself is also in every
-parametrized test over ``rl.kernels.VERSIONS``. On the GPU: tests/test_v7_gpu.py; the bench's rows, the
-peers, the streaming ceiling and lesson 09's exercise: tests/test_v7_measure.py.
+``ladder.v7_fast.Config``, never with globals or environment variables. The version itself is also
+in every parametrized test over ``rl.kernels.VERSIONS``. On the GPU: tests/test_v7_gpu.py; the
+bench's rows, the peers, the streaming ceiling and lesson 09's exercise: tests/test_v7_measure.py.
 """
 import dataclasses
 import re
@@ -29,17 +30,20 @@ def args(launch_):
     return dict(launch_.args)
 
 
-# ------------------------------------------------------------------------------------------------------
+# --------------------------------------------------------------------------------------------------
 # the plan (CPU)
 
-EXPECTED = {  # C: (K, G, groups per block, block) in overwrite mode, and accumulate mode outside 1024..8192
+# C: (K, G, groups per block, block) in overwrite mode, and accumulate mode outside 1024..8192
+EXPECTED = {
     8: (1, 32, 16, 512), 264: (2, 32, 16, 512), 768: (3, 32, 16, 512), 776: (4, 32, 16, 512),
     1024: (4, 32, 16, 512), 1032: (4, 64, 8, 512), 1600: (4, 64, 8, 512), 2048: (4, 64, 8, 512),
     4096: (4, 128, 4, 512), 5120: (4, 160, 3, 480), 8192: (4, 256, 2, 512), 12288: (4, 384, 1, 384),
     16384: (4, 512, 1, 512),
 }
-EXPECTED_PREFETCH = {  # C: (G, groups, block) in accumulate mode for 1024 <= C <= 8192: K = 2, prefetching
-    1024: (64, 8, 512), 1032: (96, 5, 480), 1600: (128, 4, 512), 2048: (128, 4, 512), 4096: (256, 2, 512),
+# C: (G, groups, block) in accumulate mode for 1024 <= C <= 8192: K = 2, prefetching
+EXPECTED_PREFETCH = {
+    1024: (64, 8, 512), 1032: (96, 5, 480), 1600: (128, 4, 512), 2048: (128, 4, 512),
+    4096: (256, 2, 512),
     5120: (320, 1, 320), 8192: (512, 1, 512),
 }
 
@@ -51,17 +55,22 @@ def test_plan_picks_K_and_the_row_group_from_C(C, overwrite):
     if overwrite or C not in EXPECTED_PREFETCH:
         assert (s.K, s.group, s.groups, s.block, s.prefetch) == EXPECTED[C] + (False,)
     else:
-        assert (s.K, s.group, s.groups, s.block, s.prefetch) == (2,) + EXPECTED_PREFETCH[C] + (True,)
+        want = (2,) + EXPECTED_PREFETCH[C] + (True,)
+        assert (s.K, s.group, s.groups, s.block, s.prefetch) == want
     assert s.prefetch == (not overwrite and 1024 <= C <= 8192)
-    assert s.group % 32 == 0 and s.group * s.K * 8 >= C > (s.group - 32) * s.K * 8  # covers the row, no spare warp
+    # covers the row, no spare warp
+    assert s.group % 32 == 0 and s.group * s.K * 8 >= C > (s.group - 32) * s.K * 8
     assert s.block == s.groups * s.group <= v7_fast.MAX_BLOCK
     assert s.smem == max(s.groups * C * 4, s.block * 16) <= ladder.shared_memory(V7, C, 512)
-    assert ladder.shared_memory(V7, C, 512) == max(row_layout(C, overwrite=m).smem for m in (False, True))
-    # the plan launches exactly this layout on the register path (1024 <= C <= 16384 is staged by default)
+    both = max(row_layout(C, overwrite=m).smem for m in (False, True))
+    assert ladder.shared_memory(V7, C, 512) == both
+    # the plan launches exactly this layout on the register path (staged by default at
+    # 1024 <= C <= 16384)
     main = plan(5000, C, overwrite=overwrite, config=Config(staged=False))[0]
     assert main.kernel == "rmsnorm_backward_v7"
     assert (main.block, main.shared) == (s.block, s.smem)
-    assert (args(main)["G"], args(main)["K"], args(main)["prefetch"]) == (s.group, s.K, int(s.prefetch))
+    assert (args(main)["G"], args(main)["K"], args(main)["prefetch"]) == (s.group, s.K,
+                                                                          int(s.prefetch))
 
 
 def test_prefetch_needs_K_2():
@@ -70,7 +79,8 @@ def test_prefetch_needs_K_2():
     with pytest.raises(ValueError, match=r"prefetch needs K = 2 .*got K=4"):
         row_layout(2048, K=4, prefetch=True)
     assert row_layout(2048, prefetch=False) == row_layout(2048, overwrite=True)
-    assert row_layout(768, prefetch=True).prefetch and row_layout(768, overwrite=True, prefetch=True).prefetch
+    assert row_layout(768, prefetch=True).prefetch and row_layout(768, overwrite=True,
+                                                                  prefetch=True).prefetch
     # the same through a Config
     off = v7_fast.resolve(5000, 2048, gpu.H200, config=Config(prefetch=False))
     assert off.layout == row_layout(2048, overwrite=True)
@@ -84,7 +94,8 @@ def test_prefetch_needs_K_2():
 @pytest.mark.parametrize("overwrite", [False, True])
 def test_every_C_fits_the_shared_memory_and_the_barriers(C, overwrite):
     s = row_layout(C, overwrite=overwrite)
-    assert s.smem <= 64 * 1024 <= OPTIN_A100 < OPTIN_H200  # the groups' dweight slices: at most 64 KiB
+    # the groups' dweight slices: at most 64 KiB
+    assert s.smem <= 64 * 1024 <= OPTIN_A100 < OPTIN_H200
     assert ladder.shared_memory(V7, C) <= OPTIN_H200 and ladder.shared_memory(V7, C) >= s.smem
     if s.group > 32:
         assert s.groups <= 15  # one named barrier (ids 1..15) per row group
@@ -93,18 +104,25 @@ def test_every_C_fits_the_shared_memory_and_the_barriers(C, overwrite):
 
 def test_rows_wider_than_a_block_are_split_up_to_65536():
     assert (v7_fast.ROW_MAX_C, v7_fast.MAX_C) == (16384, 65536)
-    with pytest.raises(ValueError, match=r"a row of C=16392 is wider than one block holds .* split over a cluster"):
+    with pytest.raises(ValueError,
+                       match=r"a row of C=16392 is wider than one block holds .* split over a "
+                             r"cluster"):
         row_layout(16392)
-    with pytest.raises(ValueError, match=r"C=65544 is wider than 4 blocks of 512 threads hold; the largest C is 65536"):
+    with pytest.raises(ValueError,
+                       match=r"C=65544 is wider than 4 blocks of 512 threads hold; the largest C "
+                             r"is 65536"):
         ladder.shared_memory(V7, 65544)
     assert launch.largest_c(V7, OPTIN_H200, 512) == 65536
-    with pytest.raises(ValueError, match=r"at C=16384 a row needs 512 threads of 4 chunks, more than block_size=256; "
+    with pytest.raises(ValueError,
+                       match=r"at C=16384 a row needs 512 threads of 4 chunks, more than "
+                             r"block_size=256; "
                                          r"the largest C at this block size is 8192"):
         row_layout(16384, block=256)
 
 
 WIDE = {  # C: (cluster, chunks a block, threads a block)
-    16392: (2, 1025, 288), 32768: (2, 2048, 512), 40000: (4, 1250, 320), 65528: (4, 2048, 512), 65536: (4, 2048, 512),
+    16392: (2, 1025, 288), 32768: (2, 2048, 512), 40000: (4, 1250, 320), 65528: (4, 2048, 512),
+        65536: (4, 2048, 512),
 }
 
 
@@ -114,53 +132,69 @@ def test_wide_plan(C, overwrite):
     cluster, per_rank, block = WIDE[C]
     w = v7_fast.wide_layout(C, overwrite, OPTIN_H200)
     assert (w.cluster, w.per_rank, w.block) == (cluster, per_rank, block)
-    assert w.block * v7_fast.MAX_K >= per_rank > (w.block - 32) * v7_fast.MAX_K  # 4 chunks a thread cover it
-    assert (cluster - 1) * per_rank < C // 8 <= cluster * per_rank  # every block owns some of the row
+    # 4 chunks a thread cover it
+    assert w.block * v7_fast.MAX_K >= per_rank > (w.block - 32) * v7_fast.MAX_K
+    # every block owns some of the row
+    assert (cluster - 1) * per_rank < C // 8 <= cluster * per_rank
     assert w.slot == (2 if overwrite else 3) * per_rank * 16
     assert w.stages == min(8, (OPTIN_H200 - 1024) // w.slot) >= 2 and w.shared <= OPTIN_H200 - 1024
     for N in (3, 29, 4096):
         main, reduce = plan(N, C, overwrite=overwrite)
-        clusters = min(N, {2: 66, 4: 30}[cluster])  # the H200 keeps 30 clusters of 4 resident, not 33
+        # the H200 keeps 30 clusters of 4 resident, not 33
+        clusters = min(N, {2: 66, 4: 30}[cluster])
         assert main.kernel == f"rmsnorm_backward_v7_wide{cluster}" and main.kernel in V7.kernels
         assert (main.grid, main.block, main.shared) == (clusters * cluster, block, w.shared)
-        assert [n for n, _ in main.args] == ["dinp", "partials", "dout", "inp", "weight", "rstd", "N", "C", "stages",
+        assert [n for n, _ in main.args] == ["dinp", "partials", "dout", "inp", "weight", "rstd",
+                                             "N", "C", "stages",
                                              "overwrite"]
         assert [v for _, v in main.args[6:]] == [N, C, w.stages, int(overwrite)]
         partials = args(main)["partials"]
-        assert partials.nbytes == clusters * C * 4 and partials.zero == "none"  # one partial row a cluster
+        # one partial row a cluster
+        assert partials.nbytes == clusters * C * 4 and partials.zero == "none"
         assert reduce.kernel == "reduce_dweight_v7" and args(reduce)["partials"] is partials
         assert (args(reduce)["parts"], reduce.block) == (clusters, block)
-    assert ladder.shared_memory(V7, C) == max(v7_fast.wide_layout(C, m).shared for m in (False, True))
+    both = max(v7_fast.wide_layout(C, m).shared for m in (False, True))
+    assert ladder.shared_memory(V7, C) == both
 
 
 def test_wide_rows_need_sm_90_and_take_no_config():
     a100 = dataclasses.replace(gpu.H200, name="NVIDIA A100", compute_capability=(8, 0),
                                shared_memory_per_block_optin=OPTIN_A100)
-    with pytest.raises(ValueError, match=r"C=32768 > 16384 splits each row over a thread-block cluster, which needs "
+    with pytest.raises(ValueError,
+                       match=r"C=32768 > 16384 splits each row over a thread-block cluster, which "
+                             r"needs "
                                          r"sm_90 or newer; NVIDIA A100 is sm_80"):
         plan(64, 32768, device=a100)
-    with pytest.raises(ValueError, match=r"Config \(K, prefetch, per_sm, staged\) is for rows one block holds"):
+    with pytest.raises(ValueError,
+                       match=r"Config \(K, prefetch, per_sm, staged\) is for rows one block holds"):
         plan(64, 32768, config=Config(K=2))
-    assert plan(64, 32768, config=Config())[0].kernel == "rmsnorm_backward_v7_wide2"  # the default Config is none
+    # the default Config is none
+    assert plan(64, 32768, config=Config())[0].kernel == "rmsnorm_backward_v7_wide2"
     # an unknown GPU: every SM holds a block of a cluster
-    other = dataclasses.replace(gpu.H200, name="Some sm_90 GPU", multiprocessors=100, resident_clusters=())
+    other = dataclasses.replace(gpu.H200, name="Some sm_90 GPU", multiprocessors=100,
+                                resident_clusters=())
     assert plan(4096, 65536, device=other)[0].grid == 100
 
 
-@pytest.mark.parametrize("N,C", [(1, 8), (37, 776), (4096, 16384), (32768, 768), (70000, 1600), (1024, 4096)])
+@pytest.mark.parametrize("N,C",
+                         [(1, 8), (37, 776), (4096, 16384), (32768, 768), (70000, 1600),
+                          (1024, 4096)])
 @pytest.mark.parametrize("overwrite", [False, True])
 def test_plan_launch(N, C, overwrite):
-    registers = Config(staged=False)  # the register path, which rows of 1024 <= C <= 16384 leave by default
+    # the register path, which rows of 1024 <= C <= 16384 leave by default
+    registers = Config(staged=False)
     main, reduce = plan(N, C, overwrite=overwrite, config=registers)
     s = row_layout(C, overwrite=overwrite)
     grid = max(1, min(H200_SMS, ceil_div(N, s.groups)))  # one block per SM
     assert main.kernel == "rmsnorm_backward_v7" == V7.kernels[0]
     assert main.grid == grid and main.block == s.block and main.shared == s.smem
-    assert [n for n, _ in main.args] == ["dinp", "partials", "dout", "inp", "weight", "rstd", "N", "C", "G", "K",
+    assert [n for n, _ in main.args] == ["dinp", "partials", "dout", "inp", "weight", "rstd", "N",
+                                         "C", "G", "K",
                                          "prefetch", "overwrite"]
     assert [v for _, v in main.args[6:]] == [N, C, s.group, s.K, int(s.prefetch), int(overwrite)]
     partials = args(main)["partials"]
-    # C fp32 partials a block, all written by the main kernel before the second reads them: nothing to zero
+    # C fp32 partials a block, all written by the main kernel before the second reads them: nothing
+    # to zero
     assert partials.nbytes == grid * C * 4 and partials.zero == "none"
     passes = ceil_div(C, 128)
     assert reduce.kernel == "reduce_dweight_v7" == V7.kernels[1] and reduce.grid == passes
@@ -172,14 +206,15 @@ def test_plan_launch(N, C, overwrite):
 
 
 def test_no_block_waits_for_another():
-    # the only wait of the old in-kernel final sum is gone from the source, and nothing can trap but a K the
-    # plan never passes (lab/NOTES.md: beside a kernel holding most SMs, that wait lasted until it ended)
+    # the only wait of the old in-kernel final sum is gone from the source, and nothing can trap but
+    # a K the plan never passes (lab/NOTES.md: beside a kernel holding most SMs, that wait lasted
+    # until it ended)
     source = build.kernel_source("v7_fast")
     for gone in ("ld.acquire", "__nanosleep", "globaltimer", "atomicInc", "ticket"):
         assert gone not in source
     assert source.count("__trap()") == 2
-    # the wide kernels wait on their own copies (mbarrier) and on their own cluster, which the hardware
-    # launches whole; nothing else
+    # the wide kernels wait on their own copies (mbarrier) and on their own cluster, which the
+    # hardware launches whole; nothing else
     assert source.count("mbarrier.try_wait") == 1 and source.count("barrier.cluster.wait") == 1
     assert source.count("@!done bra WAIT") == 1  # the one spin: on the block's own copies
 
@@ -190,14 +225,20 @@ def test_config_choices():
     main = plan(70000, 1024, block_size=256, config=Config(K=2))[0]
     assert main.block == 256 and main.grid == 2 * H200_SMS  # two 256-thread blocks a SM
     assert plan(70000, 1024, block_size=256, config=Config(K=2, per_sm=1))[0].grid == H200_SMS
-    assert plan(70000, 1024, block_size=256, config=Config(K=2, per_sm=5))[0].grid == 2 * H200_SMS  # at most what fits
+    # at most what fits
+    assert plan(70000, 1024, block_size=256, config=Config(K=2, per_sm=5))[0].grid == 2 * H200_SMS
     assert row_layout(1024, K=1).group == 128
     assert args(plan(5000, 1024, config=Config(K=1))[0])["G"] == 128
-    assert plan(5000, 1024, config=Config()) == plan(5000, 1024)  # the defaults are the plan's choices
-    assert plan(5000, 1024, config=Config(staged=True)) == plan(5000, 1024)  # staged: the default at C = 1024
-    with pytest.raises(ValueError, match=r"K, prefetch and per_sm tune the register path; staged=True takes none"):
+    # the defaults are the plan's choices
+    assert plan(5000, 1024, config=Config()) == plan(5000, 1024)
+    # staged: the default at C = 1024
+    assert plan(5000, 1024, config=Config(staged=True)) == plan(5000, 1024)
+    with pytest.raises(ValueError,
+                       match=r"K, prefetch and per_sm tune the register path; staged=True takes "
+                             r"none"):
         Config(K=2, staged=True)
-    with pytest.raises(ValueError, match=r"Config\(staged=True\) needs 1024 <= C <= 16384 .*got C=768"):
+    with pytest.raises(ValueError,
+                       match=r"Config\(staged=True\) needs 1024 <= C <= 16384 .*got C=768"):
         plan(5000, 768, config=Config(staged=True))
     with pytest.raises(ValueError, match=r"Config.staged must be True, False or None, got 1"):
         Config(staged=1)
@@ -211,15 +252,16 @@ def test_config_choices():
 
 def test_no_environment_variable_selects_a_variant(monkeypatch):
     before = {C: plan(70000, C) for C in (768, 1024, 4096)}
-    for name, value in (("RMSNORM_V7_K", "1"), ("RMSNORM_V7_REDUCE", "kernel"), ("RMSNORM_V7_PREFETCH", "0"),
+    for name, value in (("RMSNORM_V7_K", "1"), ("RMSNORM_V7_REDUCE", "kernel"),
+                        ("RMSNORM_V7_PREFETCH", "0"),
                         ("RMSNORM_V7_PER_SM", "2")):
         monkeypatch.setenv(name, value)
     assert {C: plan(70000, C) for C in (768, 1024, 4096)} == before
     assert row_layout(2048) != row_layout(2048, overwrite=True)  # still prefetching
 
 
-# the kernel's index arithmetic, mirrored in NumPy: every row once, every chunk once per group, every
-# column once in the final sum
+# the kernel's index arithmetic, mirrored in NumPy: every row once, every chunk once per group,
+# every column once in the final sum
 
 
 def _rows_of(N, grid, groups):
@@ -236,7 +278,9 @@ def _slices(C, slices):
     return [(j * per, min(j * per + per, quads)) for j in range(slices)]
 
 
-@pytest.mark.parametrize("N,C", [(1, 8), (3, 24), (7, 776), (4097, 768), (513, 5120), (4096, 16384), (33333, 1032)])
+@pytest.mark.parametrize("N,C",
+                         [(1, 8), (3, 24), (7, 776), (4097, 768), (513, 5120), (4096, 16384),
+                          (33333, 1032)])
 def test_the_kernels_index_arithmetic_covers_everything_once(N, C):
     main, reduce = plan(N, C, config=Config(staged=False))
     s, grid, reducers = row_layout(C), main.grid, reduce.grid
@@ -244,9 +288,11 @@ def test_the_kernels_index_arithmetic_covers_everything_once(N, C):
     rows = _rows_of(N, grid, s.groups)
     assert sorted(rows) == list(range(N))
     chunks = C // 8
-    owned = sorted(t + j * s.group for t in range(s.group) for j in range(s.K) if t + j * s.group < chunks)
+    owned = sorted(t + j * s.group for t in range(s.group) for j in range(s.K)
+                   if t + j * s.group < chunks)
     assert owned == list(range(chunks))
-    # the block combine: quad q of the partial row <- float4 (q % 2) * chunks + q // 2 of each group slice
+    # the block combine: quad q of the partial row <- float4 (q % 2) * chunks + q // 2 of each
+    # group slice
     at = sorted((q % 2) * chunks + q // 2 for q in range(C // 4))
     assert at == list(range(C // 4))
     covered = [q for b, e in _slices(C, reducers) for q in range(b, e)]
@@ -254,18 +300,21 @@ def test_the_kernels_index_arithmetic_covers_everything_once(N, C):
 
 
 def test_the_kernel_source_matches_the_mirrors():
-    # the index expressions the NumPy mirrors above copy, whitespace aside; the mirrors are only as good as
-    # this match (the GPU tests check the kernel itself)
+    # the index expressions the NumPy mirrors above copy, whitespace aside; the mirrors are only as
+    # good as this match (the GPU tests check the kernel itself)
     src = " ".join(build.kernel_source("v7_fast").split())
     for pattern in (
-        r"long long row = \(long long\)(p\.)?group \* gridDim\.x \+ blockIdx\.x;",  # the row loop: start,
-        r"const long long stride = \(long long\)gridDim\.x \* (p\.)?groups;",  # step,
-        r"for \(; row < N; row \+= stride\)",  # and end
+        # the row loop: start, step and end
+        r"long long row = \(long long\)(p\.)?group \* gridDim\.x \+ blockIdx\.x;",
+        r"const long long stride = \(long long\)gridDim\.x \* (p\.)?groups;",
+        r"for \(; row < N; row \+= stride\)",
         r"return t \+ j \* G;|const int chunk = t \+ j \* G;",  # a thread's chunks
         r"const int at = \(q % 2\) \* (p\.)?chunks \+ q / 2;",  # the block combine
-        r"const int per = ceil_div\(ceil_div\(quads, QUADS_PER_PASS\), slices\) \* QUADS_PER_PASS;",  # slices
+        # the final sum's slices
+        r"const int per = ceil_div\(ceil_div\(quads, QUADS_PER_PASS\), slices\) \* QUADS_PER_PASS;",
     ):
-        assert re.search(pattern, src), f"kernels/v7_fast.cu no longer has {pattern!r}: update the mirror"
+        assert re.search(pattern, src), \
+            f"kernels/v7_fast.cu no longer has {pattern!r}: update the mirror"
     assert "atomicAdd" not in src  # no float atomics: deterministic
 
 
@@ -277,7 +326,7 @@ def test_compiles_without_spills(arch):
                         | (wide if arch == "sm_90" else set()))
     for name, r in res.items():
         assert not r.spills and r.stack_bytes == 0, r
-        # __launch_bounds__(512, 1): the registers of 512 threads on one SM, 128 a thread; the staged
-        # kernel's (1024, 1): 64
+        # __launch_bounds__(512, 1): the registers of 512 threads on one SM, 128 a thread; the
+        # staged kernel's (1024, 1): 64
         block = v7_fast.STAGED_BLOCK if name == "rmsnorm_backward_v7_staged" else v7_fast.MAX_BLOCK
         assert r.registers <= 65536 // block
