@@ -29,7 +29,8 @@ def to_device(p: dict) -> dict:
 
 def tensors(dev: dict) -> launch.Tensors:
     """The device addresses of a dict of GPUArrays (or of anything with an int address)."""
-    return launch.Tensors(**{k: int(getattr(dev[k], "gpudata", dev[k])) for k in launch.Tensors._fields})
+    return launch.Tensors(**{k: int(getattr(dev[k], "gpudata",
+                                            dev[k])) for k in launch.Tensors._fields})
 
 
 def free(dev: dict) -> None:
@@ -43,7 +44,8 @@ def free(dev: dict) -> None:
 def reference_of(p: dict, dinp=None, dweight=None):
     """The float64 reference for problem ``p``, accumulating into its own (or the given) outputs."""
     return reference.backward(p["dout"], p["inp"], p["weight"], p["rstd"],
-                              p["dinp"] if dinp is None else dinp, p["dweight"] if dweight is None else dweight)
+                              p["dinp"] if dinp is None else dinp,
+                              p["dweight"] if dweight is None else dweight)
 
 
 def compare(version, N, got, want, label=""):
@@ -52,7 +54,8 @@ def compare(version, N, got, want, label=""):
     spec = kernels.get(version)
     report = check.compare_outputs(spec, N, got, want, name=spec.name)
     a, b = report.dinp, report.dweight
-    print(f"{spec.name:<15} {label:<22} dinp ||err||/||ref|| {a.rel_l2_error:.2e} max {a.max_abs_error:.2e} | "
+    print(f"{spec.name:<15} {label:<22} dinp ||err||/||ref|| {a.rel_l2_error:.2e} max "
+          f"{a.max_abs_error:.2e} | "
           f"dweight ||err||/||ref|| {b.rel_l2_error:.2e} max {b.max_abs_error:.2e}", flush=True)
     return a, b
 
@@ -63,7 +66,7 @@ def bits(x) -> np.ndarray:
     return x.view(np.uint32 if x.dtype.itemsize == 4 else np.uint16)
 
 
-# ------------------------------------------------------------------------------------------------------
+# --------------------------------------------------------------------------------------------------
 # kernel signatures, read from the CUDA text
 
 
@@ -112,7 +115,8 @@ def kernel_signatures(cuda_text: str) -> dict:
             params.append(Param(pm.group(2), "*" in ctype or bool(pm.group(3)), ctype))
         bounds = bounds[1:-1].strip() if bounds else None
         first = bounds.split(",")[0].strip() if bounds else None
-        found[name] = Signature(name, tuple(params), bounds, int(first) if first and first.isdigit() else None)
+        found[name] = Signature(name, tuple(params), bounds,
+                                int(first) if first and first.isdigit() else None)
     return found
 
 
@@ -136,7 +140,7 @@ def rung_signatures(version) -> dict:
     return kernel_signatures(text)
 
 
-# ------------------------------------------------------------------------------------------------------
+# --------------------------------------------------------------------------------------------------
 # a fake CUDA for the launcher (CPU tests)
 
 
@@ -239,12 +243,14 @@ class FakeModule:
         if name not in self.kernels:
             raise FakeLogicError(f"cuModuleGetFunction failed: named symbol not found ({name})")
         if name not in self.functions:
-            static = self.driver.static.get(name, 0) if isinstance(self.driver.static, dict) else self.driver.static
+            static = self.driver.static.get(name, 0) if isinstance(self.driver.static,
+                                                                   dict) else self.driver.static
             self.functions[name] = FakeFunction(self.driver, name, static)
         return self.functions[name]
 
 
-def install_fake_cuda(monkeypatch, device=gpu.H200, static=0, fail=False, kernels_in_module=None) -> FakeDriver:
+def install_fake_cuda(monkeypatch, device=gpu.H200, static=0, fail=False,
+                      kernels_in_module=None) -> FakeDriver:
     """Make :mod:`rmsnorm_lessons.launch` see a fake driver, ``device`` and a fake compiled module.
 
     The caller must call ``launch.release()`` before ``monkeypatch`` is undone when it used the launcher
@@ -276,7 +282,7 @@ def install_fake_cuda(monkeypatch, device=gpu.H200, static=0, fail=False, kernel
     return drv
 
 
-# ------------------------------------------------------------------------------------------------------
+# --------------------------------------------------------------------------------------------------
 # a stand-in for a GPUArray (CPU tests of the checks)
 
 
@@ -329,9 +335,9 @@ def clock_hz() -> float:
     return gpu.require().device.get_attribute(drv.device_attribute.CLOCK_RATE) * 1e3
 
 
-# ------------------------------------------------------------------------------------------------------
-# code that may end the process (PyCUDA aborts when a thread exits with a context on its stack): run it
-# in a child process, so that the test fails and the rest of the session goes on
+# --------------------------------------------------------------------------------------------------
+# code that may end the process (PyCUDA aborts when a thread exits with a context on its stack): run
+# it in a child process, so that the test fails and the rest of the session goes on
 
 
 def run_in_child(code: str, timeout: float = 600) -> str:
@@ -345,13 +351,16 @@ def run_in_child(code: str, timeout: float = 600) -> str:
 
     here = Path(__file__).resolve().parent
     env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join([str(here.parent), str(here), env.get("PYTHONPATH", "")]).rstrip(os.pathsep)
+    env["PYTHONPATH"] = os.pathsep.join([str(here.parent), str(here),
+                                         env.get("PYTHONPATH", "")]).rstrip(os.pathsep)
     env["PYTHONUNBUFFERED"] = "1"
-    proc = subprocess.run([sys.executable, "-c", textwrap.dedent(code)], capture_output=True, text=True,
+    proc = subprocess.run([sys.executable, "-c", textwrap.dedent(code)], capture_output=True,
+                          text=True,
                           timeout=timeout, cwd=str(here.parent), env=env)
     lines = proc.stdout.strip().splitlines()
     if proc.returncode != 0 or not lines or lines[-1] != "CHILD OK":
         raise AssertionError(f"the child process exited with status {proc.returncode}"
                              f"{' (killed by signal %d)' % -proc.returncode if proc.returncode < 0 else ''}\n"
-                             f"--- stdout (end) ---\n{proc.stdout[-3000:]}\n--- stderr (end) ---\n{proc.stderr[-5000:]}")
+                             f"--- stdout (end) ---\n{proc.stdout[-3000:]}\n--- stderr (end) "
+                             f"---\n{proc.stderr[-5000:]}")
     return proc.stdout

@@ -35,7 +35,8 @@ FREE_SMS = 12
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("N,C", [(16384, 4096), (1024, 32768)])  # a row in one block; a row over a cluster of 2
+# a row in one block; a row over a cluster of 2
+@pytest.mark.parametrize("N,C", [(16384, 4096), (1024, 32768)])
 @pytest.mark.parametrize("overwrite", [False, True])
 def test_v7_finishes_right_while_another_kernel_holds_most_sms(N, C, overwrite):
     from pycuda import gpuarray
@@ -55,7 +56,8 @@ def test_v7_finishes_right_while_another_kernel_holds_most_sms(N, C, overwrite):
     hog.set_attribute(drv.function_attribute.MAX_DYNAMIC_SHARED_SIZE_BYTES, smem)
     done = gpuarray.zeros(1, np.int32)
     blocks = gpu.facts().multiprocessors - FREE_SMS
-    hog(np.uint64(int(HOG_S * 1e9)), done.gpudata, block=(32, 1, 1), grid=(blocks, 1, 1), shared=smem,
+    hog(np.uint64(int(HOG_S * 1e9)), done.gpudata, block=(32, 1, 1), grid=(blocks, 1, 1),
+        shared=smem,
         stream=stream_a)
     hog_end = drv.Event()
     hog_end.record(stream_a)
@@ -71,9 +73,11 @@ def test_v7_finishes_right_while_another_kernel_holds_most_sms(N, C, overwrite):
               f"{1e3 * wall_s:.1f} ms, the other kernel still running: {hog_still_running}")
         assert int(done.get()[0]) == blocks  # the hog really held those SMs to the end
         assert hog_still_running, f"v7 took {wall_s:.2f} s: it finished only after the other kernel did"
-        want = reference.backward(p["dout"], p["inp"], p["weight"], p["rstd"], None if overwrite else p["dinp"],
+        want = reference.backward(p["dout"], p["inp"], p["weight"], p["rstd"],
+                                  None if overwrite else p["dinp"],
                                   p["dweight"])
-        a, b = compare("v7_fast", N, (dev["dinp"].get(), dev["dweight"].get()), want, label="beside the hog")
+        a, b = compare("v7_fast", N, (dev["dinp"].get(), dev["dweight"].get()), want,
+                       label="beside the hog")
         assert a.ok and b.ok
     finally:
         stream_a.synchronize()

@@ -43,7 +43,8 @@ def _repeat(version, N, C, seed):
             if first is None:
                 first = (dinp, dweights[0])
             else:
-                assert np.array_equal(bits(dinp), bits(first[0])), f"run {i}: dinp differs from run 0"
+                assert np.array_equal(bits(dinp),
+                                      bits(first[0])), f"run {i}: dinp differs from run 0"
     finally:
         L.free()
         free(dev)
@@ -84,7 +85,8 @@ def test_atomic_versions_vary_only_within_tolerance(version):
     spread = stack.max(axis=0) - stack.min(axis=0)
     varied = int(np.count_nonzero(spread))
     distinct = len({bits(d).tobytes() for d in dweights})
-    print(f"{version}: over {RUNS} runs dweight took {distinct} distinct values; {varied}/{C} channels varied, "
+    print(f"{version}: over {RUNS} runs dweight took {distinct} distinct values; {varied}/{C} "
+          f"channels varied, "
           f"largest spread {spread.max():.3g} (|dweight| up to {np.abs(ref[1]).max():.3g}; "
           f"allowed error {tol:g} + |ref|*{eps:g})")
     for i, d in enumerate(dweights):

@@ -75,7 +75,8 @@ class Huge:
         free, _ = drv.mem_get_info()
         need = 3 * N * C * 2 + (1 << 30)
         if free < need:
-            pytest.skip(f"needs {need / 2**30:.0f} GiB of free device memory, {free / 2**30:.0f} GiB free")
+            pytest.skip(f"needs {need / 2**30:.0f} GiB of free device memory, {free / 2**30:.0f} "
+                        f"GiB free")
         module = SourceModule(SOURCE, nvcc=build.require_nvcc(), options=["-O3"], no_extern_c=True)
         self.fill = module.get_function("fill_bf16_hash")
         rstd_fn = module.get_function("rstd_bf16")
@@ -141,7 +142,8 @@ class Huge:
                 rows = min(CHUNK_ROWS, N - first)
                 self.drv.memcpy_dtoh(g_host[:rows], int(self.dout.gpudata) + first * C * 2)
                 self.drv.memcpy_dtoh(x_host[:rows], int(self.inp.gpudata) + first * C * 2)
-                parts = pool.map(lambda a: piece(a, min(a + PIECE_ROWS, rows), first), range(0, rows, PIECE_ROWS))
+                parts = pool.map(lambda a: piece(a, min(a + PIECE_ROWS, rows), first),
+                                 range(0, rows, PIECE_ROWS))
                 for part in parts:
                     total += part
         print(f"huge: float64 dweight reference over {N} rows on {workers} threads in {time.time() - start:.1f} s",
@@ -175,20 +177,24 @@ def test_huge_tensor_past_2_31_elements(huge, version):
 
     start = time.time()
     out = kernels.run(version, huge.dout, huge.inp, huge.weight, huge.rstd, huge.dinp, dweight)
-    print(f"huge: {version} ran in {1e3 * (time.time() - start):.0f} ms (with the first launch's set-up)", flush=True)
+    print(f"huge: {version} ran in {1e3 * (time.time() - start):.0f} ms (with the first launch's "
+          f"set-up)", flush=True)
     assert out[0] is huge.dinp and out[1] is dweight
 
     # dinp on the sampled rows
     rows = huge.rows
     got_rows = huge.copy_rows(huge.dinp, rows).view(bf16.bfloat16)
-    want_rows, _ = reference.backward(huge.dout_rows.view(bf16.bfloat16), huge.inp_rows.view(bf16.bfloat16),
-                                      huge.weight_host, huge.rstd_host[rows], dinp0_rows.view(bf16.bfloat16))
-    # every row from the boundary on must have changed (a wrapped offset would have written elsewhere)
+    want_rows, _ = reference.backward(huge.dout_rows.view(bf16.bfloat16),
+                                      huge.inp_rows.view(bf16.bfloat16),
+                                      huge.weight_host, huge.rstd_host[rows],
+                                      dinp0_rows.view(bf16.bfloat16))
+    # every row from the boundary on must have changed (a wrapped offset would have written
+    # elsewhere)
     changed = np.any(got_rows.view(np.uint16) != dinp0_rows, axis=1)
     assert changed.all(), f"rows never written: {rows[~changed][:10].tolist()}"
 
-    # dinp on the sampled rows and dweight against the host's float64 sum over every row (the tolerances
-    # of N rows: dinp's does not depend on N, dweight's does)
+    # dinp on the sampled rows and dweight against the host's float64 sum over every row (the
+    # tolerances of N rows: dinp's does not depend on N, dweight's does)
     want_dweight = huge.dweight0.astype(np.float64) + huge.grad_dweight
     report = check.compare_outputs(spec, N, (got_rows, dweight.get()), (want_rows, want_dweight),
                                    name=f"{version}, dinp on {len(rows)} sampled rows", C=C)

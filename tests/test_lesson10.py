@@ -20,7 +20,7 @@ def _forget_bug_rungs():
             ladder.unregister(name)
 
 
-# --- the bugs -----------------------------------------------------------------------------------------
+# --- the bugs -------------------------------------------------------------------------------------
 
 
 @pytest.mark.parametrize("name", bugs.BUGS)
@@ -37,7 +37,8 @@ def test_each_bug_is_one_edit_of_its_shipped_rung(name):
 
 def test_the_tail_bug_is_in_the_update_loop():
     src = bugs.source("bug_tail_v2")
-    assert src.count("c <= C") == 1 and src.index("c < C") < src.index("c <= C")  # the dot product is intact
+    # the dot product is intact
+    assert src.count("c <= C") == 1 and src.index("c < C") < src.index("c <= C")
 
 
 def test_an_edit_that_no_longer_applies_says_so(monkeypatch):
@@ -50,7 +51,8 @@ def test_an_edit_that_no_longer_applies_says_so(monkeypatch):
 
 
 @needs_nvcc
-@pytest.mark.parametrize("name,barriers", [("bug_race_v5", 1), ("bug_tail_v2", 0), ("bug_seed_loop_v6", None)])
+@pytest.mark.parametrize("name,barriers",
+                         [("bug_race_v5", 1), ("bug_tail_v2", 0), ("bug_seed_loop_v6", None)])
 def test_each_bug_builds_for_sm_90(name, barriers):
     rung = bugs.rung(name)
     res = build.compile_file(rung, "sm_90").resources[rung.kernels[0]]
@@ -66,7 +68,7 @@ def test_bug_shapes_are_what_the_lesson_says():
     assert 8200 % (grid * warps) != 0  # some block holds warps with one row and warps with two
 
 
-# --- the sanitizer's report -----------------------------------------------------------------------------
+# --- the sanitizer's report -----------------------------------------------------------------------
 
 MEMCHECK = """\
 child: bug_tail_v2 N=129 C=776: one call done
@@ -116,10 +118,13 @@ def test_entries_keep_the_findings_and_drop_the_backtraces():
 def test_racecheck_report():
     report = sanitizer.Report("racecheck", "bug_race_v5", 86, RACECHECK)
     assert report.summary == (1, 0)
-    assert report.entries == [["Error: Race reported between Write access at rmsnorm_backward_v5+0x5c0 in "
-                               "bug_race_v5.cu:67", "and Read access at rmsnorm_backward_v5+0x6a0 in "
+    assert report.entries == [["Error: Race reported between Write access at "
+                               "rmsnorm_backward_v5+0x5c0 in "
+                               "bug_race_v5.cu:67",
+                               "and Read access at rmsnorm_backward_v5+0x6a0 in "
                                "bug_race_v5.cu:70 [2048 hazards]"]]
-    clean = sanitizer.Report("racecheck", "v3_smem", 0, "========= RACECHECK SUMMARY: 0 hazards displayed "
+    clean = sanitizer.Report("racecheck", "v3_smem", 0,
+                             "========= RACECHECK SUMMARY: 0 hazards displayed "
                                                         "(0 errors, 0 warnings)\n")
     assert clean.sentence() == "racecheck found no error on v3_smem"
     assert "did not finish" in sanitizer.Report("memcheck", "x", 1, "Traceback ...").sentence()
@@ -132,7 +137,8 @@ def test_child_command_and_spec():
     assert spec["plan_module"] == "v3_smem" and spec["plan_fn"] == "plan" and spec["shared_module"] == "v3_smem"
     assert json.loads(json.dumps(spec)) == spec
     cmd = sanitizer.command("compute-sanitizer", "synccheck", ["python", "-c", "pass"])
-    assert cmd[:3] == ["compute-sanitizer", "--tool", "synccheck"] and cmd[-3:] == ["python", "-c", "pass"]
+    assert cmd[:3] == ["compute-sanitizer", "--tool", "synccheck"]
+    assert cmd[-3:] == ["python", "-c", "pass"]
     assert str(sanitizer.ERROR_EXIT) in cmd
     with pytest.raises(ValueError):
         sanitizer.command("compute-sanitizer", "leakcheck", [])
@@ -157,10 +163,10 @@ def test_each_bugs_tool_finds_it_on_the_gpu(name):
     assert clean.errors == 0, clean.output[-3000:]
 
 
-# --- ncu's CSV ------------------------------------------------------------------------------------------
+# --- ncu's CSV ------------------------------------------------------------------------------------
 
-# the raw page (--csv --page raw): a header of identifying columns and metric names, a row of units, a row
-# per profiled kernel; values may carry thousands separators
+# the raw page (--csv --page raw): a header of identifying columns and metric names, a row of units,
+# a row per profiled kernel; values may carry thousands separators
 RAW = '''==PROF== Connected to process 4242 (/usr/bin/python3.12)
 ==PROF== Profiling "rmsnorm_backward_v3": 0%....50%....100% - 9 passes
 ==PROF== Disconnected from process 4242
@@ -185,7 +191,8 @@ def test_parse_the_raw_page():
     assert (p.dram_pct, p.occupancy_pct) == (31.52, 46.20)
     assert p.duration_us == pytest.approx(1234.56)
     top = p.top_stalls()
-    assert [r for r, _, _ in top] == ["long_scoreboard", "short_scoreboard", "barrier"]  # "selected" is no stall
+    # "selected" is no stall
+    assert [r for r, _, _ in top] == ["long_scoreboard", "short_scoreboard", "barrier"]
     assert sum(share for _, _, share in p.top_stalls(10)) == pytest.approx(100.0)
     text = profile.table([p])
     assert "v3_smem" in text and "31.5" in text and "long_scoreboard 55 %" in text
@@ -200,16 +207,20 @@ def test_parse_the_details_page():
 
 def test_no_csv_is_no_kernel_and_failures_are_named():
     assert profile.parse_csv("==PROF== Connected\nnothing\n") == []
-    assert "ERR_NVGPUCTRPERM" in profile.explain_failure("==ERROR== ERR_NVGPUCTRPERM - The user does not have "
+    assert "ERR_NVGPUCTRPERM" in profile.explain_failure("==ERROR== ERR_NVGPUCTRPERM - The user "
+                                                         "does not have "
                                                           "permission", 1)
-    assert profile.explain_failure("==ERROR== Failed to find metric foo", 1).startswith("ncu failed: ==ERROR==")
-    assert "profiled no kernel" in profile.explain_failure("==WARNING== No kernels were profiled.", 0)
+    assert profile.explain_failure("==ERROR== Failed to find metric foo",
+                                   1).startswith("ncu failed: ==ERROR==")
+    assert "profiled no kernel" in profile.explain_failure("==WARNING== No kernels were profiled.",
+                                                           0)
 
 
 def test_ncu_command_profiles_the_second_launch_of_one_kernel():
     cmd = profile.command("ncu", "v7_fast", 8192, 1024)
     assert cmd[:3] == ["ncu", "--clock-control", "none"]
-    # the main kernel the plan launches at this shape: rows of C = 1024 are staged, C = 768 keeps registers
+    # the main kernel the plan launches at this shape: rows of C = 1024 are staged, C = 768 keeps
+    # registers
     assert cmd[cmd.index("--kernel-name") + 1] == "rmsnorm_backward_v7_staged"
     short = profile.command("ncu", "v7_fast", 8192, 768)
     assert short[short.index("--kernel-name") + 1] == "rmsnorm_backward_v7"
@@ -224,7 +235,8 @@ def test_ncu_command_profiles_the_second_launch_of_one_kernel():
 
 def test_without_ncu_the_error_says_so(monkeypatch):
     monkeypatch.setattr(build, "find_tool", lambda tool: None)
-    monkeypatch.setattr(profile, "Path", lambda *a: Path("/nonexistent/nsight-compute"))  # no standalone install
+    # no standalone install
+    monkeypatch.setattr(profile, "Path", lambda *a: Path("/nonexistent/nsight-compute"))
     with pytest.raises(profile.ProfileError, match="ncu \\(Nsight Compute\\) was not found"):
         profile.profile("v3_smem", 8192, 1024)
 
@@ -236,7 +248,8 @@ def test_the_child_refuses_without_a_gpu():
     from rmsnorm_lessons import gpu
     if gpu.available():
         pytest.skip("a GPU is here")
-    p = subprocess.run([sys.executable, "-m", "rmsnorm_lessons.nsight", "v3_smem", "64", "256", "--launch"],
+    p = subprocess.run([sys.executable, "-m", "rmsnorm_lessons.nsight", "v3_smem", "64", "256",
+                        "--launch"],
                        capture_output=True, text=True, timeout=120)
     assert p.returncode != 0 and "GPU" in p.stderr
 

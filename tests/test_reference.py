@@ -27,7 +27,8 @@ def test_forward_rstd_and_output_by_hand():
 
 
 def test_backward_one_row_by_hand():
-    # C = 2, everything written out: norm = x*r, dnorm = w*g, dinp = r*(dnorm - norm*mean(dnorm*norm))
+    # C = 2, everything written out: norm = x*r, dnorm = w*g, dinp = r*(dnorm -
+    # norm*mean(dnorm*norm))
     x = np.array([[1.0, -2.0]])
     w = np.array([0.5, 3.0])
     g = np.array([[2.0, 1.0]])
@@ -111,7 +112,8 @@ def test_bf16_inputs_are_widened_exactly():
     assert p["inp"].dtype == bf16.bfloat16
     wide = {k: (bf16.from_bf16(v) if v.dtype == bf16.bfloat16 else v) for k, v in p.items()}
     a = reference.backward(p["dout"], p["inp"], p["weight"], p["rstd"], p["dinp"], p["dweight"])
-    b = reference.backward(wide["dout"], wide["inp"], wide["weight"], wide["rstd"], wide["dinp"], wide["dweight"])
+    b = reference.backward(wide["dout"], wide["inp"], wide["weight"], wide["rstd"], wide["dinp"],
+                           wide["dweight"])
     np.testing.assert_array_equal(a[0], b[0])
     np.testing.assert_array_equal(a[1], b[1])
 

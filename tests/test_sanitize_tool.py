@@ -17,7 +17,8 @@ spec.loader.exec_module(sanitize)
 
 def _run(*args):
     env = dict(os.environ, PYTHONPATH=str(ROOT))
-    return subprocess.run([sys.executable, str(ROOT / "tools" / "sanitize.py"), *args], capture_output=True,
+    return subprocess.run([sys.executable, str(ROOT / "tools" / "sanitize.py"), *args],
+                          capture_output=True,
                           text=True, env=env, timeout=120)
 
 
@@ -27,7 +28,8 @@ def test_parse_clean_memcheck():
 
 
 def test_parse_errors():
-    out = ("========= Invalid __global__ write of size 16 bytes\n=========     at rmsnorm_backward_v6+0x1a0\n"
+    out = ("========= Invalid __global__ write of size 16 bytes\n=========     at "
+           "rmsnorm_backward_v6+0x1a0\n"
            "========= ERROR SUMMARY: 3 errors\n")
     assert sanitize.parse_summary(out) == (3, 0)
     assert sanitize.parse_summary("========= ERROR SUMMARY: 1 error\n") == (1, 0)
@@ -70,7 +72,8 @@ def test_unknown_version_refused():
     assert "Traceback" not in p.stderr
 
 
-@pytest.mark.skipif(build.find_tool("compute-sanitizer") is not None, reason="compute-sanitizer is here")
+@pytest.mark.skipif(build.find_tool("compute-sanitizer") is not None,
+                    reason="compute-sanitizer is here")
 def test_without_compute_sanitizer_exit_2_with_one_sentence():
     p = _run()
     assert p.returncode == 2
