@@ -1,7 +1,8 @@
 """Helpers shared by the tests (imported by them; nothing here touches a GPU at import).
 
-* GPU tests: device copies of a problem, the :class:`~rmsnorm_lessons.launch.Tensors` of them, the float64
-  reference and the comparison (through ``check.compare_outputs``, the course's one comparison).
+* GPU tests: device copies of a problem, the :class:`~rmsnorm_lessons.launch.Tensors` of them, the
+  float64 reference and the comparison (through ``check.compare_outputs``, the course's one
+  comparison).
 * CPU tests: :func:`install_fake_cuda` replaces the driver, the device and the compiler seen by
   :mod:`rmsnorm_lessons.launch` with fakes that record what would be launched, so a real
   :class:`~rmsnorm_lessons.launch.Launcher` can be exercised without a GPU.
@@ -34,7 +35,8 @@ def tensors(dev: dict) -> launch.Tensors:
 
 
 def free(dev: dict) -> None:
-    """Free the device memory of GPUArrays made by :func:`to_device` (now, not at garbage collection)."""
+    """Free the device memory of GPUArrays made by :func:`to_device` (now, not at garbage
+    collection)."""
     for a in dev.values():
         data = getattr(a, "gpudata", None)
         if data is not None and hasattr(data, "free"):
@@ -49,8 +51,8 @@ def reference_of(p: dict, dinp=None, dweight=None):
 
 
 def compare(version, N, got, want, label=""):
-    """Both comparisons with the course's tolerances (``check.compare_outputs``); prints ||err||/||ref|| and
-    max |err| (see ``-s``); returns ``(dinp comparison, dweight comparison)``."""
+    """Both comparisons with the course's tolerances (``check.compare_outputs``); prints
+    ||err||/||ref|| and max |err| (see ``-s``); returns ``(dinp comparison, dweight comparison)``."""
     spec = kernels.get(version)
     report = check.compare_outputs(spec, N, got, want, name=spec.name)
     a, b = report.dinp, report.dweight
@@ -135,7 +137,8 @@ def _split_top_level(text: str) -> list:
 
 
 def rung_signatures(version) -> dict:
-    """The signatures of a rung's kernels, from its CUDA (``kernels/<name>.cu`` or its registered source)."""
+    """The signatures of a rung's kernels, from its CUDA (``kernels/<name>.cu`` or its registered
+    source)."""
     _, text, _ = build.kernel_text(ladder.get(version))
     return kernel_signatures(text)
 
@@ -166,7 +169,8 @@ class FakeAllocation:
 
 
 class FakeStream:
-    """Looks like a PyCUDA Stream to the launcher (its module name starts with pycuda, as PyCUDA's does)."""
+    """Looks like a PyCUDA Stream to the launcher (its module name starts with pycuda, as PyCUDA's
+    does)."""
 
     __module__ = "pycuda.fake"
     _next = 0x5000
@@ -253,8 +257,8 @@ def install_fake_cuda(monkeypatch, device=gpu.H200, static=0, fail=False,
                       kernels_in_module=None) -> FakeDriver:
     """Make :mod:`rmsnorm_lessons.launch` see a fake driver, ``device`` and a fake compiled module.
 
-    The caller must call ``launch.release()`` before ``monkeypatch`` is undone when it used the launcher
-    cache (the :func:`fake_cuda` fixtures of the tests do).
+    The caller must call ``launch.release()`` before ``monkeypatch`` is undone when it used the
+    launcher cache (the :func:`fake_cuda` fixtures of the tests do).
     """
     drv = FakeDriver(static=static, fail=fail)
 
@@ -311,7 +315,8 @@ FAKE_SPACING = 1 << 40  # far enough apart that no two fake tensors overlap, eve
 
 
 def fakes(version, N=6, C=16, **override) -> dict:
-    """Fake GPUArrays for every tensor of a call, each at its own address (16-byte aligned, no overlap)."""
+    """Fake GPUArrays for every tensor of a call, each at its own address (16-byte aligned, no
+    overlap)."""
     spec = kernels.get(version)
     shapes = dict(dout=(N, C), inp=(N, C), weight=(C,), rstd=(N,), dinp=(N, C), dweight=(C,))
     out = {}
@@ -341,8 +346,9 @@ def clock_hz() -> float:
 
 
 def run_in_child(code: str, timeout: float = 600) -> str:
-    """Run Python ``code`` in a fresh interpreter (the repository and tests/ on its path); fail the test,
-    with the child's output, unless it exits with status 0 and prints ``CHILD OK`` last. Returns stdout."""
+    """Run Python ``code`` in a fresh interpreter (the repository and tests/ on its path); fail the
+    test, with the child's output, unless it exits with status 0 and prints ``CHILD OK`` last.
+    Returns stdout."""
     import os
     import subprocess
     import sys

@@ -1,10 +1,11 @@
-"""Which tests are slow: `make test` leaves them out, `make test-slow` runs only them, `make test-all` all.
+"""Which tests are slow: `make test` leaves them out, `make test-slow` runs only them and
+`make test-all` runs everything.
 
-Tests whose files mark themselves ``@pytest.mark.slow`` (the wheel in a fresh venv, the browser, the hub,
-re-execution in place, the student edition under nbval, huge shapes on the GPU) are slow already; the
-node ids below (fnmatch patterns from the repository root) join them, so that no test file has to change.
-A test belongs here when it runs the course end to end (a whole site, every lesson) or takes more than
-a few seconds on a 2-core machine; `pytest --durations=30` says which.
+Tests whose files mark themselves ``@pytest.mark.slow`` (the wheel in a fresh venv, the browser, the
+hub, re-execution in place, the student edition under nbval, huge shapes on the GPU) are slow
+already; the node ids below (fnmatch patterns from the repository root) join them, so that no test
+file has to change. A test belongs here when it runs the course end to end (a whole site, every
+lesson) or takes more than a few seconds on a 2-core machine; `pytest --durations=30` says which.
 """
 import fnmatch
 

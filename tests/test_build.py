@@ -1,7 +1,8 @@
-"""Compiling every kernel with nvcc, and the ptxas report parser (CPU; nvcc is required, not optional).
+"""Compiling every kernel with nvcc, and the ptxas report parser (CPU; nvcc is required, not
+optional).
 
-`make test` installs nvcc (NVIDIA's wheels) where none is on PATH, so a missing nvcc is a failure here,
-never a skip.
+`make test` installs nvcc (NVIDIA's wheels) where none is on PATH, so a missing nvcc is a failure
+here, never a skip.
 """
 import pytest
 

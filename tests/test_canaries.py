@@ -1,9 +1,10 @@
-"""Canaries (GPU): outputs live inside bigger allocations whose margins are poisoned; no launch may touch them.
+"""Canaries (GPU): outputs live inside bigger allocations whose margins are poisoned; no launch may
+touch them.
 
-dinp and dweight are placed 4 KiB into a buffer with 4 KiB of a fixed byte pattern before and after them
-(the output starts 16-byte aligned; its end is wherever its size puts it, so a write one element past the
-end lands in the pattern). After every launch the margins must still hold the pattern, byte for byte,
-and the outputs must be right.
+dinp and dweight are placed 4 KiB into a buffer with 4 KiB of a fixed byte pattern before and after
+them (the output starts 16-byte aligned; its end is wherever its size puts it, so a write one
+element past the end lands in the pattern). After every launch the margins must still hold the
+pattern, byte for byte, and the outputs must be right.
 """
 import numpy as np
 import pytest

@@ -1,4 +1,5 @@
-"""check.compare (CPU): the seed's rule |gpu - ref| <= tol + |ref| * eps, worst elements, NaN and Inf."""
+"""check.compare (CPU): the seed's rule |gpu - ref| <= tol + |ref| * eps, worst elements, NaN and
+Inf."""
 import numpy as np
 import pytest
 

@@ -1,4 +1,5 @@
-"""The command line (CPU): info and inspect work without a GPU; check and bench say in one sentence why not."""
+"""The command line (CPU): info and inspect work without a GPU; check and bench say in one sentence
+why not."""
 import os
 import re
 import subprocess

@@ -1,10 +1,11 @@
-"""Determinism (GPU): deterministic versions give the same bits on every run; the others stay in tolerance.
+"""Determinism (GPU): deterministic versions give the same bits on every run; the others stay in
+tolerance.
 
-Every version whose ``Rung.deterministic`` is true must produce bitwise-identical dinp and dweight over
-20 runs from the same inputs, at shapes where many blocks contribute to every channel. For the versions
-that add with atomics (float addition is not associative, so the order the hardware serves them changes
-the last bits), the test measures how much dweight moves between runs, prints it, and asserts that every
-run is still within the tolerance of the float64 reference.
+Every version whose ``Rung.deterministic`` is true must produce bitwise-identical dinp and dweight
+over 20 runs from the same inputs, at shapes where many blocks contribute to every channel. For the
+versions that add with atomics (float addition is not associative, so the order the hardware serves
+them changes the last bits), the test measures how much dweight moves between runs, prints it, and
+asserts that every run is still within the tolerance of the float64 reference.
 """
 import numpy as np
 import pytest
@@ -24,8 +25,8 @@ ATOMIC = [v for v in kernels.VERSIONS if not kernels.get(v).deterministic]
 def _repeat(version, N, C, seed):
     """RUNS launches from the same inputs and initial outputs.
 
-    Asserts that dinp (no atomics in any version: one warp or thread owns a row) has the same bits every
-    time; returns the problem, the first run's (dinp, dweight) and every run's dweight.
+    Asserts that dinp (no atomics in any version: one warp or thread owns a row) has the same bits
+    every time; returns the problem, the first run's (dinp, dweight) and every run's dweight.
     """
     spec = kernels.get(version)
     p = reference.random_problem(N, C, spec.dtype, seed=seed)

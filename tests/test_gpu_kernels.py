@@ -1,4 +1,5 @@
-"""Every version against the float64 reference on the GPU (marker ``gpu``; skipped without a device)."""
+"""Every version against the float64 reference on the GPU (marker ``gpu``; skipped without a
+device)."""
 import numpy as np
 import pytest
 

@@ -5,9 +5,10 @@ N = 263171 rows of C = 8192 bf16 channels: 4 GiB per tensor, and the elements of
 (At N*C == 2**31 exactly the last index is still 2**31 - 1, so N is taken a little larger.)
 
 The data is made on the GPU by a hash kernel (host generation of 4 GiB tensors would take minutes).
-dinp is checked on a few hundred sampled rows, including the first and last rows and those around the
-2**31 boundary, against the float64 reference of those rows (copied back). dweight is checked against
-a float64 reference summed on the host over every row, in chunks copied back and split across threads.
+dinp is checked on a few hundred sampled rows, including the first and last rows and those around
+the 2**31 boundary, against the float64 reference of those rows (copied back). dweight is checked
+against a float64 reference summed on the host over every row, in chunks copied back and split
+across threads.
 """
 import os
 import time
@@ -64,7 +65,8 @@ def _widen(u16: np.ndarray) -> np.ndarray:
 
 
 class Huge:
-    """The shared inputs on the device, the sampled rows on the host, and the host's dweight gradient."""
+    """The shared inputs on the device, the sampled rows on the host, and the host's dweight
+    gradient."""
 
     def __init__(self):
         import rmsnorm_lessons as rl
@@ -118,7 +120,8 @@ class Huge:
                   grid=(self.sms * 8, 1, 1))
 
     def copy_rows(self, array, rows) -> np.ndarray:
-        """Rows of a (N, C) bf16 GPUArray, as bf16 bits (uint16), through plain device-to-host copies."""
+        """Rows of a (N, C) bf16 GPUArray, as bf16 bits (uint16), through plain device-to-host
+        copies."""
         out = np.empty((len(rows), C), np.uint16)
         base = int(array.gpudata)
         for i, r in enumerate(rows):

@@ -1,7 +1,8 @@
-"""The package's import graph (read with ``ast``, no module imported): no cycles, no shadowed stdlib names.
+"""The package's import graph (read with ``ast``, no module imported): no cycles, no shadowed stdlib
+names.
 
-Every ``import``/``from ... import`` counts, wherever it stands (top of the module or inside a function),
-relative or absolute, so a cycle hidden behind an import inside a function is found too.
+Every ``import``/``from ... import`` counts, wherever it stands (top of the module or inside a
+function), relative or absolute, so a cycle hidden behind an import inside a function is found too.
 """
 import ast
 import sys

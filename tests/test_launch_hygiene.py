@@ -1,13 +1,13 @@
 """Launch hygiene (GPU): many launches without a host reset, two streams at once, errors named.
 
 * 100 back-to-back launches of one Launcher with nothing reset on the host: whatever state a version
-  keeps in its scratch (v6's and v7's ticket counters) must come back by itself, so a launch after them
-  gives exactly the result of a first launch (for the deterministic versions; the others within
+  keeps in its scratch (v6's and v7's ticket counters) must come back by itself, so a launch after
+  them gives exactly the result of a first launch (for the deterministic versions; the others within
   tolerance).
-* Two PyCUDA streams, interleaved, each on its own problem, through two Launchers and through one (which
-  keeps scratch per stream): both right.
-* A CUDA error raised by a launch (here: a plan asking for more threads than a block may have) becomes
-  ``rl.kernels.LaunchError`` naming the version and the kernel.
+* Two PyCUDA streams, interleaved, each on its own problem, through two Launchers and through one
+  (which keeps scratch per stream): both right.
+* A CUDA error raised by a launch (here: a plan asking for more threads than a block may have)
+  becomes ``rl.kernels.LaunchError`` naming the version and the kernel.
 """
 import dataclasses
 
@@ -101,8 +101,8 @@ def test_two_streams(version, shared):
 
 
 def _plan_too_many_threads(monkeypatch, L, N):
-    """From now on ``L`` plans N rows as it would, but with 2048 threads per block: more than any block may
-    have, so the launch itself fails (the launcher's checks are not asked again)."""
+    """From now on ``L`` plans N rows as it would, but with 2048 threads per block: more than any
+    block may have, so the launch itself fails (the launcher's checks are not asked again)."""
     bad = [dataclasses.replace(step, block=2048) for step in L.plan(N)]
     monkeypatch.setattr(L, "plan", lambda n: bad)
 

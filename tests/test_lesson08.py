@@ -1,7 +1,7 @@
-"""Lesson 08 (bytes in flight): the floor time, Little's law, the pointer chase's chain and the kernels of
-kernels/bytes_in_flight.cu as the lesson describes them (CPU: nvcc and the SASS, no launch); on a GPU the
-latency and the scale variants are measured (marker ``gpu``). The kernel exercise is tested with the
-others in tests/test_kernel_exercises.py."""
+"""Lesson 08 (bytes in flight): the floor time, Little's law, the pointer chase's chain and the
+kernels of kernels/bytes_in_flight.cu as the lesson describes them (CPU: nvcc and the SASS, no
+launch); on a GPU the latency and the scale variants are measured (marker ``gpu``). The kernel
+exercise is tested with the others in tests/test_kernel_exercises.py."""
 from __future__ import annotations
 
 import numpy as np
@@ -80,7 +80,8 @@ def test_chase_chain_is_one_cycle_through_every_node():
 
 @needs_sass
 def test_the_kernels_load_as_the_lesson_says():
-    """Width and loads before the first store, read from the SASS (what lesson 08's SASS cell prints)."""
+    """Width and loads before the first store, read from the SASS (what lesson 08's SASS cell
+    prints)."""
     from rmsnorm_lessons import sass
 
     listing = sass.listing(inflight.KERNEL_FILE)

@@ -1,5 +1,5 @@
-"""Lessons 00-03 without a GPU: their pictures, exercises (right answers pass, wrong ones fail with a
-useful message), compiling a source string, and the widgets. The GPU paths are marked ``gpu``."""
+"""Lessons 00-03 without a GPU: their pictures, exercises (right answers pass, wrong ones fail with
+a useful message), compiling a source string, and the widgets. The GPU paths are marked ``gpu``."""
 from pathlib import Path
 
 import numpy as np

@@ -1,5 +1,6 @@
-"""Lessons 04-07 without a GPU: their pictures, exercises (right answers pass, wrong ones fail with a
-useful message), the shared-memory widget and the notebooks' shape. The GPU paths are marked ``gpu``."""
+"""Lessons 04-07 without a GPU: their pictures, exercises (right answers pass, wrong ones fail with
+a useful message), the shared-memory widget and the notebooks' shape. The GPU paths are marked
+``gpu``."""
 import ast
 import dataclasses
 import math

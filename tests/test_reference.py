@@ -1,4 +1,5 @@
-"""The NumPy reference (CPU): float32 against float64, against finite differences, accumulation, shapes."""
+"""The NumPy reference (CPU): float32 against float64, against finite differences, accumulation,
+shapes."""
 import numpy as np
 import pytest
 

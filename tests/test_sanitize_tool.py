@@ -1,4 +1,5 @@
-"""tools/sanitize.py without a GPU (CPU): its summary parser, its plan, and its refusal without the sanitizer."""
+"""tools/sanitize.py without a GPU (CPU): its summary parser, its plan, and its refusal without the
+sanitizer."""
 import importlib.util
 import os
 import subprocess

@@ -1,10 +1,10 @@
 """Every version against the float64 reference over a fixed-seed sample of shapes (GPU).
 
-For each version about twelve shapes: N from 1 to 70 000, C any multiple of 8 up to 16384 (and odd C for
-the fp32 versions), always including 1600 and 5120 (not powers of two), 16384 and the smallest C. Outputs
-start non-zero (the kernels must add), and every case gets fresh random data. The host reference costs
-most of the time, so N*C is capped (harder for v1_naive, which is slow on wide rows). ``pytest -s`` shows
-||err||/||ref|| and the largest error of every case.
+For each version about twelve shapes: N from 1 to 70 000, C any multiple of 8 up to 16384 (and odd C
+for the fp32 versions), always including 1600 and 5120 (not powers of two), 16384 and the smallest
+C. Outputs start non-zero (the kernels must add), and every case gets fresh random data. The host
+reference costs most of the time, so N*C is capped (harder for v1_naive, which is slow on wide
+rows). ``pytest -s`` shows ||err||/||ref|| and the largest error of every case.
 """
 import zlib
 

@@ -1,9 +1,11 @@
-"""v4_vec_bf16's dweight staging: the planar slot (shipped) and the interleaved one (``-DV4_INTERLEAVED=1``).
+"""v4_vec_bf16's dweight staging: the planar slot (shipped) and the interleaved one
+(``-DV4_INTERLEAVED=1``).
 
-Here: the Python mirror of the kernel's ``staged()`` is checked against the CUDA itself (a host program
-that includes kernels/v4_vec_bf16.cu, built by nvcc and run on the CPU), the planar layout gives every
-channel its own slot and a warp's shared atomic no conflict, the interleaved rung is v4's own text built
-with the define, and the bank picture says so. On a GPU: both layouts match the float64 reference.
+Here: the Python mirror of the kernel's ``staged()`` is checked against the CUDA itself (a host
+program that includes kernels/v4_vec_bf16.cu, built by nvcc and run on the CPU), the planar layout
+gives every channel its own slot and a warp's shared atomic no conflict, the interleaved rung is
+v4's own text built with the define, and the bank picture says so. On a GPU: both layouts match the
+float64 reference.
 """
 from __future__ import annotations
 
