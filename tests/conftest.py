@@ -15,6 +15,8 @@ SLOW = {
     "tests/test_student.py::test_progress_prints_one_line_per_exercise_and_a_total":
         "runs the progress report over every lesson's student edition (17 s on 2 cores)",
     "tests/test_site.py::*": "builds the static site from every lesson",
+    "tests/test_lab_kernels.py::test_a_lab_variant_builds_for_sm_90[*]":
+        "builds the lab's v8 and v9 around a copy of v7 (40 s on 2 cores)",
 }
 
 
