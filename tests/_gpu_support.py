@@ -52,7 +52,8 @@ def reference_of(p: dict, dinp=None, dweight=None):
 
 def compare(version, N, got, want, label=""):
     """Both comparisons with the course's tolerances (``check.compare_outputs``); prints
-    ||err||/||ref|| and max |err| (see ``-s``); returns ``(dinp comparison, dweight comparison)``."""
+    ||err||/||ref|| and max |err| (see ``-s``); returns ``(dinp comparison, dweight
+    comparison)``."""
     spec = kernels.get(version)
     report = check.compare_outputs(spec, N, got, want, name=spec.name)
     a, b = report.dinp, report.dweight
@@ -77,7 +78,8 @@ def _strip_comments(text: str) -> str:
     return re.sub(r"//[^\n]*", " ", text)
 
 
-_ENTRY = re.compile(r'extern\s+"C"\s+__global__\s+(?:void\s+)?(?:__launch_bounds__\s*(\((?:[^()]|\([^()]*\))*\))\s*)?'
+_ENTRY = re.compile(r'extern\s+"C"\s+__global__\s+(?:void\s+)?'
+                    r'(?:__launch_bounds__\s*(\((?:[^()]|\([^()]*\))*\))\s*)?'
                     r'(?:void\s+)?(\w+)\s*\(')
 
 
@@ -210,8 +212,9 @@ class FakeDriver:
 
     Error = FakeDriverError
     LogicError = FakeLogicError
-    function_attribute = SimpleNamespace(SHARED_SIZE_BYTES="SHARED_SIZE_BYTES",
-                                         MAX_DYNAMIC_SHARED_SIZE_BYTES="MAX_DYNAMIC_SHARED_SIZE_BYTES")
+    function_attribute = SimpleNamespace(
+        SHARED_SIZE_BYTES="SHARED_SIZE_BYTES",
+        MAX_DYNAMIC_SHARED_SIZE_BYTES="MAX_DYNAMIC_SHARED_SIZE_BYTES")
 
     def __init__(self, static=0, fail=False):
         self.static = static  # int, or {kernel: static shared bytes}
@@ -365,8 +368,8 @@ def run_in_child(code: str, timeout: float = 600) -> str:
                           timeout=timeout, cwd=str(here.parent), env=env)
     lines = proc.stdout.strip().splitlines()
     if proc.returncode != 0 or not lines or lines[-1] != "CHILD OK":
-        raise AssertionError(f"the child process exited with status {proc.returncode}"
-                             f"{' (killed by signal %d)' % -proc.returncode if proc.returncode < 0 else ''}\n"
-                             f"--- stdout (end) ---\n{proc.stdout[-3000:]}\n--- stderr (end) "
-                             f"---\n{proc.stderr[-5000:]}")
+        signal = f" (killed by signal {-proc.returncode})" if proc.returncode < 0 else ""
+        raise AssertionError(f"the child process exited with status {proc.returncode}{signal}\n"
+                             f"--- stdout (end) ---\n{proc.stdout[-3000:]}\n"
+                             f"--- stderr (end) ---\n{proc.stderr[-5000:]}")
     return proc.stdout

@@ -43,7 +43,8 @@ def test_every_kernel_file_compiles(name, arch):
         # v7's wide rows need clusters: not built below sm_90
         if int(arch.removeprefix("sm_")) < 90:
             missing -= set(ladder.v7_fast.WIDE_KERNELS)
-        assert not missing, f"{name}: the launch plan names kernels the file does not define: {missing}"
+        assert not missing, \
+            f"{name}: the launch plan names kernels the file does not define: {missing}"
 
 
 def test_ptx_output():

@@ -52,9 +52,9 @@ class Guarded:
         before, _, after = self.read()
         for side, got in (("before", before), ("after", after)):
             bad = np.flatnonzero(got != PATTERN)
+            offset = int(bad[0]) - (MARGIN if side == 'before' else 0) if bad.size else 0
             assert bad.size == 0, (f"{what}: {bad.size} byte(s) of the margin {side} the buffer "
-                                   f"were written, "
-                                   f"first at offset {int(bad[0]) - (MARGIN if side == 'before' else 0)} "
+                                   f"were written, first at offset {offset} "
                                    f"from its {'start' if side == 'before' else 'end'}")
 
 

@@ -37,7 +37,7 @@ def test_info_says_what_works_here():
 def test_inspect_prints_resources_without_a_gpu():
     p = _cli("inspect", "v1_naive", "--arch", "sm_90")
     assert p.returncode == 0, p.stderr
-    assert "rmsnorm_backward_v1 (sm_90):" in p.stdout and "registers" in p.stdout and "spills" in p.stdout
+    assert all(word in p.stdout for word in ("rmsnorm_backward_v1 (sm_90):", "registers", "spills"))
     assert "dynamic shared memory at C=4096: 0 B" in p.stdout
 
 
@@ -110,7 +110,8 @@ def test_bad_arguments_are_one_line_exit_2(args, words):
 
 def test_program_name_and_version():
     p = _cli("--version")
-    assert p.returncode == 0 and p.stdout.strip() == f"python -m rmsnorm_lessons {__version__}", p.stdout
+    assert p.returncode == 0, p.stderr
+    assert p.stdout.strip() == f"python -m rmsnorm_lessons {__version__}", p.stdout
     # the console script: argparse's name is what the user typed
     code = ("import sys; sys.argv[0] = '/somewhere/bin/rmsnorm-lessons'; from rmsnorm_lessons.cli "
             "import main; "
@@ -139,8 +140,8 @@ def test_help_is_plain_text_and_explains_every_option(command):
     for k, line in enumerate(lines):
         m = re.match(r"^  (-[-\w]+|[a-z]\w*)\b(.*)$", line)
         if m and m.group(1) != "command":  # the list of commands follows it
-            explained = re.search(r"\S\s{2,}\S",
-                                  line.strip()) or (k + 1 < len(lines) and lines[k + 1].startswith(" " * 8))
+            explained = re.search(r"\S\s{2,}\S", line.strip()) \
+                or (k + 1 < len(lines) and lines[k + 1].startswith(" " * 8))
             assert explained, f"{m.group(1)} has no help:\n{out}"
 
 
@@ -169,7 +170,8 @@ def test_compile_error_is_one_line(tmp_path):
                        capture_output=True, text=True, timeout=120)
     lines = [l for l in p.stderr.splitlines() if l.strip()]
     assert p.returncode == cli.EXIT_FAILED == 1, (p.stdout, p.stderr)
-    assert len(lines) == 1 and lines[0].startswith("inspect: ") and "undefined_name" in lines[0], p.stderr
+    assert len(lines) == 1, p.stderr
+    assert lines[0].startswith("inspect: ") and "undefined_name" in lines[0], p.stderr
     assert "Traceback" not in p.stderr
 
 
@@ -195,5 +197,6 @@ def test_shapes_a_named_version_cannot_run_are_refused_first(command):
     assert not any("v2_warp" in line or "32x64" in line for line in lines[1:])  # those run
     # 8 MB of shared memory a block: no GPU has it
     p = _cli(command, "v6_last_block", "--shapes", "8x1000000")
-    assert p.returncode == cli.EXIT_USAGE and "v6_last_block at 8x1000000" in p.stderr, (p.returncode, p.stderr)
+    assert p.returncode == cli.EXIT_USAGE, (p.returncode, p.stderr)
+    assert "v6_last_block at 8x1000000" in p.stderr, p.stderr
     assert "no GPU allows a block more than" in p.stderr

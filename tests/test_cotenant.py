@@ -4,9 +4,9 @@ A "hog" kernel on stream A takes one block on every SM but FREE_SMS (each block 
 shared memory a block may have, so no other block fits beside it) and sleeps for HOG_S seconds.
 v7_fast then runs on stream B. Its blocks can only use the free SMs, in waves; nothing in it may
 wait for a block that is not resident (an earlier v7 did, and here waited until the hog ended, or
-trapped after 10 s: results/NOTES.md). A row wider than one block is split over a cluster of 2, whose
-blocks wait for each other: the hardware starts a cluster's blocks together (on free SMs of one
-GPC), so that wait is only ever on resident blocks.
+trapped after 10 s: results/NOTES.md). A row wider than one block is split over a cluster of 2,
+whose blocks wait for each other: the hardware starts a cluster's blocks together (on free SMs of
+one GPC), so that wait is only ever on resident blocks.
 """
 from __future__ import annotations
 
@@ -73,7 +73,8 @@ def test_v7_finishes_right_while_another_kernel_holds_most_sms(N, C, overwrite):
         print(f"v7_fast {N}x{C} overwrite={overwrite} beside a {HOG_S} s kernel on {blocks} SMs: "
               f"{1e3 * wall_s:.1f} ms, the other kernel still running: {hog_still_running}")
         assert int(done.get()[0]) == blocks  # the hog really held those SMs to the end
-        assert hog_still_running, f"v7 took {wall_s:.2f} s: it finished only after the other kernel did"
+        assert hog_still_running, \
+            f"v7 took {wall_s:.2f} s: it finished only after the other kernel did"
         want = reference.backward(p["dout"], p["inp"], p["weight"], p["rstd"],
                                   None if overwrite else p["dinp"],
                                   p["dweight"])

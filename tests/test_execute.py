@@ -1,4 +1,5 @@
-"""rmsnorm_lessons.execute: a lesson re-executed in place, or, when a cell raises, left as it was."""
+"""rmsnorm_lessons.execute: a lesson re-executed in place, or, when a cell raises, left as it
+was."""
 from __future__ import annotations
 
 import json

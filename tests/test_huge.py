@@ -30,7 +30,8 @@ PIECE_ROWS = 512  # rows per host thread task
 
 SOURCE = r"""
 // splitmix64 of the element index: a reproducible pseudo-random bf16 in [-1, 1) per element
-extern "C" __global__ void fill_bf16_hash(unsigned short* out, unsigned long long n, unsigned long long seed) {
+extern "C" __global__ void fill_bf16_hash(unsigned short* out, unsigned long long n,
+                                          unsigned long long seed) {
     for (unsigned long long i = blockIdx.x * (unsigned long long)blockDim.x + threadIdx.x; i < n;
          i += (unsigned long long)gridDim.x * blockDim.x) {
         unsigned long long z = i + (seed + 1) * 0x9E3779B97F4A7C15ull;
@@ -42,7 +43,8 @@ extern "C" __global__ void fill_bf16_hash(unsigned short* out, unsigned long lon
     }
 }
 
-// rstd = 1/sqrt(mean(x^2) + eps) per row in fp32, one warp per row, as the forward kernel computes it
+// rstd = 1/sqrt(mean(x^2) + eps) per row in fp32, one warp per row, as the forward kernel
+// computes it
 extern "C" __global__ void rstd_bf16(float* rstd, const unsigned short* inp, int N, int C) {
     int lane = threadIdx.x % 32;
     long long row = (long long)blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32;
@@ -149,8 +151,8 @@ class Huge:
                                  range(0, rows, PIECE_ROWS))
                 for part in parts:
                     total += part
-        print(f"huge: float64 dweight reference over {N} rows on {workers} threads in {time.time() - start:.1f} s",
-              flush=True)
+        print(f"huge: float64 dweight reference over {N} rows on {workers} threads in "
+              f"{time.time() - start:.1f} s", flush=True)
         return total
 
     def free(self):

@@ -127,7 +127,8 @@ def test_the_graph_sees_relative_absolute_and_function_level_imports():
 def test_no_import_cycles():
     graph = import_graph()
     cycles = find_cycles(graph)
-    assert not cycles, "import cycles in the package (every import counts, also inside functions):\n" + \
+    assert not cycles, \
+        "import cycles in the package (every import counts, also inside functions):\n" + \
         "\n".join(_describe(c, graph) for c in cycles)
 
 

@@ -1,6 +1,7 @@
 """The lab's v8 and v9 experiments still build (CPU, nvcc): they include the frozen copy of v7 in
-lab/kernels/frozen/, not the live kernels/v7_fast.cu, so a change to the course's kernel cannot break
-them unseen. The lab is a record, not part of the course: this only checks it stays buildable."""
+lab/kernels/frozen/, not the live kernels/v7_fast.cu, so a change to the course's kernel cannot
+break them unseen. The lab is a record, not part of the course: this only checks it stays
+buildable."""
 import importlib
 import sys
 from pathlib import Path
@@ -19,7 +20,8 @@ needs_nvcc = pytest.mark.skipif(build.find_nvcc() is None, reason="nvcc is not i
 def lab_modules():
     sys.path.insert(0, str(LAB))
     try:
-        yield {name: importlib.import_module(name) for name in ("v8_tma", "v9_async", "variant_runs")}
+        yield {name: importlib.import_module(name)
+               for name in ("v8_tma", "v9_async", "variant_runs")}
     finally:
         sys.path.remove(str(LAB))
 

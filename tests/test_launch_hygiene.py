@@ -154,7 +154,8 @@ def test_too_many_threads_is_refused_or_a_launch_error(monkeypatch):
     spec = kernels.get("v6_last_block")
     N, C = 64, 1024
     with pytest.raises(ValueError,
-                       match=r"block_size for v6_last_block must be a multiple of 32 from 32 to 512"):
+                       match=r"block_size for v6_last_block must be a multiple of 32 "
+                             r"from 32 to 512"):
         launch.Launcher(spec, C, block_size=2048)  # refused before anything is launched
     assert spec.kernels[0] == "rmsnorm_backward_v6"
     _launch_fails(monkeypatch, spec, reference.random_problem(N, C, spec.dtype, seed=6))

@@ -91,7 +91,8 @@ def test_the_kernels_load_as_the_lesson_says():
         assert all(o.endswith(".128") == (width == 16) for o in ops), (variant, ops)
         first_store = next(k for k, o in enumerate(ops) if o.startswith("STG"))
         assert first_store == loads, (variant, ops)
-    chase = [i.opcode for i in listing.functions["pointer_chase"].instructions if i.opcode.startswith("LDG")]
+    chase = [i.opcode for i in listing.functions["pointer_chase"].instructions
+             if i.opcode.startswith("LDG")]
     assert chase and all("STRONG.GPU" in o for o in chase)  # __ldcg: L2, not L1
 
 

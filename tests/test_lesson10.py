@@ -135,7 +135,8 @@ def test_racecheck_report():
 def test_child_command_and_spec():
     rung = ladder.get("v3_smem")
     spec = sanitizer.child_spec(rung, (129, 777), "/tmp/x.cu")
-    assert spec["plan_module"] == "v3_smem" and spec["plan_fn"] == "plan" and spec["shared_module"] == "v3_smem"
+    names = (spec["plan_module"], spec["plan_fn"], spec["shared_module"])
+    assert names == ("v3_smem", "plan", "v3_smem")
     assert json.loads(json.dumps(spec)) == spec
     cmd = sanitizer.command("compute-sanitizer", "synccheck", ["python", "-c", "pass"])
     assert cmd[:3] == ["compute-sanitizer", "--tool", "synccheck"]
@@ -202,7 +203,8 @@ def test_parse_the_raw_page():
 def test_parse_the_details_page():
     [k] = profile.parse_csv(DETAILS)
     p = profile.to_profile(k, "v7_fast", (8192, 1024))
-    assert p.dram_pct == 77.95 and p.occupancy_pct == 24.91 and p.duration_us == pytest.approx(140.0)
+    assert (p.dram_pct, p.occupancy_pct) == (77.95, 24.91)
+    assert p.duration_us == pytest.approx(140.0)
     assert p.top_stalls() == [("long_scoreboard", 4.26, 100.0)]
 
 
@@ -225,7 +227,8 @@ def test_ncu_command_profiles_the_second_launch_of_one_kernel():
     assert cmd[cmd.index("--kernel-name") + 1] == "rmsnorm_backward_v7_staged"
     short = profile.command("ncu", "v7_fast", 8192, 768)
     assert short[short.index("--kernel-name") + 1] == "rmsnorm_backward_v7"
-    assert cmd[cmd.index("--launch-skip") + 1] == "1" and cmd[cmd.index("--launch-count") + 1] == "1"
+    assert cmd[cmd.index("--launch-skip") + 1] == "1"
+    assert cmd[cmd.index("--launch-count") + 1] == "1"
     assert cmd[cmd.index("--page") + 1] == "raw" and "--csv" in cmd
     metrics = cmd[cmd.index("--metrics") + 1].split(",")
     assert profile.DRAM in metrics and profile.OCCUPANCY in metrics and profile.STALLS in metrics

@@ -1,4 +1,5 @@
-"""The lesson registry (rmsnorm_lessons/lessons.py) against the notebooks and the package it names."""
+"""The lesson registry (rmsnorm_lessons/lessons.py) against the notebooks and the package it
+names."""
 import importlib
 import json
 import re

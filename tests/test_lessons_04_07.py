@@ -228,7 +228,7 @@ def test_shared_memory_summary():
     from rmsnorm_lessons import widgets
 
     text = widgets.shared_memory_summary("v3_smem", 16384)
-    assert "65536 B" in text and "opts in" in text and "3 block(s) fit" in text and "second wave" in text
+    assert all(s in text for s in ("65536 B", "opts in", "3 block(s) fit", "second wave")), text
     text = widgets.shared_memory_summary("v3_smem", 1024)
     assert "within the 48 KiB" in text and "all of them run at once" in text
     assert "cannot launch" in widgets.shared_memory_summary("v6_last_block", 30000)
@@ -283,7 +283,8 @@ def test_no_cpu_cell_depends_on_a_gpu_cell(name):
             defined_only_by_gpu |= stored - defined_by_cpu
             continue
         needs = (loaded - stored) & defined_only_by_gpu
-        assert not needs, f"a CPU cell of {name} uses {sorted(needs)}, defined only in a gpu cell:\n{cell.source}"
+        assert not needs, (f"a CPU cell of {name} uses {sorted(needs)}, defined only in a gpu "
+                           f"cell:\n{cell.source}")
         defined_by_cpu |= stored
         defined_only_by_gpu -= stored
 

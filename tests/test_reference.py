@@ -130,9 +130,9 @@ def test_random_problem_shapes_dtypes_and_seeds(dtype):
         assert p[k].dtype == np.dtype(dtype)
         assert np.all(np.abs(p[k].astype(np.float32)) <= 1)
     # accumulate=True: random initial outputs, so += and = differ
-    assert np.any(p["dinp"].astype(np.float32) != 0) and np.any(p["dweight"].astype(np.float32) != 0)
+    assert all(np.any(p[k].astype(np.float32) != 0) for k in ("dinp", "dweight"))
     zero = reference.random_problem(11, 40, dtype, seed=8, accumulate=False)
-    assert not np.any(zero["dinp"].astype(np.float32)) and not np.any(zero["dweight"].astype(np.float32))
+    assert not any(np.any(zero[k].astype(np.float32)) for k in ("dinp", "dweight"))
     # same seed, same data; rstd is forward's, in float32, from the stored (rounded) inp
     again = reference.random_problem(11, 40, dtype, seed=8)
     for k in p:

@@ -24,7 +24,8 @@ def _run(*args):
 
 
 def test_parse_clean_memcheck():
-    out = "driver: v2_warp N=8 C=256: ok\n========= COMPUTE-SANITIZER\n========= ERROR SUMMARY: 0 errors\n"
+    out = ("driver: v2_warp N=8 C=256: ok\n========= COMPUTE-SANITIZER\n"
+           "========= ERROR SUMMARY: 0 errors\n")
     assert sanitize.parse_summary(out) == (0, 0)
 
 
@@ -64,7 +65,8 @@ def test_list_names_every_tool_and_version():
     assert len(lines) == len(sanitize.TOOLS) * len(ladder.VERSIONS)
     for tool in sanitize.TOOLS:
         for v in ladder.VERSIONS:
-            assert any(f"--tool {tool} " in l and l.endswith(f"--launch {v}") for l in lines), (tool, v)
+            assert any(f"--tool {tool} " in line and line.endswith(f"--launch {v}")
+                       for line in lines), (tool, v)
 
 
 def test_unknown_version_refused():

@@ -25,7 +25,8 @@ def _shapes(version: str) -> list[tuple[int, int]]:
     spec = kernels.get(version)
     rng = np.random.default_rng(zlib.crc32(version.encode()))
     cap = CAP.get(version, DEFAULT_CAP)
-    step = 8 if spec.c_multiple == 1 else spec.c_multiple * ((8 + spec.c_multiple - 1) // spec.c_multiple)
+    m = spec.c_multiple
+    step = 8 if m == 1 else m * ((8 + m - 1) // m)
     fixed_C = [1600, 5120, MAX_C, step]
     Cs = fixed_C + [int(c) * step for c in rng.integers(1, MAX_C // step + 1,
                                                         PER_VERSION - len(fixed_C) - 2)]

@@ -18,7 +18,8 @@ from rmsnorm_lessons import build, check, ladder, plots, sass
 from rmsnorm_lessons.ladder import v4_vec_bf16 as v4
 
 needs_nvcc = pytest.mark.skipif(build.find_nvcc() is None, reason="nvcc not found")
-needs_sass = pytest.mark.skipif(build.find_tool("nvdisasm") is None and build.find_tool("cuobjdump") is None,
+needs_sass = pytest.mark.skipif(build.find_tool("nvdisasm") is None
+                                and build.find_tool("cuobjdump") is None,
                                 reason="no SASS tools (cuobjdump/nvdisasm)")
 CS = (8, 16, 256, 776, 1024, 1600, 2056, 16384)
 

@@ -207,8 +207,8 @@ def test_plan_launch(N, C, overwrite):
 
 def test_no_block_waits_for_another():
     # the only wait of the old in-kernel final sum is gone from the source, and nothing can trap but
-    # a K the plan never passes (results/NOTES.md: beside a kernel holding most SMs, that wait lasted
-    # until it ended)
+    # a K the plan never passes (results/NOTES.md: beside a kernel holding most SMs, that wait
+    # lasted until it ended)
     source = build.kernel_source("v7_fast")
     for gone in ("ld.acquire", "__nanosleep", "globaltimer", "atomicInc", "ticket"):
         assert gone not in source
