@@ -364,8 +364,7 @@ def run_in_child(code: str, timeout: float = 600) -> str:
                                          env.get("PYTHONPATH", "")]).rstrip(os.pathsep)
     env["PYTHONUNBUFFERED"] = "1"
     proc = subprocess.run([sys.executable, "-c", textwrap.dedent(code)], capture_output=True,
-                          text=True,
-                          timeout=timeout, cwd=str(here.parent), env=env)
+                          text=True, timeout=timeout, cwd=str(here.parent), env=env)
     lines = proc.stdout.strip().splitlines()
     if proc.returncode != 0 or not lines or lines[-1] != "CHILD OK":
         signal = f" (killed by signal {-proc.returncode})" if proc.returncode < 0 else ""

@@ -77,8 +77,8 @@ def test_parse_ptxas_sample():
     found = build.parse_ptxas(SAMPLE_LOG)
     assert list(found) == ["reduce_dweight_v5", "rmsnorm_backward_v6", "tiny"]
     r = found["reduce_dweight_v5"]
-    assert (r.arch, r.registers, r.barriers, r.constant_bytes, r.shared_bytes) == ("sm_80", 24, 0,
-                                                                                   376, 0)
+    got = (r.arch, r.registers, r.barriers, r.constant_bytes, r.shared_bytes)
+    assert got == ("sm_80", 24, 0, 376, 0)
     assert not r.spills
     r = found["rmsnorm_backward_v6"]
     got = (r.arch, r.registers, r.barriers, r.shared_bytes, r.stack_bytes)

@@ -49,8 +49,8 @@ def test_fails_just_outside_the_rule():
 def test_reports_the_worst_indices_first():
     ref = _ref((4, 10))
     gpu = ref.copy()
-    excess = {(0, 1): 2.0, (3, 9): 50.0, (1, 0): 5.0, (2, 2): 1.5, (2, 3): 9.0, (0, 0): 3.0,
-              (1, 1): 7.0}
+    excess = {(0, 1): 2.0, (3, 9): 50.0, (1, 0): 5.0, (2, 2): 1.5, (2, 3): 9.0,
+              (0, 0): 3.0, (1, 1): 7.0}
     for idx, factor in excess.items():
         gpu[idx] += factor * _allowed(ref)[idx] + 1.0
     c = check.compare(gpu, ref, TOL, EPS, worst=3)

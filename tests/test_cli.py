@@ -148,8 +148,7 @@ def test_help_is_plain_text_and_explains_every_option(command):
 def test_closed_pipe_is_quiet():
     env = dict(os.environ, PYTHONPATH=str(ROOT))
     p = subprocess.run(f"{sys.executable} -m rmsnorm_lessons info | head -1", shell=True, cwd=ROOT,
-                       env=env,
-                       capture_output=True, text=True, executable="/bin/bash", timeout=120)
+                       env=env, capture_output=True, text=True, executable="/bin/bash", timeout=120)
     assert p.stdout.startswith("python ") and len(p.stdout.splitlines()) == 1, p.stdout
     assert "Traceback" not in p.stderr and "BrokenPipe" not in p.stderr, p.stderr
 
@@ -166,8 +165,7 @@ def test_compile_error_is_one_line(tmp_path):
     env = dict(os.environ, RMSNORM_LESSONS_KERNELS=str(kernels))
     env["PYTHONPATH"] = str(ROOT)
     p = subprocess.run([sys.executable, "-m", "rmsnorm_lessons", "inspect", "broken"], cwd=ROOT,
-                       env=env,
-                       capture_output=True, text=True, timeout=120)
+                       env=env, capture_output=True, text=True, timeout=120)
     lines = [l for l in p.stderr.splitlines() if l.strip()]
     assert p.returncode == cli.EXIT_FAILED == 1, (p.stdout, p.stderr)
     assert len(lines) == 1, p.stderr

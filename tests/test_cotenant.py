@@ -58,8 +58,7 @@ def test_v7_finishes_right_while_another_kernel_holds_most_sms(N, C, overwrite):
     done = gpuarray.zeros(1, np.int32)
     blocks = gpu.facts().multiprocessors - FREE_SMS
     hog(np.uint64(int(HOG_S * 1e9)), done.gpudata, block=(32, 1, 1), grid=(blocks, 1, 1),
-        shared=smem,
-        stream=stream_a)
+        shared=smem, stream=stream_a)
     hog_end = drv.Event()
     hog_end.record(stream_a)
     time.sleep(0.2)  # the hog's blocks are resident

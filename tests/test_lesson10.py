@@ -120,13 +120,12 @@ def test_racecheck_report():
     report = sanitizer.Report("racecheck", "bug_race_v5", 86, RACECHECK)
     assert report.summary == (1, 0)
     assert report.entries == [["Error: Race reported between Write access at "
-                               "rmsnorm_backward_v5+0x5c0 in "
-                               "bug_race_v5.cu:67",
+                               "rmsnorm_backward_v5+0x5c0 in bug_race_v5.cu:67",
                                "and Read access at rmsnorm_backward_v5+0x6a0 in "
                                "bug_race_v5.cu:70 [2048 hazards]"]]
     clean = sanitizer.Report("racecheck", "v3_smem", 0,
                              "========= RACECHECK SUMMARY: 0 hazards displayed "
-                                                        "(0 errors, 0 warnings)\n")
+                             "(0 errors, 0 warnings)\n")
     assert clean.sentence() == "racecheck found no error on v3_smem"
     assert "did not finish" in sanitizer.Report("memcheck", "x", 1, "Traceback ...").sentence()
     assert "did not finish in time" in sanitizer.Report("memcheck", "x", None, "").sentence()
