@@ -209,13 +209,12 @@ def test_parse_the_details_page():
 
 def test_no_csv_is_no_kernel_and_failures_are_named():
     assert profile.parse_csv("==PROF== Connected\nnothing\n") == []
-    assert "ERR_NVGPUCTRPERM" in profile.explain_failure("==ERROR== ERR_NVGPUCTRPERM - The user "
-                                                         "does not have "
-                                                          "permission", 1)
-    assert profile.explain_failure("==ERROR== Failed to find metric foo",
-                                   1).startswith("ncu failed: ==ERROR==")
-    assert "profiled no kernel" in profile.explain_failure("==WARNING== No kernels were profiled.",
-                                                           0)
+    denied = "==ERROR== ERR_NVGPUCTRPERM - The user does not have permission"
+    assert "ERR_NVGPUCTRPERM" in profile.explain_failure(denied, 1)
+    missing = profile.explain_failure("==ERROR== Failed to find metric foo", 1)
+    assert missing.startswith("ncu failed: ==ERROR==")
+    none = profile.explain_failure("==WARNING== No kernels were profiled.", 0)
+    assert "profiled no kernel" in none
 
 
 def test_ncu_command_profiles_the_second_launch_of_one_kernel():

@@ -150,8 +150,7 @@ def test_big_endian_rstd_refused(no_gpu, version):
     p["rstd"] = p["rstd"].astype(">f4")
     with pytest.raises(TypeError,
                        match=r"^rstd must be native float32 \(the forward pass caches it in "
-                             r"fp32\), "
-                                        r"got big-endian float32$"):
+                             r"fp32\), got big-endian float32$"):
         kernels.run(version, *_args(p))
 
 
@@ -206,7 +205,7 @@ def test_v7_C_past_its_limit(no_gpu):
 @pytest.mark.parametrize("stream,error,rule", [
     ("s", TypeError,
      r"^stream must be None, a PyCUDA Stream, a PyTorch stream or an int CUstream handle, got "
-                     r"builtins.str$"),
+     r"builtins.str$"),
     (object(), TypeError, r"got builtins.object$"),
     (True, TypeError, r"got bool$"),
     (2.5, TypeError, r"got builtins.float$"),

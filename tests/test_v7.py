@@ -115,8 +115,7 @@ def test_rows_wider_than_a_block_are_split_up_to_65536():
     assert launch.largest_c(V7, OPTIN_H200, 512) == 65536
     with pytest.raises(ValueError,
                        match=r"at C=16384 a row needs 512 threads of 4 chunks, more than "
-                             r"block_size=256; "
-                                         r"the largest C at this block size is 8192"):
+                             r"block_size=256; the largest C at this block size is 8192"):
         row_layout(16384, block=256)
 
 
@@ -161,9 +160,8 @@ def test_wide_rows_need_sm_90_and_take_no_config():
     a100 = dataclasses.replace(gpu.H200, name="NVIDIA A100", compute_capability=(8, 0),
                                shared_memory_per_block_optin=OPTIN_A100)
     with pytest.raises(ValueError,
-                       match=r"C=32768 > 16384 splits each row over a thread-block cluster, which "
-                             r"needs "
-                                         r"sm_90 or newer; NVIDIA A100 is sm_80"):
+                       match=r"C=32768 > 16384 splits each row over a thread-block cluster, "
+                             r"which needs sm_90 or newer; NVIDIA A100 is sm_80"):
         plan(64, 32768, device=a100)
     with pytest.raises(ValueError,
                        match=r"Config \(K, prefetch, per_sm, staged\) is for rows one block holds"):
