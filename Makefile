@@ -1,4 +1,5 @@
-# The two commands: `make lab` (JupyterLab on the lessons) and `make test` (the whole suite).
+# The two commands: `make lab` (JupyterLab on the lessons) and `make test` (the suite but its slow tests;
+# `make test-all` runs them too).
 # Both build .venv from nothing on first use (tools/setup-venv.sh) and reuse it afterwards.
 VENV ?= .venv
 PY ?= $(VENV)/bin/python
@@ -10,15 +11,30 @@ ARGS ?=
 # JupyterLab refuses to run as root without --allow-root (containers, cloud VMs): add it there
 ROOT_FLAG := $(if $(filter 0,$(shell id -u 2>/dev/null)),--allow-root,)
 
-.PHONY: venv test lab info check bench inspect notebooks sanitize clean site hub
+.PHONY: venv test test-slow test-all lab info check bench inspect notebooks sanitize clean site hub
 
 venv:
 	@VENV=$(VENV) tools/setup-venv.sh
 
 # strict nbval: every cell's output is compared with the committed one, but for cells tagged
-# nbval-ignore-output (tools/tag_notebooks.py) and the numbers nbval_sanitize.cfg normalises
+# nbval-ignore-output (tools/tag_notebooks.py) and the numbers nbval_sanitize.cfg normalises.
+# `make test` leaves out the tests marked slow (end to end: the wheel in a fresh venv, the browser, the
+# hub, the student edition under nbval, the site; tests/conftest.py lists those marked by path);
+# `make test-slow` runs only them, `make test-all` everything. In parallel where pytest-xdist is
+# installed, JOBS workers (at most 8 by default); a file's tests stay on one worker (a notebook's cells
+# share one kernel). JOBS=0 runs in this process.
+JOBS ?= $(shell n=$$(nproc 2>/dev/null || echo 2); [ $$n -gt 8 ] && n=8; echo $$n)
+XDIST = $(shell $(PY) -c 'import xdist' 2>/dev/null && echo "-n $(JOBS) --dist loadfile")
+NBVAL = --nbval --nbval-current-env --nbval-sanitize-with nbval_sanitize.cfg
 test: venv
-	$(PY) -m pytest --nbval --nbval-current-env --nbval-sanitize-with nbval_sanitize.cfg tests notebooks $(PYTEST_ARGS)
+	$(PY) -m pytest $(XDIST) -m "not slow" --nbval --nbval-current-env --nbval-sanitize-with nbval_sanitize.cfg \
+		tests notebooks $(PYTEST_ARGS)
+
+test-slow: venv
+	$(PY) -m pytest $(XDIST) -m slow $(NBVAL) tests notebooks $(PYTEST_ARGS)
+
+test-all: venv
+	$(PY) -m pytest $(XDIST) $(NBVAL) tests notebooks $(PYTEST_ARGS)
 
 # the server prints its URL with the token (http://127.0.0.1:8888/lab?token=...) on the terminal
 lab: venv

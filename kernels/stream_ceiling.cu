@@ -20,7 +20,7 @@ __device__ __forceinline__ unsigned product(unsigned a, unsigned b, unsigned c, 
 // the block scheduler hands out the work. A grid-stride loop of 4 blocks of 512 an SM moved the same bytes
 // 3-7 % slower on the H200 (it issues one chunk's loads, then its store, then the next chunk's loads: the
 // store may alias them); spellings with 2 or 4 chunks' loads before their stores ranged from 5.5 % slower
-// to 2.5 % faster than it (lab/NOTES.md).
+// to 2.5 % faster than it (results/NOTES.md).
 extern "C" __global__ void __launch_bounds__(256) stream_elementwise(uint4* __restrict__ out,
                                                                      const uint4* __restrict__ a,
                                                                      const uint4* __restrict__ b, long long n16,

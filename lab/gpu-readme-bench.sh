@@ -13,7 +13,7 @@
 #     bash lab/gpu-readme-bench.sh pack FILE          # the autotuners' caches as one .tar.xz (to bring back)
 #     bash lab/gpu-readme-bench.sh unpack FILE        # ... and into place on a later machine
 #     (run DIR: the bench itself, what start runs in its own session)
-# The two autotuners search for minutes a shape (about 67 s and 94 s at 16384x4096, lab/NOTES.md), so the ten
+# The two autotuners search for minutes a shape (about 67 s and 94 s at 16384x4096, results/NOTES.md), so the ten
 # shapes take longer than a session's device time. Both keep what they found on disk (torch's inductor
 # cache, Quack's autotune cache), here under $PEER_CACHE: searched in one session (tune, pack, brought back
 # through $OUT), they are carried into the session of the README's run (unpack), which then times them

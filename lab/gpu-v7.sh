@@ -2,7 +2,7 @@
 # v7_fast on a GPU machine in one go (< 8 minutes): checked, benchmarked against v6 and the peers, its
 # launch variants timed, the streaming ceiling measured. From the repository root, with the package and
 # PyCUDA installed (torch for the peers; Liger-Kernel wheels in .whl/ if you have them):
-#     OUT=lab/results/<name> bash lab/gpu-v7.sh
+#     OUT=results/<name> bash lab/gpu-v7.sh
 # Writes up to 10 files under $OUT: info.log check.log pytest.log bench.log bench.json bench.png ceiling.log
 # ceiling.json variants.log variants.json (the last two not with V7_VARIANTS=0), and MANIFEST.json: which
 # command wrote which file (lab/manifest.py). Without git on the machine, set LAB_COMMIT to the commit.

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # One GPU session for the v9 experiment (lab/v9_async.py): check, bench, and Nsight Compute on v7 and v9
 # in overwrite mode at a short-row and a long-row shape. Writes everything under $OUT.
-#   OUT=lab/results/<name> VARIANTS=v9,v9w CHECK=v9w PROFILE="v7_fast v9w" bash lab/gpu-v9.sh
+#   OUT=results/<name> VARIANTS=v9,v9w CHECK=v9w PROFILE="v7_fast v9w" bash lab/gpu-v9.sh
 set -u
 OUT=${OUT:?OUT must name a folder}
 VARIANTS=${VARIANTS:-v9,v9_s2,v9_b768,v9_b1024}

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# One device call (about 3 minutes) for the corrected yardstick (lab/NOTES.md, sixth session): the shipped
+# One device call (about 3 minutes) for the corrected yardstick (results/NOTES.md, sixth session): the shipped
 # bench as changed, timed with and without the ceiling rows (v7 (dinp=) should agree within 1 %); Nsight
 # Compute's DRAM bytes for v7 after each predecessor; the %globaltimer phases of a launch; one peer timed
 # through the shared burst loop.

@@ -1,13 +1,13 @@
 """MANIFEST.json for a results folder: which command made which file, on which commit, device and driver.
 
-Every folder under lab/results/ carries one. The lab's scripts call :func:`record` when they write a
+Every folder under results/ carries one. The lab's scripts call :func:`record` when they write a
 result; a shell command (the package's bench CLI, Nsight Compute, a log captured with ``>``) is recorded
 from the command line:
 
     python lab/manifest.py DIR FILE [FILE ...] -- COMMAND [ARG ...]
 
-    e.g. (cd lab/results/<name> && python -m rmsnorm_lessons bench --json bench.json --plot bench.png)
-         python lab/manifest.py lab/results/<name> bench.json bench.png -- \\
+    e.g. (cd results/<name> && python -m rmsnorm_lessons bench --json bench.json --plot bench.png)
+         python lab/manifest.py results/<name> bench.json bench.png -- \\
              python -m rmsnorm_lessons bench --json bench.json --plot bench.png
 
 FILE is a name in DIR or a path (made relative to DIR).

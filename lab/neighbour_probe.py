@@ -1,5 +1,5 @@
 """Does a timed launch pay for the launch before it? In one process at 16384x4096, v7 (dinp=) timed with 2
-rows took 0.1175 ms and with 4 rows 0.1108 ms (lab/NOTES.md): the same kernel, its neighbours differing.
+rows took 0.1175 ms and with 4 rows 0.1108 ms (results/NOTES.md): the same kernel, its neighbours differing.
 A hypothesis: L2 is write-back, so a kernel leaves up to an L2 of dirty lines behind (the 200 us sleep
 before each timed launch touches no memory), and whichever launch comes next pays for writing them.
 

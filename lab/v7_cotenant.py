@@ -7,7 +7,7 @@ each asks for all the shared memory a block may have). Then v7_fast runs on stre
 Printed: the host's wall time of the call (until stream B is done), whether the hog was still running
 when v7 finished, and the check against float64.
 
-History: on 2026-12-03 (lab/results/h200-2026-12-03/cotenant.log) this script also ran v7's former in-kernel
+History: on 2026-12-03 (results/h200-2026-12-03/cotenant.log) this script also ran v7's former in-kernel
 final sum (Config(reduce="fused"): the last blocks to arrive waited for the rest). It took 1900 ms beside
 a 2 s hog instead of 1.5 ms, and beside a 12 s hog it trapped after 10.6 s. That path is gone from v7;
 tests/test_cotenant.py now checks the shipped v7 beside a hog in the suite.

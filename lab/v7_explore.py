@@ -11,8 +11,8 @@ bytes as v7 (accumulate: reads dout, inp, dinp and writes dinp; overwrite: reads
 no reduction at all. What it reaches, as a fraction of the copy bandwidth, is what any RMSNorm backward
 with these bytes can hope for.
 
-The variants of lab/NOTES.md steps 11-12 (two or three blocks per SM, weight reread from L1) needed
-kernel build switches that v7_fast.cu no longer has; their measurements stay in lab/NOTES.md.
+The variants of results/NOTES.md steps 11-12 (two or three blocks per SM, weight reread from L1) needed
+kernel build switches that v7_fast.cu no longer has; their measurements stay in results/NOTES.md.
 With --json the rows are written to F and the run is recorded in F's folder (MANIFEST.json).
 """
 from __future__ import annotations

@@ -5,7 +5,7 @@ moves the same bytes with no reduction.
     python lab/v7_fixed_cost.py [--json F] [--repeats 40] [--variants "default;base"]
 
 Accumulate mode. Each variant is checked against float64 on a small problem before it is timed.
-lab/NOTES.md also has "without the final sum" rows: those ran a timing-only mode (partials written,
+results/NOTES.md also has "without the final sum" rows: those ran a timing-only mode (partials written,
 dweight left unsummed) that the launcher does not offer; this script does not time it.
 With --json the fits are written to F and the run is recorded in F's folder (MANIFEST.json).
 """

@@ -19,7 +19,7 @@ import variant_runs
 from rmsnorm_lessons import bench, gpu, ladder
 from rmsnorm_lessons.ladder import BF16, Launch, Scratch, ceil_div, tensor_args, v7_fast
 
-SOURCE = (Path(__file__).resolve().parent / "kernels" / "v8_tma.cu").read_text()
+SOURCE = variant_runs.kernel_source("v8_tma.cu")
 BLOCK = 512
 MAX_STAGES = 8
 CLUSTERS = (1, 2, 4, 8)
@@ -131,7 +131,7 @@ def register(name: str) -> ladder.Rung:
         name=name, source=SOURCE, plan=make_plan(choice), dtype=BF16, c_multiple=8, deterministic=True,
         block_size=BLOCK, max_block=BLOCK, overwrite_mode=True, shared_memory=shared_memory,
         kernels=("v8_cluster1", "v8_cluster2", "v8_cluster4", "v8_cluster8", "reduce_dweight_v7"),
-        defines={**v7_fast.DEFINES, "V8_EVICT_FIRST": int(choice.evict_first)},
+        defines={**variant_runs.V7_DEFINES, "V8_EVICT_FIRST": int(choice.evict_first)},
         adds="lab: rows through shared memory by bulk copies; clusters for wide rows")
 
 
@@ -162,7 +162,7 @@ def max_active_clusters(cluster: int, block: int, shared: int) -> int:
     if _cubin_module is None:
         major, minor = gpu.facts().compute_capability
         cubin = build.compile_source(SOURCE, arch=f"sm_{major}{minor}", name="v8_tma",
-                                     defines={**v7_fast.DEFINES, "V8_EVICT_FIRST": 0}).binary
+                                     defines={**variant_runs.V7_DEFINES, "V8_EVICT_FIRST": 0}).binary
         module = ctypes.c_void_p()
         rc = lib.cuModuleLoadData(ctypes.byref(module), ctypes.c_char_p(cubin))
         if rc:

@@ -19,7 +19,7 @@ import variant_runs
 from rmsnorm_lessons import bench, gpu, ladder
 from rmsnorm_lessons.ladder import BF16, Launch, Scratch, ceil_div, tensor_args, v7_fast
 
-SOURCE = (Path(__file__).resolve().parent / "kernels" / "v9_async.cu").read_text()
+SOURCE = variant_runs.kernel_source("v9_async.cu")
 STATIC_SHARED = 1024  # above the kernel's static shared memory (256 B), kept out of the ring's budget
 MAX_GROUPS = 15  # row groups of more than one warp each own a named barrier, 1..15
 
@@ -110,7 +110,7 @@ def register(name: str, stamps: bool = False) -> ladder.Rung:
     every block of both kernels records %globaltimer at its phases (lab/v9_stamps.py reads them)."""
     v = VARIANTS[name]
     reduce = "reduce_dweight_v9" if stamps else "reduce_dweight_v7"
-    defines = {**v7_fast.DEFINES, "V9_BLOCK": v.block, "V9_MAX_K": v.max_K, "V9_WEIGHT_F32": int(v.weight_f32),
+    defines = {**variant_runs.V7_DEFINES, "V9_BLOCK": v.block, "V9_MAX_K": v.max_K, "V9_WEIGHT_F32": int(v.weight_f32),
                "V9_RSTD": v.rstd_at}
     if stamps:
         defines["V9_STAMPS"] = STAMPED_BLOCKS

@@ -8,6 +8,7 @@ that shape, which is skipped).
 from __future__ import annotations
 
 import json
+import re
 import sys
 import time
 from pathlib import Path
@@ -16,6 +17,33 @@ import numpy as np
 
 from rmsnorm_lessons import bench, bf16, check, gpu, kernels, ladder, launch, reference
 from rmsnorm_lessons.ladder import v7_fast
+
+
+KERNELS = Path(__file__).resolve().parent / "kernels"
+#: what the frozen v7 (lab/kernels/frozen/v7_fast.cu) must be built with: the values
+#: rmsnorm_lessons/ladder/v7_fast.py gave it when it was frozen
+V7_DEFINES = {"V7_MAX_BLOCK": 512, "V7_QUADS_PER_PASS": 32, "V7_REDUCE_BATCH": 9, "V7_STAGED_BLOCK": 1024}
+
+
+def kernel_source(name: str) -> str:
+    """lab/kernels/<name> with the lab's own headers it includes written into it (the frozen copy of v7
+    in lab/kernels/frozen/), so that it compiles wherever the package puts its source."""
+    seen = set()
+
+    def expand(path: Path) -> str:
+        out = []
+        for line in path.read_text().splitlines(keepends=True):
+            m = re.match(r'\s*#include\s+"([^"]+)"', line)
+            header = (path.parent / m.group(1)).resolve() if m else None
+            if header is not None and header.is_file() and KERNELS in header.parents:
+                if header not in seen:
+                    seen.add(header)
+                    out.append(expand(header))
+                continue
+            out.append(line)
+        return "".join(out)
+
+    return expand(KERNELS / name)
 
 
 def check_variants(names, shapes, register, describe) -> int:

@@ -49,7 +49,7 @@ MAX_SLEEP_US = 50_000
 #: launch of the same kind. Each timed launch's predecessor is then the same kernel, as in a loop: L2 is
 #: write-back, so a kernel leaves up to an L2 of dirty lines behind, and whatever runs next pays for
 #: writing them. Timed alone after a sleep, v7 (dinp=) at 16384x4096 took 0.107 to 0.121 ms depending on
-#: what ran before it (lab/NOTES.md); in bursts of 20, 0.118.
+#: what ran before it (results/NOTES.md); in bursts of 20, 0.118.
 BURST = 4
 
 

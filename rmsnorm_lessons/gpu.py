@@ -195,12 +195,12 @@ H200 = DeviceFacts(
     shared_memory_per_block_optin=227 * 1024, shared_memory_per_multiprocessor=228 * 1024,
     max_threads_per_multiprocessor=2048, registers_per_multiprocessor=65536, l2_bytes=60 * 1024 * 1024,
     total_memory=150_110_011_392, driver_version=13000,
-    # measured 2026-12-03 with v7's wide kernels (lab/results/h200-2026-12-03b/v8-rings-check.log); a GPU test
+    # measured 2026-12-03 with v7's wide kernels (results/h200-2026-12-03b/v8-rings-check.log); a GPU test
     # asks the driver again
     resident_clusters=((2, 66), (4, 30)),
 )
 #: the copy bandwidth measured in the run the course's published figures come from
-#: (lab/results/h200-2026-12-02/bench.json; a test keeps the two equal)
+#: (results/h200-2026-12-02/bench.json; a test keeps the two equal)
 H200_COPY_GBPS = 4161.8
 SAVED_DATE = "2026-12-02"
 

@@ -31,17 +31,20 @@ def test_every_bf16_survives_a_round_trip_through_float32():
 
 
 def test_float32_values_that_fit_are_kept():
-    values = np.array([0.0, -0.0, 1.0, -2.5, 0.15625, 2.0**127, -(2.0**127 + 2.0**120), 2.0**-126, 2.0**-133, np.inf, -np.inf], np.float32)
+    values = np.array([0.0, -0.0, 1.0, -2.5, 0.15625, 2.0**127, -(2.0**127 + 2.0**120), 2.0**-126,
+                       2.0**-133, np.inf, -np.inf], np.float32)
     assert np.array_equal(bf16.from_bf16(bf16.to_bf16(values)), values)
     assert bf16.bits(bf16.to_bf16(np.float32(-0.0)))[()] == 0x8000
 
 
 def test_ties_round_to_even():
     # float32 bits (b << 16) | 0x8000 lie exactly halfway between bf16 b and b + 1
-    b = FINITE[(FINITE & 0x7FFF) != 0x7F7F].astype(np.uint32)  # skip the largest finite (its tie overflows)
+    # skip the largest finite (its tie overflows)
+    b = FINITE[(FINITE & 0x7FFF) != 0x7F7F].astype(np.uint32)
     ties = _f32_from_bits((b << 16) | 0x8000)
     got = bf16.bits(bf16.to_bf16(ties)).astype(np.uint32)
-    want = np.where(b % 2 == 0, b, b + 1)  # to the even neighbour (same magnitude step for negatives)
+    # to the even neighbour (same magnitude step for negatives)
+    want = np.where(b % 2 == 0, b, b + 1)
     assert np.array_equal(got, want)
 
 
@@ -73,7 +76,8 @@ def test_largest_finite_tie_overflows_to_inf():
     assert np.isinf(bf16.from_bf16(bf16.to_bf16(tie)))[0]
 
 
-@pytest.mark.parametrize("value,pattern", [(1.0, 0x3F80), (-2.0, 0xC000), (0.0, 0x0000), (-0.0, 0x8000),
+@pytest.mark.parametrize("value,pattern",
+                         [(1.0, 0x3F80), (-2.0, 0xC000), (0.0, 0x0000), (-0.0, 0x8000),
                                            (np.inf, 0x7F80), (-np.inf, 0xFF80), (0.5, 0x3F00)])
 def test_bits(value, pattern):
     got = bf16.bits(bf16.to_bf16(np.array([value], np.float32)))
@@ -84,7 +88,8 @@ def test_bits(value, pattern):
 def test_bits_of_a_strided_view_and_of_floats():
     x = bf16.to_bf16(np.arange(12, dtype=np.float32).reshape(3, 4))
     view = x[:, ::2]
-    assert np.array_equal(bf16.bits(view), bf16.bits(bf16.to_bf16(np.array([[0, 2], [4, 6], [8, 10]], np.float32))))
+    assert np.array_equal(bf16.bits(view),
+                          bf16.bits(bf16.to_bf16(np.array([[0, 2], [4, 6], [8, 10]], np.float32))))
     # bits() of a float array rounds it to bf16 first
     assert bf16.bits(np.array([1.0 + 2.0**-9]))[0] == 0x3F80
 
@@ -95,5 +100,6 @@ def test_constants_and_helpers():
     assert bf16.is_bf16(bf16.bfloat16) and not bf16.is_bf16(np.float32)
     assert bf16.to_bf16([0.25, 1.5]).dtype == bf16.bfloat16
     # to_bf16 of float64 goes through float32 first (as the device's float -> bf16 casts do)
-    x = np.array([1.0 + 2.0**-8 + 2.0**-30])  # just above a tie in float64, exactly the tie in float32
+    # just above a tie in float64, exactly the tie in float32
+    x = np.array([1.0 + 2.0**-8 + 2.0**-30])
     assert bf16.bits(bf16.to_bf16(x))[0] == 0x3F80

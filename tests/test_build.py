@@ -1,7 +1,8 @@
-"""Compiling every kernel with nvcc, and the ptxas report parser (CPU; nvcc is required, not optional).
+"""Compiling every kernel with nvcc, and the ptxas report parser (CPU; nvcc is required, not
+optional).
 
-`make test` installs nvcc (NVIDIA's wheels) where none is on PATH, so a missing nvcc is a failure here,
-never a skip.
+`make test` installs nvcc (NVIDIA's wheels) where none is on PATH, so a missing nvcc is a failure
+here, never a skip.
 """
 import pytest
 
@@ -14,7 +15,8 @@ SHIPPED = [r.name for r in ladder.SHIPPED]
 
 def test_nvcc_is_found():
     assert build.find_nvcc() is not None, (
-        "nvcc was not found: `make test` installs NVIDIA's nvcc wheels into .venv; elsewhere put CUDA 13 on PATH")
+        "nvcc was not found: `make test` installs NVIDIA's nvcc wheels into .venv; elsewhere put "
+        "CUDA 13 on PATH")
     assert build.nvcc_version()
 
 
@@ -38,9 +40,11 @@ def test_every_kernel_file_compiles(name, arch):
         assert 0 < r.registers <= 255
     if name in SHIPPED:  # (compiled with the rung's defines: v6 and v7 #error without them)
         missing = set(kernels.get(name).kernels) - set(compiled.resources)
-        if int(arch.removeprefix("sm_")) < 90:  # v7's wide rows need clusters: not built below sm_90
+        # v7's wide rows need clusters: not built below sm_90
+        if int(arch.removeprefix("sm_")) < 90:
             missing -= set(ladder.v7_fast.WIDE_KERNELS)
-        assert not missing, f"{name}: the launch plan names kernels the file does not define: {missing}"
+        assert not missing, \
+            f"{name}: the launch plan names kernels the file does not define: {missing}"
 
 
 def test_ptx_output():
@@ -73,10 +77,12 @@ def test_parse_ptxas_sample():
     found = build.parse_ptxas(SAMPLE_LOG)
     assert list(found) == ["reduce_dweight_v5", "rmsnorm_backward_v6", "tiny"]
     r = found["reduce_dweight_v5"]
-    assert (r.arch, r.registers, r.barriers, r.constant_bytes, r.shared_bytes) == ("sm_80", 24, 0, 376, 0)
+    got = (r.arch, r.registers, r.barriers, r.constant_bytes, r.shared_bytes)
+    assert got == ("sm_80", 24, 0, 376, 0)
     assert not r.spills
     r = found["rmsnorm_backward_v6"]
-    assert (r.arch, r.registers, r.barriers, r.shared_bytes, r.stack_bytes) == ("sm_90", 64, 1, 16, 8)
+    got = (r.arch, r.registers, r.barriers, r.shared_bytes, r.stack_bytes)
+    assert got == ("sm_90", 64, 1, 16, 8)
     assert (r.spill_stores, r.spill_loads) == (4, 12) and r.spills
     r = found["tiny"]
     assert (r.registers, r.barriers, r.shared_bytes, r.constant_bytes) == (6, 0, 0, 0)
@@ -94,7 +100,8 @@ def test_real_report_matches_the_parser():
     assert build.resources("v5_two_pass", "sm_90") == compiled.resources
 
 
-@pytest.mark.parametrize("arch", ["sm90", "90", "compute_90", "sm_9", "SM_90", "sm_90; rm -rf /", ""])
+@pytest.mark.parametrize("arch",
+                         ["sm90", "90", "compute_90", "sm_9", "SM_90", "sm_90; rm -rf /", ""])
 def test_bad_arch_refused(arch):
     with pytest.raises(ValueError, match=r"arch must look like 'sm_90'"):
         build.compile_file("v1_naive", arch)
@@ -108,7 +115,8 @@ def test_unknown_arch_is_a_compile_error():
 def test_bad_kind_and_unknown_file_refused():
     with pytest.raises(ValueError, match=r"kind must be 'cubin' or 'ptx'"):
         build.compile_file("v1_naive", "sm_90", kind="sass")
-    with pytest.raises(FileNotFoundError, match=r"no kernel file .*v0_missing.cu; known: .*v1_naive"):
+    with pytest.raises(FileNotFoundError,
+                       match=r"no kernel file .*v0_missing.cu; known: .*v1_naive"):
         build.compile_file("v0_missing")
 
 

@@ -1,9 +1,10 @@
-"""Canaries (GPU): outputs live inside bigger allocations whose margins are poisoned; no launch may touch them.
+"""Canaries (GPU): outputs live inside bigger allocations whose margins are poisoned; no launch may
+touch them.
 
-dinp and dweight are placed 4 KiB into a buffer with 4 KiB of a fixed byte pattern before and after them
-(the output starts 16-byte aligned; its end is wherever its size puts it, so a write one element past the
-end lands in the pattern). After every launch the margins must still hold the pattern, byte for byte,
-and the outputs must be right.
+dinp and dweight are placed 4 KiB into a buffer with 4 KiB of a fixed byte pattern before and after
+them (the output starts 16-byte aligned; its end is wherever its size puts it, so a write one
+element past the end lands in the pattern). After every launch the margins must still hold the
+pattern, byte for byte, and the outputs must be right.
 """
 import numpy as np
 import pytest
@@ -51,13 +52,15 @@ class Guarded:
         before, _, after = self.read()
         for side, got in (("before", before), ("after", after)):
             bad = np.flatnonzero(got != PATTERN)
-            assert bad.size == 0, (f"{what}: {bad.size} byte(s) of the margin {side} the buffer were written, "
-                                   f"first at offset {int(bad[0]) - (MARGIN if side == 'before' else 0)} "
+            offset = int(bad[0]) - (MARGIN if side == 'before' else 0) if bad.size else 0
+            assert bad.size == 0, (f"{what}: {bad.size} byte(s) of the margin {side} the buffer "
+                                   f"were written, first at offset {offset} "
                                    f"from its {'start' if side == 'before' else 'end'}")
 
 
 def _shapes(spec):
-    # odd N; C not a multiple of 256 (the last step of a row is partial); the fp32 versions also get an odd C
+    # odd N; C not a multiple of 256 (the last step of a row is partial); the fp32 versions also get
+    # an odd C
     shapes = [(37, 776), (1, 8), (4099, 1032)]
     if spec.c_multiple == 1:
         shapes += [(129, 777), (3, 5)]
@@ -73,9 +76,11 @@ def test_margins_around_the_outputs_stay_intact(version):
     for N, C in _shapes(spec):
         p = reference.random_problem(N, C, spec.dtype, seed=N + C)
         dinp, dweight = Guarded(p["dinp"]), Guarded(p["dweight"])
-        inputs = {k: gpuarray.to_gpu(np.ascontiguousarray(p[k])) for k in ("dout", "inp", "weight", "rstd")}
+        inputs = {k: gpuarray.to_gpu(np.ascontiguousarray(p[k]))
+                  for k in ("dout", "inp", "weight", "rstd")}
         L = launch.Launcher(spec, C)
-        bufs = launch.Tensors(dinp=dinp.ptr, dweight=dweight.ptr, **{k: int(v.gpudata) for k, v in inputs.items()})
+        bufs = launch.Tensors(dinp=dinp.ptr, dweight=dweight.ptr,
+                              **{k: int(v.gpudata) for k, v in inputs.items()})
         want = (p["dinp"], p["dweight"])
         for i in range(3):  # the same launcher several times: scratch reused
             L(N, bufs)

@@ -1,4 +1,5 @@
-"""check.compare (CPU): the seed's rule |gpu - ref| <= tol + |ref| * eps, worst elements, NaN and Inf."""
+"""check.compare (CPU): the seed's rule |gpu - ref| <= tol + |ref| * eps, worst elements, NaN and
+Inf."""
 import numpy as np
 import pytest
 
@@ -48,7 +49,8 @@ def test_fails_just_outside_the_rule():
 def test_reports_the_worst_indices_first():
     ref = _ref((4, 10))
     gpu = ref.copy()
-    excess = {(0, 1): 2.0, (3, 9): 50.0, (1, 0): 5.0, (2, 2): 1.5, (2, 3): 9.0, (0, 0): 3.0, (1, 1): 7.0}
+    excess = {(0, 1): 2.0, (3, 9): 50.0, (1, 0): 5.0, (2, 2): 1.5, (2, 3): 9.0,
+              (0, 0): 3.0, (1, 1): 7.0}
     for idx, factor in excess.items():
         gpu[idx] += factor * _allowed(ref)[idx] + 1.0
     c = check.compare(gpu, ref, TOL, EPS, worst=3)
@@ -83,7 +85,8 @@ def test_non_finite_reference_is_skipped():
     ref = _ref()
     ref[0, 0], ref[1, 2], ref[5, 49] = np.nan, np.inf, -np.inf
     gpu = ref.copy()
-    gpu[0, 0], gpu[1, 2], gpu[5, 49] = 123.0, np.nan, 0.0  # anything goes where the reference is not finite
+    # anything goes where the reference is not finite
+    gpu[0, 0], gpu[1, 2], gpu[5, 49] = 123.0, np.nan, 0.0
     c = check.compare(gpu, ref, TOL, EPS)
     assert c.ok and c.checked == ref.size - 3
     assert np.isfinite(c.max_abs_error) and c.max_abs_error == 0
@@ -105,7 +108,8 @@ def test_bf16_results_are_compared_as_values():
 
 
 def test_shape_mismatch_refused():
-    with pytest.raises(ValueError, match=r"dinp: the result has shape \(2, 3\) but the reference has \(3, 2\)"):
+    with pytest.raises(ValueError,
+                       match=r"dinp: the result has shape \(2, 3\) but the reference has \(3, 2\)"):
         check.compare(np.zeros((2, 3)), np.zeros((3, 2)), TOL, EPS, name="dinp")
 
 
@@ -119,7 +123,7 @@ def test_tolerances_are_the_seeds():
     assert big["dweight"] == (4.0, 0.079) and big["dinp"] == (0.1, 0.079)
 
 
-# ------------------------------------------------------------------------------------------------------
+# --------------------------------------------------------------------------------------------------
 # compare_outputs: the one comparison of (dinp, dweight) with the reference
 
 

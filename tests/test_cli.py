@@ -1,4 +1,5 @@
-"""The command line (CPU): info and inspect work without a GPU; check and bench say in one sentence why not."""
+"""The command line (CPU): info and inspect work without a GPU; check and bench say in one sentence
+why not."""
 import os
 import re
 import subprocess
@@ -36,7 +37,7 @@ def test_info_says_what_works_here():
 def test_inspect_prints_resources_without_a_gpu():
     p = _cli("inspect", "v1_naive", "--arch", "sm_90")
     assert p.returncode == 0, p.stderr
-    assert "rmsnorm_backward_v1 (sm_90):" in p.stdout and "registers" in p.stdout and "spills" in p.stdout
+    assert all(word in p.stdout for word in ("rmsnorm_backward_v1 (sm_90):", "registers", "spills"))
     assert "dynamic shared memory at C=4096: 0 B" in p.stdout
 
 
@@ -52,7 +53,8 @@ def test_inspect_unknown_version_is_one_sentence():
     assert "Traceback" not in p.stderr
     lines = [l for l in p.stderr.splitlines() if l.strip()]
     assert len(lines) == 1 and lines[0].startswith("inspect: "), p.stderr
-    assert "v9_missing" in lines[0] and "v1_naive" in lines[0]  # names what was asked and what exists
+    # names what was asked and what exists
+    assert "v9_missing" in lines[0] and "v1_naive" in lines[0]
 
 
 @pytest.mark.skipif(gpu.available(), reason="a GPU is here: check and bench run for real")
@@ -89,8 +91,10 @@ def _one_line_usage_error(p, *words):
     (["inspect", "v6_last_block", "--arch", "banana"], ["--arch", "'banana'", "sm_90"]),
     (["inspect", "v6_last_block", "--arch", "sm_10"], ["--arch", "'sm_10'", "sm_90"]),
     (["inspect", "v6_last_block", "--C", "100"], ["--C 100", "multiple of 8"]),
-    (["inspect", "v6_last_block", "--C", "1000000"], ["--C 1000000", "no GPU allows a block more than"]),
-    (["inspect", "v6_last_block", "--C", "20480", "--arch", "sm_86"], ["--C 20480", "sm_86 gives a block at most"]),
+    (["inspect", "v6_last_block", "--C", "1000000"],
+     ["--C 1000000", "no GPU allows a block more than"]),
+    (["inspect", "v6_last_block", "--C", "20480", "--arch", "sm_86"],
+     ["--C 20480", "sm_86 gives a block at most"]),
     (["bench", "--shapes", "4096"], ["--shapes", "'4096'", "NxC"]),
     (["check", "--shapes", "7x776,4096x0"], ["--shapes", "'4096x0'", "at least 1"]),
     (["bench", "--repeats", "0"], ["--repeats", "at least 1"]),
@@ -106,13 +110,17 @@ def test_bad_arguments_are_one_line_exit_2(args, words):
 
 def test_program_name_and_version():
     p = _cli("--version")
-    assert p.returncode == 0 and p.stdout.strip() == f"python -m rmsnorm_lessons {__version__}", p.stdout
+    assert p.returncode == 0, p.stderr
+    assert p.stdout.strip() == f"python -m rmsnorm_lessons {__version__}", p.stdout
     # the console script: argparse's name is what the user typed
-    code = ("import sys; sys.argv[0] = '/somewhere/bin/rmsnorm-lessons'; from rmsnorm_lessons.cli import main; "
+    code = ("import sys; sys.argv[0] = '/somewhere/bin/rmsnorm-lessons'; from rmsnorm_lessons.cli "
+            "import main; "
             "raise SystemExit(main(sys.argv[1:]))")
     env = dict(os.environ, PYTHONPATH=str(ROOT))
-    for args, stream in ((["--version"], "stdout"), (["inspect", "--C", "-8", "v1_naive"], "stderr")):
-        p = subprocess.run([sys.executable, "-c", code, *args], cwd=ROOT, env=env, capture_output=True, text=True)
+    for args, stream in ((["--version"], "stdout"),
+                         (["inspect", "--C", "-8", "v1_naive"], "stderr")):
+        p = subprocess.run([sys.executable, "-c", code, *args], cwd=ROOT, env=env,
+                           capture_output=True, text=True)
         text = getattr(p, stream)
         assert text.startswith("rmsnorm-lessons"), (args, p.stdout, p.stderr)
         assert "python -m" not in text
@@ -126,19 +134,21 @@ def test_help_is_plain_text_and_explains_every_option(command):
     for markup in ("``", ":func:", ":class:", ":mod:", "%(", "%%"):
         assert markup not in out, f"raw markup {markup!r} in the help:\n{out}"
     assert "exit codes:" in out and "3  the command needs a GPU" in out
-    # every option and positional has its sentence: on its line after two spaces, or on the next line
+    # every option and positional has its sentence: on its line after two spaces, or on the next
+    # line
     lines = out.split("exit codes:")[0].splitlines()
     for k, line in enumerate(lines):
         m = re.match(r"^  (-[-\w]+|[a-z]\w*)\b(.*)$", line)
         if m and m.group(1) != "command":  # the list of commands follows it
-            explained = re.search(r"\S\s{2,}\S", line.strip()) or (k + 1 < len(lines) and lines[k + 1].startswith(" " * 8))
+            explained = re.search(r"\S\s{2,}\S", line.strip()) \
+                or (k + 1 < len(lines) and lines[k + 1].startswith(" " * 8))
             assert explained, f"{m.group(1)} has no help:\n{out}"
 
 
 def test_closed_pipe_is_quiet():
     env = dict(os.environ, PYTHONPATH=str(ROOT))
-    p = subprocess.run(f"{sys.executable} -m rmsnorm_lessons info | head -1", shell=True, cwd=ROOT, env=env,
-                       capture_output=True, text=True, executable="/bin/bash", timeout=120)
+    p = subprocess.run(f"{sys.executable} -m rmsnorm_lessons info | head -1", shell=True, cwd=ROOT,
+                       env=env, capture_output=True, text=True, executable="/bin/bash", timeout=120)
     assert p.stdout.startswith("python ") and len(p.stdout.splitlines()) == 1, p.stdout
     assert "Traceback" not in p.stderr and "BrokenPipe" not in p.stderr, p.stderr
 
@@ -150,14 +160,16 @@ def test_compile_error_is_one_line(tmp_path):
 
     kernels = tmp_path / "kernels"
     shutil.copytree(build.kernel_dir(), kernels)
-    (kernels / "broken.cu").write_text('extern "C" __global__ void broken(float *x) { x[0] = undefined_name; }\n')
+    (kernels / "broken.cu").write_text('extern "C" __global__ void broken(float *x) { x[0] = '
+                                       'undefined_name; }\n')
     env = dict(os.environ, RMSNORM_LESSONS_KERNELS=str(kernels))
     env["PYTHONPATH"] = str(ROOT)
-    p = subprocess.run([sys.executable, "-m", "rmsnorm_lessons", "inspect", "broken"], cwd=ROOT, env=env,
-                       capture_output=True, text=True, timeout=120)
+    p = subprocess.run([sys.executable, "-m", "rmsnorm_lessons", "inspect", "broken"], cwd=ROOT,
+                       env=env, capture_output=True, text=True, timeout=120)
     lines = [l for l in p.stderr.splitlines() if l.strip()]
     assert p.returncode == cli.EXIT_FAILED == 1, (p.stdout, p.stderr)
-    assert len(lines) == 1 and lines[0].startswith("inspect: ") and "undefined_name" in lines[0], p.stderr
+    assert len(lines) == 1, p.stderr
+    assert lines[0].startswith("inspect: ") and "undefined_name" in lines[0], p.stderr
     assert "Traceback" not in p.stderr
 
 
@@ -170,7 +182,8 @@ def test_info_claims_compiling_only_with_kernel_sources(tmp_path):
     assert "compiling" in next(l for l in p.stdout.splitlines() if l.startswith("not here:"))
 
 
-# named versions and named shapes: every pair must be runnable, said before any GPU work, each pair named
+# named versions and named shapes: every pair must be runnable, said before any GPU work, each pair
+# named
 @pytest.mark.parametrize("command", ["check", "bench"])
 def test_shapes_a_named_version_cannot_run_are_refused_first(command):
     p = _cli(command, "--shapes", "100x7,64x70000,32x64", "v7_fast", "v2_warp")
@@ -180,6 +193,8 @@ def test_shapes_a_named_version_cannot_run_are_refused_first(command):
     assert any("v7_fast at 100x7" in line and "multiple of 8" in line for line in lines[1:])
     assert any("v7_fast at 64x70000" in line and "65536" in line for line in lines[1:])
     assert not any("v2_warp" in line or "32x64" in line for line in lines[1:])  # those run
-    p = _cli(command, "v6_last_block", "--shapes", "8x1000000")  # 8 MB of shared memory a block: no GPU has it
-    assert p.returncode == cli.EXIT_USAGE and "v6_last_block at 8x1000000" in p.stderr, (p.returncode, p.stderr)
+    # 8 MB of shared memory a block: no GPU has it
+    p = _cli(command, "v6_last_block", "--shapes", "8x1000000")
+    assert p.returncode == cli.EXIT_USAGE, (p.returncode, p.stderr)
+    assert "v6_last_block at 8x1000000" in p.stderr, p.stderr
     assert "no GPU allows a block more than" in p.stderr

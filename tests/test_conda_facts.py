@@ -43,10 +43,13 @@ def test_every_environment_entry_is_in_the_facts_table_verbatim():
     env = _environment()
     for entry in env:
         name = _name(entry)
-        assert name in facts, f"environment.yml lists {name}, which packaging/conda-forge.md does not describe"
+        assert name in facts, \
+            f"environment.yml lists {name}, which packaging/conda-forge.md does not describe"
         assert facts[name]["entry"] == entry, (
-            f"environment.yml has {entry!r}; packaging/conda-forge.md says {facts[name]['entry']!r}")
-    assert {_name(e) for e in env} == set(facts), "the table and environment.yml list different packages"
+            f"environment.yml has {entry!r}; "
+            f"packaging/conda-forge.md says {facts[name]['entry']!r}")
+    assert {_name(e) for e in env} == set(facts), \
+        "the table and environment.yml list different packages"
 
 
 def test_every_cuda_package_is_pinned_to_the_release_pycuda_is_built_for():
@@ -58,16 +61,19 @@ def test_every_cuda_package_is_pinned_to_the_release_pycuda_is_built_for():
     for entry in _environment():
         name = _name(entry)
         if name in ("cuda-version", "cuda-nvcc", "cuda-nvdisasm"):
-            assert entry == f"{name}={release}", f"{entry}: conda-forge's pycuda is built for CUDA {release}"
+            assert entry == f"{name}={release}", \
+                f"{entry}: conda-forge's pycuda is built for CUDA {release}"
     assert int(release.split(".")[0]) < int(upper)
     # cuda-pathfinder accepts that release
-    lo, hi = re.search(r"cuda-version >=(\d+)[\d.]*,<(\d+)", facts["cuda-pathfinder"]["pin"]).groups()
+    lo, hi = re.search(r"cuda-version >=(\d+)[\d.]*,<(\d+)",
+                       facts["cuda-pathfinder"]["pin"]).groups()
     assert int(lo) <= int(release.split(".")[0]) < int(hi)
 
 
 def test_the_python_playwright_is_playwright_python():
     names = {_name(e) for e in _environment()}
-    assert "playwright-python" in names and "playwright" not in names  # conda-forge's playwright: Node CLI
+    # conda-forge's playwright: Node CLI
+    assert "playwright-python" in names and "playwright" not in names
 
 
 def test_sass_tools_are_listed():
@@ -78,7 +84,8 @@ def test_sass_tools_are_listed():
 def test_every_row_names_the_recipe_read_or_why_not():
     for name, row in _facts().items():
         recipe = row["recipe"]
-        assert recipe.startswith("conda-forge/") and re.search(r"recipe/(meta|recipe)\.yaml", recipe) \
-            or recipe.startswith("not read: "), f"{name}: {recipe!r}"
+        from_recipe = recipe.startswith("conda-forge/") \
+            and re.search(r"recipe/(meta|recipe)\.yaml", recipe)
+        assert from_recipe or recipe.startswith("not read: "), f"{name}: {recipe!r}"
         if recipe.startswith("conda-forge/"):
             assert row["version"] != "-", f"{name}: a recipe was read, so its version is known"

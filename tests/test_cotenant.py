@@ -1,11 +1,12 @@
 """v7_fast beside another stream's kernel that holds most of the GPU: it finishes, on time, right.
 
-A "hog" kernel on stream A takes one block on every SM but FREE_SMS (each block asks for all the shared
-memory a block may have, so no other block fits beside it) and sleeps for HOG_S seconds. v7_fast then runs
-on stream B. Its blocks can only use the free SMs, in waves; nothing in it may wait for a block that is not
-resident (an earlier v7 did, and here waited until the hog ended, or trapped after 10 s: lab/NOTES.md).
-A row wider than one block is split over a cluster of 2, whose blocks wait for each other: the hardware
-starts a cluster's blocks together (on free SMs of one GPC), so that wait is only ever on resident blocks.
+A "hog" kernel on stream A takes one block on every SM but FREE_SMS (each block asks for all the
+shared memory a block may have, so no other block fits beside it) and sleeps for HOG_S seconds.
+v7_fast then runs on stream B. Its blocks can only use the free SMs, in waves; nothing in it may
+wait for a block that is not resident (an earlier v7 did, and here waited until the hog ended, or
+trapped after 10 s: results/NOTES.md). A row wider than one block is split over a cluster of 2,
+whose blocks wait for each other: the hardware starts a cluster's blocks together (on free SMs of
+one GPC), so that wait is only ever on resident blocks.
 """
 from __future__ import annotations
 
@@ -35,7 +36,8 @@ FREE_SMS = 12
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("N,C", [(16384, 4096), (1024, 32768)])  # a row in one block; a row over a cluster of 2
+# a row in one block; a row over a cluster of 2
+@pytest.mark.parametrize("N,C", [(16384, 4096), (1024, 32768)])
 @pytest.mark.parametrize("overwrite", [False, True])
 def test_v7_finishes_right_while_another_kernel_holds_most_sms(N, C, overwrite):
     from pycuda import gpuarray
@@ -55,8 +57,8 @@ def test_v7_finishes_right_while_another_kernel_holds_most_sms(N, C, overwrite):
     hog.set_attribute(drv.function_attribute.MAX_DYNAMIC_SHARED_SIZE_BYTES, smem)
     done = gpuarray.zeros(1, np.int32)
     blocks = gpu.facts().multiprocessors - FREE_SMS
-    hog(np.uint64(int(HOG_S * 1e9)), done.gpudata, block=(32, 1, 1), grid=(blocks, 1, 1), shared=smem,
-        stream=stream_a)
+    hog(np.uint64(int(HOG_S * 1e9)), done.gpudata, block=(32, 1, 1), grid=(blocks, 1, 1),
+        shared=smem, stream=stream_a)
     hog_end = drv.Event()
     hog_end.record(stream_a)
     time.sleep(0.2)  # the hog's blocks are resident
@@ -70,10 +72,13 @@ def test_v7_finishes_right_while_another_kernel_holds_most_sms(N, C, overwrite):
         print(f"v7_fast {N}x{C} overwrite={overwrite} beside a {HOG_S} s kernel on {blocks} SMs: "
               f"{1e3 * wall_s:.1f} ms, the other kernel still running: {hog_still_running}")
         assert int(done.get()[0]) == blocks  # the hog really held those SMs to the end
-        assert hog_still_running, f"v7 took {wall_s:.2f} s: it finished only after the other kernel did"
-        want = reference.backward(p["dout"], p["inp"], p["weight"], p["rstd"], None if overwrite else p["dinp"],
+        assert hog_still_running, \
+            f"v7 took {wall_s:.2f} s: it finished only after the other kernel did"
+        want = reference.backward(p["dout"], p["inp"], p["weight"], p["rstd"],
+                                  None if overwrite else p["dinp"],
                                   p["dweight"])
-        a, b = compare("v7_fast", N, (dev["dinp"].get(), dev["dweight"].get()), want, label="beside the hog")
+        a, b = compare("v7_fast", N, (dev["dinp"].get(), dev["dweight"].get()), want,
+                       label="beside the hog")
         assert a.ok and b.ok
     finally:
         stream_a.synchronize()

@@ -1,10 +1,11 @@
-"""Determinism (GPU): deterministic versions give the same bits on every run; the others stay in tolerance.
+"""Determinism (GPU): deterministic versions give the same bits on every run; the others stay in
+tolerance.
 
-Every version whose ``Rung.deterministic`` is true must produce bitwise-identical dinp and dweight over
-20 runs from the same inputs, at shapes where many blocks contribute to every channel. For the versions
-that add with atomics (float addition is not associative, so the order the hardware serves them changes
-the last bits), the test measures how much dweight moves between runs, prints it, and asserts that every
-run is still within the tolerance of the float64 reference.
+Every version whose ``Rung.deterministic`` is true must produce bitwise-identical dinp and dweight
+over 20 runs from the same inputs, at shapes where many blocks contribute to every channel. For the
+versions that add with atomics (float addition is not associative, so the order the hardware serves
+them changes the last bits), the test measures how much dweight moves between runs, prints it, and
+asserts that every run is still within the tolerance of the float64 reference.
 """
 import numpy as np
 import pytest
@@ -24,8 +25,8 @@ ATOMIC = [v for v in kernels.VERSIONS if not kernels.get(v).deterministic]
 def _repeat(version, N, C, seed):
     """RUNS launches from the same inputs and initial outputs.
 
-    Asserts that dinp (no atomics in any version: one warp or thread owns a row) has the same bits every
-    time; returns the problem, the first run's (dinp, dweight) and every run's dweight.
+    Asserts that dinp (no atomics in any version: one warp or thread owns a row) has the same bits
+    every time; returns the problem, the first run's (dinp, dweight) and every run's dweight.
     """
     spec = kernels.get(version)
     p = reference.random_problem(N, C, spec.dtype, seed=seed)
@@ -43,7 +44,8 @@ def _repeat(version, N, C, seed):
             if first is None:
                 first = (dinp, dweights[0])
             else:
-                assert np.array_equal(bits(dinp), bits(first[0])), f"run {i}: dinp differs from run 0"
+                assert np.array_equal(bits(dinp),
+                                      bits(first[0])), f"run {i}: dinp differs from run 0"
     finally:
         L.free()
         free(dev)
@@ -84,7 +86,8 @@ def test_atomic_versions_vary_only_within_tolerance(version):
     spread = stack.max(axis=0) - stack.min(axis=0)
     varied = int(np.count_nonzero(spread))
     distinct = len({bits(d).tobytes() for d in dweights})
-    print(f"{version}: over {RUNS} runs dweight took {distinct} distinct values; {varied}/{C} channels varied, "
+    print(f"{version}: over {RUNS} runs dweight took {distinct} distinct values; {varied}/{C} "
+          f"channels varied, "
           f"largest spread {spread.max():.3g} (|dweight| up to {np.abs(ref[1]).max():.3g}; "
           f"allowed error {tol:g} + |ref|*{eps:g})")
     for i, d in enumerate(dweights):

@@ -1,4 +1,5 @@
-"""rmsnorm_lessons.execute: a lesson re-executed in place, or, when a cell raises, left as it was."""
+"""rmsnorm_lessons.execute: a lesson re-executed in place, or, when a cell raises, left as it
+was."""
 from __future__ import annotations
 
 import json
@@ -14,7 +15,8 @@ pytestmark = pytest.mark.slow
 
 def _notebook(path, *sources):
     nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(s) for s in sources])
-    nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
+    nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3",
+                                 "language": "python"}
     nbformat.write(nb, path)
     return path
 
@@ -28,7 +30,8 @@ def test_a_lesson_is_executed_in_place_and_says_where(tmp_path):
 
 
 def test_a_lesson_that_raises_keeps_its_file_and_leaves_what_it_ran(tmp_path, capsys):
-    path = _notebook(tmp_path / "bad.ipynb", "print('first')", "raise ValueError('cell two')", "print('never')")
+    path = _notebook(tmp_path / "bad.ipynb", "print('first')", "raise ValueError('cell two')",
+                     "print('never')")
     before = path.read_bytes()
     assert execute.main([str(path)]) == 1
     assert path.read_bytes() == before

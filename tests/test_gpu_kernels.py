@@ -1,4 +1,5 @@
-"""Every version against the float64 reference on the GPU (marker ``gpu``; skipped without a device)."""
+"""Every version against the float64 reference on the GPU (marker ``gpu``; skipped without a
+device)."""
 import numpy as np
 import pytest
 
@@ -16,11 +17,13 @@ SHAPES = [(1, 8), (3, 24), (7, 776), (129, 1600), (1000, 2048), (4097, 768), (51
 def _case(version, N, C, seed):
     spec = kernels.get(version)
     p = reference.random_problem(N, C, spec.dtype, seed=seed)
-    dinp, dweight = kernels.run(version, p["dout"], p["inp"], p["weight"], p["rstd"], p["dinp"], p["dweight"])
+    dinp, dweight = kernels.run(version, p["dout"], p["inp"], p["weight"], p["rstd"], p["dinp"],
+                                p["dweight"])
     ref = reference.backward(p["dout"], p["inp"], p["weight"], p["rstd"], p["dinp"], p["dweight"])
     report = check.compare_outputs(spec, N, (dinp, dweight), ref, name=version)
     a, b = report.dinp, report.dweight
-    print(f"{version} N={N} C={C}: dinp ||err||/||ref|| {a.rel_l2_error:.2e} max {a.max_abs_error:.2e}; "
+    print(f"{version} N={N} C={C}: dinp ||err||/||ref|| {a.rel_l2_error:.2e} max "
+          f"{a.max_abs_error:.2e}; "
           f"dweight {b.rel_l2_error:.2e} max {b.max_abs_error:.2e}")
     return a, b
 
@@ -56,7 +59,8 @@ def test_outputs_accumulate_not_overwrite():
         p = reference.random_problem(64, 256, spec.dtype, seed=5, accumulate=False)
         once = kernels.run(version, p["dout"], p["inp"], p["weight"], p["rstd"])
         twice = kernels.run(version, p["dout"], p["inp"], p["weight"], p["rstd"], *once)
-        np.testing.assert_allclose(np.asarray(twice[0], np.float32), 2 * np.asarray(once[0], np.float32),
+        np.testing.assert_allclose(np.asarray(twice[0], np.float32),
+                                   2 * np.asarray(once[0], np.float32),
                                    rtol=0.02, atol=0.02)
 
 
@@ -64,20 +68,24 @@ def test_outputs_accumulate_not_overwrite():
 def test_deterministic_versions_are_bitwise_repeatable(version):
     spec = kernels.get(version)
     p = reference.random_problem(4099, 1600, spec.dtype, seed=11)
-    first = kernels.run(version, p["dout"], p["inp"], p["weight"], p["rstd"], p["dinp"], p["dweight"])
+    first = kernels.run(version, p["dout"], p["inp"], p["weight"], p["rstd"], p["dinp"],
+                        p["dweight"])
     for _ in range(19):
-        again = kernels.run(version, p["dout"], p["inp"], p["weight"], p["rstd"], p["dinp"], p["dweight"])
+        again = kernels.run(version, p["dout"], p["inp"], p["weight"], p["rstd"], p["dinp"],
+                            p["dweight"])
         assert np.array_equal(bf16.bits(again[0]), bf16.bits(first[0]))
         assert np.array_equal(bf16.bits(again[1]), bf16.bits(first[1]))
 
 
 def test_v6_many_launches_without_host_reset():
-    # the ticket counter must come back to zero by itself after every launch: after 100 launches with
-    # nothing reset on the host, one more launch from fresh outputs gives exactly the first result
+    # the ticket counter must come back to zero by itself after every launch: after 100 launches
+    # with nothing reset on the host, one more launch from fresh outputs gives exactly the first
+    # result
     spec = kernels.get("v6_last_block")
     N, C = 1031, 1024
     p = reference.random_problem(N, C, spec.dtype, seed=13)
-    expected = kernels.run(spec, p["dout"], p["inp"], p["weight"], p["rstd"], p["dinp"], p["dweight"])
+    expected = kernels.run(spec, p["dout"], p["inp"], p["weight"], p["rstd"], p["dinp"],
+                           p["dweight"])
     dev = to_device(p)
     L = launch.Launcher(spec, C)  # a fresh launcher: its own, freshly zeroed ticket counter
     bufs = tensors(dev)
@@ -106,11 +114,15 @@ def test_gpuarray_inputs_update_in_place():
         spec = kernels.get(version)
         p = reference.random_problem(77, 264, spec.dtype, seed=17)
         dev = {k: gpuarray.to_gpu(np.ascontiguousarray(p[k])) for k in p}
-        out = kernels.run(version, dev["dout"], dev["inp"], dev["weight"], dev["rstd"], dev["dinp"], dev["dweight"])
+        out = kernels.run(version, dev["dout"], dev["inp"], dev["weight"], dev["rstd"], dev["dinp"],
+                          dev["dweight"])
         assert out[0] is dev["dinp"] and out[1] is dev["dweight"]
-        ref = kernels.run(version, p["dout"], p["inp"], p["weight"], p["rstd"], p["dinp"], p["dweight"])
-        assert np.array_equal(np.asarray(dev["dinp"].get(), np.float32), np.asarray(ref[0], np.float32)) or version == "v2_warp"
-        want = reference.backward(p["dout"], p["inp"], p["weight"], p["rstd"], p["dinp"], p["dweight"])
+        ref = kernels.run(version, p["dout"], p["inp"], p["weight"], p["rstd"], p["dinp"],
+                          p["dweight"])
+        assert np.array_equal(np.asarray(dev["dinp"].get(), np.float32),
+                              np.asarray(ref[0], np.float32)) or version == "v2_warp"
+        want = reference.backward(p["dout"], p["inp"], p["weight"], p["rstd"], p["dinp"],
+                                  p["dweight"])
         report = check.compare_outputs(spec, 77, (dev["dinp"].get(), dev["dweight"].get()), want)
         assert report.ok, str(report)
         free(dev)

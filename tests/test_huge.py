@@ -5,9 +5,10 @@ N = 263171 rows of C = 8192 bf16 channels: 4 GiB per tensor, and the elements of
 (At N*C == 2**31 exactly the last index is still 2**31 - 1, so N is taken a little larger.)
 
 The data is made on the GPU by a hash kernel (host generation of 4 GiB tensors would take minutes).
-dinp is checked on a few hundred sampled rows, including the first and last rows and those around the
-2**31 boundary, against the float64 reference of those rows (copied back). dweight is checked against
-a float64 reference summed on the host over every row, in chunks copied back and split across threads.
+dinp is checked on a few hundred sampled rows, including the first and last rows and those around
+the 2**31 boundary, against the float64 reference of those rows (copied back). dweight is checked
+against a float64 reference summed on the host over every row, in chunks copied back and split
+across threads.
 """
 import os
 import time
@@ -29,7 +30,8 @@ PIECE_ROWS = 512  # rows per host thread task
 
 SOURCE = r"""
 // splitmix64 of the element index: a reproducible pseudo-random bf16 in [-1, 1) per element
-extern "C" __global__ void fill_bf16_hash(unsigned short* out, unsigned long long n, unsigned long long seed) {
+extern "C" __global__ void fill_bf16_hash(unsigned short* out, unsigned long long n,
+                                          unsigned long long seed) {
     for (unsigned long long i = blockIdx.x * (unsigned long long)blockDim.x + threadIdx.x; i < n;
          i += (unsigned long long)gridDim.x * blockDim.x) {
         unsigned long long z = i + (seed + 1) * 0x9E3779B97F4A7C15ull;
@@ -41,7 +43,8 @@ extern "C" __global__ void fill_bf16_hash(unsigned short* out, unsigned long lon
     }
 }
 
-// rstd = 1/sqrt(mean(x^2) + eps) per row in fp32, one warp per row, as the forward kernel computes it
+// rstd = 1/sqrt(mean(x^2) + eps) per row in fp32, one warp per row, as the forward kernel
+// computes it
 extern "C" __global__ void rstd_bf16(float* rstd, const unsigned short* inp, int N, int C) {
     int lane = threadIdx.x % 32;
     long long row = (long long)blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32;
@@ -64,7 +67,8 @@ def _widen(u16: np.ndarray) -> np.ndarray:
 
 
 class Huge:
-    """The shared inputs on the device, the sampled rows on the host, and the host's dweight gradient."""
+    """The shared inputs on the device, the sampled rows on the host, and the host's dweight
+    gradient."""
 
     def __init__(self):
         import rmsnorm_lessons as rl
@@ -75,7 +79,8 @@ class Huge:
         free, _ = drv.mem_get_info()
         need = 3 * N * C * 2 + (1 << 30)
         if free < need:
-            pytest.skip(f"needs {need / 2**30:.0f} GiB of free device memory, {free / 2**30:.0f} GiB free")
+            pytest.skip(f"needs {need / 2**30:.0f} GiB of free device memory, {free / 2**30:.0f} "
+                        f"GiB free")
         module = SourceModule(SOURCE, nvcc=build.require_nvcc(), options=["-O3"], no_extern_c=True)
         self.fill = module.get_function("fill_bf16_hash")
         rstd_fn = module.get_function("rstd_bf16")
@@ -117,7 +122,8 @@ class Huge:
                   grid=(self.sms * 8, 1, 1))
 
     def copy_rows(self, array, rows) -> np.ndarray:
-        """Rows of a (N, C) bf16 GPUArray, as bf16 bits (uint16), through plain device-to-host copies."""
+        """Rows of a (N, C) bf16 GPUArray, as bf16 bits (uint16), through plain device-to-host
+        copies."""
         out = np.empty((len(rows), C), np.uint16)
         base = int(array.gpudata)
         for i, r in enumerate(rows):
@@ -141,11 +147,12 @@ class Huge:
                 rows = min(CHUNK_ROWS, N - first)
                 self.drv.memcpy_dtoh(g_host[:rows], int(self.dout.gpudata) + first * C * 2)
                 self.drv.memcpy_dtoh(x_host[:rows], int(self.inp.gpudata) + first * C * 2)
-                parts = pool.map(lambda a: piece(a, min(a + PIECE_ROWS, rows), first), range(0, rows, PIECE_ROWS))
+                parts = pool.map(lambda a: piece(a, min(a + PIECE_ROWS, rows), first),
+                                 range(0, rows, PIECE_ROWS))
                 for part in parts:
                     total += part
-        print(f"huge: float64 dweight reference over {N} rows on {workers} threads in {time.time() - start:.1f} s",
-              flush=True)
+        print(f"huge: float64 dweight reference over {N} rows on {workers} threads in "
+              f"{time.time() - start:.1f} s", flush=True)
         return total
 
     def free(self):
@@ -175,20 +182,24 @@ def test_huge_tensor_past_2_31_elements(huge, version):
 
     start = time.time()
     out = kernels.run(version, huge.dout, huge.inp, huge.weight, huge.rstd, huge.dinp, dweight)
-    print(f"huge: {version} ran in {1e3 * (time.time() - start):.0f} ms (with the first launch's set-up)", flush=True)
+    print(f"huge: {version} ran in {1e3 * (time.time() - start):.0f} ms (with the first launch's "
+          f"set-up)", flush=True)
     assert out[0] is huge.dinp and out[1] is dweight
 
     # dinp on the sampled rows
     rows = huge.rows
     got_rows = huge.copy_rows(huge.dinp, rows).view(bf16.bfloat16)
-    want_rows, _ = reference.backward(huge.dout_rows.view(bf16.bfloat16), huge.inp_rows.view(bf16.bfloat16),
-                                      huge.weight_host, huge.rstd_host[rows], dinp0_rows.view(bf16.bfloat16))
-    # every row from the boundary on must have changed (a wrapped offset would have written elsewhere)
+    want_rows, _ = reference.backward(huge.dout_rows.view(bf16.bfloat16),
+                                      huge.inp_rows.view(bf16.bfloat16),
+                                      huge.weight_host, huge.rstd_host[rows],
+                                      dinp0_rows.view(bf16.bfloat16))
+    # every row from the boundary on must have changed (a wrapped offset would have written
+    # elsewhere)
     changed = np.any(got_rows.view(np.uint16) != dinp0_rows, axis=1)
     assert changed.all(), f"rows never written: {rows[~changed][:10].tolist()}"
 
-    # dinp on the sampled rows and dweight against the host's float64 sum over every row (the tolerances
-    # of N rows: dinp's does not depend on N, dweight's does)
+    # dinp on the sampled rows and dweight against the host's float64 sum over every row (the
+    # tolerances of N rows: dinp's does not depend on N, dweight's does)
     want_dweight = huge.dweight0.astype(np.float64) + huge.grad_dweight
     report = check.compare_outputs(spec, N, (got_rows, dweight.get()), (want_rows, want_dweight),
                                    name=f"{version}, dinp on {len(rows)} sampled rows", C=C)

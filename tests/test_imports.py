@@ -1,7 +1,8 @@
-"""The package's import graph (read with ``ast``, no module imported): no cycles, no shadowed stdlib names.
+"""The package's import graph (read with ``ast``, no module imported): no cycles, no shadowed stdlib
+names.
 
-Every ``import``/``from ... import`` counts, wherever it stands (top of the module or inside a function),
-relative or absolute, so a cycle hidden behind an import inside a function is found too.
+Every ``import``/``from ... import`` counts, wherever it stands (top of the module or inside a
+function), relative or absolute, so a cycle hidden behind an import inside a function is found too.
 """
 import ast
 import sys
@@ -31,7 +32,8 @@ def _base(module: str, is_package: bool, node: ast.ImportFrom) -> str:
     """The absolute name a ``from X import ...`` reads from."""
     if node.level == 0:
         return node.module or ""
-    here = module.split(".") if is_package else module.split(".")[:-1]  # the importing module's package
+    # the importing module's package
+    here = module.split(".") if is_package else module.split(".")[:-1]
     if node.level > 1:
         here = here[: len(here) - (node.level - 1)]
     return ".".join(here + ([node.module] if node.module else []))
@@ -60,7 +62,8 @@ def import_graph() -> dict:
             elif isinstance(node, ast.ImportFrom):
                 base = _base(module, is_package, node)
                 for alias in node.names:
-                    # `from pkg import sub` imports the module pkg.sub; `from pkg import name` reads pkg
+                    # `from pkg import sub` imports the module pkg.sub; `from pkg import name` reads
+                    # pkg
                     sub = f"{base}.{alias.name}"
                     targets.append(sub if sub in MODULES else base)
             for target in targets:
@@ -112,8 +115,10 @@ def _describe(group: list, graph: dict) -> str:
 def test_the_graph_sees_relative_absolute_and_function_level_imports():
     graph = import_graph()
     assert f"{PACKAGE}.sass" in graph[f"{PACKAGE}.occupancy"]  # `from . import ..., sass`
-    assert f"{PACKAGE}.access" in graph[f"{PACKAGE}.exercises.lesson02"]  # `from ..access import ...`
-    assert f"{PACKAGE}.exercises" in graph[f"{PACKAGE}.exercises.lesson00"]  # `from . import Verdict`
+    # `from ..access import ...`
+    assert f"{PACKAGE}.access" in graph[f"{PACKAGE}.exercises.lesson02"]
+    # `from . import Verdict`
+    assert f"{PACKAGE}.exercises" in graph[f"{PACKAGE}.exercises.lesson00"]
     # a cycle made of an import inside a function is found
     fake = {"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}
     assert find_cycles(fake) == [["a", "b", "c"]]
@@ -122,14 +127,18 @@ def test_the_graph_sees_relative_absolute_and_function_level_imports():
 def test_no_import_cycles():
     graph = import_graph()
     cycles = find_cycles(graph)
-    assert not cycles, "import cycles in the package (every import counts, also inside functions):\n" + \
+    assert not cycles, \
+        "import cycles in the package (every import counts, also inside functions):\n" + \
         "\n".join(_describe(c, graph) for c in cycles)
 
 
-@pytest.mark.skipif(not hasattr(sys, "stdlib_module_names"), reason="sys.stdlib_module_names is Python 3.10+")
+@pytest.mark.skipif(not hasattr(sys, "stdlib_module_names"),
+                    reason="sys.stdlib_module_names is Python 3.10+")
 def test_no_module_shadows_the_standard_library():
     shadowing = sorted(name for name in MODULES
                        if name != PACKAGE and name.rsplit(".", 1)[-1] in sys.stdlib_module_names)
-    assert not shadowing, (f"these modules have the name of a standard-library module (inside the package "
-                           f"`import {shadowing[0].rsplit('.', 1)[-1]}` would be ambiguous to readers and "
+    assert not shadowing, (f"these modules have the name of a standard-library module (inside the "
+                           f"package "
+                           f"`import {shadowing[0].rsplit('.', 1)[-1]}` would be ambiguous to "
+                           f"readers and "
                            f"tools): {shadowing}")

@@ -1,13 +1,13 @@
 """Launch hygiene (GPU): many launches without a host reset, two streams at once, errors named.
 
 * 100 back-to-back launches of one Launcher with nothing reset on the host: whatever state a version
-  keeps in its scratch (v6's and v7's ticket counters) must come back by itself, so a launch after them
-  gives exactly the result of a first launch (for the deterministic versions; the others within
+  keeps in its scratch (v6's and v7's ticket counters) must come back by itself, so a launch after
+  them gives exactly the result of a first launch (for the deterministic versions; the others within
   tolerance).
-* Two PyCUDA streams, interleaved, each on its own problem, through two Launchers and through one (which
-  keeps scratch per stream): both right.
-* A CUDA error raised by a launch (here: a plan asking for more threads than a block may have) becomes
-  ``rl.kernels.LaunchError`` naming the version and the kernel.
+* Two PyCUDA streams, interleaved, each on its own problem, through two Launchers and through one
+  (which keeps scratch per stream): both right.
+* A CUDA error raised by a launch (here: a plan asking for more threads than a block may have)
+  becomes ``rl.kernels.LaunchError`` naming the version and the kernel.
 """
 import dataclasses
 
@@ -45,15 +45,18 @@ def test_100_launches_without_host_reset(version):
     L.free()
     free(dev)
     if spec.deterministic:
-        assert np.array_equal(bits(again[0]), bits(first[0])), "dinp after 100 launches differs from the first"
-        assert np.array_equal(bits(again[1]), bits(first[1])), "dweight after 100 launches differs from the first"
+        assert np.array_equal(bits(again[0]),
+                              bits(first[0])), "dinp after 100 launches differs from the first"
+        assert np.array_equal(bits(again[1]),
+                              bits(first[1])), "dweight after 100 launches differs from the first"
     a, b = compare(version, N, again, reference_of(p), label="after 100 launches")
     assert a.ok and b.ok, f"{a}\n{b}"
     # the 100 launches did add up: dweight moved by about 100 gradients
     _, grad = reference.backward(p["dout"], p["inp"], p["weight"], p["rstd"])
     moved = after - np.asarray(first[1], np.float64)
     assert np.corrcoef(moved, grad)[0, 1] > 0.99
-    if spec.dtype == np.float32:  # (a bf16 dweight rounds at every launch: only the correlation is asserted)
+    # (a bf16 dweight rounds at every launch: only the correlation is asserted)
+    if spec.dtype == np.float32:
         assert np.allclose(moved, 100 * grad, rtol=1e-3, atol=1e-3 * np.abs(100 * grad).max())
 
 
@@ -98,29 +101,40 @@ def test_two_streams(version, shared):
 
 
 def _plan_too_many_threads(monkeypatch, L, N):
-    """From now on ``L`` plans N rows as it would, but with 2048 threads per block: more than any block may
-    have, so the launch itself fails (the launcher's checks are not asked again)."""
+    """From now on ``L`` plans N rows as it would, but with 2048 threads per block: more than any
+    block may have, so the launch itself fails (the launcher's checks are not asked again)."""
     bad = [dataclasses.replace(step, block=2048) for step in L.plan(N)]
     monkeypatch.setattr(L, "plan", lambda n: bad)
+
+
+def _still_runs(spec, p, label):
+    """An invalid configuration is not sticky: the same version still runs, and is right."""
+    rl.gpu.synchronize()
+    got = kernels.run(spec, p["dout"], p["inp"], p["weight"], p["rstd"], p["dinp"], p["dweight"])
+    a, b = compare(spec, p["dout"].shape[0], got, reference_of(p), label=label)
+    assert a.ok and b.ok
+
+
+def _launch_fails(monkeypatch, spec, p):
+    """A launcher's own launch with 2048 threads a block fails, naming the version and kernel."""
+    N, C = p["dout"].shape
+    dev = to_device(p)
+    L = launch.Launcher(spec, C)
+    _plan_too_many_threads(monkeypatch, L, N)
+    with pytest.raises(kernels.LaunchError,
+                       match=rf"^{spec.name}: launching {spec.kernels[0]} failed"):
+        L(N, tensors(dev))
+    rl.gpu.synchronize()
+    L.free()
+    free(dev)
 
 
 @pytest.mark.parametrize("version", kernels.VERSIONS)
 def test_a_launch_error_names_the_version(version, monkeypatch):
     spec = kernels.get(version)
-    N, C = 64, 256
-    p = reference.random_problem(N, C, spec.dtype, seed=3)
-    dev = to_device(p)
-    L = launch.Launcher(spec, C)
-    _plan_too_many_threads(monkeypatch, L, N)
-    with pytest.raises(kernels.LaunchError, match=rf"^{version}: launching {spec.kernels[0]} failed"):
-        L(N, tensors(dev))
-    # an invalid configuration is not sticky: the same version still runs afterwards
-    rl.gpu.synchronize()
-    got = kernels.run(version, p["dout"], p["inp"], p["weight"], p["rstd"], p["dinp"], p["dweight"])
-    a, b = compare(version, N, got, reference_of(p), label="after a refused launch")
-    assert a.ok and b.ok
-    L.free()
-    free(dev)
+    p = reference.random_problem(64, 256, spec.dtype, seed=3)
+    _launch_fails(monkeypatch, spec, p)
+    _still_runs(spec, p, "after a refused launch")
 
 
 def test_run_reports_a_launch_error_with_the_version(monkeypatch):
@@ -129,26 +143,19 @@ def test_run_reports_a_launch_error_with_the_version(monkeypatch):
     p = reference.random_problem(N, C, spec.dtype, seed=4)
     L = launch.launcher(spec, C)  # the cached launcher run() uses
     _plan_too_many_threads(monkeypatch, L, N)
-    with pytest.raises(kernels.LaunchError, match=r"^v2_warp: launching rmsnorm_backward_v2 failed"):
+    with pytest.raises(kernels.LaunchError,
+                       match=r"^v2_warp: launching rmsnorm_backward_v2 failed"):
         kernels.run(spec, p["dout"], p["inp"], p["weight"], p["rstd"], p["dinp"], p["dweight"])
     monkeypatch.undo()
-    rl.gpu.synchronize()
-    got = kernels.run(spec, p["dout"], p["inp"], p["weight"], p["rstd"], p["dinp"], p["dweight"])
-    a, b = compare(spec, N, got, reference_of(p), label="after a launch error")
-    assert a.ok and b.ok
+    _still_runs(spec, p, "after a launch error")
 
 
 def test_too_many_threads_is_refused_or_a_launch_error(monkeypatch):
     spec = kernels.get("v6_last_block")
     N, C = 64, 1024
-    with pytest.raises(ValueError, match=r"block_size for v6_last_block must be a multiple of 32 from 32 to 512"):
+    with pytest.raises(ValueError,
+                       match=r"block_size for v6_last_block must be a multiple of 32 "
+                             r"from 32 to 512"):
         launch.Launcher(spec, C, block_size=2048)  # refused before anything is launched
-    p = reference.random_problem(N, C, spec.dtype, seed=6)
-    dev = to_device(p)
-    L = launch.Launcher(spec, C)
-    _plan_too_many_threads(monkeypatch, L, N)
-    with pytest.raises(kernels.LaunchError, match=r"^v6_last_block: launching rmsnorm_backward_v6 failed"):
-        L(N, tensors(dev))
-    rl.gpu.synchronize()
-    L.free()
-    free(dev)
+    assert spec.kernels[0] == "rmsnorm_backward_v6"
+    _launch_fails(monkeypatch, spec, reference.random_problem(N, C, spec.dtype, seed=6))

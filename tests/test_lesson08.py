@@ -1,7 +1,7 @@
-"""Lesson 08 (bytes in flight): the floor time, Little's law, the pointer chase's chain and the kernels of
-kernels/bytes_in_flight.cu as the lesson describes them (CPU: nvcc and the SASS, no launch); on a GPU the
-latency and the scale variants are measured (marker ``gpu``). The kernel exercise is tested with the
-others in tests/test_kernel_exercises.py."""
+"""Lesson 08 (bytes in flight): the floor time, Little's law, the pointer chase's chain and the
+kernels of kernels/bytes_in_flight.cu as the lesson describes them (CPU: nvcc and the SASS, no
+launch); on a GPU the latency and the scale variants are measured (marker ``gpu``). The kernel
+exercise is tested with the others in tests/test_kernel_exercises.py."""
 from __future__ import annotations
 
 import numpy as np
@@ -17,9 +17,12 @@ def test_floor_time(monkeypatch):
     right = lesson08.floor_us(32768, 1024, 4260)
     assert right == pytest.approx((4 * 32768 * 1024 * 2 + 4 * 32768 + 3 * 1024 * 2) / 4260e9 * 1e6)
     assert lesson08.check_floor_time(right, copy_gbps=4260)
-    assert lesson08.check_floor_time(lesson08.floor_us(8192, 768, 4000, True), 8192, 768, 4000, overwrite=True)
-    for wrong, says in [(None, "replace None"), ("soon", "give a number"), (right / 1000, "milliseconds"),
-                        (lesson08.floor_us(32768, 1024, 4260, True), "other mode"), (2 * right, "bf16"),
+    assert lesson08.check_floor_time(lesson08.floor_us(8192, 768, 4000, True), 8192, 768, 4000,
+                                     overwrite=True)
+    for wrong, says in [(None, "replace None"), ("soon", "give a number"),
+                        (right / 1000, "milliseconds"),
+                        (lesson08.floor_us(32768, 1024, 4260, True), "other mode"),
+                        (2 * right, "bf16"),
                         (right / 2, "both directions"), (right * 1.3, "off by")]:
         v = lesson08.check_floor_time(wrong, copy_gbps=4260)
         assert not v.passed and says in v.message, (wrong, v.message)
@@ -32,8 +35,10 @@ def test_floor_time(monkeypatch):
 def test_littles_law():
     # 2 TB/s of loads at 500 ns: 1 MB outstanding
     assert inflight.needed_in_flight(2000, 500) == pytest.approx(1e6)
-    # y = a * x reads half of what it moves; 132 SMs with 8 KiB each at 800 ns read 1.35 TB/s, moving 2.7
-    assert inflight.predicted_fraction(8192, 132, 800, 4000) == pytest.approx(2 * 132 * 8192 / 800 / 4000)
+    # y = a * x reads half of what it moves; 132 SMs with 8 KiB each at 800 ns read 1.35 TB/s,
+    # moving 2.7
+    assert inflight.predicted_fraction(8192, 132, 800,
+                                       4000) == pytest.approx(2 * 132 * 8192 / 800 / 4000)
     assert inflight.predicted_fraction(10**6, 132, 800, 4000) == 1.0  # never above the copy line
     assert inflight.in_flight_per_sm("scale_f128_x4", 2048) == 2048 * 16 * 4
     assert inflight.in_flight_per_sm("scale_f32_x1", 2048) == 8192
@@ -46,7 +51,8 @@ def test_in_flight_exercise(monkeypatch):
     assert right == pytest.approx(2100e9 * 800e-9 / 132)
     v = lesson08.check_in_flight(right, copy_gbps=4200, sms=132)
     assert v.passed and "Lesson 00's scale" in v.message, v.message
-    for wrong, says in [(None, "replace None"), (2 * right, "copy / 2"), (right * 132, "divide by the SMs"),
+    for wrong, says in [(None, "replace None"), (2 * right, "copy / 2"),
+                        (right * 132, "divide by the SMs"),
                         (right / 1024, "KiB"), (right * 1.5, "off by")]:
         v = lesson08.check_in_flight(wrong, copy_gbps=4200, sms=132)
         assert not v.passed and says in v.message, (wrong, v.message)
@@ -64,7 +70,8 @@ def test_chase_chain_is_one_cycle_through_every_node():
     for _ in range(nodes):
         seen.append(j)
         j = int(chain[j])
-    assert j == 0 and sorted(seen) == [k * stride // 4 for k in range(nodes)]  # every node once, back at 0
+    # every node once, back at 0
+    assert j == 0 and sorted(seen) == [k * stride // 4 for k in range(nodes)]
     steps = np.diff(seen)
     assert np.mean(np.abs(steps) == stride // 4) < 0.05  # random: hardly ever the next line
     with pytest.raises(ValueError):
@@ -73,7 +80,8 @@ def test_chase_chain_is_one_cycle_through_every_node():
 
 @needs_sass
 def test_the_kernels_load_as_the_lesson_says():
-    """Width and loads before the first store, read from the SASS (what lesson 08's SASS cell prints)."""
+    """Width and loads before the first store, read from the SASS (what lesson 08's SASS cell
+    prints)."""
     from rmsnorm_lessons import sass
 
     listing = sass.listing(inflight.KERNEL_FILE)
@@ -83,7 +91,8 @@ def test_the_kernels_load_as_the_lesson_says():
         assert all(o.endswith(".128") == (width == 16) for o in ops), (variant, ops)
         first_store = next(k for k, o in enumerate(ops) if o.startswith("STG"))
         assert first_store == loads, (variant, ops)
-    chase = [i.opcode for i in listing.functions["pointer_chase"].instructions if i.opcode.startswith("LDG")]
+    chase = [i.opcode for i in listing.functions["pointer_chase"].instructions
+             if i.opcode.startswith("LDG")]
     assert chase and all("STRONG.GPU" in o for o in chase)  # __ldcg: L2, not L1
 
 
@@ -102,12 +111,14 @@ def test_bytes_in_flight_plot():
 
     from rmsnorm_lessons import plots
 
-    points = [dict(variant=v, in_flight_per_sm=inflight.in_flight_per_sm(v, b * 256), gbps=1000.0 * b, copy_gbps=4000.0)
+    points = [dict(variant=v, in_flight_per_sm=inflight.in_flight_per_sm(v, b * 256),
+                   gbps=1000.0 * b, copy_gbps=4000.0)
               for v in inflight.VARIANTS for b in (1, 2, 4, 8)]
     fig = plots.bytes_in_flight(points, latency_ns=700, sms=132)
     assert isinstance(fig, Figure)
     ax = fig.axes[0]
-    assert len(ax.get_lines()) == len(inflight.VARIANTS) + 2  # a line per variant, Little's law, the copy line
+    # a line per variant, Little's law, the copy line
+    assert len(ax.get_lines()) == len(inflight.VARIANTS) + 2
     assert "Little's law, 700 ns" in [t.get_text() for t in ax.get_legend().get_texts()]
     with pytest.raises(ValueError):
         plots.bytes_in_flight([])

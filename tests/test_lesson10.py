@@ -1,5 +1,6 @@
-"""Lesson 10's helpers without a GPU: the three bugs (built for sm_90), the sanitizer's report reader and its
-child's command line, and ncu's CSV parser on text in the format Nsight Compute documents."""
+"""Lesson 10's helpers without a GPU: the three bugs (built for sm_90), the sanitizer's report
+reader and its child's command line, and ncu's CSV parser on text in the format Nsight Compute
+documents."""
 from __future__ import annotations
 
 import json
@@ -20,7 +21,7 @@ def _forget_bug_rungs():
             ladder.unregister(name)
 
 
-# --- the bugs -----------------------------------------------------------------------------------------
+# --- the bugs -------------------------------------------------------------------------------------
 
 
 @pytest.mark.parametrize("name", bugs.BUGS)
@@ -37,7 +38,8 @@ def test_each_bug_is_one_edit_of_its_shipped_rung(name):
 
 def test_the_tail_bug_is_in_the_update_loop():
     src = bugs.source("bug_tail_v2")
-    assert src.count("c <= C") == 1 and src.index("c < C") < src.index("c <= C")  # the dot product is intact
+    # the dot product is intact
+    assert src.count("c <= C") == 1 and src.index("c < C") < src.index("c <= C")
 
 
 def test_an_edit_that_no_longer_applies_says_so(monkeypatch):
@@ -50,7 +52,8 @@ def test_an_edit_that_no_longer_applies_says_so(monkeypatch):
 
 
 @needs_nvcc
-@pytest.mark.parametrize("name,barriers", [("bug_race_v5", 1), ("bug_tail_v2", 0), ("bug_seed_loop_v6", None)])
+@pytest.mark.parametrize("name,barriers",
+                         [("bug_race_v5", 1), ("bug_tail_v2", 0), ("bug_seed_loop_v6", None)])
 def test_each_bug_builds_for_sm_90(name, barriers):
     rung = bugs.rung(name)
     res = build.compile_file(rung, "sm_90").resources[rung.kernels[0]]
@@ -66,7 +69,7 @@ def test_bug_shapes_are_what_the_lesson_says():
     assert 8200 % (grid * warps) != 0  # some block holds warps with one row and warps with two
 
 
-# --- the sanitizer's report -----------------------------------------------------------------------------
+# --- the sanitizer's report -----------------------------------------------------------------------
 
 MEMCHECK = """\
 child: bug_tail_v2 N=129 C=776: one call done
@@ -116,11 +119,13 @@ def test_entries_keep_the_findings_and_drop_the_backtraces():
 def test_racecheck_report():
     report = sanitizer.Report("racecheck", "bug_race_v5", 86, RACECHECK)
     assert report.summary == (1, 0)
-    assert report.entries == [["Error: Race reported between Write access at rmsnorm_backward_v5+0x5c0 in "
-                               "bug_race_v5.cu:67", "and Read access at rmsnorm_backward_v5+0x6a0 in "
+    assert report.entries == [["Error: Race reported between Write access at "
+                               "rmsnorm_backward_v5+0x5c0 in bug_race_v5.cu:67",
+                               "and Read access at rmsnorm_backward_v5+0x6a0 in "
                                "bug_race_v5.cu:70 [2048 hazards]"]]
-    clean = sanitizer.Report("racecheck", "v3_smem", 0, "========= RACECHECK SUMMARY: 0 hazards displayed "
-                                                        "(0 errors, 0 warnings)\n")
+    clean = sanitizer.Report("racecheck", "v3_smem", 0,
+                             "========= RACECHECK SUMMARY: 0 hazards displayed "
+                             "(0 errors, 0 warnings)\n")
     assert clean.sentence() == "racecheck found no error on v3_smem"
     assert "did not finish" in sanitizer.Report("memcheck", "x", 1, "Traceback ...").sentence()
     assert "did not finish in time" in sanitizer.Report("memcheck", "x", None, "").sentence()
@@ -129,10 +134,12 @@ def test_racecheck_report():
 def test_child_command_and_spec():
     rung = ladder.get("v3_smem")
     spec = sanitizer.child_spec(rung, (129, 777), "/tmp/x.cu")
-    assert spec["plan_module"] == "v3_smem" and spec["plan_fn"] == "plan" and spec["shared_module"] == "v3_smem"
+    names = (spec["plan_module"], spec["plan_fn"], spec["shared_module"])
+    assert names == ("v3_smem", "plan", "v3_smem")
     assert json.loads(json.dumps(spec)) == spec
     cmd = sanitizer.command("compute-sanitizer", "synccheck", ["python", "-c", "pass"])
-    assert cmd[:3] == ["compute-sanitizer", "--tool", "synccheck"] and cmd[-3:] == ["python", "-c", "pass"]
+    assert cmd[:3] == ["compute-sanitizer", "--tool", "synccheck"]
+    assert cmd[-3:] == ["python", "-c", "pass"]
     assert str(sanitizer.ERROR_EXIT) in cmd
     with pytest.raises(ValueError):
         sanitizer.command("compute-sanitizer", "leakcheck", [])
@@ -157,10 +164,10 @@ def test_each_bugs_tool_finds_it_on_the_gpu(name):
     assert clean.errors == 0, clean.output[-3000:]
 
 
-# --- ncu's CSV ------------------------------------------------------------------------------------------
+# --- ncu's CSV ------------------------------------------------------------------------------------
 
-# the raw page (--csv --page raw): a header of identifying columns and metric names, a row of units, a row
-# per profiled kernel; values may carry thousands separators
+# the raw page (--csv --page raw): a header of identifying columns and metric names, a row of units,
+# a row per profiled kernel; values may carry thousands separators
 RAW = '''==PROF== Connected to process 4242 (/usr/bin/python3.12)
 ==PROF== Profiling "rmsnorm_backward_v3": 0%....50%....100% - 9 passes
 ==PROF== Disconnected from process 4242
@@ -185,7 +192,8 @@ def test_parse_the_raw_page():
     assert (p.dram_pct, p.occupancy_pct) == (31.52, 46.20)
     assert p.duration_us == pytest.approx(1234.56)
     top = p.top_stalls()
-    assert [r for r, _, _ in top] == ["long_scoreboard", "short_scoreboard", "barrier"]  # "selected" is no stall
+    # "selected" is no stall
+    assert [r for r, _, _ in top] == ["long_scoreboard", "short_scoreboard", "barrier"]
     assert sum(share for _, _, share in p.top_stalls(10)) == pytest.approx(100.0)
     text = profile.table([p])
     assert "v3_smem" in text and "31.5" in text and "long_scoreboard 55 %" in text
@@ -194,26 +202,31 @@ def test_parse_the_raw_page():
 def test_parse_the_details_page():
     [k] = profile.parse_csv(DETAILS)
     p = profile.to_profile(k, "v7_fast", (8192, 1024))
-    assert p.dram_pct == 77.95 and p.occupancy_pct == 24.91 and p.duration_us == pytest.approx(140.0)
+    assert (p.dram_pct, p.occupancy_pct) == (77.95, 24.91)
+    assert p.duration_us == pytest.approx(140.0)
     assert p.top_stalls() == [("long_scoreboard", 4.26, 100.0)]
 
 
 def test_no_csv_is_no_kernel_and_failures_are_named():
     assert profile.parse_csv("==PROF== Connected\nnothing\n") == []
-    assert "ERR_NVGPUCTRPERM" in profile.explain_failure("==ERROR== ERR_NVGPUCTRPERM - The user does not have "
-                                                          "permission", 1)
-    assert profile.explain_failure("==ERROR== Failed to find metric foo", 1).startswith("ncu failed: ==ERROR==")
-    assert "profiled no kernel" in profile.explain_failure("==WARNING== No kernels were profiled.", 0)
+    denied = "==ERROR== ERR_NVGPUCTRPERM - The user does not have permission"
+    assert "ERR_NVGPUCTRPERM" in profile.explain_failure(denied, 1)
+    missing = profile.explain_failure("==ERROR== Failed to find metric foo", 1)
+    assert missing.startswith("ncu failed: ==ERROR==")
+    none = profile.explain_failure("==WARNING== No kernels were profiled.", 0)
+    assert "profiled no kernel" in none
 
 
 def test_ncu_command_profiles_the_second_launch_of_one_kernel():
     cmd = profile.command("ncu", "v7_fast", 8192, 1024)
     assert cmd[:3] == ["ncu", "--clock-control", "none"]
-    # the main kernel the plan launches at this shape: rows of C = 1024 are staged, C = 768 keeps registers
+    # the main kernel the plan launches at this shape: rows of C = 1024 are staged, C = 768 keeps
+    # registers
     assert cmd[cmd.index("--kernel-name") + 1] == "rmsnorm_backward_v7_staged"
     short = profile.command("ncu", "v7_fast", 8192, 768)
     assert short[short.index("--kernel-name") + 1] == "rmsnorm_backward_v7"
-    assert cmd[cmd.index("--launch-skip") + 1] == "1" and cmd[cmd.index("--launch-count") + 1] == "1"
+    assert cmd[cmd.index("--launch-skip") + 1] == "1"
+    assert cmd[cmd.index("--launch-count") + 1] == "1"
     assert cmd[cmd.index("--page") + 1] == "raw" and "--csv" in cmd
     metrics = cmd[cmd.index("--metrics") + 1].split(",")
     assert profile.DRAM in metrics and profile.OCCUPANCY in metrics and profile.STALLS in metrics
@@ -224,7 +237,8 @@ def test_ncu_command_profiles_the_second_launch_of_one_kernel():
 
 def test_without_ncu_the_error_says_so(monkeypatch):
     monkeypatch.setattr(build, "find_tool", lambda tool: None)
-    monkeypatch.setattr(profile, "Path", lambda *a: Path("/nonexistent/nsight-compute"))  # no standalone install
+    # no standalone install
+    monkeypatch.setattr(profile, "Path", lambda *a: Path("/nonexistent/nsight-compute"))
     with pytest.raises(profile.ProfileError, match="ncu \\(Nsight Compute\\) was not found"):
         profile.profile("v3_smem", 8192, 1024)
 
@@ -236,7 +250,8 @@ def test_the_child_refuses_without_a_gpu():
     from rmsnorm_lessons import gpu
     if gpu.available():
         pytest.skip("a GPU is here")
-    p = subprocess.run([sys.executable, "-m", "rmsnorm_lessons.nsight", "v3_smem", "64", "256", "--launch"],
+    p = subprocess.run([sys.executable, "-m", "rmsnorm_lessons.nsight", "v3_smem", "64", "256",
+                        "--launch"],
                        capture_output=True, text=True, timeout=120)
     assert p.returncode != 0 and "GPU" in p.stderr
 

@@ -1,4 +1,5 @@
-"""The lesson registry (rmsnorm_lessons/lessons.py) against the notebooks and the package it names."""
+"""The lesson registry (rmsnorm_lessons/lessons.py) against the notebooks and the package it
+names."""
 import importlib
 import json
 import re
@@ -32,7 +33,8 @@ def test_row_names_what_its_notebook_calls(lesson):
     for name in lesson.exercises:
         module, function = name.split(".")
         assert module == f"lesson{lesson.number}"
-        assert callable(getattr(importlib.import_module(f"rmsnorm_lessons.exercises.{module}"), function))
+        exercises = importlib.import_module(f"rmsnorm_lessons.exercises.{module}")
+        assert callable(getattr(exercises, function))
     assert lesson.kernel_exercise is None or lesson.kernel_exercise in lesson.exercises
     if lesson.rung is not None:
         assert ladder.get(lesson.rung).lesson == lesson.stem

@@ -1,5 +1,5 @@
-"""Lessons 00-03 without a GPU: their pictures, exercises (right answers pass, wrong ones fail with a
-useful message), compiling a source string, and the widgets. The GPU paths are marked ``gpu``."""
+"""Lessons 00-03 without a GPU: their pictures, exercises (right answers pass, wrong ones fail with
+a useful message), compiling a source string, and the widgets. The GPU paths are marked ``gpu``."""
 from pathlib import Path
 
 import numpy as np
@@ -14,11 +14,12 @@ NOTEBOOKS = ["00_setup.ipynb", "01_rmsnorm_math.ipynb", "02_naive.ipynb", "03_wa
 needs_nvcc = pytest.mark.skipif(build.find_nvcc() is None, reason="nvcc not found")
 
 
-# --- plots --------------------------------------------------------------------------------------------
+# --- plots ----------------------------------------------------------------------------------------
 
 
 @pytest.mark.parametrize("layout", ["thread_per_row", "warp_per_row", "v1_naive", "v2_warp"])
-@pytest.mark.parametrize("rows,C,step,block", [(32, 64, 3, 256), (16, 100, 3, 128), (5, 7, 99, 32), (64, 512, 0, 64)])
+@pytest.mark.parametrize("rows,C,step,block",
+                         [(32, 64, 3, 256), (16, 100, 3, 128), (5, 7, 99, 32), (64, 512, 0, 64)])
 def test_access_pattern_returns_a_small_figure(layout, rows, C, step, block):
     fig = plots.access_pattern(layout, rows=rows, C=C, step=step, block_size=block)
     assert isinstance(fig, Figure)
@@ -58,7 +59,8 @@ def test_butterfly_values_sum_in_every_lane():
     assert four[0] == sum(range(0, 32, 2)) and four[1] == sum(range(1, 32, 2))
 
 
-@pytest.mark.parametrize("offsets,highlight", [((16, 8, 4, 2, 1), 0), ((16, 8, 4, 2), 5), ((1, 2, 4, 8, 16), None)])
+@pytest.mark.parametrize("offsets,highlight",
+                         [((16, 8, 4, 2, 1), 0), ((16, 8, 4, 2), 5), ((1, 2, 4, 8, 16), None)])
 def test_butterfly_figure(offsets, highlight):
     assert isinstance(plots.butterfly(offsets, highlight), Figure)
 
@@ -68,14 +70,16 @@ def test_other_lesson_figures():
     assert isinstance(plots.thread_indices(16, 8), Figure)
     a = np.linspace(-1, 1, 11)
     assert isinstance(plots.gradient_check(a, a + 1e-9), Figure)
-    results = [dict(name="v1_naive", N=8192, C=1024, ms=3.0), dict(name="v2_warp", N=8192, C=1024, ms=0.25),
-               dict(name="v1_naive", N=16384, C=2048, ms=12.0), dict(name="v2_warp", N=16384, C=2048, ms=0.9)]
+    results = [dict(name="v1_naive", N=8192, C=1024, ms=3.0),
+               dict(name="v2_warp", N=8192, C=1024, ms=0.25),
+               dict(name="v1_naive", N=16384, C=2048, ms=12.0),
+               dict(name="v2_warp", N=16384, C=2048, ms=0.9)]
     assert isinstance(plots.speedup_bars(results), Figure)
     with pytest.raises(ValueError, match="baseline"):
         plots.speedup_bars(results, baseline="v9")
 
 
-# --- exercises ----------------------------------------------------------------------------------------
+# --- exercises ------------------------------------------------------------------------------------
 
 
 def test_lesson00_grid_and_bytes():
@@ -106,8 +110,10 @@ def test_lesson01_right_answer_passes():
     (lambda d, x, w, r: -_term2_right(d, x, w, r), "sign"),
     (lambda d, x, w, r: _term2_right(d, x, w, r) / r[:, None], "rstd in front is missing"),
     (lambda d, x, w, r: _term2_right(d, x, w, r) * x.shape[1], "sum"),
-    (lambda d, x, w, r: -r[:, None] * (x * r[:, None]) * np.mean(w * d * x * r[:, None], axis=0, keepdims=True), "axis=1"),
-    (lambda d, x, w, r: -r[:, None] * (x * r[:, None]) * np.mean(w * d * x * r[:, None], axis=1), "keepdims"),
+    (lambda d, x, w, r: -r[:, None] * (x * r[:, None])
+     * np.mean(w * d * x * r[:, None], axis=0, keepdims=True), "axis=1"),
+    (lambda d, x, w, r: -r[:, None] * (x * r[:, None]) * np.mean(w * d * x * r[:, None], axis=1),
+     "keepdims"),
     (lambda d, x, w, r: np.mean(w * d * x * r[:, None], axis=1), "shape"),
     (lambda d, x, w, r: None, "returned None"),
     (lambda d, x, w, r: np.zeros_like(x), "expected"),
@@ -156,7 +162,8 @@ def _shfl_down_reduction(x, broadcast=False):
     x = np.asarray(x, np.float64).reshape(-1, 32)
     lanes = np.arange(32)
     for o in (16, 8, 4, 2, 1):
-        x = x + x[:, np.where(lanes + o < 32, lanes + o, lanes)]  # out of range: a lane gets its own value
+        # out of range: a lane gets its own value
+        x = x + x[:, np.where(lanes + o < 32, lanes + o, lanes)]
     if broadcast:
         x = np.repeat(x[:, :1], 32, axis=1)
     return x.ravel()
@@ -181,7 +188,8 @@ def test_lesson03_judge_names_the_mistake(reduce, passes, expect):
 
 def test_lesson03_static_checks_need_no_compiler():
     assert "never exchange" in lesson03.check_warp_sum(lesson03.STARTER).message
-    assert "only the body" in lesson03.check_warp_sum("__device__ float warp_sum(float v) { return v; }").message
+    assert "only the body" in lesson03.check_warp_sum("__device__ float warp_sum(float v) { return "
+                                                      "v; }").message
     assert not lesson03.check_warp_sum("")
     assert not lesson03.check_warp_sum(42)
 
@@ -199,14 +207,16 @@ def test_lesson03_right_body_compiles_here():
 
 @needs_nvcc
 def test_lesson03_compile_error_points_at_the_learners_line():
-    verdict = lesson03.check_warp_sum("\n    float t = __shfl_xor_sync(0xffffffff, value, 1)\n    return t;\n")
+    verdict = lesson03.check_warp_sum("\n    float t = __shfl_xor_sync(0xffffffff, value, 1)\n    "
+                                      "return t;\n")
     assert not verdict.passed
     assert "your_warp_sum(2)" in verdict.message, verdict.message
 
 
 @needs_nvcc
 def test_compile_source_reports_resources_and_errors():
-    compiled = build.compile_source('extern "C" __global__ void k(float* x) { x[threadIdx.x] *= 2.0f; }')
+    compiled = build.compile_source('extern "C" __global__ void k(float* x) { x[threadIdx.x] *= '
+                                    '2.0f; }')
     assert compiled.kind == "cubin" and compiled.binary
     assert compiled.resources["k"].registers > 0
     ptx = build.compile_source('#include "common.cuh"\nextern "C" __global__ void k(float* x) '
@@ -228,7 +238,8 @@ SHFL_DOWN = """
         value += __shfl_down_sync(0xffffffff, value, offset);
     return value;
 """
-SHFL_DOWN_BROADCAST = SHFL_DOWN.replace("return value;", "return __shfl_sync(0xffffffff, value, 0);")
+SHFL_DOWN_BROADCAST = SHFL_DOWN.replace("return value;",
+                                        "return __shfl_sync(0xffffffff, value, 0);")
 
 
 @pytest.mark.gpu
@@ -244,7 +255,7 @@ def test_lesson03_on_the_gpu(body, passes, expect):
     assert expect in verdict.message, verdict.message
 
 
-# --- widgets ------------------------------------------------------------------------------------------
+# --- widgets --------------------------------------------------------------------------------------
 
 
 def test_access_explorer_builds_and_redraws_without_a_gpu():
@@ -267,7 +278,8 @@ def test_check_and_time_builds_without_a_gpu():
 
     c = widgets.check_and_time(["v1_naive", "v2_warp"], N=64, C=32)
     assert c.version.value == "v1_naive"
-    assert widgets.check_and_time(["v1_naive", "v2_warp"], version="v2_warp").version.value == "v2_warp"
+    assert widgets.check_and_time(["v1_naive", "v2_warp"],
+                                  version="v2_warp").version.value == "v2_warp"
     with pytest.raises(ValueError):
         widgets.check_and_time(["v1_naive", "v7_imaginary"])
     if gpu.why_unavailable() is not None:

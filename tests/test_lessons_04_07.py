@@ -1,5 +1,6 @@
-"""Lessons 04-07 without a GPU: their pictures, exercises (right answers pass, wrong ones fail with a
-useful message), the shared-memory widget and the notebooks' shape. The GPU paths are marked ``gpu``."""
+"""Lessons 04-07 without a GPU: their pictures, exercises (right answers pass, wrong ones fail with
+a useful message), the shared-memory widget and the notebooks' shape. The GPU paths are marked
+``gpu``."""
 import ast
 import dataclasses
 import math
@@ -13,10 +14,11 @@ from rmsnorm_lessons import access, bf16, gpu, kernels, ladder, launch, occupanc
 from rmsnorm_lessons.exercises import Verdict, lesson04, lesson05, lesson06, lesson07
 
 ROOT = Path(__file__).resolve().parent.parent
-NOTEBOOKS = ["04_shared_memory.ipynb", "05_bf16_vectorized.ipynb", "06_two_pass.ipynb", "07_last_block.ipynb"]
+NOTEBOOKS = ["04_shared_memory.ipynb", "05_bf16_vectorized.ipynb", "06_two_pass.ipynb",
+             "07_last_block.ipynb"]
 
 
-# --- plots --------------------------------------------------------------------------------------------
+# --- plots ----------------------------------------------------------------------------------------
 
 
 def _small(fig):
@@ -49,26 +51,30 @@ def test_partials_and_ticket_figures():
     for blocks in (1, 2, 8, 20):
         fig = _small(plots.ticket_timeline(blocks=blocks, seed=blocks))
         labels = [t.get_text() for t in fig.axes[0].texts if t.get_text().startswith("ticket")]
-        assert sorted(labels, key=lambda s: int(s.split()[1])) == [f"ticket {k}" for k in range(blocks)]
+        assert sorted(labels,
+                      key=lambda s: int(s.split()[1])) == [f"ticket {k}" for k in range(blocks)]
 
 
 def test_bf16_error_histogram():
     rng = np.random.default_rng(0)
-    fig = plots.bf16_error_histogram({"a": rng.random(1000), "b": np.r_[0.0, rng.random(10)]}, limit=0.5,
+    fig = plots.bf16_error_histogram({"a": rng.random(1000), "b": np.r_[0.0, rng.random(10)]},
+                                     limit=0.5,
                                      xlabel="x", title="t")
     _small(fig)
     assert "1 exact" in " ".join(t.get_text() for t in fig.axes[0].get_legend().get_texts())
     _small(plots.bf16_error_histogram({"zeros only": np.zeros(5)}))
 
 
-@pytest.mark.parametrize("version,C", [("v3_smem", 16384), ("v4_vec_bf16", 1024), ("v5_two_pass", 4096),
+@pytest.mark.parametrize("version,C",
+                         [("v3_smem", 16384), ("v4_vec_bf16", 1024), ("v5_two_pass", 4096),
                                        ("v6_last_block", 8192)])
 def test_shared_memory_chart(version, C):
     _small(plots.shared_memory_chart(version, C=C, Cs=[256, 1024, 4096, 16384]))
 
 
 @pytest.mark.parametrize("version,per_sm", [("v1_naive", None), ("v2_warp", None), ("v3_smem", 4),
-                                            ("v4_vec_bf16", 4), ("v5_two_pass", 2), ("v6_last_block", 2)])
+                                            ("v4_vec_bf16", 4), ("v5_two_pass", 2),
+                                            ("v6_last_block", 2)])
 def test_plan_blocks_per_sm_is_read_from_the_plans(version, per_sm):
     # what the shared-memory chart and summary draw as "the plan launches k per SM"
     assert occupancy.plan_blocks_per_sm(version, 1024) == per_sm
@@ -79,7 +85,7 @@ def test_plan_blocks_per_sm_is_read_from_the_plans(version, per_sm):
             assert ladder.plan(version, 1 << 22, 1024, device)[0].grid == per_sm * sms
 
 
-# --- exercises ----------------------------------------------------------------------------------------
+# --- exercises ------------------------------------------------------------------------------------
 
 
 def _degree(stride):
@@ -91,7 +97,8 @@ def _degree(stride):
 
 
 def test_lesson04_atomics():
-    sms = gpu.facts_or_fallback()[0].multiprocessors  # the checker asks about this GPU (else the H200)
+    # the checker asks about this GPU (else the H200)
+    sms = gpu.facts_or_fallback()[0].multiprocessors
     assert lesson04.check_v3_atomics(13 * 768).passed  # 13 blocks of 8 warps for 100 rows
     assert lesson04.check_v3_atomics(4 * sms * 4096, N=1 << 20, C=4096).passed
     assert lesson04.check_v3_atomics(528 * 4096, N=1 << 20, C=4096, sms=132).passed
@@ -109,7 +116,8 @@ def test_lesson04_bank_conflict_degree():
     assert lesson04.check_bank_conflict_degree(_degree).passed
     assert lesson04.check_bank_conflict_degree(lambda s: math.gcd(s, 32) if s else 1).passed
     cases = [(lambda s: math.gcd(s, 32), "broadcast"),              # stride 0 gives 32
-             (lambda s: 32 // (math.gcd(s, 32) or 32), "banks in use"),  # distinct banks, not lanes per bank
+             # distinct banks, not lanes per bank
+             (lambda s: 32 // (math.gcd(s, 32) or 32), "banks in use"),
              (lambda s: 1, "strides wrong"),
              (lambda s: None, "returns None"),
              (lambda s: 1 / 0, "ZeroDivisionError")]
@@ -125,7 +133,8 @@ def _round_bits(x):
 
 def test_lesson05_bf16_round():
     assert lesson05.check_bf16_round(_round_bits).passed
-    assert lesson05.check_bf16_round(lambda x: bf16.to_bf16(x)).passed  # a bf16 array is accepted too
+    # a bf16 array is accepted too
+    assert lesson05.check_bf16_round(lambda x: bf16.to_bf16(x)).passed
     cases = [(lambda x: (x.view(np.uint32) >> 16).astype(np.uint16), "truncates"),
              (lambda x: ((x.view(np.uint32) + 0x8000) >> 16).astype(np.uint16), "ties"),
              (lambda x: _round_bits(x)[:-1], "shape"),
@@ -142,7 +151,8 @@ def test_lesson05_half_ulp():
     assert lesson05.check_half_ulp(0.125).passed
     assert lesson05.check_half_ulp(2 ** -8, lo=1.0).passed
     assert lesson05.check_half_ulp(0.5, lo=128.0).passed
-    for wrong, expect in [(0.25, "spacing"), (0.125 / 2 ** 16, "float32"), (0.1, "not 0.1"), (None, "replace"),
+    for wrong, expect in [(0.25, "spacing"), (0.125 / 2 ** 16, "float32"), (0.1, "not 0.1"),
+                          (None, "replace"),
                           ("x", "number")]:
         v = lesson05.check_half_ulp(wrong)
         assert not v.passed and expect in v.message, v.message
@@ -157,7 +167,8 @@ def test_half_ulp_is_what_ml_dtypes_does():
 def test_lesson06_block_order_sum():
     loop = lambda p: lesson06.block_order_sum(p)  # noqa: E731
     assert lesson06.check_block_order_sum(loop).passed
-    assert lesson06.check_block_order_sum(lambda p: np.cumsum(p, axis=0, dtype=np.float32)[-1]).passed
+    assert lesson06.check_block_order_sum(lambda p: np.cumsum(p, axis=0,
+                                                              dtype=np.float32)[-1]).passed
     cases = [(lambda p: p.astype(np.float64).sum(axis=0).astype(np.float32), "float64"),
              (lambda p: lesson06.block_order_sum(p[::-1]), "last block"),
              (lambda p: lesson06.block_order_sum(p).astype(np.float64), "float32"),
@@ -172,7 +183,8 @@ def test_lesson06_block_order_sum():
 
 def test_lesson06_scratch_bytes():
     assert lesson06.check_scratch_bytes(264 * 4096 * 4).passed
-    for wrong, expect in [(264 * 4096 * 2, "float32"), (264 * 4096, "floats, not bytes"), (1, "not 1"),
+    for wrong, expect in [(264 * 4096 * 2, "float32"), (264 * 4096, "floats, not bytes"),
+                          (1, "not 1"),
                           (None, "replace"), ("x", "whole")]:
         v = lesson06.check_scratch_bytes(wrong)
         assert not v.passed and expect in v.message, v.message
@@ -200,21 +212,23 @@ def test_seed_tickets_and_v6_tickets():
 def test_lesson07_seed_tickets_check():
     assert lesson07.check_seed_tickets([4, 0, 1, 2], [3, 4, 0, 1]).passed
     assert lesson07.check_seed_tickets((4, 0, 1, 2), np.array([3, 4, 0, 1])).passed
-    for l2, l3, expect in [([0, 1, 2, 3], [0, 1, 2, 3], "not 0"), ([4, 0, 1, 2], [0, 1, 2, 3], "launch 3"),
-                           ([1, 2, 3, 4], [3, 4, 0, 1], "launch 2 is not"), (None, None, "replace None"),
+    for l2, l3, expect in [([0, 1, 2, 3], [0, 1, 2, 3], "not 0"),
+                           ([4, 0, 1, 2], [0, 1, 2, 3], "launch 3"),
+                           ([1, 2, 3, 4], [3, 4, 0, 1], "launch 2 is not"),
+                           (None, None, "replace None"),
                            (["a"], [1], "whole numbers")]:
         v = lesson07.check_seed_tickets(l2, l3)
         assert not v.passed and expect in v.message, v.message
 
 
-# --- the widget ---------------------------------------------------------------------------------------
+# --- the widget -----------------------------------------------------------------------------------
 
 
 def test_shared_memory_summary():
     from rmsnorm_lessons import widgets
 
     text = widgets.shared_memory_summary("v3_smem", 16384)
-    assert "65536 B" in text and "opts in" in text and "3 block(s) fit" in text and "second wave" in text
+    assert all(s in text for s in ("65536 B", "opts in", "3 block(s) fit", "second wave")), text
     text = widgets.shared_memory_summary("v3_smem", 1024)
     assert "within the 48 KiB" in text and "all of them run at once" in text
     assert "cannot launch" in widgets.shared_memory_summary("v6_last_block", 30000)
@@ -233,7 +247,7 @@ def test_shared_memory_explorer_builds_and_redraws_without_a_gpu():
     assert "second wave" in e.summary()
 
 
-# --- the notebooks themselves -------------------------------------------------------------------------
+# --- the notebooks themselves ---------------------------------------------------------------------
 
 
 def _cells(name):
@@ -269,13 +283,14 @@ def test_no_cpu_cell_depends_on_a_gpu_cell(name):
             defined_only_by_gpu |= stored - defined_by_cpu
             continue
         needs = (loaded - stored) & defined_only_by_gpu
-        assert not needs, f"a CPU cell of {name} uses {sorted(needs)}, defined only in a gpu cell:\n{cell.source}"
+        assert not needs, (f"a CPU cell of {name} uses {sorted(needs)}, defined only in a gpu "
+                           f"cell:\n{cell.source}")
         defined_by_cpu |= stored
         defined_only_by_gpu -= stored
 
 
 
-# --- on the GPU ---------------------------------------------------------------------------------------
+# --- on the GPU -----------------------------------------------------------------------------------
 
 
 @pytest.mark.gpu
@@ -289,7 +304,8 @@ def test_v6_passes_the_seeds_own_check():
     dout = rng.uniform(-1, 1, (B, T, C)).astype(np.float32)
     _, rstd = reference.forward(inp, weight, dtype=np.float32)
     ref_dinp, ref_dweight = reference.backward(dout, inp, weight, rstd, dtype=np.float32)
-    dinp, dweight = kernels.run("v6_last_block", *(bf16.to_bf16(a) for a in (dout, inp, weight)), rstd)
+    dinp, dweight = kernels.run("v6_last_block", *(bf16.to_bf16(a) for a in (dout, inp, weight)),
+                                rstd)
     a = check.compare(dinp, ref_dinp, 1e-1, 0.079, name="dinp")
     b = check.compare(dweight, ref_dweight, 5e-1, 0.079, name="dweight")
     assert a.ok and b.ok, f"{a}\n{b}"
@@ -303,7 +319,8 @@ def test_v6_counter_reads_zero_after_every_launch():
     p = reference.random_problem(N, C, bf16.bfloat16, seed=2)
     drv = gpu.driver()
     for _ in range(3):
-        kernels.run("v6_last_block", p["dout"], p["inp"], p["weight"], p["rstd"], p["dinp"], p["dweight"])
+        kernels.run("v6_last_block", p["dout"], p["inp"], p["weight"], p["rstd"], p["dinp"],
+                    p["dweight"])
         counter = np.ones(1, np.uint32)
         drv.memcpy_dtoh(counter, launch.launcher("v6_last_block", C).scratch("scratch"))
         assert counter[0] == 0
@@ -316,7 +333,8 @@ def test_v4_accumulator_readback_is_what_dweight_adds():
 
     N, C = 4099, 1600
     p = reference.random_problem(N, C, bf16.bfloat16, seed=3)
-    _, dweight = kernels.run("v4_vec_bf16", p["dout"], p["inp"], p["weight"], p["rstd"], p["dinp"], p["dweight"])
+    _, dweight = kernels.run("v4_vec_bf16", p["dout"], p["inp"], p["weight"], p["rstd"], p["dinp"],
+                             p["dweight"])
     accum = np.empty(C, np.float32)
     gpu.driver().memcpy_dtoh(accum, launch.launcher("v4_vec_bf16", C).scratch("dweight_accum"))
     expect = bf16.to_bf16(bf16.from_bf16(p["dweight"]) + accum)
@@ -330,7 +348,9 @@ def test_v5_dweight_is_bitwise_repeatable():
     from rmsnorm_lessons import reference
 
     p = reference.random_problem(4096, 1024, bf16.bfloat16, seed=4)
-    first = kernels.run("v5_two_pass", p["dout"], p["inp"], p["weight"], p["rstd"], p["dinp"], p["dweight"])[1]
+    first = kernels.run("v5_two_pass", p["dout"], p["inp"], p["weight"], p["rstd"], p["dinp"],
+                        p["dweight"])[1]
     for _ in range(4):
-        again = kernels.run("v5_two_pass", p["dout"], p["inp"], p["weight"], p["rstd"], p["dinp"], p["dweight"])[1]
+        again = kernels.run("v5_two_pass", p["dout"], p["inp"], p["weight"], p["rstd"], p["dinp"],
+                            p["dweight"])[1]
         assert np.array_equal(bf16.bits(again), bf16.bits(first))

@@ -18,7 +18,8 @@ NOTEBOOKS = sorted((ROOT / "notebooks").glob("*.ipynb"))
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
 def test_machine_dependent_cells_are_tagged(path):
     missing = tag_notebooks.untagged(json.loads(path.read_text(encoding="utf-8")))
-    assert not missing, "\n".join(f"{path.name} code cell {n}: {'; '.join(why)}" for n, why in missing) + \
+    assert not missing, "\n".join(f"{path.name} code cell {n}: {'; '.join(why)}" for n,
+                                  why in missing) + \
         "\nrun python3 tools/tag_notebooks.py"
 
 
@@ -34,8 +35,10 @@ def _cell(source, text, tags=()):
     ("print(path)", "/work/main/.venv/lib/python3.11/site-packages/x\n"),
     ("rl.widgets.check_and_time(['v1_naive'])", "Pick a version\n"),
     # PASS on a GPU, NOT VERIFIED without one: nothing in the text names the machine
-    ("lesson03.check_warp_sum(my_body)", "PASS: nvcc compiled it for sm_90 (14 registers) and ran it\n"),
-    ("lesson07.check_v6_kernel(yours_v6)", "PASS: yours_v6 matches the float64 reference at 4 shapes\n"),
+    ("lesson03.check_warp_sum(my_body)",
+     "PASS: nvcc compiled it for sm_90 (14 registers) and ran it\n"),
+    ("lesson07.check_v6_kernel(yours_v6)",
+     "PASS: yours_v6 matches the float64 reference at 4 shapes\n"),
 ])
 def test_an_untagged_machine_dependent_cell_is_caught(source, text):
     nb = {"cells": [_cell("x = 1", "1\n"), _cell(source, text)]}
@@ -45,7 +48,8 @@ def test_an_untagged_machine_dependent_cell_is_caught(source, text):
 
 
 def test_a_deterministic_cell_needs_no_tag():
-    nb = {"cells": [_cell("print(rl.build.kernel_source('v1_naive'))", "// v1_naive.cu\n__global__ ...\n"),
+    nb = {"cells": [_cell("print(rl.build.kernel_source('v1_naive'))",
+                          "// v1_naive.cu\n__global__ ...\n"),
                     _cell("print(2 + 2)", "4\n")]}
     assert tag_notebooks.untagged(nb) == []
 

@@ -1,22 +1,24 @@
-"""The lessons as they ship: light, and carrying the outputs of a real GPU run with no error in them."""
+"""The lessons as they ship: light, and carrying the outputs of a real GPU run with no error in
+them."""
 import json
 import re
-from pathlib import Path
 
 import pytest
 
-NOTEBOOKS = sorted((Path(__file__).resolve().parent.parent / "notebooks").glob("*.ipynb"))
+from rmsnorm_lessons import lessons
+
+NOTEBOOKS = [lesson.path for lesson in lessons.LESSONS]
 
 
 def _cells(path):
     return json.loads(path.read_text())["cells"]
 
 
-def test_every_lesson_is_here():
-    names = [p.stem for p in NOTEBOOKS]
-    assert names == ["00_setup", "01_rmsnorm_math", "02_naive", "03_warp_per_row", "04_shared_memory",
-                     "05_bf16_vectorized", "06_two_pass", "07_last_block", "08_bytes_in_flight",
-                     "09_v7_step_by_step", "10_finding_bugs"]
+def test_every_lesson_is_here_and_no_other_notebook():
+    missing = [p.name for p in NOTEBOOKS if not p.is_file()]
+    assert not missing, f"rmsnorm_lessons/lessons.py names notebooks that are missing: {missing}"
+    others = sorted(p.name for p in lessons.notebook_dir().glob("*.ipynb") if p not in NOTEBOOKS)
+    assert not others, f"notebooks no row of rmsnorm_lessons/lessons.py names: {others}"
 
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
@@ -42,7 +44,8 @@ def test_no_cell_shipped_with_an_error(path):
     for cell in _cells(path):
         for out in cell.get("outputs", []):
             assert out.get("output_type") != "error", "".join(cell["source"])[:80]
-            assert "Traceback (most recent call last)" not in "".join(out.get("text", [])), "".join(cell["source"])[:80]
+            text = "".join(out.get("text", []))
+            assert "Traceback (most recent call last)" not in text, "".join(cell["source"])[:80]
 
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
@@ -57,14 +60,16 @@ def test_lesson_has_the_course_shape(path):
     assert "What to take away" in cells[-1].source
     for cell in cells:
         if cell.cell_type == "code":
-            assert ("gpu" in cell.metadata.get("tags", [])) == cell.source.startswith("%%gpu"), cell.source[:80]
+            tagged = "gpu" in cell.metadata.get("tags", [])
+            assert tagged == cell.source.startswith("%%gpu"), cell.source[:80]
     # an exercise whose check is called in the lesson
     assert any(re.search(r"\blesson\d\d\.check", c.source) for c in cells if c.cell_type == "code")
 
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
 def test_lesson_says_where_its_outputs_were_made(path):
-    # rmsnorm_lessons.execute records it; %%gpu cells label their saved outputs with it where no GPU is
+    # rmsnorm_lessons.execute records it; %%gpu cells label their saved outputs with it where no GPU
+    # is
     from rmsnorm_lessons.notebook import RUN_KEY
 
     run = json.loads(path.read_text())["metadata"].get(RUN_KEY)
@@ -74,14 +79,17 @@ def test_lesson_says_where_its_outputs_were_made(path):
 def test_a_gpu_cell_without_a_gpu_shows_its_saved_output(tmp_path, capsys, monkeypatch):
     from rmsnorm_lessons import gpu, notebook
 
-    nb = {"metadata": {notebook.RUN_KEY: {"device": "NVIDIA H200", "date": "2026-12-02"}}, "cells": [
-        {"cell_type": "code", "source": ["%%gpu\n", "x = 1  \n", "print(x)"], "metadata": {"tags": ["gpu"]},
+    nb = {"metadata": {notebook.RUN_KEY: {"device": "NVIDIA H200", "date": "2026-12-02"}},
+          "cells": [
+        {"cell_type": "code", "source": ["%%gpu\n", "x = 1  \n", "print(x)"],
+         "metadata": {"tags": ["gpu"]},
          "outputs": [{"output_type": "stream", "name": "stdout", "text": ["1 from the H200\n"]}]}]}
     path = tmp_path / "lesson.ipynb"
     path.write_text(json.dumps(nb))
     outputs, where = notebook.saved_outputs("x = 1\nprint(x)\n", notebooks=[path])
     assert where == "NVIDIA H200, 2026-12-02" and outputs[0]["text"] == ["1 from the H200\n"]
-    assert notebook.saved_outputs("print(2)", notebooks=[path]) is None  # other code: nothing to show
+    # other code: nothing to show
+    assert notebook.saved_outputs("print(2)", notebooks=[path]) is None
     monkeypatch.chdir(tmp_path)
     monkeypatch.setattr(gpu, "why_unavailable", lambda: "No NVIDIA driver here: ...")
     notebook.gpu_cell("", "x = 1\nprint(x)")

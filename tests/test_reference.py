@@ -1,4 +1,5 @@
-"""The NumPy reference (CPU): float32 against float64, against finite differences, accumulation, shapes."""
+"""The NumPy reference (CPU): float32 against float64, against finite differences, accumulation,
+shapes."""
 import numpy as np
 import pytest
 
@@ -27,7 +28,8 @@ def test_forward_rstd_and_output_by_hand():
 
 
 def test_backward_one_row_by_hand():
-    # C = 2, everything written out: norm = x*r, dnorm = w*g, dinp = r*(dnorm - norm*mean(dnorm*norm))
+    # C = 2, everything written out: norm = x*r, dnorm = w*g, dinp = r*(dnorm -
+    # norm*mean(dnorm*norm))
     x = np.array([[1.0, -2.0]])
     w = np.array([0.5, 3.0])
     g = np.array([[2.0, 1.0]])
@@ -111,7 +113,8 @@ def test_bf16_inputs_are_widened_exactly():
     assert p["inp"].dtype == bf16.bfloat16
     wide = {k: (bf16.from_bf16(v) if v.dtype == bf16.bfloat16 else v) for k, v in p.items()}
     a = reference.backward(p["dout"], p["inp"], p["weight"], p["rstd"], p["dinp"], p["dweight"])
-    b = reference.backward(wide["dout"], wide["inp"], wide["weight"], wide["rstd"], wide["dinp"], wide["dweight"])
+    b = reference.backward(wide["dout"], wide["inp"], wide["weight"], wide["rstd"], wide["dinp"],
+                           wide["dweight"])
     np.testing.assert_array_equal(a[0], b[0])
     np.testing.assert_array_equal(a[1], b[1])
 
@@ -127,9 +130,9 @@ def test_random_problem_shapes_dtypes_and_seeds(dtype):
         assert p[k].dtype == np.dtype(dtype)
         assert np.all(np.abs(p[k].astype(np.float32)) <= 1)
     # accumulate=True: random initial outputs, so += and = differ
-    assert np.any(p["dinp"].astype(np.float32) != 0) and np.any(p["dweight"].astype(np.float32) != 0)
+    assert all(np.any(p[k].astype(np.float32) != 0) for k in ("dinp", "dweight"))
     zero = reference.random_problem(11, 40, dtype, seed=8, accumulate=False)
-    assert not np.any(zero["dinp"].astype(np.float32)) and not np.any(zero["dweight"].astype(np.float32))
+    assert not any(np.any(zero[k].astype(np.float32)) for k in ("dinp", "dweight"))
     # same seed, same data; rstd is forward's, in float32, from the stored (rounded) inp
     again = reference.random_problem(11, 40, dtype, seed=8)
     for k in p:

@@ -3,7 +3,7 @@
 A path is a word starting with one of the repository's folders (kernels, tools, lab, notebooks,
 rmsnorm_lessons, results) followed by ``/``, in the Markdown, Python, CUDA, shell and notebook files
 and the Makefile that git tracks or would track. A glob (``notebooks/*.ipynb``) must match something; a
-placeholder component (``lab/results/<name>/...``, ``kernels/{name}.cu``) stands for any name: the part
+placeholder component (``results/<name>/...``, ``kernels/{name}.cu``) stands for any name: the part
 before it must exist. A path inside another (``/abs/.../kernels/x``, ``https://.../tools/x``) is not one.
 """
 import glob
@@ -73,7 +73,7 @@ def test_nothing_points_outside_the_repository():
 
 @pytest.mark.parametrize("token, expected", [
     ("lab/README.md", True), ("lab/no_such_file.py", False), ("notebooks/*.ipynb", True),
-    ("notebooks/*.nothing", False), ("lab/results/<name>/MANIFEST.json", True),
+    ("notebooks/*.nothing", False), ("results/<name>/MANIFEST.json", True),
     ("no_such_folder/<name>/x", False), ("kernels/{name}.cu", True), ("tools/", True),
 ])
 def test_exists_reads_globs_and_placeholders(token, expected):

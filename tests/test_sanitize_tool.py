@@ -1,4 +1,5 @@
-"""tools/sanitize.py without a GPU (CPU): its summary parser, its plan, and its refusal without the sanitizer."""
+"""tools/sanitize.py without a GPU (CPU): its summary parser, its plan, and its refusal without the
+sanitizer."""
 import importlib.util
 import os
 import subprocess
@@ -17,17 +18,20 @@ spec.loader.exec_module(sanitize)
 
 def _run(*args):
     env = dict(os.environ, PYTHONPATH=str(ROOT))
-    return subprocess.run([sys.executable, str(ROOT / "tools" / "sanitize.py"), *args], capture_output=True,
+    return subprocess.run([sys.executable, str(ROOT / "tools" / "sanitize.py"), *args],
+                          capture_output=True,
                           text=True, env=env, timeout=120)
 
 
 def test_parse_clean_memcheck():
-    out = "driver: v2_warp N=8 C=256: ok\n========= COMPUTE-SANITIZER\n========= ERROR SUMMARY: 0 errors\n"
+    out = ("driver: v2_warp N=8 C=256: ok\n========= COMPUTE-SANITIZER\n"
+           "========= ERROR SUMMARY: 0 errors\n")
     assert sanitize.parse_summary(out) == (0, 0)
 
 
 def test_parse_errors():
-    out = ("========= Invalid __global__ write of size 16 bytes\n=========     at rmsnorm_backward_v6+0x1a0\n"
+    out = ("========= Invalid __global__ write of size 16 bytes\n=========     at "
+           "rmsnorm_backward_v6+0x1a0\n"
            "========= ERROR SUMMARY: 3 errors\n")
     assert sanitize.parse_summary(out) == (3, 0)
     assert sanitize.parse_summary("========= ERROR SUMMARY: 1 error\n") == (1, 0)
@@ -61,7 +65,8 @@ def test_list_names_every_tool_and_version():
     assert len(lines) == len(sanitize.TOOLS) * len(ladder.VERSIONS)
     for tool in sanitize.TOOLS:
         for v in ladder.VERSIONS:
-            assert any(f"--tool {tool} " in l and l.endswith(f"--launch {v}") for l in lines), (tool, v)
+            assert any(f"--tool {tool} " in line and line.endswith(f"--launch {v}")
+                       for line in lines), (tool, v)
 
 
 def test_unknown_version_refused():
@@ -70,7 +75,8 @@ def test_unknown_version_refused():
     assert "Traceback" not in p.stderr
 
 
-@pytest.mark.skipif(build.find_tool("compute-sanitizer") is not None, reason="compute-sanitizer is here")
+@pytest.mark.skipif(build.find_tool("compute-sanitizer") is not None,
+                    reason="compute-sanitizer is here")
 def test_without_compute_sanitizer_exit_2_with_one_sentence():
     p = _run()
     assert p.returncode == 2

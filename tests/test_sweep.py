@@ -1,10 +1,10 @@
 """Every version against the float64 reference over a fixed-seed sample of shapes (GPU).
 
-For each version about twelve shapes: N from 1 to 70 000, C any multiple of 8 up to 16384 (and odd C for
-the fp32 versions), always including 1600 and 5120 (not powers of two), 16384 and the smallest C. Outputs
-start non-zero (the kernels must add), and every case gets fresh random data. The host reference costs
-most of the time, so N*C is capped (harder for v1_naive, which is slow on wide rows). ``pytest -s`` shows
-||err||/||ref|| and the largest error of every case.
+For each version about twelve shapes: N from 1 to 70 000, C any multiple of 8 up to 16384 (and odd C
+for the fp32 versions), always including 1600 and 5120 (not powers of two), 16384 and the smallest
+C. Outputs start non-zero (the kernels must add), and every case gets fresh random data. The host
+reference costs most of the time, so N*C is capped (harder for v1_naive, which is slow on wide
+rows). ``pytest -s`` shows ||err||/||ref|| and the largest error of every case.
 """
 import zlib
 
@@ -25,9 +25,11 @@ def _shapes(version: str) -> list[tuple[int, int]]:
     spec = kernels.get(version)
     rng = np.random.default_rng(zlib.crc32(version.encode()))
     cap = CAP.get(version, DEFAULT_CAP)
-    step = 8 if spec.c_multiple == 1 else spec.c_multiple * ((8 + spec.c_multiple - 1) // spec.c_multiple)
+    m = spec.c_multiple
+    step = 8 if m == 1 else m * ((8 + m - 1) // m)
     fixed_C = [1600, 5120, MAX_C, step]
-    Cs = fixed_C + [int(c) * step for c in rng.integers(1, MAX_C // step + 1, PER_VERSION - len(fixed_C) - 2)]
+    Cs = fixed_C + [int(c) * step for c in rng.integers(1, MAX_C // step + 1,
+                                                        PER_VERSION - len(fixed_C) - 2)]
     if spec.c_multiple == 1:
         Cs += [int(rng.integers(1, 64)) * 2 + 1, int(rng.integers(100, 3000)) * 2 + 1]  # odd C
     else:
@@ -49,7 +51,8 @@ CASES = [(v, N, C) for v in kernels.VERSIONS for N, C in _shapes(v)]
 @pytest.mark.parametrize("version,N,C", CASES, ids=[f"{v}-{N}x{C}" for v, N, C in CASES])
 def test_sweep_against_float64_reference(version, N, C):
     spec = kernels.get(version)
-    p = reference.random_problem(N, C, spec.dtype, seed=zlib.crc32(f"{version}/{N}/{C}".encode()), accumulate=True)
+    p = reference.random_problem(N, C, spec.dtype, seed=zlib.crc32(f"{version}/{N}/{C}".encode()),
+                                 accumulate=True)
     got = kernels.run(version, p["dout"], p["inp"], p["weight"], p["rstd"], p["dinp"], p["dweight"])
     a, b = compare(version, N, got, reference_of(p), label=f"N={N} C={C}")
     assert a.ok, str(a)

@@ -3,7 +3,7 @@
     python tools/readme_bench.py                     # print what the README should hold
     python tools/readme_bench.py --check             # exit 1 if README.md holds something else
     python tools/readme_bench.py --write             # rewrite README.md between the markers
-    python tools/readme_bench.py lab/results/<name>/bench.json --write   # publish another run
+    python tools/readme_bench.py results/<name>/bench.json --write   # publish another run
 
 README.md holds the rendered text between ``<!-- bench:start PATH -->`` and ``<!-- bench:end -->``;
 PATH (from the repository root) is the bench.json it was rendered from, so without a path argument the

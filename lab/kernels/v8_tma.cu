@@ -1,13 +1,13 @@
 // lab/kernels/v8_tma.cu: an experiment past v7 (issue 16), not a rung of the course yet.
 //
-// What changes against v7, and why (lab/NOTES.md has the prediction):
+// What changes against v7, and why (results/NOTES.md has the prediction):
 //  1. The rows come in through shared memory, not registers: each row group's first thread issues one
 //     bulk copy (cp.async.bulk, the TMA's 1-D form) per tensor of the group's next rows into the group's
 //     ring of `stages` row slots, and an mbarrier per slot says when its bytes have landed. Up to
 //     stages - 1 rows a group are in flight while one is worked on, whatever the registers hold, in both
 //     modes (v7: K * 48 bytes per thread, and the next row only in accumulate mode at 1024 <= C <= 8192).
 //     (A first version shared one ring of tiles among the block's groups, refilled after a __syncthreads
-//     per tile: lab/NOTES.md has why it was slower.)
+//     per tile: results/NOTES.md has why it was slower.)
 //  2. A thread's dweight sums live in registers (K * 8 fp32): the rows no longer do.
 //  3. A row wider than one block's 512 threads x 4 chunks (C > 16384) is split across a thread-block
 //     cluster of CL blocks: each block owns a contiguous range of the row's chunks, and the row's dot
@@ -15,7 +15,7 @@
 //     row. A cluster's blocks are resident together by construction, so no block waits on one that may
 //     not have started (the co-tenant rule of v7 holds).
 //  4. One partial row of C fp32 per cluster (v7: per block), summed by v7's reduce_dweight_v7.
-#include "v7_fast.cu"
+#include "frozen/v7_fast.cu"  // v7 as this experiment builds on it, frozen (lab/README.md)
 
 namespace v8 {
 

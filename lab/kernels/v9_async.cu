@@ -13,7 +13,7 @@
 //  4. Blocks of V9_BLOCK threads, one block an SM (__launch_bounds__(V9_BLOCK, 1)): the registers a thread
 //     has are 65536 / V9_BLOCK, so a larger block is more warps with fewer chunks each.
 //  5. One partial row per block (the groups' sums added in group order), summed by v7's reduce_dweight_v7.
-#include "v7_fast.cu"
+#include "frozen/v7_fast.cu"  // v7 as this experiment builds on it, frozen (lab/README.md)
 
 #if !defined(V9_BLOCK) || !defined(V9_MAX_K)
 #error "V9_BLOCK and V9_MAX_K must be defined by the build (lab/v9_async.py)"

@@ -22,7 +22,7 @@ from . import Verdict, failed, not_verified
 #: the default shapes: above L2, where v7 is bandwidth-bound (bench.LARGE_SHAPES's middle one)
 SHAPES = ((16384, 4096),)
 #: the plan's own choice reaches 87-91 % of the ceiling accumulating at the large shapes on the H200
-#: (README, lab/results/h200-2026-12-03e/ceiling/burst.log): the target asks for a variant near it
+#: (README, results/h200-2026-12-03e/ceiling/burst.log): the target asks for a variant near it
 TARGET = 85.0
 REPEATS = 30
 

@@ -25,10 +25,10 @@ MAX_K = 4  # K = 4 takes the 128 registers a thread may have at 512 threads per 
 QUADS_PER_PASS = 32  # the final sum: one warp reads 32 float4 (128 columns) of a partial row per pass
 REDUCE_BATCH = 9  # the final sum: loads a warp keeps in flight (16 warps x 9 cover 132 partial rows)
 MAX_GROUPS = 15  # row groups of more than one warp each own a named barrier, 1..15
-PREFETCH_C = (1024, 8192)  # accumulate mode prefetches the next row (K = 2) for C in this range (lab/NOTES.md)
+PREFETCH_C = (1024, 8192)  # accumulate mode prefetches the next row (K = 2) for C in this range (results/NOTES.md)
 STAGED_BLOCK = 1024  # the staged kernel's __launch_bounds__(1024, 1): 64 registers a thread
 STAGED_K = 2  # chunks a thread on the staged path (kernels/v7_fast.cu: staged::K)
-STAGED_C = (1024, 16384)  # C staged by cp.async (lab/NOTES.md, "v9"); shorter rows keep the register path
+STAGED_C = (1024, 16384)  # C staged by cp.async (results/NOTES.md, "v9"); shorter rows keep the register path
 STAGED_MAX_STAGES = 8  # row slots a group's ring has at most (kernels/v7_fast.cu: staged::MAX_STAGES)
 STAGED_STATIC_SHARED = 1024  # kept free for the staged kernel's static shared memory (256 B) in the ring's budget
 DEFINES = {"V7_MAX_BLOCK": MAX_BLOCK, "V7_QUADS_PER_PASS": QUADS_PER_PASS, "V7_REDUCE_BATCH": REDUCE_BATCH,
@@ -103,7 +103,7 @@ def row_layout(C: int, block: int = MAX_BLOCK, K: int | None = None, overwrite: 
     warp while 4 chunks a lane cover it, else 4 chunks a thread.
     """
     chunks = C // 8
-    if prefetch is None:  # measured (lab/NOTES.md): helps accumulate mode at these C, not overwrite mode
+    if prefetch is None:  # measured (results/NOTES.md): helps accumulate mode at these C, not overwrite mode
         prefetch = K is None and not overwrite and PREFETCH_C[0] <= C <= PREFETCH_C[1]
     if K is None:
         K = 2 if prefetch else min(MAX_K, max(1, ceil_div(chunks, 32)))
@@ -258,7 +258,7 @@ def resident_clusters(device, cluster: int) -> int:
     """Clusters of ``cluster`` whole-SM blocks that ``device`` runs at once: its ``resident_clusters`` where
     known (the H200's, measured), else every SM in use. A grid of more clusters than run at once is still
     right, only slower: the clusters left over wait for a second round (61 % of the ceiling instead of
-    101 % at 2048 x 65536 on the H200, lab/NOTES.md)."""
+    101 % at 2048 x 65536 on the H200, results/NOTES.md)."""
     return dict(device.resident_clusters).get(cluster, device.multiprocessors // cluster)
 
 
