@@ -1,7 +1,7 @@
 """The course's lessons, one row each: the only list of them.
 
-Tests, the student edition, ``progress``, the site, the README's lesson table and the lab's scripts read
-this registry; a new lesson is one :class:`Lesson` row here (and its notebook).
+Tests, the student edition, ``progress``, the site, the README's lesson table and the lab's
+scripts read this registry; a new lesson is one :class:`Lesson` row here (and its notebook).
 
     >>> from rmsnorm_lessons import lessons
     >>> [l.stem for l in lessons.LESSONS][:3]
@@ -22,8 +22,8 @@ class Lesson:
     ``exercises`` name the checks the notebook calls, in the order it calls them, as
     ``"lessonNN.check_x"`` (the module in :mod:`rmsnorm_lessons.exercises` and the function);
     ``kernel_exercise`` is the one among them that judges a CUDA kernel the learner writes, if any.
-    ``minutes`` is the lesson's own estimate of a sitting; ``kernel`` is what the README's table shows in
-    its kernel column (the rung's name, or the other kernels the lesson builds).
+    ``minutes`` is the lesson's own estimate of a sitting; ``kernel`` is what the README's table
+    shows in its kernel column (the rung's name, or the other kernels the lesson builds).
     """
 
     stem: str
@@ -58,35 +58,41 @@ LESSONS: tuple[Lesson, ...] = (
            ("lesson01.check_term2",), minutes=45),
     Lesson("02_naive", "v1: one thread per row", "`v1_naive`",
            "one thread per row, two loops over C, dweight by global `atomicAdd`",
-           ("lesson02.check_atomics", "lesson02.check_sectors", "lesson02.check_v1_kernel"), minutes=50,
-           rung="v1_naive", kernel_exercise="lesson02.check_v1_kernel"),
+           ("lesson02.check_atomics", "lesson02.check_sectors", "lesson02.check_v1_kernel"),
+           minutes=50, rung="v1_naive", kernel_exercise="lesson02.check_v1_kernel"),
     Lesson("03_warp_per_row", "v2: one warp per row", "`v2_warp`",
            "one warp per row: coalesced loads, the `__shfl_xor_sync` butterfly",
            ("lesson03.check_warp_sum", "lesson03.check_v2_kernel"), minutes=50,
            rung="v2_warp", kernel_exercise="lesson03.check_v2_kernel"),
     Lesson("04_shared_memory", "v3: dweight in shared memory", "`v3_smem`",
            "dweight per block in shared memory, one global atomic per block and channel",
-           ("lesson04.check_v3_atomics", "lesson04.check_bank_conflict_degree", "lesson04.check_v3_kernel"),
+           ("lesson04.check_v3_atomics", "lesson04.check_bank_conflict_degree",
+            "lesson04.check_v3_kernel"),
            minutes=80, rung="v3_smem", kernel_exercise="lesson04.check_v3_kernel"),
     Lesson("05_bf16_vectorized", "v4: bf16 and 128-bit loads", "`v4_vec_bf16`",
            "bf16 storage, fp32 math, 128-bit `Packed128` loads/stores, cache hints",
-           ("lesson05.check_bf16_round", "lesson05.check_half_ulp", "lesson05.check_v4_kernel"), minutes=90,
-           rung="v4_vec_bf16", kernel_exercise="lesson05.check_v4_kernel"),
+           ("lesson05.check_bf16_round", "lesson05.check_half_ulp", "lesson05.check_v4_kernel"),
+           minutes=90, rung="v4_vec_bf16", kernel_exercise="lesson05.check_v4_kernel"),
     Lesson("06_two_pass", "v5: deterministic in two passes", "`v5_two_pass`",
            "determinism: per-block partials, a second kernel sums them",
-           ("lesson06.check_block_order_sum", "lesson06.check_scratch_bytes", "lesson06.check_v5_kernel"),
+           ("lesson06.check_block_order_sum", "lesson06.check_scratch_bytes",
+            "lesson06.check_v5_kernel"),
            minutes=60, rung="v5_two_pass", kernel_exercise="lesson06.check_v5_kernel"),
     Lesson("07_last_block", "v6: the seed's kernel10, the last block sums", "`v6_last_block`",
            "the seed's kernel10: one kernel, an `atomicInc` ticket, the last block sums",
-           ("lesson07.check_atomic_inc", "lesson07.check_seed_tickets", "lesson07.check_v6_kernel"),
+           ("lesson07.check_atomic_inc", "lesson07.check_seed_tickets",
+            "lesson07.check_v6_kernel"),
            minutes=75, rung="v6_last_block", kernel_exercise="lesson07.check_v6_kernel"),
     Lesson("08_bytes_in_flight", "Bytes in flight: the floor of a memory-bound kernel",
            "(copy, `scale`, the streaming ceiling)",
-           "Little's law: latency x bandwidth, vector width, unrolling, the floor of a memory-bound kernel",
-           ("lesson08.check_floor_time", "lesson08.check_in_flight", "lesson08.check_scale_kernel"),
+           "Little's law: latency x bandwidth, vector width, unrolling, the floor of a "
+           "memory-bound kernel",
+           ("lesson08.check_floor_time", "lesson08.check_in_flight",
+            "lesson08.check_scale_kernel"),
            minutes=75, kernel_exercise="lesson08.check_scale_kernel"),
     Lesson("09_v7_step_by_step", "v7: past the seed, step by step", "`v7_fast`",
-           "past the seed: each change predicted then measured, the final sum that waits for nobody",
+           "past the seed: each change predicted then measured, the final sum that waits for "
+           "nobody",
            ("lesson09.check_partials_fraction", "lesson09.check_v7_kernel"), minutes=120,
            rung="v7_fast", kernel_exercise="lesson09.check_v7_kernel"),
     Lesson("10_finding_bugs", "Finding bugs and bottlenecks", "(three broken rungs)",
@@ -99,7 +105,7 @@ _BY_STEM = {lesson.stem: lesson for lesson in LESSONS}
 
 
 def by_stem(stem: str) -> Lesson:
-    """The lesson whose notebook is ``stem`` (``"04_shared_memory"``; a ``.ipynb`` suffix is dropped)."""
+    """The lesson whose notebook is ``stem`` (``"04_shared_memory"``; ``.ipynb`` is dropped)."""
     key = stem[:-len(".ipynb")] if stem.endswith(".ipynb") else stem
     try:
         return _BY_STEM[key]

@@ -130,8 +130,8 @@ def test_a_name_reused_by_another_account_is_not_removed(tmp_path):
 
 def test_passwords_only_writes_hashes_and_sheet_for_a_hub_elsewhere(tmp_path):
     state = tmp_path / "state"
-    r = subprocess.run([sys.executable, str(HUB / "run.py"), "--passwords-only", "--state", str(state),
-                        "--learners", "ada,grace", "--instructor", "teach"],
+    r = subprocess.run([sys.executable, str(HUB / "run.py"), "--passwords-only",
+                        "--state", str(state), "--learners", "ada,grace", "--instructor", "teach"],
                        capture_output=True, text=True, timeout=60)
     assert r.returncode == 0, r.stderr
     given = accounts.read_sheet(state)
@@ -140,7 +140,7 @@ def test_passwords_only_writes_hashes_and_sheet_for_a_hub_elsewhere(tmp_path):
     assert accounts.check_login(state, "teach", generated)
     assert not accounts.check_login(state, "teach", "teach")
     assert stat.S_IMODE(state.stat().st_mode) == 0o700
-    r = subprocess.run([sys.executable, str(HUB / "run.py"), "--passwords-only", "--state", str(state),
-                        "--learners", "ada,teach", "--instructor", "teach"],
+    r = subprocess.run([sys.executable, str(HUB / "run.py"), "--passwords-only",
+                        "--state", str(state), "--learners", "ada,teach", "--instructor", "teach"],
                        capture_output=True, text=True, timeout=60)
     assert r.returncode == 2 and "also in" in r.stderr
