@@ -2,15 +2,19 @@
 # Both build .venv from nothing on first use (tools/setup-venv.sh) and reuse it afterwards.
 VENV ?= .venv
 PY ?= $(VENV)/bin/python
-# the folder JupyterLab serves (tests/test_browser.py points it at a copy)
-NOTEBOOKS ?= notebooks
+# `make lab` serves a working copy of the lessons, never notebooks/ itself: the student edition by
+# default, EDITION=instructor for the lessons as committed (solutions in). The copy lives in LAB_DIR
+# (git-ignored work/<edition>/) and is kept between runs: only lessons missing there are written, so a
+# learner's work is never overwritten (delete a notebook there to get it fresh).
+EDITION ?= student
+LAB_DIR ?= work/$(EDITION)
 PYTEST_ARGS ?=
 # extra arguments for JupyterLab, e.g. make lab ARGS="--no-browser --port 8890"
 ARGS ?=
 # JupyterLab refuses to run as root without --allow-root (containers, cloud VMs): add it there
 ROOT_FLAG := $(if $(filter 0,$(shell id -u 2>/dev/null)),--allow-root,)
 
-.PHONY: venv test lab info check bench inspect notebooks sanitize clean site hub
+.PHONY: venv test lab lab-folder info check bench inspect notebooks sanitize clean site hub
 
 venv:
 	@VENV=$(VENV) tools/setup-venv.sh
@@ -21,8 +25,15 @@ test: venv
 	$(PY) -m pytest --nbval --nbval-current-env --nbval-sanitize-with nbval_sanitize.cfg tests notebooks $(PYTEST_ARGS)
 
 # the server prints its URL with the token (http://127.0.0.1:8888/lab?token=...) on the terminal
-lab: venv
-	$(PY) -m jupyterlab $(ROOT_FLAG) $(ARGS) $(NOTEBOOKS)
+lab: venv lab-folder
+	$(PY) -m jupyterlab $(ROOT_FLAG) $(ARGS) $(LAB_DIR)
+
+# LAB_DIR's lessons, written where missing (what `make lab` serves)
+lab-folder:
+	@case "$(EDITION)" in student) flag= ;; instructor) flag=--instructor ;; \
+	  *) echo "make lab: EDITION=$(EDITION): use EDITION=student (the default) or EDITION=instructor" >&2; \
+	     exit 2 ;; esac; \
+	$(PY) -m rmsnorm_lessons student $$flag "$(LAB_DIR)" notebooks
 
 info: venv
 	$(PY) -m rmsnorm_lessons info
