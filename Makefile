@@ -4,8 +4,8 @@ VENV ?= .venv
 PY ?= $(VENV)/bin/python
 # `make lab` serves a working copy of the lessons, never notebooks/ itself: the student edition by
 # default, EDITION=instructor for the lessons as committed (solutions in). The copy lives in LAB_DIR
-# (git-ignored work/<edition>/) and is kept between runs: only lessons missing there are written, so a
-# learner's work is never overwritten (delete a notebook there to get it fresh).
+# (git-ignored work/<edition>/) and is kept between runs: only lessons missing there are written,
+# so a learner's work is never overwritten (delete a notebook there to get it fresh).
 EDITION ?= student
 LAB_DIR ?= work/$(EDITION)
 PYTEST_ARGS ?=
@@ -31,7 +31,7 @@ lab: venv lab-folder
 # LAB_DIR's lessons, written where missing (what `make lab` serves)
 lab-folder:
 	@case "$(EDITION)" in student) flag= ;; instructor) flag=--instructor ;; \
-	  *) echo "make lab: EDITION=$(EDITION): use EDITION=student (the default) or EDITION=instructor" >&2; \
+	  *) echo "make lab: EDITION=$(EDITION): use EDITION=student (default) or instructor" >&2; \
 	     exit 2 ;; esac; \
 	$(PY) -m rmsnorm_lessons student $$flag "$(LAB_DIR)" notebooks
 

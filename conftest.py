@@ -4,11 +4,11 @@ Also: strict nbval normalises machine numbers with ``nbval_sanitize.cfg`` unless
 (``pytest --nbval notebooks`` as well as ``make test``), and the summary says in one line how many GPU
 items were skipped and why, instead of one line per file (the other skip reasons are grouped by reason).
 
-Notebook runs (nbval) import the package from this checkout: nbval starts each kernel with the notebook's
-folder as its working directory, so a relative entry in PYTHONPATH (``PYTHONPATH=. pytest --nbval
-notebooks``) would point into ``notebooks/``; every entry is made absolute and the repository root put
-first (with the package installed, as by ``make test``, this changes nothing). This lives here, not in
-``notebooks/conftest.py``, so that the lessons' folder holds lessons only.
+Notebook runs (nbval) import the package from this checkout: nbval starts each kernel with the
+notebook's folder as its working directory, so a relative entry in PYTHONPATH (``PYTHONPATH=.
+pytest --nbval notebooks``) would point into ``notebooks/``; every entry is made absolute and the
+repository root put first (with the package installed, as by ``make test``, this changes nothing).
+This lives here, not in ``notebooks/conftest.py``, so that the lessons' folder holds lessons only.
 
 ``RMSNORM_FAILURE_LOG=FILE`` appends each failure's report to FILE as it happens, not at the end of the
 session: a run stopped by a time limit (tools/refresh-on-gpu.sh on a lent GPU) still says why tests failed.
@@ -29,7 +29,8 @@ _XDIST_WORKER = False  # this process is an xdist worker: its reports reach the 
 
 
 def _root_on_pythonpath() -> None:
-    parts = [str(Path(p).resolve()) for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
+    entries = os.environ.get("PYTHONPATH", "").split(os.pathsep)
+    parts = [str(Path(p).resolve()) for p in entries if p]
     os.environ["PYTHONPATH"] = os.pathsep.join([str(ROOT)] + [p for p in parts if p != str(ROOT)])
 
 

@@ -353,9 +353,10 @@ def main(argv=None) -> int:
     p.add_argument("--sass", action="store_true", help="also print the SASS listing (needs nvdisasm)")
     p.add_argument("--ptx", action="store_true", help="also print the PTX")
     p.set_defaults(func=_inspect)
-    p = sub.add_parser("student", help="write the student edition of the lessons (solutions out, skeletons in)",
-                       description="Write the student edition of the lessons into OUT. A lesson already in "
-                                   "OUT is kept (a learner's work), unless --overwrite.")
+    p = sub.add_parser("student",
+                       help="write the student edition (solutions out, skeletons in)",
+                       description="Write the student edition of the lessons into OUT. A lesson "
+                                   "already in OUT is kept (a learner's work), unless --overwrite.")
     p.add_argument("out", help="folder to write the notebooks into")
     p.add_argument("notebooks", nargs="*",
                    help="notebooks, or folders of lessons (default: the course's lessons)")
@@ -366,24 +367,29 @@ def main(argv=None) -> int:
     from .progress import ROOM_FOLDER, default_jobs  # no nbclient needed to parse the arguments
 
     p = sub.add_parser(
-        "progress", help="run learners' notebooks: each exercise's verdict, per learner and for a room",
-        formatter_class=_Formatter,
-        description="Run learners' notebooks (each as its learner: the owner of its folder, never as root "
-                    "for someone else) and print every exercise's verdict, PASS, NOT YET or NOT VERIFIED, a "
-                    "table per learner and, for a room, a summary. A line per finished notebook goes to "
-                    "stderr. Exit 1 when a notebook could not be run or a learner was refused.")
+        "progress",
+        help="run learners' notebooks: each exercise's verdict, per learner and for a room",
+        description="Run learners' notebooks (each as its learner: the owner of its folder, "
+                    "never as root for someone else) and print every exercise's verdict, PASS, "
+                    "NOT YET or NOT VERIFIED, a table per learner and, for a room, a summary. A "
+                    "line per finished notebook goes to stderr. Exit 1 when a notebook could not "
+                    "be run or a learner was refused.")
     p.add_argument("notebooks", nargs="*",
-                   help="notebooks, or folders (a folder: the lesson notebooks in it); default: the course's")
+                   help="notebooks, or folders (a folder: the lesson notebooks in it); "
+                        "default: the course's")
     p.add_argument("--room", metavar="DIR",
-                   help=f"every subfolder DIR/NAME holding lesson notebooks (in DIR/NAME/{ROOM_FOLDER}, where "
-                        f"the workshop hub puts them, or in DIR/NAME) is the learner NAME, run as the owner of "
-                        f"DIR/NAME; e.g. --room /home as root. A folder root owns is refused")
+                   help=f"every subfolder DIR/NAME holding lesson notebooks (in "
+                        f"DIR/NAME/{ROOM_FOLDER}, where the workshop hub puts them, or in "
+                        f"DIR/NAME) is the learner NAME, run as the owner of DIR/NAME; e.g. "
+                        f"--room /home as root. A folder root owns is refused")
     p.add_argument("--jobs", type=_positive_int, default=None, metavar="N",
                    help=f"notebooks run at once (default: the CPU count, {default_jobs()} here)")
     p.add_argument("--python", metavar="PATH",
-                   help="the interpreter that runs the notebooks (default: this one); as root for a room it "
-                        "must be one every learner can run, e.g. the hub's build/hub/env/bin/python")
-    p.add_argument("--timeout", type=_positive_int, default=900, help="seconds a cell may run (default: 900)")
+                   help="the interpreter that runs the notebooks (default: this one); as root "
+                        "for a room it must be one every learner can run, e.g. the hub's "
+                        "build/hub/env/bin/python")
+    p.add_argument("--timeout", type=_positive_int, default=900,
+                   help="seconds a cell may run (default: 900)")
     p.set_defaults(func=_progress)
     args = parser.parse_args(argv)
     try:

@@ -1,17 +1,19 @@
-"""Learners' progress: ``python -m rmsnorm_lessons progress [NOTEBOOK|FOLDER ...]`` or ``--room DIR``.
+"""Learners' progress: ``python -m rmsnorm_lessons progress [NOTEBOOK|FOLDER ...]`` or
+``--room DIR``.
 
-Each notebook (a learner's own copy) is executed in a child process (nbclient; errors do not stop it, and
-cells that need a GPU run where there is one and say why not where there is none), then every call of a
-lesson's check (``lesson04.check_v3_kernel(...)``) gives one row with the word its verdict starts with,
-PASS, NOT YET or NOT VERIFIED. A lesson's exercises come from the registry (:mod:`.lessons`): one the
-notebook no longer calls is NOT YET. The notebook file itself is never written.
+Each notebook (a learner's own copy) is executed in a child process (nbclient; errors do not stop
+it, and cells that need a GPU run where there is one and say why not where there is none), then
+every call of a lesson's check (``lesson04.check_v3_kernel(...)``) gives one row with the word its
+verdict starts with, PASS, NOT YET or NOT VERIFIED. A lesson's exercises come from the registry
+(:mod:`.lessons`): one the notebook no longer calls is NOT YET. The notebook file itself is never
+written.
 
-Whose code runs as whom: a child process runs one notebook, and its kernel, as the owner of the learner's
-folder (``subprocess``'s ``user=``/``group=``), never as root for someone else's notebook. With
-``--room DIR`` every subfolder ``DIR/NAME`` that holds lesson notebooks, in ``DIR/NAME/rmsnorm-lessons``
-(where the workshop hub seeds them) or in ``DIR/NAME`` itself, is the learner NAME; a learner whose folder
-root owns is refused. Notebooks run ``--jobs`` at a time; a line per finished notebook goes to stderr,
-the tables to stdout at the end.
+Whose code runs as whom: the child (:mod:`.progress_worker`) runs one notebook, and its kernel, as
+the owner of the learner's folder (``subprocess``'s ``user=``/``group=``), never as root for someone
+else's notebook. With ``--room DIR`` every subfolder ``DIR/NAME`` that holds lesson notebooks, in
+``DIR/NAME/rmsnorm-lessons`` (where the workshop hub seeds them) or in ``DIR/NAME`` itself, is the
+learner NAME; a learner whose folder root owns is refused. Notebooks run ``--jobs`` at a time; a
+line per finished notebook goes to stderr, the tables to stdout at the end.
 """
 from __future__ import annotations
 
@@ -23,7 +25,6 @@ import re
 import shutil
 import subprocess
 import sys
-import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -37,10 +38,10 @@ ROOM_FOLDER = "rmsnorm-lessons"
 NEEDS = ("nbformat", "nbclient", "ipykernel")
 INSTALL = "pip install 'rmsnorm-lessons[progress]'"
 _VERDICT = re.compile(r"^(PASS|NOT YET|NOT VERIFIED): ?(.*)$", re.M)
-_REPLY = "rmsnorm-progress-reply "  # the worker's last line: this, then JSON
+REPLY = "rmsnorm-progress-reply "  # the worker's last line: this, then JSON
 # what a child started as another user keeps of this environment (the rest is root's own)
-_KEEP_ENV = ("PATH", "LANG", "LC_ALL", "LD_LIBRARY_PATH", "CUDA_HOME", "CUDA_PATH", "CUDA_VISIBLE_DEVICES",
-             "RMSNORM_LESSONS_KERNELS", "TZ")
+_KEEP_ENV = ("PATH", "LANG", "LC_ALL", "LD_LIBRARY_PATH", "CUDA_HOME", "CUDA_PATH",
+             "CUDA_VISIBLE_DEVICES", "RMSNORM_LESSONS_KERNELS", "TZ")
 
 
 @dataclass
@@ -52,8 +53,8 @@ class Result:
     learner: str = ""
 
     def line(self, who: int = 12, width: int = 36) -> str:
-        return (f"{self.learner:<{who}} {self.lesson:<20} {self.exercise:<{width}} {self.status:<13} "
-                f"{self.message}")
+        return (f"{self.learner:<{who}} {self.lesson:<20} {self.exercise:<{width}} "
+                f"{self.status:<13} {self.message}")
 
 
 @dataclass
@@ -95,8 +96,8 @@ def _short(message: str, width: int) -> str:
 
 
 def verdicts(nb: dict, lesson: str, width: int = 100) -> list[Result]:
-    """One :class:`Result` per exercise of an executed notebook (as a dict): for a lesson of the registry
-    its exercises in order (the last call of each counts), else every check call in the notebook."""
+    """One :class:`Result` per exercise of an executed notebook (as a dict): for a lesson of the
+    registry its exercises in order (the last call of each counts), else every check call in it."""
     found: dict[str, Result] = {}
     for cell in nb.get("cells", []):
         if cell.get("cell_type") != "code":
@@ -110,9 +111,10 @@ def verdicts(nb: dict, lesson: str, width: int = 100) -> list[Result]:
         for k, (number, fn) in enumerate(calls):
             if k < len(shown):
                 status, message = shown[k]
+            elif error:
+                status, message = "NOT YET", f"(no verdict: the cell raised {error})"
             else:
-                status = "NOT YET"
-                message = f"(no verdict: the cell raised {error})" if error else "(no verdict: the cell did not run)"
+                status, message = "NOT YET", "(no verdict: the cell did not run)"
             name = f"lesson{number}.{fn}"
             found.pop(name, None)
             found[name] = Result(lesson, name, status, _short(message, width))
@@ -120,7 +122,8 @@ def verdicts(nb: dict, lesson: str, width: int = 100) -> list[Result]:
         expected = lessons.by_stem(lesson).exercises
     except ValueError:
         return list(found.values())
-    results = [found.pop(name, None) or Result(lesson, name, "NOT YET", "(the notebook does not call it)")
+    results = [found.pop(name, None)
+               or Result(lesson, name, "NOT YET", "(the notebook does not call it)")
                for name in expected]
     return results + list(found.values())
 
@@ -130,12 +133,13 @@ def totals(results: list[Result]) -> str:
     return ", ".join(f"{n} {s}" for s, n in counts.items()) + f" of {len(results)}"
 
 
-# --- which notebooks, whose -------------------------------------------------------------------------
+# --- which notebooks, whose -----------------------------------------------------------------------
 
 
 def lesson_notebooks(folder: Path) -> list[Path]:
     """The registry's lesson notebooks present in ``folder``, in course order."""
-    return [folder / lesson.notebook for lesson in lessons.LESSONS if (folder / lesson.notebook).is_file()]
+    return [folder / lesson.notebook for lesson in lessons.LESSONS
+            if (folder / lesson.notebook).is_file()]
 
 
 def _account(uid: int) -> str:
@@ -146,19 +150,19 @@ def _account(uid: int) -> str:
 
 
 def _run_as(learner: Learner, owner: int, room: bool) -> None:
-    """Who runs ``learner``'s notebooks: the owner of their folder. Root runs them for nobody: in a room
-    a root-owned learner is refused; outside one, root's own notebooks run as root."""
+    """Who runs ``learner``'s notebooks: the owner of their folder. Root runs them for nobody: in a
+    room a root-owned learner is refused; outside one, root's own notebooks run as root."""
     me = os.geteuid()
     if room and owner == 0:
-        learner.refused = (f"{learner.folder} is owned by root: progress runs a learner's notebooks as the "
-                           f"owner of their folder, never as root")
+        learner.refused = (f"{learner.folder} is owned by root: progress runs a learner's "
+                           f"notebooks as the owner of their folder, never as root")
     elif owner == me:
         learner.uid = None
     elif me == 0:
         learner.uid, learner.gid = owner, _gid(owner)
     else:
-        learner.refused = (f"{learner.folder} is owned by {_account(owner)} (uid {owner}): only root can run "
-                           f"notebooks as another user")
+        learner.refused = (f"{learner.folder} is owned by {_account(owner)} (uid {owner}): only "
+                           f"root can run notebooks as another user")
 
 
 def _gid(uid: int) -> int:
@@ -170,14 +174,16 @@ def _gid(uid: int) -> int:
 
 def from_paths(paths) -> list[Learner]:
     """Learners of notebooks and folders named on the command line (a folder: its lesson notebooks),
-    one per owner of the notebooks' folders. ValueError for a path that is missing or no notebook."""
+    one per owner of the notebooks' folders. ValueError for a path that is missing or no notebook.
+    A root-owned folder counts as its notebook's owner's: root runs no other user's notebook."""
     by_owner: dict[int, Learner] = {}
     for p in map(Path, paths):
         if p.is_dir():
             found = lesson_notebooks(p)
             if not found:
-                raise ValueError(f"{p}: a folder without lesson notebooks (looked for "
-                                 f"{lessons.LESSONS[0].notebook} ... {lessons.LESSONS[-1].notebook})")
+                first, last = lessons.LESSONS[0].notebook, lessons.LESSONS[-1].notebook
+                raise ValueError(f"{p}: a folder without lesson notebooks (looked for {first} ... "
+                                 f"{last})")
         elif p.is_file():
             if p.suffix != ".ipynb":
                 raise ValueError(f"{p}: not a notebook (.ipynb)")
@@ -186,7 +192,7 @@ def from_paths(paths) -> list[Learner]:
             raise ValueError(f"{p}: no such notebook or folder")
         for nb in found:
             folder = nb.resolve().parent
-            owner = folder.stat().st_uid or nb.stat().st_uid  # a root folder: the file's owner
+            owner = folder.stat().st_uid or nb.stat().st_uid
             learner = by_owner.get(owner)
             if learner is None:
                 learner = by_owner[owner] = Learner(_account(owner), folder, [])
@@ -197,8 +203,8 @@ def from_paths(paths) -> list[Learner]:
 
 
 def from_room(room) -> list[Learner]:
-    """One learner per subfolder of ``room`` holding lesson notebooks (in ``SUB/rmsnorm-lessons``, else in
-    ``SUB``), run as the owner of ``SUB``."""
+    """One learner per subfolder of ``room`` holding lesson notebooks (in ``SUB/rmsnorm-lessons``,
+    else in ``SUB``), run as the owner of ``SUB``."""
     room = Path(room)
     if not room.is_dir():
         raise ValueError(f"--room {room}: not a folder")
@@ -221,17 +227,19 @@ def from_room(room) -> list[Learner]:
     return learners
 
 
-# --- running one notebook ---------------------------------------------------------------------------
+# --- running one notebook -------------------------------------------------------------------------
 
 
 def _child_env(learner: Learner) -> dict:
-    python_path = [str(Path(p).resolve()) for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
+    entries = os.environ.get("PYTHONPATH", "").split(os.pathsep)
+    python_path = [str(Path(p).resolve()) for p in entries if p]
     if learner.uid is None:
         env = dict(os.environ)
     else:
         account = pwd.getpwuid(learner.uid)
         env = {k: os.environ[k] for k in _KEEP_ENV if k in os.environ}
-        env.update(HOME=account.pw_dir, USER=account.pw_name, LOGNAME=account.pw_name, SHELL="/bin/sh")
+        env.update(HOME=account.pw_dir, USER=account.pw_name, LOGNAME=account.pw_name,
+                   SHELL="/bin/sh")
     env.pop("PYTHONPATH", None)
     if python_path:
         env["PYTHONPATH"] = os.pathsep.join(python_path)
@@ -239,80 +247,42 @@ def _child_env(learner: Learner) -> dict:
 
 
 def run_notebook(learner: Learner, path: Path, python: str, timeout: int) -> Outcome:
-    """Run one notebook as its learner in a child process (:func:`worker`) and read its verdicts."""
+    """Run one notebook as its learner in a child (:mod:`.progress_worker`), read its verdicts."""
     outcome = Outcome(learner, path)
     start = time.perf_counter()
-    cmd = [python, "-m", "rmsnorm_lessons.progress", str(path.resolve()), str(timeout)]
+    cmd = [python, "-m", "rmsnorm_lessons.progress_worker", str(path.resolve()), str(timeout)]
     who = {}
     if learner.uid is not None:
         name = _account(learner.uid)
         groups = os.getgrouplist(name, learner.gid) if not name.startswith("uid") else [learner.gid]
         who = dict(user=learner.uid, group=learner.gid, extra_groups=groups)
     try:
-        proc = subprocess.run(cmd, cwd=path.resolve().parent, env=_child_env(learner), capture_output=True,
-                              text=True, stdin=subprocess.DEVNULL, start_new_session=True, **who)
+        proc = subprocess.run(cmd, cwd=path.resolve().parent, env=_child_env(learner),
+                              capture_output=True, text=True, stdin=subprocess.DEVNULL,
+                              start_new_session=True, **who)
     except OSError as exc:
-        outcome.error = (f"could not start {python} as {learner.name}: {exc.strerror or exc}; as root, "
-                         f"--python must name an interpreter every learner can run")
+        outcome.error = (f"could not start {python} as {learner.name}: {exc.strerror or exc}; as "
+                         f"root, --python must name an interpreter every learner can run")
         return outcome
     finally:
         outcome.seconds = time.perf_counter() - start
-    replies = [ln[len(_REPLY):] for ln in proc.stdout.splitlines() if ln.startswith(_REPLY)]
-    if not replies:
+    replies = [ln[len(REPLY):] for ln in proc.stdout.splitlines() if ln.startswith(REPLY)]
+    try:
+        reply = json.loads(replies[-1])
+    except (IndexError, ValueError):
         tail = (proc.stderr.strip() or proc.stdout.strip() or "no output").splitlines()[-1]
         outcome.error = f"the run stopped (exit {proc.returncode}): {tail[:300]}"
         return outcome
-    reply = json.loads(replies[-1])
     if learner.uid is not None and reply.get("uid") != learner.uid:
-        outcome.error = f"ran as uid {reply.get('uid')}, not {learner.uid}: its verdicts are not counted"
+        outcome.error = f"ran as uid {reply.get('uid')}, not {learner.uid}: no verdicts counted"
         return outcome
     outcome.results = [Result(*row, learner=learner.name) for row in reply.get("results", [])]
     outcome.error = reply.get("error")
     return outcome
 
 
-def _kernelspec(folder: Path) -> None:
-    """A ``python3`` kernel of this interpreter, found first on JUPYTER_PATH: the notebook runs where
-    its check does, whatever kernels the account has installed."""
-    spec = folder / "kernels" / "python3"
-    spec.mkdir(parents=True)
-    spec.joinpath("kernel.json").write_text(json.dumps({
-        "argv": [sys.executable, "-m", "ipykernel_launcher", "-f", "{connection_file}"],
-        "display_name": "Python 3 (ipykernel)", "language": "python"}))
-
-
-def worker(path: str, timeout: int) -> dict:
-    """Execute a copy of one notebook (errors recorded, not raised) in this process's account; return the
-    verdicts, or why there are none, and the uid it ran as."""
-    reply = {"uid": os.getuid(), "results": []}
-    missing = [name for name in NEEDS if _missing(name)]
-    if missing:
-        reply["error"] = f"{', '.join(missing)} missing for {sys.executable}: {INSTALL}"
-        return reply
-    import nbformat
-    from nbclient import NotebookClient
-
-    path = Path(path)
-    try:
-        nb = nbformat.read(path, as_version=4)
-    except Exception as exc:  # not JSON, not a notebook, not readable: say which
-        reply["error"] = f"could not read the notebook: {type(exc).__name__}: {str(exc)[:200]}"
-        return reply
-    with tempfile.TemporaryDirectory(prefix="rmsnorm-progress-") as tmp:
-        _kernelspec(Path(tmp) / "share")
-        os.environ["JUPYTER_PATH"] = str(Path(tmp) / "share")
-        os.environ["JUPYTER_RUNTIME_DIR"] = str(Path(tmp) / "runtime")
-        client = NotebookClient(nb, timeout=timeout, kernel_name="python3", allow_errors=True,
-                                resources={"metadata": {"path": str(path.parent)}})
-        try:
-            client.execute()
-        except Exception as exc:  # a cell past its time, a kernel that died: the verdicts so far count
-            reply["error"] = f"{type(exc).__name__}: {str(exc).strip().splitlines()[0][:200]}"
-    reply["results"] = [[r.lesson, r.exercise, r.status, r.message] for r in verdicts(nb, path.stem)]
-    return reply
-
-
-def _missing(name: str) -> bool:
+def missing(name: str) -> bool:
+    """``name`` cannot be imported here."""
     import importlib.util
 
     try:
@@ -322,7 +292,7 @@ def _missing(name: str) -> bool:
 
 
 
-# --- the report -------------------------------------------------------------------------------------
+# --- the report -----------------------------------------------------------------------------------
 
 
 def _finished_line(outcome: Outcome) -> str:
@@ -332,7 +302,7 @@ def _finished_line(outcome: Outcome) -> str:
 
 
 def table(learner: Learner, outcomes: list[Outcome]) -> list[str]:
-    """A learner's rows (each starting with the learner), a total per notebook and one for the learner."""
+    """A learner's rows (each starting with the learner), a total per notebook and the learner's."""
     who = max(12, len(learner.name))
     head = f"{learner.name:<{who}}"
     if learner.refused:
@@ -347,15 +317,17 @@ def table(learner: Learner, outcomes: list[Outcome]) -> list[str]:
                          + (totals(o.results) if o.results else "no exercises"))
     results = [r for o in outcomes for r in o.results]
     failed = sum(o.error is not None for o in outcomes)
-    lines.append(f"{head} total: {totals(results)}" + (f"; {failed} notebook(s) could not be run" if failed else ""))
+    lines.append(f"{head} total: {totals(results)}"
+                 + (f"; {failed} notebook(s) could not be run" if failed else ""))
     return lines
 
 
 def summary(learners: list[Learner], outcomes: list[Outcome]) -> list[str]:
-    """The room in a few lines: each learner's counts, then how many learners passed each exercise."""
+    """The room in a few lines: each learner's counts, then how many learners passed each one."""
     ran = [l for l in learners if not l.refused]
-    lines = [f"room: {len(learners)} learner(s), {len(learners) - len(ran)} refused, {len(outcomes)} "
-             f"notebook(s) run, {sum(o.error is not None for o in outcomes)} could not be run",
+    failed = sum(o.error is not None for o in outcomes)
+    lines = [f"room: {len(learners)} learner(s), {len(learners) - len(ran)} refused, "
+             f"{len(outcomes)} notebook(s) run, {failed} could not be run",
              f"{'learner':<16} {'PASS':>5} {'NOT YET':>8} {'NOT VERIFIED':>13} {'of':>4}  not run"]
     for learner in learners:
         if learner.refused:
@@ -364,8 +336,8 @@ def summary(learners: list[Learner], outcomes: list[Outcome]) -> list[str]:
         mine = [o for o in outcomes if o.learner is learner]
         results = [r for o in mine for r in o.results]
         counts = [sum(r.status == s for r in results) for s in STATES]
-        lines.append(f"{learner.name:<16} {counts[0]:>5} {counts[1]:>8} {counts[2]:>13} {len(results):>4}  "
-                     f"{sum(o.error is not None for o in mine)}")
+        lines.append(f"{learner.name:<16} {counts[0]:>5} {counts[1]:>8} {counts[2]:>13} "
+                     f"{len(results):>4}  {sum(o.error is not None for o in mine)}")
     passed: dict[str, set] = {}
     for o in outcomes:
         for r in o.results:
@@ -385,28 +357,32 @@ def default_jobs() -> int:
         return max(1, os.cpu_count() or 1)
 
 
-def main(paths=(), room=None, jobs=None, python=None, timeout: int = 900, out=None, err=None) -> int:
-    """Run the learners' notebooks and print their tables; 0 when every notebook ran, 1 when one could
-    not be run or a learner was refused. ValueError (a usage error) for paths or a room that hold no
-    notebooks, before anything runs."""
+def main(paths=(), room=None, jobs=None, python=None, timeout: int = 900, out=None,
+         err=None) -> int:
+    """Run the learners' notebooks and print their tables; 0 when every notebook ran, 1 when one
+    could not be run or a learner was refused. ValueError (a usage error) for paths or a room that
+    hold no notebooks, before anything runs."""
     out, err = out or sys.stdout, err or sys.stderr
     if room is not None and paths:
         raise ValueError("give notebooks and folders, or --room DIR, not both")
-    missing = [name for name in NEEDS if _missing(name)]
-    if missing:
-        print(f"progress: {', '.join(missing)} missing: {INSTALL}", file=err)
+    absent = [name for name in NEEDS if missing(name)]
+    if absent:
+        print(f"progress: {', '.join(absent)} missing: {INSTALL}", file=err)
         return 1
     python = python or sys.executable
     if shutil.which(python) is None:
         raise ValueError(f"--python {python}: no such interpreter")
-    learners = from_room(room) if room is not None else from_paths(paths or [lessons.notebook_dir()])
+    if room is not None:
+        learners = from_room(room)
+    else:
+        learners = from_paths(paths or [lessons.notebook_dir()])
     for learner in learners:
         if learner.refused:
             print(f"{learner.name}: refused: {learner.refused}", file=err)
     work = [(l, nb) for l in learners if not l.refused for nb in l.notebooks]
     jobs = jobs or default_jobs()
-    print(f"progress: {len(work)} notebook(s) of {len(learners)} learner(s), {min(jobs, len(work) or 1)} at a time",
-          file=err, flush=True)
+    print(f"progress: {len(work)} notebook(s) of {len(learners)} learner(s), "
+          f"{min(jobs, len(work) or 1)} at a time", file=err, flush=True)
     outcomes = []
     with concurrent.futures.ThreadPoolExecutor(max_workers=jobs) as pool:
         futures = [pool.submit(run_notebook, l, nb, python, timeout) for l, nb in work]
@@ -426,6 +402,3 @@ def main(paths=(), room=None, jobs=None, python=None, timeout: int = 900, out=No
     out.flush()
     return 1 if any(o.error for o in outcomes) or any(l.refused for l in learners) else 0
 
-
-if __name__ == "__main__":
-    print(_REPLY + json.dumps(worker(sys.argv[1], int(sys.argv[2]))), flush=True)

@@ -137,8 +137,8 @@ def student_notebook(nb: dict) -> dict:
 
 
 def _sources(sources) -> list[Path]:
-    """Notebook files as given; a folder stands for the registry's lessons in it (a folder without any
-    is refused, as is a path that is neither)."""
+    """Notebook files as given; a folder stands for the registry's lessons in it (a folder without
+    any is refused, as is a path that is neither)."""
     from .lessons import LESSONS
 
     paths = []
@@ -156,9 +156,9 @@ def _sources(sources) -> list[Path]:
 
 
 def write_edition(sources, out_dir, instructor: bool = False, overwrite: bool = False):
-    """Write the student edition (or, ``instructor=True``, a copy of the instructor edition) of ``sources``
-    (notebook files, or folders of lessons) into ``out_dir``. A notebook already there is kept, a
-    learner's work, unless ``overwrite``. Returns (the paths written, the paths kept)."""
+    """Write the student edition (or, ``instructor=True``, a copy of the instructor edition) of
+    ``sources`` (notebook files, or folders of lessons) into ``out_dir``. A notebook already there
+    is kept, a learner's work, unless ``overwrite``. Returns (the paths written, the paths kept)."""
     out = Path(out_dir)
     paths = _sources(sources)
     out.mkdir(parents=True, exist_ok=True)
@@ -168,13 +168,14 @@ def write_edition(sources, out_dir, instructor: bool = False, overwrite: bool = 
         if target.exists() and not overwrite:
             kept.append(target)
             continue
-        # a temporary name first: an interrupted run leaves no half notebook that a later run would keep
+        # a temporary name first: an interrupted run leaves no half notebook for a later run to keep
         partial = target.with_name(f".{target.name}.partial")
         if instructor:
             partial.write_bytes(path.read_bytes())
         else:
             with open(partial, "w") as f:
-                json.dump(student_notebook(json.loads(path.read_text())), f, indent=1, ensure_ascii=False)
+                nb = student_notebook(json.loads(path.read_text()))
+                json.dump(nb, f, indent=1, ensure_ascii=False)
                 f.write("\n")
         partial.replace(target)
         written.append(target)
@@ -182,13 +183,13 @@ def write_edition(sources, out_dir, instructor: bool = False, overwrite: bool = 
 
 
 def write_student_edition(sources, out_dir) -> list[Path]:
-    """Write the student edition of ``sources`` (notebook files, or folders of lessons) into ``out_dir``,
-    replacing what is there."""
+    """Write the student edition of ``sources`` (notebook files, or folders of lessons) into
+    ``out_dir``, replacing what is there."""
     return write_edition(sources, out_dir, overwrite=True)[0]
 
 
 def default_notebooks() -> Path:
-    """The course's lessons (the instructor edition): :func:`rmsnorm_lessons.lessons.notebook_dir`."""
+    """The course's lessons (the instructor edition): :func:`.lessons.notebook_dir`."""
     from .lessons import notebook_dir
 
     return notebook_dir()

@@ -1,6 +1,6 @@
-"""A throwaway git repository holding this checkout's files as git sees them (tracked, and new files git
-would track), committed: for tests that run `make` targets in it and then ask `git status` whether
-anything tracked changed, without touching this checkout or its work/ folder."""
+"""A throwaway git repository holding this checkout's files as git sees them (tracked, and new files
+git would track), committed: for tests that run `make` targets in it and then ask `git status`
+whether anything tracked changed, without touching this checkout or its work/ folder."""
 from __future__ import annotations
 
 import shutil
@@ -8,8 +8,8 @@ import subprocess
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-_GIT = ["git", "-c", "user.name=test", "-c", "user.email=test@localhost", "-c", "commit.gpgsign=false",
-        "-c", "init.defaultBranch=main"]
+_GIT = ["git", "-c", "user.name=test", "-c", "user.email=test@localhost",
+        "-c", "commit.gpgsign=false", "-c", "init.defaultBranch=main"]
 
 
 def git(repo: Path, *args: str) -> str:

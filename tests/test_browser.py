@@ -1,15 +1,16 @@
 """A lesson in a real browser: JupyterLab on localhost, driven by Debian's Chromium through Playwright.
 
-What a learner does: start the server as the README says (``make lab ARGS=...``: the student edition, in
-the git-ignored work/student/), open the lesson, Run > Run All Cells, wait for the kernel to go idle, save.
-The test then asserts that no cell shows an error, that a figure (an ``<img>`` in an output area) and an
-ipywidget rendered, that ``git status`` is still clean (opening and saving a lesson changes no tracked
-file), and saves a screenshot under pytest's tmp dir and as ``build/screenshots/<lesson>.png``.
+What a learner does: start the server as the README says (``make lab ARGS=...``: the student
+edition, in the git-ignored work/student/), open the lesson, Run > Run All Cells, wait for the
+kernel to go idle, save. The test then asserts that no cell shows an error, that a figure (an
+``<img>`` in an output area) and an ipywidget rendered, that ``git status`` is still clean (opening
+and saving a lesson changes no tracked file), and saves a screenshot under pytest's tmp dir and as
+``build/screenshots/<lesson>.png``.
 
-``make lab`` runs in a temporary git repository holding this checkout's files (tests/_checkout.py): this
-repository and its work/ are never written to, but for the screenshot under build/. The server has its
-own config, data and runtime folders and is always shut down. Skipped where /usr/bin/chromium or the
-``playwright`` package is missing.
+``make lab`` runs in a temporary git repository holding this checkout's files (tests/_checkout.py):
+this repository and its work/ are never written to, but for the screenshot under build/. The
+server has its own config, data and runtime folders and is always shut down. Skipped where
+/usr/bin/chromium or the ``playwright`` package is missing.
 
 Which lesson: the first of ``PREFERRED`` that exists and has, outside gpu-tagged cells, both a plot and a
 widget (``RMSNORM_BROWSER_LESSON=03_warp_per_row`` picks one, ``RMSNORM_BROWSER_LESSON=all`` takes every
@@ -170,20 +171,22 @@ class Lab:
             d.mkdir(parents=True, exist_ok=True)
         _settings(config)
         env = dict(os.environ)
+        python_path = [str(repo)] + ([env["PYTHONPATH"]] if env.get("PYTHONPATH") else [])
         env.update(JUPYTER_CONFIG_DIR=str(config), JUPYTER_DATA_DIR=str(data), JUPYTER_RUNTIME_DIR=str(runtime),
                    IPYTHONDIR=str(ipython), JUPYTER_PLATFORM_DIRS="0", PYTHONUNBUFFERED="1",
-                   PYTHONPATH=os.pathsep.join([str(repo)] + ([env["PYTHONPATH"]] if env.get("PYTHONPATH") else [])))
+                   PYTHONPATH=os.pathsep.join(python_path))
         # the README's way: make lab ARGS="..." (it adds --allow-root as root), in the copy of the
         # checkout, with this interpreter (PY=, and -o venv: no venv build); the rest is ARGS
         args = ["--no-browser", "--ServerApp.ip=127.0.0.1", f"--ServerApp.port={self.port}",
                 "--ServerApp.port_retries=0", f"--IdentityProvider.token={self.token}",
                 "--LabApp.news_url=None", "--LabApp.check_for_updates_class=jupyterlab.NeverCheckForUpdate",
                 "--ServerApp.terminals_enabled=False", "--LabApp.extension_manager=readonly"]
-        cmd = ["make", "--no-print-directory", "-C", str(repo), "-o", "venv", "lab", f"PY={sys.executable}",
-               "ARGS=" + " ".join(args)]
+        cmd = ["make", "--no-print-directory", "-C", str(repo), "-o", "venv", "lab",
+               f"PY={sys.executable}", "ARGS=" + " ".join(args)]
         self._log = open(self.log_path, "w")
-        self.proc = subprocess.Popen(cmd, cwd=repo, env=env, stdout=self._log, stderr=subprocess.STDOUT,
-                                     stdin=subprocess.DEVNULL, start_new_session=True)
+        self.proc = subprocess.Popen(cmd, cwd=repo, env=env, stdout=self._log,
+                                     stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                     start_new_session=True)
 
     def wait_ready(self) -> None:
         deadline = time.monotonic() + SERVER_START_S
@@ -430,7 +433,8 @@ def test_lesson_in_browser(lab, lesson, tmp_path):
             _wait(lambda: nb_path.stat().st_mtime_ns != before, 30, "the notebook to be saved")
             page.wait_for_timeout(500)  # the write may still be under way
 
-            assert status(lab.repo) == "", f"opening and saving {lesson} changed tracked files:\n{status(lab.repo)}"
+            changed = status(lab.repo)
+            assert changed == "", f"opening and saving {lesson} changed tracked files:\n{changed}"
             assert not errors, f"cells show errors:\n" + "\n---\n".join(errors)
             assert not _saved_errors(nb_path), _saved_errors(nb_path)
             assert images.count() > 0, "no figure (<img> in an output area) rendered"
@@ -449,10 +453,11 @@ def test_lesson_in_browser(lab, lesson, tmp_path):
 
 
 def test_lab_lists_the_lessons_only(lab):
-    """The file browser's root (the contents API it reads): the lessons and the smoke notebook, nothing
-    else (no conftest.py, no tracked files of the repository)."""
+    """The file browser's root (the contents API it reads): the lessons and the smoke notebook,
+    nothing else (no conftest.py, no tracked files of the repository)."""
     with urllib.request.urlopen(f"{lab.url}/api/contents?token={lab.token}", timeout=30) as r:
         names = sorted(item["name"] for item in json.load(r)["content"])
     from rmsnorm_lessons import lessons
 
-    assert [n for n in names if n != f"{SMOKE}.ipynb"] == sorted(l.notebook for l in lessons.LESSONS), names
+    shown = [n for n in names if n != f"{SMOKE}.ipynb"]
+    assert shown == sorted(l.notebook for l in lessons.LESSONS), names

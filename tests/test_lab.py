@@ -1,7 +1,7 @@
 """`make lab`'s working folder (CPU): the student edition by default, the instructor edition with
-EDITION=instructor, written into git-ignored work/<edition>/ where lessons are missing and kept there
-otherwise, so opening and saving a lesson never changes a tracked file; notebooks/ holds lessons only.
-(tests/test_browser.py opens and saves a lesson through `make lab` in a browser.)"""
+EDITION=instructor, written into git-ignored work/<edition>/ where lessons are missing and kept
+there otherwise, so opening and saving a lesson never changes a tracked file; notebooks/ holds
+lessons only. (tests/test_browser.py opens and saves a lesson through `make lab` in a browser.)"""
 from __future__ import annotations
 
 import os
@@ -21,8 +21,9 @@ pytestmark = pytest.mark.skipif(shutil.which("make") is None or shutil.which("gi
 
 def _make(repo: Path, *args: str):
     env = dict(os.environ, PYTHONPATH=str(repo))
-    return subprocess.run(["make", "--no-print-directory", "-C", str(repo), "-o", "venv", "lab-folder",
-                           f"PY={sys.executable}", *args], env=env, capture_output=True, text=True, timeout=300)
+    return subprocess.run(["make", "--no-print-directory", "-C", str(repo), "-o", "venv",
+                           "lab-folder", f"PY={sys.executable}", *args],
+                          env=env, capture_output=True, text=True, timeout=300)
 
 
 @pytest.fixture(scope="module")
@@ -39,7 +40,7 @@ def test_student_edition_by_default_kept_between_runs_git_clean(repo):
     p = _make(repo)
     assert p.returncode == 0, p.stdout + p.stderr
     work = repo / "work" / "student"
-    assert sorted(f.name for f in work.iterdir()) == sorted(lesson.notebook for lesson in lessons.LESSONS)
+    assert sorted(f.name for f in work.iterdir()) == sorted(l.notebook for l in lessons.LESSONS)
     assert not any("BEGIN SOLUTION" in f.read_text() for f in work.iterdir())
     assert status(repo) == ""
     # a learner's work stays; a lesson they deleted comes back
@@ -60,7 +61,8 @@ def test_instructor_edition_is_a_copy(repo):
     assert p.returncode == 0, p.stdout + p.stderr
     work = repo / "work" / "instructor"
     for lesson in lessons.LESSONS:
-        assert (work / lesson.notebook).read_bytes() == (ROOT / "notebooks" / lesson.notebook).read_bytes()
+        committed = (ROOT / "notebooks" / lesson.notebook).read_bytes()
+        assert (work / lesson.notebook).read_bytes() == committed
     (work / lessons.LESSONS[0].notebook).write_text("{}")  # saved by the lab: untracked, ignored
     assert status(repo) == ""
 

@@ -1,8 +1,8 @@
-"""``python -m rmsnorm_lessons progress`` (CPU): arguments, folders, exit codes, the tables, and a room of
-two real Linux accounts whose notebooks run as their learners, never as root.
+"""``python -m rmsnorm_lessons progress`` (CPU): arguments, folders, exit codes, the tables, and a
+room of two real Linux accounts whose notebooks run as their learners, never as root.
 
-The notebooks here are tiny stand-ins named as lessons: their "checks" are a class in the notebook that
-prints a verdict with the uid it ran as, so a run takes a kernel's start-up, not a lesson's.
+The notebooks here are tiny stand-ins named as lessons: their "checks" are a class in the notebook
+that prints a verdict with the uid it ran as, so a run takes a kernel's start-up, not a lesson's.
 """
 from __future__ import annotations
 
@@ -30,12 +30,13 @@ pytest.importorskip("ipykernel")
 
 
 def _cell(source: str) -> dict:
-    return {"cell_type": "code", "execution_count": None, "metadata": {}, "outputs": [], "source": source}
+    return {"cell_type": "code", "execution_count": None, "metadata": {}, "outputs": [],
+            "source": source}
 
 
 def tiny_notebook(path: Path, lesson: lessons.Lesson, verdicts: list[str]) -> Path:
-    """A notebook named as ``lesson`` whose check calls print ``verdicts`` (one per exercise, in order)
-    followed by the uid and home the kernel ran as; a verdict None leaves that call out."""
+    """A notebook named as ``lesson`` whose check calls print ``verdicts`` (one per exercise, in
+    order) followed by the uid and home the kernel ran as; a verdict None leaves that call out."""
     module = f"lesson{lesson.number}"
     checks = "\n".join(
         f"    @staticmethod\n    def {name.split('.')[1]}(*args):\n"
@@ -44,7 +45,8 @@ def tiny_notebook(path: Path, lesson: lessons.Lesson, verdicts: list[str]) -> Pa
     calls = "\n".join(f"print({module}.{name.split('.')[1]}(1))"
                       for name, v in zip(lesson.exercises, verdicts) if v is not None)
     nb = {"nbformat": 4, "nbformat_minor": 5,
-          "metadata": {"kernelspec": {"name": "python3", "display_name": "Python 3", "language": "python"}},
+          "metadata": {"kernelspec": {"name": "python3", "display_name": "Python 3",
+                                      "language": "python"}},
           "cells": [_cell(f"import os\nclass {module}:\n{checks}"), _cell(calls)]}
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(nb))
@@ -53,12 +55,13 @@ def tiny_notebook(path: Path, lesson: lessons.Lesson, verdicts: list[str]) -> Pa
 
 def _cli(*args, env=None, cwd=ROOT, timeout=300):
     env = dict(os.environ if env is None else env)
-    env["PYTHONPATH"] = os.pathsep.join([str(ROOT)] + [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p])
-    return subprocess.run([sys.executable, "-m", "rmsnorm_lessons", "progress", *map(str, args)], cwd=cwd, env=env,
-                          capture_output=True, text=True, timeout=timeout)
+    rest = [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p]
+    env["PYTHONPATH"] = os.pathsep.join([str(ROOT)] + rest)
+    return subprocess.run([sys.executable, "-m", "rmsnorm_lessons", "progress", *map(str, args)],
+                          cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout)
 
 
-# --- arguments, before anything runs ------------------------------------------------------------------
+# --- arguments, before anything runs --------------------------------------------------------------
 
 
 @pytest.mark.parametrize("args,message", [
@@ -90,7 +93,8 @@ def test_missing_packages_are_named_with_the_extra(tmp_path):
         "        if name == 'nbclient':\n            raise ModuleNotFoundError(name)\n"
         "sys.meta_path.insert(0, _Hide())\n")
     tiny_notebook(tmp_path / "n" / FIRST.notebook, FIRST, ["PASS: ok", "PASS: ok"])
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(hide), os.environ.get("PYTHONPATH", "")]))
+    path = os.pathsep.join([str(hide), os.environ.get("PYTHONPATH", "")])
+    env = dict(os.environ, PYTHONPATH=path)
     p = _cli(tmp_path / "n", env=env)
     assert p.returncode == 1, p.stdout + p.stderr
     assert "nbclient" in p.stderr and "rmsnorm-lessons[progress]" in p.stderr, p.stderr
@@ -99,7 +103,8 @@ def test_missing_packages_are_named_with_the_extra(tmp_path):
 def test_folders_mean_their_lesson_notebooks(tmp_path):
     folder = tmp_path / "alice"
     tiny_notebook(folder / FIRST.notebook, FIRST, ["PASS: ok", "PASS: ok"])
-    tiny_notebook(folder / "scratch.ipynb", FIRST, ["PASS: ok", "PASS: ok"])  # not a lesson: left out
+    # not a lesson: left out of the folder's notebooks
+    tiny_notebook(folder / "scratch.ipynb", FIRST, ["PASS: ok", "PASS: ok"])
     (learner,) = progress.from_paths([folder])
     assert learner.notebooks == [folder / FIRST.notebook]
     assert learner.name == pwd.getpwuid(os.geteuid()).pw_name and learner.uid is None
@@ -128,13 +133,14 @@ def test_the_hub_seeds_the_folder_progress_looks_in():
 def test_registry_exercises_give_the_rows():
     # every exercise of the lesson gets a row, one the notebook does not call is NOT YET
     nb = {"cells": [_cell("print(lesson00.check_bytes(1))")]}
-    nb["cells"][0]["outputs"] = [{"output_type": "stream", "name": "stdout", "text": "PASS: 4 bytes\n"}]
+    nb["cells"][0]["outputs"] = [{"output_type": "stream", "name": "stdout",
+                                  "text": "PASS: 4 bytes\n"}]
     rows = [(r.exercise, r.status, r.message) for r in progress.verdicts(nb, FIRST.stem)]
     assert rows == [("lesson00.check_grid", "NOT YET", "(the notebook does not call it)"),
                     ("lesson00.check_bytes", "PASS", "4 bytes")]
 
 
-# --- running: the table, the exit code ----------------------------------------------------------------
+# --- running: the table, the exit code ------------------------------------------------------------
 
 
 def test_table_rows_carry_the_learner_and_failures_exit_1(tmp_path):
@@ -150,9 +156,10 @@ def test_table_rows_carry_the_learner_and_failures_exit_1(tmp_path):
     assert rows[0][1:4] == [FIRST.stem, "lesson00.check_grid", "PASS"]
     assert rows[1][1:5] == [FIRST.stem, "lesson00.check_bytes", "NOT", "YET"]
     assert f"uid {os.geteuid()}" in p.stdout
-    assert f"{me} {FIRST.stem}".split() == rows[2][:2] and "total: 1 PASS, 1 NOT YET, 0 NOT VERIFIED of 2" \
-        in " ".join(rows[2])
-    assert re.search(rf"{SECOND.stem}\s+could not be run: could not read the notebook", p.stdout), p.stdout
+    assert rows[2][:2] == [me, FIRST.stem]
+    assert "total: 1 PASS, 1 NOT YET, 0 NOT VERIFIED of 2" in " ".join(rows[2])
+    unread = rf"{SECOND.stem}\s+could not be run: could not read the notebook"
+    assert re.search(unread, p.stdout), p.stdout
     assert f"{me}" in rows[-1][0] and "1 notebook(s) could not be run" in " ".join(rows[-1])
     # a line per finished notebook on stderr
     assert len(re.findall(r"^\[\d/2\] ", p.stderr, re.M)) == 2, p.stderr
@@ -165,13 +172,14 @@ def test_all_notebooks_run_exit_0(tmp_path):
     assert "lesson00.check_bytes" in p.stdout and "(the notebook does not call it)" in p.stdout
 
 
-# --- a room of two real accounts ----------------------------------------------------------------------
+# --- a room of two real accounts ------------------------------------------------------------------
 
 
 def _shared_python(tmp: Path) -> Path | None:
     """An interpreter every account can run, with this environment's packages and this checkout: a
-    venv of the system's Python (same minor version) whose .pth adds this environment's site-packages.
-    The test's own interpreter may live under a home other accounts cannot enter (pyenv in /root)."""
+    venv of the system's Python (same minor version) whose .pth adds this environment's
+    site-packages. The test's own interpreter may live under a home other accounts cannot enter
+    (pyenv in /root)."""
     import site
     import sysconfig
 
@@ -183,7 +191,8 @@ def _shared_python(tmp: Path) -> Path | None:
     purelib = Path(subprocess.run([str(env / "bin" / "python"), "-c",
                                    "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
                                   capture_output=True, text=True, check=True).stdout.strip())
-    mine = [p for p in site.getsitepackages() + [sysconfig.get_paths()["purelib"]] if Path(p).is_dir()]
+    mine = site.getsitepackages() + [sysconfig.get_paths()["purelib"]]
+    mine = [p for p in mine if Path(p).is_dir()]
     purelib.joinpath("rmsnorm_shared.pth").write_text(
         "".join(f"import site; site.addsitedir({p!r})\n" for p in dict.fromkeys(mine)))
     return env / "bin" / "python"
@@ -192,7 +201,8 @@ def _shared_python(tmp: Path) -> Path | None:
 @pytest.fixture
 def two_learners():
     """A room folder with two fresh accounts' homes in it, and a folder beside it for the shared
-    interpreter; both outside pytest's tmp (mode 0700, closed to the accounts). Removed afterwards."""
+    interpreter; both outside pytest's tmp (mode 0700, closed to the accounts). Removed
+    afterwards."""
     if os.geteuid() != 0 or shutil.which("useradd") is None:
         pytest.skip("needs root and useradd to make two accounts")
     base = Path(tempfile.mkdtemp(prefix="roomt-"))
@@ -203,8 +213,9 @@ def two_learners():
     made = []
     try:
         for name in names:
-            subprocess.run(["useradd", "--create-home", "--home-dir", str(room / name), "--shell", "/bin/sh",
-                            "-K", "HOME_MODE=0700", name], check=True, capture_output=True, timeout=60)
+            subprocess.run(["useradd", "--create-home", "--home-dir", str(room / name),
+                            "--shell", "/bin/sh", "-K", "HOME_MODE=0700", name],
+                           check=True, capture_output=True, timeout=60)
             made.append(name)
         yield base, room, names
     finally:
@@ -221,13 +232,15 @@ def test_room_runs_each_learner_as_that_learner_never_as_root(two_learners):
     for k, name in enumerate(names):
         account = pwd.getpwnam(name)
         folder = room / name / progress.ROOM_FOLDER
-        tiny_notebook(folder / FIRST.notebook, FIRST, ["PASS: grid", "NOT YET: bytes" if k else "PASS: bytes"])
+        verdicts = ["PASS: grid", "NOT YET: bytes" if k else "PASS: bytes"]
+        tiny_notebook(folder / FIRST.notebook, FIRST, verdicts)
         for path in (folder, folder / FIRST.notebook):
             os.chown(path, account.pw_uid, account.pw_gid)
     # a root-owned "learner" beside them: refused, the others still run
     tiny_notebook(room / "rootowned" / FIRST.notebook, FIRST, ["PASS: grid", "PASS: bytes"])
     p = _cli("--room", room, "--python", python, "--jobs", "2", cwd=base, timeout=600)
     out = p.stdout
+    print(out, p.stderr)
     assert p.returncode == 1, out + p.stderr  # 1: the root-owned folder was refused
     assert re.search(r"^rootowned\s+refused: .*never as root", out, re.M), out
     for k, name in enumerate(names):
@@ -239,5 +252,6 @@ def test_room_runs_each_learner_as_that_learner_never_as_root(two_learners):
         assert "uid 0 " not in "\n".join(mine)
         total = "2 PASS, 0 NOT YET" if k == 0 else "1 PASS, 1 NOT YET"
         assert re.search(rf"^{name}\s+total: {total}, 0 NOT VERIFIED of 2$", out, re.M), out
-    assert re.search(r"^room: 3 learner\(s\), 1 refused, 2 notebook\(s\) run, 0 could not be run", out, re.M)
+    room_line = r"^room: 3 learner\(s\), 1 refused, 2 notebook\(s\) run, 0 could not be run"
+    assert re.search(room_line, out, re.M), out
     assert "lesson00.check_grid 2" in out and "lesson00.check_bytes 1" in out
