@@ -23,8 +23,10 @@ import os
 import pwd
 import re
 import shutil
+import signal
 import subprocess
 import sys
+import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -246,6 +248,36 @@ def _child_env(learner: Learner) -> dict:
     return env
 
 
+def _tail(f, limit: int = 1 << 20) -> str:
+    """The last ``limit`` bytes of an output file (a learner's code may print without end)."""
+    f.seek(0, os.SEEK_END)
+    f.seek(max(0, f.tell() - limit))
+    return f.read().decode(errors="replace")
+
+
+def _stop_group(pgid: int) -> None:
+    """Whatever the learner's notebook left running in the child's session (a background process
+    would keep the run waiting): stopped once the child has exited."""
+    try:
+        os.killpg(pgid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
+def _reply(stdout: str) -> dict | None:
+    replies = [ln[len(REPLY):] for ln in stdout.splitlines() if ln.startswith(REPLY)]
+    try:
+        reply = json.loads(replies[-1])
+    except (IndexError, ValueError):
+        return None
+    rows = reply.get("results") if isinstance(reply, dict) else None
+    if not isinstance(rows, list) or not all(
+            isinstance(row, list) and len(row) == 4 and all(isinstance(x, str) for x in row)
+            and row[2] in STATES for row in rows):
+        return None
+    return reply
+
+
 def run_notebook(learner: Learner, path: Path, python: str, timeout: int) -> Outcome:
     """Run one notebook as its learner in a child (:mod:`.progress_worker`), read its verdicts."""
     outcome = Outcome(learner, path)
@@ -256,28 +288,32 @@ def run_notebook(learner: Learner, path: Path, python: str, timeout: int) -> Out
         name = _account(learner.uid)
         groups = os.getgrouplist(name, learner.gid) if not name.startswith("uid") else [learner.gid]
         who = dict(user=learner.uid, group=learner.gid, extra_groups=groups)
-    try:
-        proc = subprocess.run(cmd, cwd=path.resolve().parent, env=_child_env(learner),
-                              capture_output=True, text=True, stdin=subprocess.DEVNULL,
-                              start_new_session=True, **who)
-    except OSError as exc:
-        outcome.error = (f"could not start {python} as {learner.name}: {exc.strerror or exc}; as "
-                         f"root, --python must name an interpreter every learner can run")
-        return outcome
-    finally:
-        outcome.seconds = time.perf_counter() - start
-    replies = [ln[len(REPLY):] for ln in proc.stdout.splitlines() if ln.startswith(REPLY)]
-    try:
-        reply = json.loads(replies[-1])
-    except (IndexError, ValueError):
-        tail = (proc.stderr.strip() or proc.stdout.strip() or "no output").splitlines()[-1]
+    # files, not pipes: a process the notebook leaves behind cannot hold the run open
+    with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
+        try:
+            proc = subprocess.Popen(cmd, cwd=path.resolve().parent, env=_child_env(learner),
+                                    stdout=out, stderr=err, stdin=subprocess.DEVNULL,
+                                    start_new_session=True, **who)
+        except OSError as exc:
+            outcome.error = (f"could not start {python} as {learner.name}: {exc.strerror or exc}; "
+                             f"as root, --python must name an interpreter every learner can run")
+            return outcome
+        try:
+            proc.wait()
+        finally:
+            _stop_group(proc.pid)
+            outcome.seconds = time.perf_counter() - start
+        stdout, stderr = _tail(out), _tail(err)
+    reply = _reply(stdout)
+    if reply is None:
+        tail = (stderr.strip() or stdout.strip() or "no output").splitlines()[-1]
         outcome.error = f"the run stopped (exit {proc.returncode}): {tail[:300]}"
         return outcome
     if learner.uid is not None and reply.get("uid") != learner.uid:
         outcome.error = f"ran as uid {reply.get('uid')}, not {learner.uid}: no verdicts counted"
         return outcome
-    outcome.results = [Result(*row, learner=learner.name) for row in reply.get("results", [])]
-    outcome.error = reply.get("error")
+    outcome.results = [Result(*row, learner=learner.name) for row in reply["results"]]
+    outcome.error = reply.get("error") and str(reply["error"])
     return outcome
 
 

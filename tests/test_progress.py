@@ -172,6 +172,26 @@ def test_all_notebooks_run_exit_0(tmp_path):
     assert "lesson00.check_bytes" in p.stdout and "(the notebook does not call it)" in p.stdout
 
 
+def test_a_process_the_notebook_leaves_behind_does_not_hold_the_run(tmp_path):
+    path = tiny_notebook(tmp_path / FIRST.notebook, FIRST, ["PASS: grid", "PASS: bytes"])
+    nb = json.loads(path.read_text())
+    # inherits the kernel's stdout and stderr, and outlives the kernel
+    nb["cells"].append(_cell("import subprocess\nleft = subprocess.Popen(['sleep', '120'])"))
+    path.write_text(json.dumps(nb))
+    p = _cli(path, timeout=90)
+    assert p.returncode == 0, p.stdout + p.stderr
+    assert "total: 2 PASS, 0 NOT YET, 0 NOT VERIFIED of 2" in p.stdout
+
+
+def test_a_forged_or_broken_reply_is_a_failed_run():
+    good = progress.REPLY + json.dumps({"uid": 5, "results": [["a", "b", "PASS", "m"]]})
+    assert progress._reply(f"noise\n{good}\n")["uid"] == 5
+    for bad in ("{not json", json.dumps({"results": [["a", "b", "MAYBE", "m"]]}),
+                json.dumps({"results": [["a", "b"]]}), json.dumps([1, 2])):
+        assert progress._reply(f"{progress.REPLY}{bad}\n") is None, bad
+    assert progress._reply("no reply at all") is None
+
+
 # --- a room of two real accounts ------------------------------------------------------------------
 
 
