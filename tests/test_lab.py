@@ -71,3 +71,28 @@ def test_unknown_edition_is_refused(repo):
     p = _make(repo, "EDITION=teacher")
     assert p.returncode != 0 and "EDITION=teacher" in p.stderr, p.stderr
     assert not (repo / "work" / "teacher").exists()
+
+
+def test_notebook_runs_import_this_checkout(repo, tmp_path):
+    # what notebooks/conftest.py did, now the root conftest.py's: `PYTHONPATH=. pytest --nbval
+    # notebooks` runs the kernels (started in notebooks/) on this checkout's package
+    pytest.importorskip("nbval")
+    import nbformat
+
+    nb = nbformat.v4.new_notebook()
+    cell = nbformat.v4.new_code_cell("import rmsnorm_lessons\nprint(rmsnorm_lessons.__file__)",
+                                     execution_count=1)
+    cell.outputs = [nbformat.v4.new_output("stream", name="stdout",
+                                           text=f"{repo / 'rmsnorm_lessons' / '__init__.py'}\n")]
+    nb.cells = [cell]
+    nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
+    probe = repo / "notebooks" / "zz_probe.ipynb"
+    nbformat.write(nb, str(probe))
+    try:
+        env = dict(os.environ, PYTHONPATH=".")
+        p = subprocess.run([sys.executable, "-m", "pytest", "--nbval", "-q", "-p", "no:cacheprovider",
+                            "notebooks/zz_probe.ipynb"], cwd=repo, env=env, capture_output=True,
+                           text=True, timeout=300)
+    finally:
+        probe.unlink()
+    assert p.returncode == 0, p.stdout[-3000:]
