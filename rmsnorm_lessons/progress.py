@@ -160,18 +160,15 @@ def _run_as(learner: Learner, owner: int, room: bool) -> None:
                            f"notebooks as the owner of their folder, never as root")
     elif owner == me:
         learner.uid = None
-    elif me == 0:
-        learner.uid, learner.gid = owner, _gid(owner)
-    else:
+    elif me != 0:
         learner.refused = (f"{learner.folder} is owned by {_account(owner)} (uid {owner}): only "
                            f"root can run notebooks as another user")
-
-
-def _gid(uid: int) -> int:
-    try:
-        return pwd.getpwuid(uid).pw_gid
-    except KeyError:
-        return uid
+    else:
+        try:
+            learner.uid, learner.gid = owner, pwd.getpwuid(owner).pw_gid
+        except KeyError:
+            learner.refused = (f"{learner.folder} is owned by uid {owner}, which has no account "
+                               f"here to run its notebooks as")
 
 
 def from_paths(paths) -> list[Learner]:
@@ -194,7 +191,7 @@ def from_paths(paths) -> list[Learner]:
             raise ValueError(f"{p}: no such notebook or folder")
         for nb in found:
             folder = nb.resolve().parent
-            owner = folder.stat().st_uid or nb.stat().st_uid
+            owner = folder.stat().st_uid or nb.lstat().st_uid  # a link: its maker's
             learner = by_owner.get(owner)
             if learner is None:
                 learner = by_owner[owner] = Learner(_account(owner), folder, [])
@@ -285,8 +282,7 @@ def run_notebook(learner: Learner, path: Path, python: str, timeout: int) -> Out
     cmd = [python, "-m", "rmsnorm_lessons.progress_worker", str(path.resolve()), str(timeout)]
     who = {}
     if learner.uid is not None:
-        name = _account(learner.uid)
-        groups = os.getgrouplist(name, learner.gid) if not name.startswith("uid") else [learner.gid]
+        groups = os.getgrouplist(pwd.getpwuid(learner.uid).pw_name, learner.gid)
         who = dict(user=learner.uid, group=learner.gid, extra_groups=groups)
     # files, not pipes: a process the notebook leaves behind cannot hold the run open
     with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:

@@ -125,6 +125,25 @@ def test_room_finds_learners_in_the_hub_folder_or_their_own(tmp_path):
         assert all("never as root" in l.refused for l in found)
 
 
+@pytest.mark.skipif(os.geteuid() != 0, reason="only root runs notebooks as another uid")
+def test_a_folder_of_a_uid_without_account_is_refused(tmp_path):
+    uid = next(u for u in range(64000, 65000) if not _has_account(u))
+    folder = tmp_path / "orphan"
+    tiny_notebook(folder / FIRST.notebook, FIRST, ["PASS: ok", "PASS: ok"])
+    os.chown(folder, uid, uid)
+    (learner,) = progress.from_paths([folder])
+    assert learner.refused and "has no account" in learner.refused
+    os.chown(folder, 0, 0)
+
+
+def _has_account(uid: int) -> bool:
+    try:
+        pwd.getpwuid(uid)
+    except KeyError:
+        return False
+    return True
+
+
 def test_the_hub_seeds_the_folder_progress_looks_in():
     config = (ROOT / "hub" / "jupyterhub_config.py").read_text()
     assert re.search(rf'^SEED_DIR = "{re.escape(progress.ROOM_FOLDER)}"', config, re.M)
