@@ -85,14 +85,15 @@ def test_notebook_runs_import_this_checkout(repo, tmp_path):
     cell.outputs = [nbformat.v4.new_output("stream", name="stdout",
                                            text=f"{repo / 'rmsnorm_lessons' / '__init__.py'}\n")]
     nb.cells = [cell]
-    nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
+    nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3",
+                                 "language": "python"}
     probe = repo / "notebooks" / "zz_probe.ipynb"
     nbformat.write(nb, str(probe))
     try:
         env = dict(os.environ, PYTHONPATH=".")
-        p = subprocess.run([sys.executable, "-m", "pytest", "--nbval", "-q", "-p", "no:cacheprovider",
-                            "notebooks/zz_probe.ipynb"], cwd=repo, env=env, capture_output=True,
-                           text=True, timeout=300)
+        p = subprocess.run([sys.executable, "-m", "pytest", "--nbval", "-q",
+                            "-p", "no:cacheprovider", "notebooks/zz_probe.ipynb"],
+                           cwd=repo, env=env, capture_output=True, text=True, timeout=300)
     finally:
         probe.unlink()
     assert p.returncode == 0, p.stdout[-3000:]
