@@ -8,7 +8,7 @@ Notebook runs (nbval) import the package from this checkout: nbval starts each k
 notebook's folder as its working directory, so a relative entry in PYTHONPATH (``PYTHONPATH=.
 pytest --nbval notebooks``) would point into ``notebooks/``; every entry is made absolute and the
 repository root put first (with the package installed, as by ``make test``, this changes nothing).
-This lives here, not in ``notebooks/conftest.py``, so that the lessons' folder holds lessons only.
+This lives here, not in a conftest.py of the lessons' folder, so that it holds lessons only.
 
 ``RMSNORM_FAILURE_LOG=FILE`` appends each failure's report to FILE as it happens, not at the end of the
 session: a run stopped by a time limit (tools/refresh-on-gpu.sh on a lent GPU) still says why tests failed.

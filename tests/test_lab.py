@@ -74,8 +74,8 @@ def test_unknown_edition_is_refused(repo):
 
 
 def test_notebook_runs_import_this_checkout(repo, tmp_path):
-    # what notebooks/conftest.py did, now the root conftest.py's: `PYTHONPATH=. pytest --nbval
-    # notebooks` runs the kernels (started in notebooks/) on this checkout's package
+    # what the lessons' folder's own conftest.py did, now the root one's: `PYTHONPATH=. pytest
+    # --nbval notebooks` runs the kernels (started in notebooks/) on this checkout's package
     pytest.importorskip("nbval")
     import nbformat
 
@@ -92,7 +92,7 @@ def test_notebook_runs_import_this_checkout(repo, tmp_path):
     try:
         env = dict(os.environ, PYTHONPATH=".")
         p = subprocess.run([sys.executable, "-m", "pytest", "--nbval", "-q",
-                            "-p", "no:cacheprovider", "notebooks/zz_probe.ipynb"],
+                            "-p", "no:cacheprovider", str(probe.relative_to(repo))],
                            cwd=repo, env=env, capture_output=True, text=True, timeout=300)
     finally:
         probe.unlink()

@@ -63,7 +63,7 @@ def test_the_wheel_ships_every_module_and_kernel(wheel):
         if "__pycache__" not in path.parts:
             assert path.relative_to(ROOT).as_posix() in names, f"{path.relative_to(ROOT)} is not in the wheel"
     for lesson in lessons.LESSONS:  # for `student` and `progress` (lessons.notebook_dir)
-        shipped = f"rmsnorm_lessons/notebooks/{lesson.notebook}"
+        shipped = "/".join(("rmsnorm_lessons", "notebooks", lesson.notebook))
         assert shipped in names, f"{lesson.notebook} is not in the wheel"
     assert not [n for n in names if n.endswith(".failed.ipynb") or n.endswith("conftest.py")]
     for path in sorted((ROOT / "kernels").iterdir()):
