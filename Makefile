@@ -25,11 +25,11 @@ test: venv
 	$(PY) -m pytest --nbval --nbval-current-env --nbval-sanitize-with nbval_sanitize.cfg tests notebooks $(PYTEST_ARGS)
 
 # the server prints its URL with the token (http://127.0.0.1:8888/lab?token=...) on the terminal
-lab: venv lab-folder
-	$(PY) -m jupyterlab $(ROOT_FLAG) $(ARGS) $(LAB_DIR)
+lab: lab-folder
+	$(PY) -m jupyterlab $(ROOT_FLAG) $(ARGS) "$(LAB_DIR)"
 
 # LAB_DIR's lessons, written where missing (what `make lab` serves)
-lab-folder:
+lab-folder: venv
 	@case "$(EDITION)" in student) flag= ;; instructor) flag=--instructor ;; \
 	  *) echo "make lab: EDITION=$(EDITION): use EDITION=student (default) or instructor" >&2; \
 	     exit 2 ;; esac; \
