@@ -3,15 +3,20 @@
 # Both build .venv from nothing on first use (tools/setup-venv.sh) and reuse it afterwards.
 VENV ?= .venv
 PY ?= $(VENV)/bin/python
-# the folder JupyterLab serves (tests/test_browser.py points it at a copy)
-NOTEBOOKS ?= notebooks
+# `make lab` serves a working copy of the lessons, never notebooks/ itself: the student edition by
+# default, EDITION=instructor for the lessons as committed (solutions in). The copy lives in LAB_DIR
+# (git-ignored work/<edition>/) and is kept between runs: only lessons missing there are written,
+# so a learner's work is never overwritten (delete a notebook there to get it fresh).
+EDITION ?= student
+LAB_DIR ?= work/$(EDITION)
 PYTEST_ARGS ?=
 # extra arguments for JupyterLab, e.g. make lab ARGS="--no-browser --port 8890"
 ARGS ?=
 # JupyterLab refuses to run as root without --allow-root (containers, cloud VMs): add it there
 ROOT_FLAG := $(if $(filter 0,$(shell id -u 2>/dev/null)),--allow-root,)
 
-.PHONY: venv test test-slow test-all lab info check bench inspect notebooks sanitize clean site hub
+.PHONY: venv test test-slow test-all lab lab-folder info check bench inspect notebooks sanitize \
+	clean site hub
 
 venv:
 	@VENV=$(VENV) tools/setup-venv.sh
@@ -37,8 +42,15 @@ test-all: venv
 	$(PY) -m pytest $(XDIST) $(NBVAL) tests notebooks $(PYTEST_ARGS)
 
 # the server prints its URL with the token (http://127.0.0.1:8888/lab?token=...) on the terminal
-lab: venv
-	$(PY) -m jupyterlab $(ROOT_FLAG) $(ARGS) $(NOTEBOOKS)
+lab: lab-folder
+	$(PY) -m jupyterlab $(ROOT_FLAG) $(ARGS) "$(LAB_DIR)"
+
+# LAB_DIR's lessons, written where missing (what `make lab` serves)
+lab-folder: venv
+	@case "$(EDITION)" in student) flag= ;; instructor) flag=--instructor ;; \
+	  *) echo "make lab: EDITION=$(EDITION): use EDITION=student (default) or instructor" >&2; \
+	     exit 2 ;; esac; \
+	$(PY) -m rmsnorm_lessons student $$flag "$(LAB_DIR)" notebooks
 
 info: venv
 	$(PY) -m rmsnorm_lessons info

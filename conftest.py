@@ -4,6 +4,12 @@ Also: strict nbval normalises machine numbers with ``nbval_sanitize.cfg`` unless
 (``pytest --nbval notebooks`` as well as ``make test``), and the summary says in one line how many GPU
 items were skipped and why, instead of one line per file (the other skip reasons are grouped by reason).
 
+Notebook runs (nbval) import the package from this checkout: nbval starts each kernel with the
+notebook's folder as its working directory, so a relative entry in PYTHONPATH (``PYTHONPATH=.
+pytest --nbval notebooks``) would point into ``notebooks/``; every entry is made absolute and the
+repository root put first (with the package installed, as by ``make test``, this changes nothing).
+This lives here, not in a conftest.py of the lessons' folder, so that it holds lessons only.
+
 ``RMSNORM_FAILURE_LOG=FILE`` appends each failure's report to FILE as it happens, not at the end of the
 session: a run stopped by a time limit (tools/refresh-on-gpu.sh on a lent GPU) still says why tests failed.
 """
@@ -22,6 +28,12 @@ GPU_CELL = "notebook cell tagged gpu: no GPU here"
 _XDIST_WORKER = False  # this process is an xdist worker: its reports reach the controller, which logs them
 
 
+def _root_on_pythonpath() -> None:
+    entries = os.environ.get("PYTHONPATH", "").split(os.pathsep)
+    parts = [str(Path(p).resolve()) for p in entries if p]
+    os.environ["PYTHONPATH"] = os.pathsep.join([str(ROOT)] + [p for p in parts if p != str(ROOT)])
+
+
 def pytest_configure(config):
     global _XDIST_WORKER
     # xdist gives its workers `workerinput`; the environment's PYTEST_XDIST_WORKER would also be inherited
@@ -29,6 +41,8 @@ def pytest_configure(config):
     _XDIST_WORKER = hasattr(config, "workerinput")
     # nbval's option exists only where nbval is installed; an explicit --nbval-sanitize-with wins
     option = config.option
+    if getattr(option, "nbval", False) or getattr(option, "nbval_lax", False):
+        _root_on_pythonpath()
     if hasattr(option, "nbval_sanitize_with") and not option.nbval_sanitize_with \
             and not getattr(option, "sanitize_with", None) and SANITIZE.is_file():
         option.nbval_sanitize_with = str(SANITIZE)

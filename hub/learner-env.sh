@@ -25,7 +25,7 @@ if [ ! -x "$HUB_PYTHON" ]; then
     echo "learner-env: $HUB_PYTHON is missing: set HUB_PYTHON to an interpreter every user can run" >&2
     exit 2
 fi
-extras="lab"
+extras="lab,progress"
 if { command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L >/dev/null 2>&1; } \
         || ldconfig -p 2>/dev/null | grep -q 'libcuda\.so\.1'; then
     extras="$extras,gpu"
@@ -48,7 +48,7 @@ echo "learner-env: building $HUB_ENV with $HUB_PYTHON (extras: $extras)"
 # a fresh copy of the sources, so that pip's build folders land outside the checkout
 src=$(mktemp -d)
 trap 'rm -rf "$src"' EXIT
-cp -r pyproject.toml README.md LICENSE rmsnorm_lessons kernels "$src"/
+cp -r pyproject.toml README.md LICENSE rmsnorm_lessons kernels notebooks "$src"/
 rm -rf "$src"/rmsnorm_lessons/__pycache__ "$src"/*.egg-info
 "$HUB_ENV/bin/python" -m pip install -q "$src[$extras]" -r hub/requirements.txt $wheels
 "$HUB_ENV/bin/python" -m pip install -q --no-deps --force-reinstall "$src"

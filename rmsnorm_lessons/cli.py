@@ -276,19 +276,24 @@ class _Parser(argparse.ArgumentParser):
 
 
 def _student(args) -> int:
-    from . import student  # lazy: only this subcommand needs it
+    from . import lessons, student  # lazy: only this subcommand needs them
 
-    sources = args.notebooks or [student.default_notebooks()]
-    written = student.write_student_edition(sources, args.out)
-    print(f"wrote the student edition of {len(written)} notebook(s) to {args.out}: solutions replaced by their "
-          f"skeletons, the outputs of solution and check cells cleared")
+    sources = args.notebooks or [lessons.notebook_dir()]
+    written, kept = student.write_edition(sources, args.out, instructor=args.instructor,
+                                          overwrite=args.overwrite)
+    edition = "instructor" if args.instructor else "student"
+    how = ("as they are (solutions in)" if args.instructor else
+           "solutions replaced by their skeletons, the outputs of solution and check cells cleared")
+    print(f"wrote the {edition} edition of {len(written)} notebook(s) to {args.out}: {how}"
+          + (f"; kept {len(kept)} already there (--overwrite replaces them)" if kept else ""))
     return 0
 
 
 def _progress(args) -> int:
-    from . import progress  # lazy: imports nbclient
+    from . import progress  # lazy: the run needs nbclient
 
-    return progress.main(args.notebooks, timeout=args.timeout)
+    return progress.main(args.notebooks, room=args.room, jobs=args.jobs, python=args.python,
+                         timeout=args.timeout)
 
 
 def main(argv=None) -> int:
@@ -348,13 +353,43 @@ def main(argv=None) -> int:
     p.add_argument("--sass", action="store_true", help="also print the SASS listing (needs nvdisasm)")
     p.add_argument("--ptx", action="store_true", help="also print the PTX")
     p.set_defaults(func=_inspect)
-    p = sub.add_parser("student", help="write the student edition of the lessons (solutions out, skeletons in)")
+    p = sub.add_parser("student",
+                       help="write the student edition (solutions out, skeletons in)",
+                       description="Write the student edition of the lessons into OUT. A lesson "
+                                   "already in OUT is kept (a learner's work), unless --overwrite.")
     p.add_argument("out", help="folder to write the notebooks into")
-    p.add_argument("notebooks", nargs="*", help="notebooks or folders (default: the course's notebooks/)")
+    p.add_argument("notebooks", nargs="*",
+                   help="notebooks, or folders of lessons (default: the course's lessons)")
+    p.add_argument("--instructor", action="store_true",
+                   help="copy the instructor edition as it is (solutions in) instead")
+    p.add_argument("--overwrite", action="store_true", help="replace notebooks already in OUT")
     p.set_defaults(func=_student)
-    p = sub.add_parser("progress", help="run notebooks and print each exercise's verdict and a total per lesson")
-    p.add_argument("notebooks", nargs="*", help="a learner's notebooks (default: the course's notebooks/)")
-    p.add_argument("--timeout", type=_positive_int, default=900, help="seconds a cell may run")
+    from .progress import ROOM_FOLDER, default_jobs  # no nbclient needed to parse the arguments
+
+    p = sub.add_parser(
+        "progress",
+        help="run learners' notebooks: each exercise's verdict, per learner and for a room",
+        description="Run learners' notebooks (each as its learner: the owner of its folder, "
+                    "never as root for someone else) and print every exercise's verdict, PASS, "
+                    "NOT YET or NOT VERIFIED, a table per learner and, for a room, a summary. A "
+                    "line per finished notebook goes to stderr. Exit 1 when a notebook could not "
+                    "be run or a learner was refused.")
+    p.add_argument("notebooks", nargs="*",
+                   help="notebooks, or folders (a folder: the lesson notebooks in it); "
+                        "default: the course's")
+    p.add_argument("--room", metavar="DIR",
+                   help=f"every subfolder DIR/NAME holding lesson notebooks (in "
+                        f"DIR/NAME/{ROOM_FOLDER}, where the workshop hub puts them, or in "
+                        f"DIR/NAME) is the learner NAME, run as the owner of DIR/NAME; e.g. "
+                        f"--room /home as root. A folder root owns is refused")
+    p.add_argument("--jobs", type=_positive_int, default=None, metavar="N",
+                   help=f"notebooks run at once (default: the CPU count, {default_jobs()} here)")
+    p.add_argument("--python", metavar="PATH",
+                   help="the interpreter that runs the notebooks (default: this one); as root "
+                        "for a room it must be one every learner can run, e.g. the hub's "
+                        "build/hub/env/bin/python")
+    p.add_argument("--timeout", type=_positive_int, default=900,
+                   help="seconds a cell may run (default: 900)")
     p.set_defaults(func=_progress)
     args = parser.parse_args(argv)
     try:

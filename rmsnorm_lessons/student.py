@@ -136,25 +136,60 @@ def student_notebook(nb: dict) -> dict:
     return nb
 
 
-def write_student_edition(sources, out_dir) -> list[Path]:
-    """Write the student edition of ``sources`` (notebook files, or folders of them) into ``out_dir``."""
-    out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
+def _sources(sources) -> list[Path]:
+    """Notebook files as given; a folder stands for the registry's lessons in it (a folder without
+    any is refused, as is a path that is neither)."""
+    from .lessons import LESSONS
+
     paths = []
-    for s in sources:
-        s = Path(s)
-        paths.extend(sorted(s.glob("*.ipynb")) if s.is_dir() else [s])
-    written = []
+    for s in map(Path, sources):
+        if s.is_dir():
+            found = [s / lesson.notebook for lesson in LESSONS if (s / lesson.notebook).is_file()]
+            if not found:
+                raise ValueError(f"{s}: a folder without lesson notebooks")
+            paths.extend(found)
+        elif s.is_file():
+            paths.append(s)
+        else:
+            raise ValueError(f"{s}: no such notebook or folder")
+    return paths
+
+
+def write_edition(sources, out_dir, instructor: bool = False, overwrite: bool = False):
+    """Write the student edition (or, ``instructor=True``, a copy of the instructor edition) of
+    ``sources`` (notebook files, or folders of lessons) into ``out_dir``. A notebook already there
+    is kept, a learner's work, unless ``overwrite``. Returns (the paths written, the paths kept)."""
+    out = Path(out_dir)
+    paths = _sources(sources)
+    out.mkdir(parents=True, exist_ok=True)
+    written, kept = [], []
     for path in paths:
-        nb = json.loads(path.read_text())
         target = out / path.name
-        with open(target, "w") as f:
-            json.dump(student_notebook(nb), f, indent=1, ensure_ascii=False)
-            f.write("\n")
+        if target.exists() and not overwrite:
+            kept.append(target)
+            continue
+        # a temporary name first: an interrupted run leaves no half notebook for a later run to keep
+        partial = target.with_name(f".{target.name}.partial")
+        if instructor:
+            partial.write_bytes(path.read_bytes())
+        else:
+            with open(partial, "w") as f:
+                nb = student_notebook(json.loads(path.read_text()))
+                json.dump(nb, f, indent=1, ensure_ascii=False)
+                f.write("\n")
+        partial.replace(target)
         written.append(target)
-    return written
+    return written, kept
+
+
+def write_student_edition(sources, out_dir) -> list[Path]:
+    """Write the student edition of ``sources`` (notebook files, or folders of lessons) into
+    ``out_dir``, replacing what is there."""
+    return write_edition(sources, out_dir, overwrite=True)[0]
 
 
 def default_notebooks() -> Path:
-    """The course's ``notebooks/`` folder (beside the package in a checkout)."""
-    return Path(__file__).resolve().parent.parent / "notebooks"
+    """The course's lessons (the instructor edition): :func:`.lessons.notebook_dir`."""
+    from .lessons import notebook_dir
+
+    return notebook_dir()

@@ -1,12 +1,16 @@
 """A lesson in a real browser: JupyterLab on localhost, driven by Debian's Chromium through Playwright.
 
-What a learner does: start the server as the README says (``make lab ARGS=...``), open the lesson, Run > Run All Cells, wait for the kernel to go idle. The test then
-asserts that no cell shows an error, that a figure (an ``<img>`` in an output area) and an ipywidget
-rendered, and saves a screenshot under pytest's tmp dir and as ``build/screenshots/<lesson>.png``.
+What a learner does: start the server as the README says (``make lab ARGS=...``: the student
+edition, in the git-ignored work/student/), open the lesson, Run > Run All Cells, wait for the
+kernel to go idle, save. The test then asserts that no cell shows an error, that a figure (an
+``<img>`` in an output area) and an ipywidget rendered, that ``git status`` is still clean (opening
+and saving a lesson changes no tracked file), and saves a screenshot under pytest's tmp dir and as
+``build/screenshots/<lesson>.png``.
 
-Everything happens on copies in a temporary folder (the repository is never written to, but for the
-screenshot under build/), with the server's own config, data and runtime folders; the server is always
-shut down. Skipped where /usr/bin/chromium or the ``playwright`` package is missing.
+``make lab`` runs in a temporary git repository holding this checkout's files (tests/_checkout.py):
+this repository and its work/ are never written to, but for the screenshot under build/. The
+server has its own config, data and runtime folders and is always shut down. Skipped where
+/usr/bin/chromium or the ``playwright`` package is missing.
 
 Which lesson: the first of ``PREFERRED`` that exists and has, outside gpu-tagged cells, both a plot and a
 widget (``RMSNORM_BROWSER_LESSON=03_warp_per_row`` picks one, ``RMSNORM_BROWSER_LESSON=all`` takes every
@@ -30,6 +34,8 @@ import urllib.request
 from pathlib import Path
 
 import pytest
+
+from _checkout import copy_checkout, status
 
 ROOT = Path(__file__).resolve().parent.parent
 NOTEBOOKS = ROOT / "notebooks"
@@ -153,8 +159,9 @@ def _settings(config_dir: Path) -> None:
 
 
 class Lab:
-    def __init__(self, root: Path, work: Path):
-        self.root = root
+    def __init__(self, repo: Path, work: Path):
+        self.repo = repo
+        self.root = repo / "work" / "student"  # what `make lab` serves by default
         self.token = secrets.token_hex(16)
         self.port = _free_port()
         self.url = f"http://127.0.0.1:{self.port}"
@@ -164,20 +171,22 @@ class Lab:
             d.mkdir(parents=True, exist_ok=True)
         _settings(config)
         env = dict(os.environ)
+        python_path = [str(repo)] + ([env["PYTHONPATH"]] if env.get("PYTHONPATH") else [])
         env.update(JUPYTER_CONFIG_DIR=str(config), JUPYTER_DATA_DIR=str(data), JUPYTER_RUNTIME_DIR=str(runtime),
                    IPYTHONDIR=str(ipython), JUPYTER_PLATFORM_DIRS="0", PYTHONUNBUFFERED="1",
-                   PYTHONPATH=os.pathsep.join([str(ROOT)] + ([env["PYTHONPATH"]] if env.get("PYTHONPATH") else [])))
-        # the README's way: make lab ARGS="..." (it adds --allow-root as root). With this interpreter
-        # (PY=, and -o venv: no venv build) and on the copy (NOTEBOOKS=); the rest is ARGS
+                   PYTHONPATH=os.pathsep.join(python_path))
+        # the README's way: make lab ARGS="..." (it adds --allow-root as root), in the copy of the
+        # checkout, with this interpreter (PY=, and -o venv: no venv build); the rest is ARGS
         args = ["--no-browser", "--ServerApp.ip=127.0.0.1", f"--ServerApp.port={self.port}",
                 "--ServerApp.port_retries=0", f"--IdentityProvider.token={self.token}",
                 "--LabApp.news_url=None", "--LabApp.check_for_updates_class=jupyterlab.NeverCheckForUpdate",
                 "--ServerApp.terminals_enabled=False", "--LabApp.extension_manager=readonly"]
-        cmd = ["make", "--no-print-directory", "-C", str(ROOT), "-o", "venv", "lab", f"PY={sys.executable}",
-               f"NOTEBOOKS={root}", "ARGS=" + " ".join(args)]
+        cmd = ["make", "--no-print-directory", "-C", str(repo), "-o", "venv", "lab",
+               f"PY={sys.executable}", "ARGS=" + " ".join(args)]
         self._log = open(self.log_path, "w")
-        self.proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=self._log, stderr=subprocess.STDOUT,
-                                     stdin=subprocess.DEVNULL, start_new_session=True)
+        self.proc = subprocess.Popen(cmd, cwd=repo, env=env, stdout=self._log,
+                                     stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                     start_new_session=True)
 
     def wait_ready(self) -> None:
         deadline = time.monotonic() + SERVER_START_S
@@ -229,10 +238,11 @@ class Lab:
 @pytest.fixture(scope="module")
 def lab(tmp_path_factory):
     work = tmp_path_factory.mktemp("jupyterlab")
-    root = work / "notebooks"
-    shutil.copytree(NOTEBOOKS, root, ignore=shutil.ignore_patterns(".ipynb_checkpoints"))
-    _smoke_notebook(root / f"{SMOKE}.ipynb")
-    server = Lab(root, work)
+    repo = copy_checkout(work / "repo")
+    # in the lab's folder before `make lab` fills it (it writes only the lessons missing there)
+    (repo / "work" / "student").mkdir(parents=True)
+    _smoke_notebook(repo / "work" / "student" / f"{SMOKE}.ipynb")
+    server = Lab(repo, work)
     try:
         server.wait_ready()
         _wait(server.printed_url, 10, "the server to print its URL with the token")
@@ -423,6 +433,8 @@ def test_lesson_in_browser(lab, lesson, tmp_path):
             _wait(lambda: nb_path.stat().st_mtime_ns != before, 30, "the notebook to be saved")
             page.wait_for_timeout(500)  # the write may still be under way
 
+            changed = status(lab.repo)
+            assert changed == "", f"opening and saving {lesson} changed tracked files:\n{changed}"
             assert not errors, f"cells show errors:\n" + "\n---\n".join(errors)
             assert not _saved_errors(nb_path), _saved_errors(nb_path)
             assert images.count() > 0, "no figure (<img> in an output area) rendered"
@@ -438,3 +450,14 @@ def test_lesson_in_browser(lab, lesson, tmp_path):
     shutil.copyfile(shot, SCREENSHOTS / f"{lesson}.png")
     (SCREENSHOTS / f"{lesson}-failed.png").unlink(missing_ok=True)
     print(f"screenshot: {shot} and {SCREENSHOTS / f'{lesson}.png'}")
+
+
+def test_lab_lists_the_lessons_only(lab):
+    """The file browser's root (the contents API it reads): the lessons and the smoke notebook,
+    nothing else (no conftest.py, no tracked files of the repository)."""
+    with urllib.request.urlopen(f"{lab.url}/api/contents?token={lab.token}", timeout=30) as r:
+        names = sorted(item["name"] for item in json.load(r)["content"])
+    from rmsnorm_lessons import lessons
+
+    shown = [n for n in names if n != f"{SMOKE}.ipynb"]
+    assert shown == sorted(l.notebook for l in lessons.LESSONS), names

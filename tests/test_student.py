@@ -10,12 +10,11 @@ from pathlib import Path
 
 import pytest
 
-from rmsnorm_lessons import build, gpu, student
+from rmsnorm_lessons import build, gpu, lessons, student
 
 ROOT = Path(__file__).resolve().parent.parent
-NOTEBOOKS = ROOT / "notebooks"
-LESSONS = ["00_setup", "01_rmsnorm_math", "02_naive", "03_warp_per_row", "04_shared_memory", "05_bf16_vectorized",
-           "06_two_pass", "07_last_block", "08_bytes_in_flight", "09_v7_step_by_step", "10_finding_bugs"]
+NOTEBOOKS = lessons.notebook_dir()
+LESSONS = [lesson.stem for lesson in lessons.LESSONS]
 needs_nvcc = pytest.mark.skipif(build.find_nvcc() is None, reason="nvcc not found")
 
 
@@ -61,6 +60,8 @@ def test_every_exercise_has_a_solution_and_the_student_edition_has_none(lesson):
     nb = _nb(lesson)
     checks = [c for c in nb["cells"] if c["cell_type"] == "code" and student.check_calls(_src(c))]
     assert checks, "a lesson without an exercise"
+    called = [f"lesson{n}.{fn}" for c in checks for n, fn in student.check_calls(_src(c))]
+    assert list(dict.fromkeys(called)) == list(lessons.by_stem(lesson).exercises)
     solutions = [c for c in nb["cells"] if c["cell_type"] == "code" and student.has_solution(_src(c))]
     assert len(solutions) == len(checks), "one solution cell per check"
     st = student.student_notebook(nb)
@@ -115,13 +116,44 @@ def test_no_solution_reaches_the_student_edition(lesson):
         assert not shown, f"cell {i} ({cell['cell_type']}) of the student edition shows the solution: {shown}"
 
 
-def test_student_cli_writes_every_lesson(tmp_path):
-    proc = subprocess.run([sys.executable, "-m", "rmsnorm_lessons", "student", str(tmp_path)], capture_output=True,
-                          text=True, cwd=ROOT)
+def _student_cli(*args):
+    return subprocess.run([sys.executable, "-m", "rmsnorm_lessons", "student", *map(str, args)],
+                          capture_output=True, text=True, cwd=ROOT, timeout=300)
+
+
+def test_student_cli_writes_every_lesson_and_keeps_what_is_there(tmp_path):
+    proc = _student_cli(tmp_path)
     assert proc.returncode == 0, proc.stderr
-    assert sorted(p.name for p in tmp_path.glob("*.ipynb")) == sorted(p.name for p in NOTEBOOKS.glob("*.ipynb"))
+    written = sorted(p.name for p in tmp_path.glob("*.ipynb"))
+    assert written == sorted(l.notebook for l in lessons.LESSONS)
     for path in tmp_path.glob("*.ipynb"):
         assert "BEGIN SOLUTION" not in path.read_text()
+    mine = tmp_path / lessons.LESSONS[0].notebook
+    mine.write_text("{}")  # a learner's work: kept, unless --overwrite
+    proc = _student_cli(tmp_path)
+    assert proc.returncode == 0 and f"kept {len(LESSONS)} already there" in proc.stdout, proc.stdout
+    assert mine.read_text() == "{}"
+    assert _student_cli(tmp_path, "--overwrite").returncode == 0
+    assert mine.read_text() != "{}" and "BEGIN SKELETON" not in mine.read_text()
+    assert not list(tmp_path.glob(".*.partial"))
+
+
+def test_student_cli_instructor_copy_and_bad_paths(tmp_path):
+    lesson = lessons.LESSONS[2]
+    proc = _student_cli(tmp_path / "i", NOTEBOOKS / lesson.notebook, "--instructor")
+    assert proc.returncode == 0, proc.stderr
+    copied = (tmp_path / "i" / lesson.notebook).read_bytes()
+    assert copied == (NOTEBOOKS / lesson.notebook).read_bytes()
+    for bad, message in ((tmp_path / "missing.ipynb", "no such notebook or folder"),
+                         (tmp_path / "i", None)):
+        if message is None:  # a folder of lessons works as a source too
+            assert _student_cli(tmp_path / "j", bad).returncode == 0
+            continue
+        proc = _student_cli(tmp_path / "k", bad)
+        assert proc.returncode == 2 and message in proc.stderr, proc.stderr
+    (tmp_path / "empty").mkdir()
+    proc = _student_cli(tmp_path / "k", tmp_path / "empty")
+    assert proc.returncode == 2 and "a folder without lesson notebooks" in proc.stderr, proc.stderr
 
 
 # --- host exercises: solutions PASS, placeholders NOT YET (run in-process, no notebook kernel) ---------
@@ -164,7 +196,7 @@ def test_host_solution_passes_and_its_placeholder_does_not(lesson, setup, text):
 @needs_nvcc
 @pytest.mark.slow
 @pytest.mark.timeout(900)  # lesson 09 runs for about three minutes on the H200, longer beside the suite
-@pytest.mark.parametrize("lesson", sorted(p.stem for p in NOTEBOOKS.glob("[0-9]*.ipynb")))
+@pytest.mark.parametrize("lesson", LESSONS)
 def test_student_edition_runs_under_nbval(lesson, tmp_path):
     (written,) = student.write_student_edition([NOTEBOOKS / f"{lesson}.ipynb"], tmp_path)
     proc = subprocess.run([sys.executable, "-m", "pytest", "--nbval-lax", "--nbval-current-env", "-q",
@@ -177,16 +209,16 @@ def test_student_edition_runs_under_nbval(lesson, tmp_path):
 @needs_nvcc
 def test_progress_prints_one_line_per_exercise_and_a_total(tmp_path):
     lesson = "04_shared_memory"
+    exercises = list(lessons.by_stem(lesson).exercises)
     student.write_student_edition([NOTEBOOKS / f"{lesson}.ipynb"], tmp_path)
     proc = subprocess.run([sys.executable, "-m", "rmsnorm_lessons", "progress", str(NOTEBOOKS / f"{lesson}.ipynb"),
                            str(tmp_path / f"{lesson}.ipynb")], capture_output=True, text=True, cwd=ROOT, timeout=900)
     assert proc.returncode == 0, proc.stderr[-2000:]
-    lines = [ln.split() for ln in proc.stdout.splitlines()]
+    # every row starts with the learner: the owner of the notebooks' folders (this account here)
+    lines = [ln.split()[1:] for ln in proc.stdout.splitlines()]
     kernel = "PASS" if gpu.available() else "NOT VERIFIED"
     instructor, learner = lines[:4], lines[4:]
-    assert [ln[:2] for ln in instructor[:3]] == [[lesson, "lesson04.check_v3_atomics"],
-                                                [lesson, "lesson04.check_bank_conflict_degree"],
-                                                [lesson, "lesson04.check_v3_kernel"]]
+    assert [ln[:2] for ln in instructor[:3]] == [[lesson, e] for e in exercises]
     assert [" ".join(ln[2:4]).startswith(("PASS", kernel)) for ln in instructor[:3]] == [True] * 3
     assert instructor[1][2] == "PASS" and " ".join(instructor[2][2:4]).startswith(kernel)
     n_pass = 3 if gpu.available() else 2
