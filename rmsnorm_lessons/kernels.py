@@ -24,11 +24,6 @@ def __getattr__(name):
     raise AttributeError(f"module 'rmsnorm_lessons.kernels' has no attribute {name!r}")
 
 
-def _raw(a: np.ndarray) -> np.ndarray:
-    # PyCUDA copies through the buffer protocol, which ml_dtypes' bfloat16 does not export
-    return a.view(np.uint8)
-
-
 def run(version, dout, inp, weight, rstd, dinp=None, dweight=None, *, block_size: int | None = None,
         overwrite: bool = False, config=None, stream=None):
     """Run one backward pass of ``version``: returns ``(dinp, dweight)`` with this call's gradients added.
@@ -36,8 +31,9 @@ def run(version, dout, inp, weight, rstd, dinp=None, dweight=None, *, block_size
     NumPy inputs: copied to the GPU, and new NumPy arrays are returned (``dinp``/``dweight`` default to
     zeros and are not modified). GPUArray inputs: ``dinp`` and ``dweight`` are required, updated in place
     and returned; they may not overlap any other tensor. With ``overwrite`` (versions that offer it) dinp
-    is set, not added to (dweight still accumulates). ``config``: v7_fast's variants
-    (:class:`~rmsnorm_lessons.ladder.v7_fast.Config`). ``N == 0`` is a no-op. Every argument is checked
+    is set, not added to (dweight still accumulates). ``config``: a variant of the versions that offer
+    them (the rung's ``config_check`` judges it; v7_fast's
+    :class:`~rmsnorm_lessons.ladder.v7_fast.Config`). ``N == 0`` is a no-op. Every argument is checked
     before the GPU is touched.
 
     ``stream``: None runs on the default stream and waits for this call's work only (not for other
@@ -46,17 +42,11 @@ def run(version, dout, inp, weight, rstd, dinp=None, dweight=None, *, block_size
     inputs are GPUArrays (as a PyTorch op does); with NumPy inputs it waits for that stream, since it
     copies the results back. Any Python thread may call ``run``, concurrently too.
     """
-    spec = validate.rung(version)
-    block = validate.block_size(spec, block_size)
-    overwrite = validate.flag("overwrite", overwrite)
-    if overwrite and not spec.overwrite_mode:
-        raise ValueError(f"overwrite=True (dinp = instead of +=) is not offered by {spec.name}")
-    if config is not None and spec.name != "v7_fast":
-        raise ValueError(f"config is for v7_fast's variants; {spec.name} takes none")
+    spec = ladder.get(version)  # the one lookup: the Rung is handed on from here
+    block, overwrite = validate.options(spec, block_size, overwrite, config)
     shp = validate.check_inputs(spec, dout, inp, weight, rstd, dinp, dweight)
     validate.shared_memory(spec, shp.C, block)  # a C the version cannot run on any device says so here
-    if config is not None:
-        ladder.v7_fast.row_layout(shp.C, block, config.K, overwrite, config.prefetch)
+    spec.check_config(config, shp.C, block, overwrite)
     gpu.foreign_handle(stream)  # a stream of the wrong kind says so here
     on_gpu = validate.is_gpuarray(inp)
     if on_gpu and (dinp is None or dweight is None):
@@ -94,15 +84,15 @@ def _run_on_gpu(spec, drv, shp, dout, inp, weight, rstd, dinp, dweight, on_gpu, 
             bridge.enter()
         for k, v in host.items():
             if pstream is None:
-                drv.memcpy_htod(device[k], _raw(np.ascontiguousarray(v)))
+                drv.memcpy_htod(device[k], gpu.as_bytes(np.ascontiguousarray(v)))
             else:
-                drv.memcpy_htod_async(device[k], _raw(np.ascontiguousarray(v)), pstream)
+                drv.memcpy_htod_async(device[k], gpu.as_bytes(np.ascontiguousarray(v)), pstream)
         L(shp.N, Tensors(**{k: int(p) for k, p in device.items()}), pstream)
         for k in ("dinp", "dweight"):
             if pstream is None:
-                drv.memcpy_dtoh(_raw(host[k]), device[k])
+                drv.memcpy_dtoh(gpu.as_bytes(host[k]), device[k])
             else:
-                drv.memcpy_dtoh_async(_raw(host[k]), device[k], pstream)
+                drv.memcpy_dtoh_async(gpu.as_bytes(host[k]), device[k], pstream)
         if bridge is not None:
             bridge.leave()
         _wait_for(spec, drv, pstream)

@@ -93,12 +93,8 @@ class Launcher:
     def __init__(self, version, C: int, *, block_size: int | None = None, overwrite: bool = False, config=None):
         self.rung = ladder.get(version)
         self.C = int(C)
-        self.block_size = validate.block_size(self.rung, block_size)
-        self.overwrite = validate.flag("overwrite", overwrite)
-        if self.overwrite and not self.rung.overwrite_mode:
-            raise ValueError(f"overwrite=True (dinp = instead of +=) is not offered by {self.rung.name}")
-        if config is not None and self.rung.name != "v7_fast":
-            raise ValueError(f"config is for v7_fast's variants; {self.rung.name} takes none")
+        self.block_size, self.overwrite = validate.options(self.rung, block_size, overwrite, config)
+        self.rung.check_config(config, self.C, self.block_size, self.overwrite)
         self.config = config
         with gpu.in_context() as g:
             self.drv = g.driver

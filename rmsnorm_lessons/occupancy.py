@@ -17,86 +17,14 @@ followed by this arithmetic (``python -m rmsnorm_lessons inspect`` prints it).
 """
 from __future__ import annotations
 
-import dataclasses
-
 import ctypes
+import dataclasses
 from dataclasses import dataclass, field
 
-from . import build, gpu, ladder, sass
+from . import build, gpu, ladder, libcuda, sass
+from .devices import GPUS, KIB, LESSON_ARCHES, LIMITS, Limits, limits  # noqa: F401 (the table, here too)
 
 DEFAULT_ARCH = build.DEFAULT_ARCH
-KIB = 1024
-
-
-@dataclass(frozen=True)
-class Limits:
-    """What one SM of a target offers (the CUDA programming guide's table, compute capability x.y)."""
-
-    arch: str
-    shared_per_sm: int  # bytes: the largest shared-memory carveout, the default for occupancy
-    shared_per_block_optin: int  # bytes a block may use after opting in (cudaFuncAttributeMaxDynamicSharedMemorySize)
-    carveouts_kib: tuple  # the shared-memory sizes an SM can be configured to
-    max_warps_per_sm: int = 64
-    max_blocks_per_sm: int = 32
-    registers_per_sm: int = 65536
-    registers_per_block: int = 65536
-    register_unit: int = 256  # a warp's registers are allocated in multiples of this
-    sub_partitions: int = 4  # SM quarters; each holds registers_per_sm / 4 and its own warps
-    max_registers_per_thread: int = 255
-    max_threads_per_block: int = 1024
-    shared_per_block: int = 48 * KIB  # without opting in
-    reserved_shared_per_block: int = 1 * KIB  # taken by the driver for every block (sm_80 and later)
-    shared_unit: int = 128  # shared memory is allocated in multiples of this
-    barrier_slots_per_block_slot: int | None = None  # sm_90: 2 sets of named barriers per block slot
-
-    @property
-    def max_threads_per_sm(self) -> int:
-        return 32 * self.max_warps_per_sm
-
-
-# Per compute capability, from the CUDA C++ Programming Guide, "Compute Capabilities", table "Technical
-# Specifications per Compute Capability" (maximum resident blocks, warps and threads per SM, registers per SM,
-# per block and per thread, shared memory per SM and per block) and the guide's per-architecture sections
-# (the carveouts):
-#   https://docs.nvidia.com/cuda/cuda-programming-guide/05-appendices/compute-capabilities.html
-# The sm_100 and sm_120 rows were checked against NVIDIA's own copy of that table in CCCL (libcu++,
-# libcudacxx/include/cuda/__device/arch_traits.h: arch_traits<arch_id::sm_100> and <arch_id::sm_120>):
-#   sm_100: 228 KiB shared memory per SM, 227 KiB per block (opt-in), 1 KiB reserved per block,
-#           32 blocks and 2048 threads (64 warps) per SM, 64 Ki registers per SM and per block, 255 per thread;
-#   sm_120: 100 KiB shared memory per SM, 99 KiB per block (opt-in), 1 KiB reserved per block,
-#           24 blocks and 1536 threads (48 warps) per SM, 64 Ki registers per SM and per block, 255 per thread.
-# Their carveout lists are those of the same shared-memory size one generation earlier (sm_90's for 228 KiB,
-# sm_89's for 100 KiB); only the largest, the default that occupancy uses, enters the arithmetic.
-# Named-barrier slots are modelled for sm_90 only (no published figure for the others).
-# On a GPU, tests/test_sass.py::test_limits_match_the_device compares the row of the device's arch with
-# what the driver reports (device_limits()).
-LIMITS = {
-    "sm_80": Limits("sm_80", 164 * KIB, 163 * KIB, (0, 8, 16, 32, 64, 100, 132, 164)),  # A100
-    "sm_86": Limits("sm_86", 100 * KIB, 99 * KIB, (0, 8, 16, 32, 64, 100), max_warps_per_sm=48,
-                    max_blocks_per_sm=16),  # RTX 30xx, A10, A40
-    "sm_89": Limits("sm_89", 100 * KIB, 99 * KIB, (0, 8, 16, 32, 64, 100), max_warps_per_sm=48,
-                    max_blocks_per_sm=24),  # RTX 40xx, L4, L40
-    "sm_90": Limits("sm_90", 228 * KIB, 227 * KIB, (0, 8, 16, 32, 64, 100, 132, 164, 196, 228),
-                    barrier_slots_per_block_slot=2),  # H100, H200
-    "sm_100": Limits("sm_100", 228 * KIB, 227 * KIB, (0, 8, 16, 32, 64, 100, 132, 164, 196, 228)),  # B200, GB200
-    "sm_120": Limits("sm_120", 100 * KIB, 99 * KIB, (0, 8, 16, 32, 64, 100), max_warps_per_sm=48,
-                     max_blocks_per_sm=24),  # RTX 50xx, RTX PRO 6000 Blackwell
-}
-
-#: GPUs of each arch, for tables that a reader matches to a card
-GPUS = {
-    "sm_80": "A100", "sm_86": "RTX 30xx, A10, A40", "sm_89": "RTX 40xx, L4, L40", "sm_90": "H100, H200",
-    "sm_100": "B200, GB200", "sm_120": "RTX 50xx, RTX PRO 6000",
-}
-#: the architectures the lessons compare (one per generation a learner is likely to hold)
-LESSON_ARCHES = ("sm_80", "sm_89", "sm_90", "sm_100", "sm_120")
-
-
-def limits(arch: str = DEFAULT_ARCH) -> Limits:
-    try:
-        return LIMITS[arch.rstrip("a")]
-    except KeyError:
-        raise ValueError(f"no occupancy limits for {arch}; known: {', '.join(LIMITS)}") from None
 
 
 def _round_up(x: int, unit: int) -> int:
@@ -394,65 +322,7 @@ def report(name, arch: str = DEFAULT_ARCH, C: int | None = 4096, block_size: int
 # ----------------------------------------------------------------------------------------------------
 # the driver's own answer (GPU only)
 
-_CU_FUNC_ATTRIBUTE_SHARED_SIZE_BYTES = 1
-_CU_FUNC_ATTRIBUTE_NUM_REGS = 4
-_CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES = 8
-DEVICE_ATTRIBUTES = {  # CUdevice_attribute values (cuda.h)
-    "max_threads_per_block": 1,
-    "max_shared_memory_per_block": 8,
-    "max_registers_per_block": 12,
-    "multiprocessor_count": 16,
-    "max_threads_per_multiprocessor": 39,
-    "compute_capability_major": 75,
-    "compute_capability_minor": 76,
-    "max_shared_memory_per_multiprocessor": 81,
-    "max_registers_per_multiprocessor": 82,
-    "max_shared_memory_per_block_optin": 97,
-    "max_blocks_per_multiprocessor": 106,
-    "reserved_shared_memory_per_block": 111,
-}
-
-
-class _Driver:
-    """The few CUDA driver calls PyCUDA does not offer, through ctypes on libcuda.so.1.
-
-    PyCUDA's ``Function`` keeps its ``CUfunction`` handle to itself, so the cubin is loaded a second
-    time, as a module of its own, into the context PyCUDA made current (:func:`rmsnorm_lessons.gpu.require`).
-    """
-
-    def __init__(self):
-        gpu.require()  # the primary context, current on this thread
-        self.c = ctypes
-        lib = ctypes.CDLL("libcuda.so.1")
-        P, I, S, V = ctypes.POINTER, ctypes.c_int, ctypes.c_size_t, ctypes.c_void_p
-        sig = {
-            "cuGetErrorString": [I, P(ctypes.c_char_p)],
-            "cuCtxGetDevice": [P(I)],
-            "cuDeviceGetAttribute": [P(I), I, I],
-            "cuModuleLoadData": [P(V), V],
-            "cuModuleGetFunction": [P(V), V, ctypes.c_char_p],
-            "cuModuleUnload": [V],
-            "cuFuncGetAttribute": [P(I), I, V],
-            "cuFuncSetAttribute": [V, I, I],
-            "cuOccupancyMaxActiveBlocksPerMultiprocessor": [P(I), V, I, S],
-        }
-        for name, args in sig.items():
-            fn = getattr(lib, name)
-            fn.argtypes, fn.restype = args, I
-        self.lib = lib
-
-    def check(self, result: int, what: str) -> None:
-        if result != 0:
-            msg = self.c.c_char_p()
-            self.lib.cuGetErrorString(result, self.c.byref(msg))
-            raise RuntimeError(f"{what} failed: CUDA error {result} ({(msg.value or b'?').decode()})")
-
-    def device_attribute(self, name: str) -> int:
-        dev, value = self.c.c_int(), self.c.c_int()
-        self.check(self.lib.cuCtxGetDevice(self.c.byref(dev)), "cuCtxGetDevice")
-        self.check(self.lib.cuDeviceGetAttribute(self.c.byref(value), DEVICE_ATTRIBUTES[name], dev.value),
-                   f"cuDeviceGetAttribute({name})")
-        return value.value
+DEVICE_ATTRIBUTES = libcuda.DEVICE_ATTRIBUTES
 
 
 @dataclass(frozen=True)
@@ -465,19 +335,10 @@ class DriverOccupancy:
     static_smem: int
 
 
-def _driver() -> _Driver:
-    global _DRIVER
-    if _DRIVER is None:
-        _DRIVER = _Driver()
-    return _DRIVER
-
-
-_DRIVER: _Driver | None = None
-
-
 def device_limits() -> dict[str, int]:
     """The device's own figures for what :class:`Limits` tabulates (GPU)."""
-    d = _driver()
+    gpu.require()  # the primary context, current on this thread
+    d = libcuda.get()
     return {name: d.device_attribute(name) for name in DEVICE_ATTRIBUTES}
 
 
@@ -493,24 +354,25 @@ def driver_blocks_per_sm(version, C: int, block_size: int | None = None, *, kern
     rung = ladder.get(version)
     kernel, block, dynamic = launch_shape(rung, C, block_size, kernel)
     arch = arch or gpu.facts().arch
-    d = _driver()
-    c = d.c
-    default_limit = d.device_attribute("max_shared_memory_per_block")  # a block's shared memory without opting in
+    gpu.require()  # the primary context, current on this thread
+    d = libcuda.get()
+    c = ctypes
+    # a block's shared memory without opting in
+    default_limit = d.device_attribute("max_shared_memory_per_block")
     image = c.create_string_buffer(build.compile_file(rung, arch).binary)
     module, function = c.c_void_p(), c.c_void_p()
-    d.check(d.lib.cuModuleLoadData(c.byref(module), c.cast(image, c.c_void_p)), "cuModuleLoadData")
+    d.call("cuModuleLoadData", c.byref(module), c.cast(image, c.c_void_p))
     try:
-        d.check(d.lib.cuModuleGetFunction(c.byref(function), module, kernel.encode()), "cuModuleGetFunction")
+        d.call("cuModuleGetFunction", c.byref(function), module, kernel.encode())
         regs, static = c.c_int(), c.c_int()
-        d.check(d.lib.cuFuncGetAttribute(c.byref(regs), _CU_FUNC_ATTRIBUTE_NUM_REGS, function), "cuFuncGetAttribute")
-        d.check(d.lib.cuFuncGetAttribute(c.byref(static), _CU_FUNC_ATTRIBUTE_SHARED_SIZE_BYTES, function),
-                "cuFuncGetAttribute")
+        d.call("cuFuncGetAttribute", c.byref(regs), libcuda.CU_FUNC_ATTRIBUTE_NUM_REGS, function)
+        d.call("cuFuncGetAttribute", c.byref(static), libcuda.CU_FUNC_ATTRIBUTE_SHARED_SIZE_BYTES,
+               function)
         if static.value + dynamic > default_limit:  # the launch opts in above the default limit
-            d.check(d.lib.cuFuncSetAttribute(function, _CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, dynamic),
-                    "cuFuncSetAttribute(MAX_DYNAMIC_SHARED_SIZE_BYTES)")
+            d.call("cuFuncSetAttribute", function, libcuda.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+                   dynamic)
         blocks = c.c_int()
-        d.check(d.lib.cuOccupancyMaxActiveBlocksPerMultiprocessor(c.byref(blocks), function, block, dynamic),
-                "cuOccupancyMaxActiveBlocksPerMultiprocessor")
+        d.call("cuOccupancyMaxActiveBlocksPerMultiprocessor", c.byref(blocks), function, block, dynamic)
     finally:
         d.lib.cuModuleUnload(module)
     return DriverOccupancy(kernel, block, dynamic, blocks.value, regs.value, static.value)

@@ -9,12 +9,11 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from . import ladder, occupancy
+from . import devices, ladder
 
 FP32 = np.dtype(np.float32)
 MAX_C = 1 << 30  # kernels index a row's columns with int, stepping by up to 1024 past the last one
 MAX_N = (1 << 31) - 1  # kernels take N as int
-INPUTS = ("dout", "inp", "weight", "rstd")
 OUTPUTS = ("dinp", "dweight")
 
 
@@ -36,11 +35,6 @@ def _describe(x) -> str:
 def _dtype_name(dt: np.dtype) -> str:
     order = {"<": "little-endian ", ">": "big-endian "}.get(dt.byteorder, "")
     return f"{order}{dt.name}"
-
-
-def rung(version) -> ladder.Rung:
-    """The version as a :class:`Rung`: a name of the ladder or a Rung, else TypeError/ValueError."""
-    return ladder.get(version)
 
 
 def block_size(rung_: ladder.Rung, value) -> int:
@@ -72,10 +66,10 @@ def size(spec: ladder.Rung, N: int, C: int) -> None:
 
 def shared_memory(spec: ladder.Rung, C: int, block: int) -> int:
     """The dynamic shared memory ``spec`` asks for at width ``C`` in blocks of ``block``; a ValueError where no
-    GPU the course knows (occupancy.LIMITS, sm_80 to sm_120) gives a block that much, so a C that cannot run
+    GPU the course knows (devices.LIMITS, sm_80 to sm_120) gives a block that much, so a C that cannot run
     anywhere is refused without asking the device. The device's own limit is the launcher's check."""
     need = spec.shared_memory(C, block)
-    most = max(limits.shared_per_block_optin for limits in occupancy.LIMITS.values())
+    most = max(limits.shared_per_block_optin for limits in devices.LIMITS.values())
     if need > most:
         raise ValueError(f"{spec.name} at C={C} needs {need} bytes of dynamic shared memory per block (block of "
                          f"{block}); no GPU allows a block more than {most} bytes")
@@ -88,9 +82,21 @@ def flag(name: str, value) -> bool:
     return bool(value)
 
 
+def options(spec: ladder.Rung, block, overwrite, config) -> tuple[int, bool]:
+    """The launch options of one call, checked against the rung: ``(block, overwrite)``. A ``config`` is
+    refused here where the rung takes none; whether it fits a width C the rung itself judges
+    (:meth:`~rmsnorm_lessons.ladder.Rung.check_config`, once C is known)."""
+    block = block_size(spec, block)
+    overwrite = flag("overwrite", overwrite)
+    if overwrite and not spec.overwrite_mode:
+        raise ValueError(f"overwrite=True (dinp = instead of +=) is not offered by {spec.name}")
+    spec.check_config(config)
+    return block, overwrite
+
+
 def check_inputs(version, dout, inp, weight, rstd, dinp=None, dweight=None) -> Shape:
     """Check kinds, shapes, dtypes, layout, alignment, overlaps and the version's C rule; return N and C."""
-    spec = rung(version)
+    spec = ladder.get(version)
     arrays = dict(dout=dout, inp=inp, weight=weight, rstd=rstd, dinp=dinp, dweight=dweight)
     for name, a in arrays.items():
         if a is None and name in OUTPUTS:

@@ -2,7 +2,8 @@
 
 A rung's module holds its record (:class:`Rung`), ``plan(N, C, device, ...)`` (the launches, as data)
 and ``shared_memory(C, block)``. Read a rung in two files: ``kernels/<name>.cu`` and
-``rmsnorm_lessons/ladder/<name>.py``. :func:`register` makes a learner's kernel a rung like ours.
+``rmsnorm_lessons/ladder/<name>.py``; a new rung is those two files and its line in :data:`RUNGS`.
+:func:`rung_from_source` makes a learner's kernel a rung like ours (``like="v3_smem"``).
 
     >>> from rmsnorm_lessons import ladder
     >>> for launch in ladder.plan("v3_smem", 8192, 1024):
@@ -10,10 +11,11 @@ and ``shared_memory(C, block)``. Read a rung in two files: ``kernels/<name>.cu``
 """
 from __future__ import annotations
 
+import dataclasses
+import importlib
 from typing import Callable
 
 from .. import gpu
-from . import v1_naive, v2_warp, v3_smem, v4_vec_bf16, v5_two_pass, v6_last_block, v7_fast
 from .rung import (BF16, FP32, STANDARD_TENSORS, TENSOR_NAMES, Launch, Rung, Scratch, Tensor, ceil_div,
                    persistent_grid, standard_args, tensor_args)
 
@@ -21,13 +23,44 @@ __all__ = ["BF16", "FP32", "Launch", "Rung", "Scratch", "Tensor", "TENSOR_NAMES"
            "blocks_per_sm", "ceil_div", "get", "persistent_grid", "plan", "register", "rung_from_source",
            "shared_memory", "standard_args", "tensor_args", "unregister", "v7_fast"]
 
-SHIPPED = tuple(m.RUNG for m in (v1_naive, v2_warp, v3_smem, v4_vec_bf16, v5_two_pass, v6_last_block, v7_fast))
-_rungs: dict[str, Rung] = {r.name: r for r in SHIPPED}
-VERSIONS: tuple[str, ...] = tuple(_rungs)
+#: the shipped rungs in course order, one line each: the module ``ladder/<name>.py`` whose ``RUNG`` it is
+#: (a dotted name is imported as it stands)
+RUNGS = [
+    "v1_naive",
+    "v2_warp",
+    "v3_smem",
+    "v4_vec_bf16",
+    "v5_two_pass",
+    "v6_last_block",
+    "v7_fast",
+]
+
+SHIPPED: tuple[Rung, ...] = ()
+_rungs: dict[str, Rung] = {}
+VERSIONS: tuple[str, ...] = ()
+
+
+def _module(entry: str):
+    return importlib.import_module(entry if "." in entry else f"{__name__}.{entry}")
+
+
+def load_shipped() -> tuple[Rung, ...]:
+    """(Re)read :data:`RUNGS` into the ladder; registered rungs stay. Runs on import."""
+    global SHIPPED, VERSIONS
+    registered = {n: r for n, r in _rungs.items() if all(n != s.name for s in SHIPPED)}
+    SHIPPED = tuple(_module(entry).RUNG for entry in RUNGS)
+    _rungs.clear()
+    _rungs.update({r.name: r for r in SHIPPED})
+    _rungs.update({n: r for n, r in registered.items() if n not in _rungs})
+    VERSIONS = tuple(_rungs)
+    return SHIPPED
+
+
+load_shipped()
 
 
 def get(version) -> Rung:
-    """The :class:`Rung` of a version name (or the rung itself)."""
+    """The :class:`Rung` of a version name (or the rung itself): the package's one lookup by name."""
     if isinstance(version, Rung):
         return version
     if not isinstance(version, str):
@@ -73,23 +106,41 @@ def unregister(name: str) -> None:
     VERSIONS = tuple(_rungs)
 
 
-def rung_from_source(*, name: str, source: str, plan: Callable, kernels, dtype, adds: str = "a learner's kernel",
-                     c_multiple: int = 1, deterministic: bool = False, block_size: int = 256,
-                     max_block: int = 1024, shared_memory: Callable | None = None, overwrite_mode: bool = False,
-                     defines: dict | None = None, register_it: bool = True) -> Rung:
+_UNSET = object()
+#: what a rung made without ``like`` has where the caller says nothing
+_FROM_SCRATCH = dict(c_multiple=1, deterministic=False, block_size=256)
+
+
+def rung_from_source(*, name: str, source: str, like=None, plan: Callable = _UNSET, kernels=_UNSET,
+                     dtype=_UNSET, adds: str = "a learner's kernel", register_it: bool = True,
+                     **fields) -> Rung:
     """A rung whose CUDA is the text ``source`` (a notebook cell), registered unless ``register_it=False``.
 
+    ``like``: a rung (or its name) this one copies: its plan, kernels, dtype, C rule, block sizes, shared
+    memory, determinism, mode, defines and config check, replaced by the learner's ``source`` and by what
+    is given here. Without ``like``, ``plan``, ``kernels`` and ``dtype`` are required, and the other
+    fields of :class:`Rung` take their defaults (C any multiple of 1, blocks of 256, not deterministic).
     ``plan(N, C, device, *, block, overwrite, config)`` returns the :class:`Launch` list, exactly as the
     shipped rungs' plans do.
     """
     if not isinstance(source, str) or not source.strip():
         raise ValueError("source must be the kernel's CUDA C text")
-    if not name.isidentifier():
+    if not isinstance(name, str) or not name.isidentifier():
         raise ValueError(f"name must be a plain identifier (letters, digits, _), got {name!r}")
-    kw = {} if shared_memory is None else {"shared_memory": shared_memory}
-    rung = Rung(name=name, adds=adds, dtype=dtype, c_multiple=c_multiple, deterministic=deterministic,
-                block_size=block_size, max_block=max_block, kernels=tuple(kernels), plan=plan,
-                overwrite_mode=overwrite_mode, source=source, defines=defines or {}, **kw)
+    allowed = {f.name for f in dataclasses.fields(Rung)} - {"name", "adds", "source", "file"}
+    unknown = sorted(set(fields) - allowed)
+    if unknown:
+        raise TypeError(f"rung_from_source got unknown field(s) {', '.join(unknown)}; a Rung has "
+                        f"{', '.join(sorted(allowed))}")
+    given = {k: v for k, v in (("plan", plan), ("kernels", kernels), ("dtype", dtype)) if v is not _UNSET}
+    given.update({k: v for k, v in fields.items() if v is not None or k == "config_check"})
+    if like is None:
+        missing = [k for k in ("plan", "kernels", "dtype") if k not in given]
+        if missing:
+            raise TypeError(f"rung_from_source needs {', '.join(missing)} (or like=, a rung to copy them from)")
+        rung = Rung(name=name, adds=adds, source=source, **{**_FROM_SCRATCH, **given})
+    else:
+        rung = dataclasses.replace(get(like), name=name, adds=adds, source=source, file=None, **given)
     return register(rung, replace=True) if register_it else rung
 
 

@@ -119,7 +119,9 @@ class Rung:
     source: str | None = None
     defines: dict = field(default_factory=dict)
     file: str | None = None  # the kernels/<file>.cu it is built from (default: its name), where source is None
-    lesson: str | None = None  # the notebook that builds it
+    #: ``config_check(config, C, block, overwrite)`` raises where ``config`` is not one of this rung's variants
+    #: at that launch; None: the rung takes no ``config``
+    config_check: Callable | None = None
 
     def __post_init__(self):
         object.__setattr__(self, "dtype", np.dtype(self.dtype))
@@ -129,6 +131,26 @@ class Rung:
             raise ValueError(f"rung {self.name!r}: kernels must name at least one entry point")
         if self.dtype not in (FP32, BF16):
             raise ValueError(f"rung {self.name!r}: dtype must be float32 or bfloat16, got {self.dtype}")
+
+    @property
+    def lesson(self) -> str | None:
+        """The notebook that builds this rung, read from the lesson registry (None: no lesson does)."""
+        from ..lessons import LESSONS
+
+        return next((lesson.stem for lesson in LESSONS if lesson.rung == self.name), None)
+
+    def check_config(self, config, C: int | None = None, block: int = 0, overwrite: bool = False) -> None:
+        """A ValueError where ``config`` is not a variant of this rung (None always is); with ``C``, also
+        where it is not one this rung launches at (C, block, overwrite)."""
+        if config is None:
+            return
+        if self.config_check is None:
+            from . import SHIPPED  # the rungs that take one, to say what config is for
+
+            takers = [r.name for r in SHIPPED if r.config_check is not None]
+            raise ValueError(f"config is for {' and '.join(takers)}'s variants; {self.name} takes none")
+        if C is not None:
+            self.config_check(config, int(C), int(block), bool(overwrite))
 
     @property
     def stem(self) -> str:

@@ -8,5 +8,4 @@ def plan(N, C, device, *, block, overwrite=False, config=None):
 
 
 RUNG = Rung(name="v2_warp", adds="one warp per row: coalesced loads, __shfl_xor_sync butterfly", dtype=FP32,
-            c_multiple=1, deterministic=False, block_size=256, kernels=("rmsnorm_backward_v2",), plan=plan,
-            lesson="03_warp_per_row")
+            c_multiple=1, deterministic=False, block_size=256, kernels=("rmsnorm_backward_v2",), plan=plan)

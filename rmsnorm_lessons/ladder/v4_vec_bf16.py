@@ -58,12 +58,11 @@ def plan(N, C, device, *, block, overwrite=False, config=None):
 
 RUNG = Rung(name="v4_vec_bf16", adds="bf16 storage, fp32 math, 128-bit Packed128 loads/stores, cache hints, "
             "channel-planar dweight staging", dtype=BF16, c_multiple=8, deterministic=False, block_size=256,
-            kernels=("rmsnorm_backward_v4", "add_dweight_v4"), plan=plan, shared_memory=shared_memory,
-            lesson="05_bf16_vectorized")
+            kernels=("rmsnorm_backward_v4", "add_dweight_v4"), plan=plan, shared_memory=shared_memory)
 
 
 #: v4 with its dweight staged at slot c, the layout v4 first shipped with: the same file and plan, built with
 #: ``-DV4_INTERLEAVED=1``. Not on the ladder until ``rmsnorm_lessons.ladder.v4_interleaved()`` registers it.
 INTERLEAVED_RUNG = dataclasses.replace(RUNG, name=INTERLEAVED, file=RUNG.name, defines={"V4_INTERLEAVED": 1},
                                        adds="v4 with its dweight staged interleaved (channel c at slot c: an "
-                                       "8-way bank conflict)", lesson=None)
+                                       "8-way bank conflict)")

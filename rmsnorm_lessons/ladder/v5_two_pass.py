@@ -24,5 +24,4 @@ def plan(N, C, device, *, block, overwrite=False, config=None):
 
 RUNG = Rung(name="v5_two_pass", adds="deterministic: per-block partials to scratch, a second kernel sums them",
             dtype=BF16, c_multiple=8, deterministic=True, block_size=512, max_block=512,
-            kernels=("rmsnorm_backward_v5", "reduce_dweight_v5"), plan=plan, shared_memory=shared_memory,
-            lesson="06_two_pass")
+            kernels=("rmsnorm_backward_v5", "reduce_dweight_v5"), plan=plan, shared_memory=shared_memory)

@@ -22,5 +22,4 @@ def plan(N, C, device, *, block, overwrite=False, config=None):
 
 RUNG = Rung(name="v6_last_block", adds="the seed's kernel10: one kernel, atomicInc ticket, the last block sums",
             dtype=BF16, c_multiple=8, deterministic=True, block_size=512, max_block=512,
-            kernels=("rmsnorm_backward_v6",), plan=plan, shared_memory=shared_memory, defines=DEFINES,
-            lesson="07_last_block")
+            kernels=("rmsnorm_backward_v6",), plan=plan, shared_memory=shared_memory, defines=DEFINES)

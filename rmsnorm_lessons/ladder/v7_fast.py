@@ -2,8 +2,8 @@
 
 Each thread holds K 16-byte chunks of a row; a row group of G threads holds the whole row
 (G * K * 8 >= C); a block holds several row groups; the grid is persistent. What the plan chooses (K,
-prefetch, blocks per SM) can be overridden with a :class:`Config`: the
-lab's experiments do that, and nothing else does.
+prefetch, blocks per SM, staging) can be overridden with a :class:`Config`, passed as
+``run(..., config=...)``: the lab's experiments and lesson 09's register path do that.
 
 Rows of :data:`STAGED_C` (1024 <= C <= 16384) are staged in shared memory by per-thread asynchronous
 copies instead (:func:`staged_layout`): a ring of row slots per row group, K = 2 chunks a thread, blocks of
@@ -282,6 +282,13 @@ def shared_memory(C: int, block: int) -> int:
     return max(row_layout(C, block, overwrite=mode).smem for mode in (False, True))
 
 
+def check_config(config, C: int, block: int, overwrite: bool) -> None:
+    """The rung's ``config_check``: a :class:`Config` whose register layout exists at (C, block, mode)."""
+    if not isinstance(config, Config):
+        raise TypeError(f"config must be a v7_fast Config or None, got {type(config).__name__} {config!r}")
+    row_layout(C, block, config.K, overwrite, config.prefetch)
+
+
 def plan(N, C, device, *, block, overwrite=False, config=None):
     if C > ROW_MAX_C:
         return wide_plan(N, C, device, overwrite=overwrite, config=config)
@@ -301,4 +308,4 @@ RUNG = Rung(name="v7_fast", adds="past the seed: a row per row group in register
             c_multiple=8, deterministic=True, block_size=MAX_BLOCK, max_block=MAX_BLOCK,
             kernels=("rmsnorm_backward_v7", "reduce_dweight_v7", "rmsnorm_backward_v7_staged", *WIDE_KERNELS),
             plan=plan, shared_memory=shared_memory, overwrite_mode=True, defines=DEFINES,
-            lesson="09_v7_step_by_step")
+            config_check=check_config)
