@@ -230,16 +230,11 @@ def table(versions=None, C: int = 4096, arch: str = DEFAULT_ARCH) -> str:
         try:
             o = occupancy(v, C, arch)
         except build.CompileError as exc:
-            rows.append(f"{ladder.get(v).name:<15} cannot be compiled for {arch}: {_first_error(exc)}")
+            rows.append(f"{ladder.get(v).name:<15} cannot be compiled for {arch}: {exc.summary(keep=1)[:120]}")
             continue
         rows.append(f"{ladder.get(v).name:<15} {o.block_size:>5} {o.registers:>4} {o.smem_per_block:>10} "
                     f"{o.blocks_per_sm:>9} {o.warps_per_sm:>5}/{o.max_warps_per_sm:<2}  {o.limiter}")
     return "\n".join(rows)
-
-
-def _first_error(exc: Exception) -> str:
-    lines = [l.strip() for l in str(exc).splitlines() if "error" in l.lower() and l.strip()]
-    return (lines[1] if len(lines) > 1 else lines[0] if lines else str(exc).splitlines()[0])[:120]
 
 
 def across_archs(version, C: int = 4096, arches=LESSON_ARCHES, block_size: int | None = None) -> str:
@@ -252,7 +247,7 @@ def across_archs(version, C: int = 4096, arches=LESSON_ARCHES, block_size: int |
         try:
             o = occupancy(rung, C, arch, block_size=block_size)
         except build.CompileError as exc:
-            rows.append(f"{arch:<7} {GPUS.get(arch, ''):<23} cannot be compiled for {arch}: {_first_error(exc)}")
+            rows.append(f"{arch:<7} {GPUS.get(arch, ''):<23} cannot be compiled for {arch}: {exc.summary(keep=1)[:120]}")
             continue
         rows.append(f"{arch:<7} {GPUS.get(arch, ''):<23} {o.registers:>4} {o.smem_per_block:>10} "
                     f"{o.blocks_per_sm:>9} {o.warps_per_sm:>5}/{o.max_warps_per_sm:<2}  {o.limiter}")

@@ -219,7 +219,7 @@ def test_lesson09_errors_point_at_the_cell_or_at_v7_fast():
     assert verdict.status == "NOT YET" and f"line {at + 1}: " in verdict.message, verdict.message
     # the learner's function renamed: v7's own call to row_pass fails, at v7_fast.cu's line
     verdict = lesson09.check_v7_kernel(text.replace("float row_pass(", "float my_row_pass(") + "\nint row_pass;")
-    assert verdict.status == "NOT YET" and "v7_fast.cu line " in verdict.message, verdict.message
+    assert verdict.status == "NOT YET" and "v7_fast.cu(" in verdict.message, verdict.message
     verdict = lesson09.check_v7_kernel(text.replace("row_pass", "pass_one"))
     assert verdict.status == "NOT YET" and "keep the function row_pass" in verdict.message, verdict.message
 
@@ -265,7 +265,7 @@ def test_lesson09_times_the_learner_against_v7s_register_path(monkeypatch):
     seen = {}
     monkeypatch.setattr(kernel_check, "check_kernel", lambda source, **kw: seen.update(kw))
     lesson09.check_v7_kernel("float row_pass() {}")
-    assert seen["compare_with"] == "v7_fast" and seen["compare_config"] == staged_off
+    assert seen["like"] == "v7_fast" and seen["compare_config"] == staged_off
     assert "register path" in seen["compare_label"]
 
 

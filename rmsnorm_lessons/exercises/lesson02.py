@@ -86,13 +86,11 @@ def check_sectors(v1, v2, C: int = 1024) -> Verdict:
 def check_v1_kernel(source: str, sanitize: bool = False) -> Verdict:
     """Lesson 02's kernel exercise: the learner's ``rmsnorm_backward_v1`` (one thread per row), checked as
     the rung ``yours_v1`` with v1_naive's plan, and timed beside v1_naive."""
-    from .. import ladder
     from . import kernel_check as kc
 
     kernel = "rmsnorm_backward_v1"
     return kc.check_kernel(
-        source, name="yours_v1", kernels=(kernel,), plan=ladder.v1_naive.plan, dtype=ladder.FP32,
-        compare_with="v1_naive", block_size=256, rows_per_block=256, sanitize_it=sanitize,
+        source, name="yours_v1", like="v1_naive", rows_per_block=256, sanitize_it=sanitize,
         static=(kc.sass_has(kc.GLOBAL_ATOMICS, "a global atomic adds to dweight (REDG/ATOMG)",
                             "dweight[c] is added to by every thread at once: use atomicAdd(&dweight[c], ...), "
                             "a plain += loses most of the additions", kernel=kernel),

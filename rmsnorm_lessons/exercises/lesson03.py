@@ -62,18 +62,13 @@ def _strip_comments(code: str) -> str:
     return re.sub(r"//[^\n]*", " ", code)
 
 
-def _nvcc_errors(message: str, keep: int = 6) -> str:
-    lines = [ln.strip() for ln in message.splitlines() if "error:" in ln]
-    return "\n  ".join(lines[:keep]) or message.strip()[-800:]
-
-
 def compile_body(body: str, arch: str | None = None):
     """Compile the learner's body with nvcc; return ``(Compiled, None)`` or ``(None, Verdict)``."""
     try:
         return build.compile_source(source(body), arch or build.DEFAULT_ARCH, name="warp_sum"), None
     except build.CompileError as exc:
         return None, failed("nvcc does not accept it (line 1 is the first line of text of your body):\n  "
-                            + _nvcc_errors(str(exc)))
+                            + exc.summary(keep=6))
 
 
 def one_hot_input(warps: int = WARP) -> np.ndarray:
@@ -237,13 +232,11 @@ def check_warp_sum(body: str) -> Verdict:
 def check_v2_kernel(source: str, sanitize: bool = False) -> Verdict:
     """Lesson 03's kernel exercise: the learner's ``rmsnorm_backward_v2`` (one warp per row), checked as the
     rung ``yours_v2`` with v2_warp's plan, and timed beside v2_warp."""
-    from .. import ladder
     from . import kernel_check as kc
 
     kernel = "rmsnorm_backward_v2"
     return kc.check_kernel(
-        source, name="yours_v2", kernels=(kernel,), plan=ladder.v2_warp.plan, dtype=ladder.FP32,
-        compare_with="v2_warp", block_size=256, sanitize_it=sanitize,
+        source, name="yours_v2", like="v2_warp", sanitize_it=sanitize,
         static=(kc.sass_lacks(("SHFL.DOWN", "SHFL.UP"), "no one-way shuffle (SHFL.DOWN/UP)",
                               "__shfl_down_sync leaves the row's sum in lane 0 only, but every lane needs it "
                               "for its own columns: use __shfl_xor_sync (the butterfly)", kernel=kernel),

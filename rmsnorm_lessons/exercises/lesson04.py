@@ -80,8 +80,7 @@ def check_v3_kernel(source: str, sanitize: bool = False) -> Verdict:
 
     kernel = "rmsnorm_backward_v3"
     return kc.check_kernel(
-        source, name="yours_v3", kernels=(kernel,), plan=ladder.v3_smem.plan, dtype=ladder.FP32,
-        shared_memory=ladder.v3_smem.shared_memory, compare_with="v3_smem", block_size=256, sanitize_it=sanitize,
+        source, name="yours_v3", like="v3_smem", sanitize_it=sanitize,
         static=(kc.sass_has("BAR", "two barriers (BAR.SYNC): after zeroing, before the global adds",
                             "a __syncthreads is missing: one after zeroing dweight_shared (no warp may add "
                             "before every entry is zero) and one before the block's global adds (every warp "

@@ -93,14 +93,11 @@ def check_v4_kernel(source: str, sanitize: bool = False) -> Verdict:
     """Lesson 05's kernel exercise: the learner's ``rmsnorm_backward_v4`` and ``add_dweight_v4`` (bf16 storage,
     Packed128, channel-planar staging), checked as the rung ``yours_v4`` with v4_vec_bf16's plan, and timed
     beside v4_vec_bf16."""
-    from .. import ladder
     from . import kernel_check as kc
 
     kernel = "rmsnorm_backward_v4"
     return kc.check_kernel(
-        source, name="yours_v4", kernels=(kernel, "add_dweight_v4"), plan=ladder.v4_vec_bf16.plan,
-        dtype=ladder.BF16, c_multiple=8, shared_memory=ladder.v4_vec_bf16.shared_memory,
-        compare_with="v4_vec_bf16", block_size=256, sanitize_it=sanitize, hints={"dweight wrong": SLOT_HINT},
+        source, name="yours_v4", like="v4_vec_bf16", sanitize_it=sanitize, hints={"dweight wrong": SLOT_HINT},
         static=(kc.sass_has("LDG.128", "128-bit loads (LDG.E.128) of dout, inp, weight and dinp",
                             "load 8 bf16 values at once with load128 / load128cs (Packed128)", kernel=kernel,
                             at_least=7),

@@ -69,15 +69,11 @@ def check_v5_kernel(source: str, sanitize: bool = False) -> Verdict:
     """Lesson 06's kernel exercise: the learner's ``rmsnorm_backward_v5`` (partials written per block) and
     ``reduce_dweight_v5`` (summed in block order), checked as the rung ``yours_v5`` (deterministic: two
     runs must agree bit for bit) with v5_two_pass's plan, and timed beside v5_two_pass."""
-    from .. import ladder
     from . import kernel_check as kc
 
     atomics = kc.GLOBAL_ATOMICS + ("ATOMS",)
     return kc.check_kernel(
-        source, name="yours_v5", kernels=("rmsnorm_backward_v5", "reduce_dweight_v5"),
-        plan=ladder.v5_two_pass.plan, dtype=ladder.BF16, c_multiple=8,
-        shared_memory=ladder.v5_two_pass.shared_memory, compare_with="v5_two_pass", block_size=512,
-        max_block=512, deterministic=True, rows_per_block=16, sanitize_it=sanitize,
+        source, name="yours_v5", like="v5_two_pass", rows_per_block=16, sanitize_it=sanitize,
         hints={"dweight unchanged": "Does reduce_dweight_v5 add its sum into dweight[c]?"},
         static=(kc.sass_lacks(atomics, "no atomics in either kernel (the sums keep one order)",
                               "an atomic adds in whatever order the hardware serves it, so the result changes "

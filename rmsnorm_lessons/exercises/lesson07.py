@@ -68,15 +68,11 @@ def check_v6_kernel(source: str, sanitize: bool = False) -> Verdict:
     """Lesson 07's kernel exercise: the learner's ``rmsnorm_backward_v6`` (the release fence, the atomicInc
     ticket, the last block's acquire fence and sum), checked as the rung ``yours_v6`` with v6_last_block's
     plan and defines, and timed beside v6_last_block."""
-    from .. import ladder
     from . import kernel_check as kc
 
     kernel = "rmsnorm_backward_v6"
     return kc.check_kernel(
-        source, name="yours_v6", kernels=(kernel,), plan=ladder.v6_last_block.plan, dtype=ladder.BF16,
-        c_multiple=8, shared_memory=ladder.v6_last_block.shared_memory, defines=ladder.v6_last_block.DEFINES,
-        compare_with="v6_last_block", block_size=512, max_block=512, deterministic=True, rows_per_block=16,
-        sanitize_it=sanitize,
+        source, name="yours_v6", like="v6_last_block", rows_per_block=16, sanitize_it=sanitize,
         hints={"dweight unchanged": "No block drew the last ticket in this (second) launch: the counter must "
                                     "be back at 0 when a launch ends, so atomicInc's limit is gridDim.x - 1",
                "dweight blocks": "Only the block holding the last ticket may sum the partials, after all "

@@ -128,10 +128,8 @@ def check_v7_kernel(source: str, sanitize: bool = False) -> Verdict:
         return v7.plan(N, C, device, block=block, overwrite=overwrite, config=config or v7.Config(staged=False))
 
     return kc.check_kernel(
-        source, name="yours_v7", kernels=(kernel, "reduce_dweight_v7"), plan=register_path, dtype=ladder.BF16,
-        c_multiple=8, shared_memory=v7.shared_memory, defines=v7.DEFINES, compare_with="v7_fast",
+        source, name="yours_v7", like="v7_fast", kernels=(kernel, "reduce_dweight_v7"), plan=register_path,
         compare_config=v7.Config(staged=False), compare_label="v7_fast's register path",
-        block_size=v7.MAX_BLOCK, max_block=v7.MAX_BLOCK, deterministic=True,
         rows_per_block=1,  # v7 deals rows round-robin: row % grid is the block that took it
         sanitize_it=sanitize, embed=splice_row_pass,
         hints={"dweight unchanged": "Your row pass never stores the sums: write sum[0..3] back to sums(p, 0, chunk) "

@@ -7,7 +7,6 @@ with v3_smem's plan; ``sanitize=True`` adds compute-sanitizer's racecheck and sy
 """
 from __future__ import annotations
 
-from .. import ladder
 from . import Verdict
 
 KERNEL = "rmsnorm_backward_v3"
@@ -25,8 +24,7 @@ def check_v3_fix(source: str, sanitize: bool = False) -> Verdict:
     from . import kernel_check as kc
 
     return kc.check_kernel(
-        source, name="yours_v3_fix", kernels=(KERNEL,), plan=ladder.v3_smem.plan, dtype=ladder.FP32,
-        shared_memory=ladder.v3_smem.shared_memory, compare_with="v3_smem", block_size=256, sanitize_it=sanitize,
+        source, name="yours_v3_fix", like="v3_smem", sanitize_it=sanitize,
         hints=HINTS,
         static=(kc.sass_has("BAR", "two barriers (BAR.SYNC): after zeroing, before the block's flush",
                             "keep both __syncthreads: one after zeroing dweight_shared, one before the block's "

@@ -1,5 +1,5 @@
 """v6_last_block (kernels/v6_last_block.cu): the seed's kernel10; an atomicInc ticket, the last block sums."""
-from .rung import BF16, Launch, Rung, Scratch, Tensor, ceil_div, tensor_args
+from .rung import BF16, Launch, Rung, Scratch, ceil_div, tensor_args
 
 BLOCKS_PER_SM = 2  # the seed's: two 512-thread blocks per SM
 SCRATCH_HEADER = 32  # floats before the partials: the ticket counter, alone in one 128-byte line
