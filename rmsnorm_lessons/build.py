@@ -218,7 +218,7 @@ class CompileError(RuntimeError):
                 file = Path(m.group("file")).name
                 where = f"line {m.group('line')}" if file == stem else f"{file}({m.group('line')})"
                 out.append(f"{where}: {m.group('text')}")
-            elif not m and re.search(r"error|fatal", raw, re.I) and "error detected" not in raw:
+            elif not m and re.search(r"error|fatal", raw, re.I) and not re.search(r"errors? detected", raw):
                 out.append(raw.strip())
         return out
 
@@ -399,6 +399,7 @@ def _compile_keyed(key, text, name, arch, kind, flags, path) -> Compiled:
 
 def _run_nvcc(text, name, arch, kind, flags, path) -> Compiled:
     nvcc = require_nvcc()
+    label = name if path is None else Path(path).name  # a file of kernels/ is named with its suffix
     with tempfile.TemporaryDirectory(prefix="rmsnorm-lessons-") as tmp:
         if path is None:
             path = Path(tmp) / f"{name}.cu"
@@ -410,6 +411,6 @@ def _run_nvcc(text, name, arch, kind, flags, path) -> Compiled:
                *[f"-I{d}" for d in _include_dirs()], "-o", str(out), str(path)]
         proc = subprocess.run(cmd, capture_output=True, text=True, cwd=tmp)
         if proc.returncode != 0:
-            raise CompileError(f"nvcc failed for {name} ({arch}):\n{proc.stderr}")
+            raise CompileError(f"nvcc failed for {label} ({arch}):\n{proc.stderr}")
         log = proc.stdout + proc.stderr
         return Compiled(name, arch, kind, out.read_bytes(), parse_ptxas(log), log)

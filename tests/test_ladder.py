@@ -337,6 +337,35 @@ def test_rung_from_source_refuses_bad_input():
     assert "x1" not in ladder.VERSIONS and "my v2" not in ladder.VERSIONS
 
 
+def test_rung_from_source_like_a_shipped_rung_copies_all_but_what_differs():
+    v5, text = ladder.get("v5_two_pass"), build.kernel_source("v5_two_pass")
+    mine = ladder.rung_from_source(name="mine_v5", source=text, like="v5_two_pass", register_it=False)
+    assert mine == dataclasses.replace(v5, name="mine_v5", adds="a learner's kernel", source=text)
+    assert (mine.plan, mine.dtype, mine.c_multiple, mine.block_size, mine.max_block, mine.deterministic,
+            mine.shared_memory) == (v5.plan, v5.dtype, 8, 512, 512, True, v5.shared_memory)
+    v7 = ladder.get("v7_fast")
+    two = ladder.rung_from_source(name="mine_v7", source="x", like=v7, kernels=v7.kernels[:2], register_it=False)
+    assert two.kernels == v7.kernels[:2] and two.defines == v7.defines and two.config_check is not None
+    assert "mine_v7" not in ladder.VERSIONS and two.lesson is None and v7.lesson == "09_v7_step_by_step"
+    two.check_config(v7_fast.Config(K=2), 4096, 512, False)  # v7's own check of its variants, copied
+    with pytest.raises(ValueError, match=r"prefetch needs K = 2"):
+        two.check_config(v7_fast.Config(K=4, prefetch=True), 4096, 512, False)
+    with pytest.raises(ValueError, match=r"^config is for v7_fast's variants; mine_v5 takes none$"):
+        mine.check_config(v7_fast.Config())
+    with pytest.raises(TypeError, match=r"unknown field\(s\) block"):
+        ladder.rung_from_source(name="x2", source="x", like="v5_two_pass", block=256)
+    with pytest.raises(TypeError, match=r"needs plan, kernels \(or like=, a rung to copy them from\)"):
+        ladder.rung_from_source(name="x3", source="x", dtype=np.float32)
+    with pytest.raises(ValueError, match=r"version must be one of"):
+        ladder.rung_from_source(name="x4", source="x", like="v9_nothing")
+
+
+def test_the_registry_is_one_list_of_modules():
+    assert [r.name for r in ladder.SHIPPED] == ladder.RUNGS == list(SHIPPED)
+    assert all(importlib.import_module(f"rmsnorm_lessons.ladder.{n}").RUNG is ladder.get(n) for n in SHIPPED)
+    assert ladder.CONFIG_TAKERS == ["v7_fast"]
+
+
 @pytest.mark.gpu
 def test_a_registered_rung_runs(my_v2):
     from rmsnorm_lessons import check, reference

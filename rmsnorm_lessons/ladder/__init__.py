@@ -16,7 +16,7 @@ import importlib
 from typing import Callable
 
 from .. import gpu
-from .rung import (BF16, FP32, STANDARD_TENSORS, TENSOR_NAMES, Launch, Rung, Scratch, Tensor, ceil_div,
+from .rung import (BF16, CONFIG_TAKERS, FP32, STANDARD_TENSORS, TENSOR_NAMES, Launch, Rung, Scratch, Tensor, ceil_div,
                    persistent_grid, standard_args, tensor_args)
 
 __all__ = ["BF16", "FP32", "Launch", "Rung", "Scratch", "Tensor", "TENSOR_NAMES", "STANDARD_TENSORS", "VERSIONS",
@@ -49,6 +49,7 @@ def load_shipped() -> tuple[Rung, ...]:
     global SHIPPED, VERSIONS
     registered = {n: r for n, r in _rungs.items() if all(n != s.name for s in SHIPPED)}
     SHIPPED = tuple(_module(entry).RUNG for entry in RUNGS)
+    CONFIG_TAKERS[:] = [r.name for r in SHIPPED if r.config_check is not None]
     _rungs.clear()
     _rungs.update({r.name: r for r in SHIPPED})
     _rungs.update({n: r for n, r in registered.items() if n not in _rungs})

@@ -91,6 +91,10 @@ def persistent_grid(N: int, block: int, multiprocessors: int, per_sm: int) -> in
     return max(1, min(multiprocessors * per_sm, ceil_div(N, block // 32)))
 
 
+#: the shipped rungs that take a ``config``, named where another rung refuses one (the ladder fills it)
+CONFIG_TAKERS: list[str] = []
+
+
 def _no_shared_memory(C: int, block: int) -> int:
     return 0
 
@@ -145,10 +149,8 @@ class Rung:
         if config is None:
             return
         if self.config_check is None:
-            from . import SHIPPED  # the rungs that take one, to say what config is for
-
-            takers = [r.name for r in SHIPPED if r.config_check is not None]
-            raise ValueError(f"config is for {' and '.join(takers)}'s variants; {self.name} takes none")
+            takers = " and ".join(CONFIG_TAKERS) or "other rungs"
+            raise ValueError(f"config is for {takers}'s variants; {self.name} takes none")
         if C is not None:
             self.config_check(config, int(C), int(block), bool(overwrite))
 
