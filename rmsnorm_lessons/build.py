@@ -1,9 +1,9 @@
 """Building the kernels of ``kernels/``: one place for the compiler, its options and its reports.
 
-* :func:`compile_file` (a version or a file of ``kernels/``) and :func:`compile_source` (a text) run nvcc
-  for any target (``sm_80``, ``sm_90``...) and need no GPU: they return the cubin or PTX and the ptxas
-  resource report parsed into :class:`Resources` records. Both are cached on disk (:func:`cache_dir`), so
-  a second process (a second test run) does not compile the same text again.
+* :func:`compile_file` (a version or a file of ``kernels/``) and :func:`compile_source` (a text) run
+  nvcc for any target (``sm_80``, ``sm_90``...) and need no GPU: they return the cubin or PTX and
+  the ptxas resource report parsed into :class:`Resources` records. Both are cached on disk
+  (:func:`cache_dir`), so a second process (a second test run) does not compile the same text again.
 * :func:`source_module` loads the same cubin, built for the current device, as a PyCUDA module.
 """
 from __future__ import annotations
@@ -33,8 +33,8 @@ KERNEL_PACKAGE = "rmsnorm_lessons.kernel_sources"  # the wheel ships kernels/ un
 def _shipped_kernel_dir() -> Path:
     # an installed wheel (or an editable install) maps kernels/ to KERNEL_PACKAGE; a checkout on
     # PYTHONPATH has it beside the package
-    # kernel_sources has no __init__.py: a namespace package, whose files() is a MultiplexedPath (its
-    # str() is not a path), so ask the import system for its folders
+    # kernel_sources has no __init__.py: a namespace package, whose files() is a MultiplexedPath
+    # (its str() is not a path), so ask the import system for its folders
     try:
         spec = importlib.util.find_spec(KERNEL_PACKAGE)
     except ModuleNotFoundError:
@@ -67,14 +67,15 @@ def kernel_source(name: str) -> str:
 
 
 def find_tool(tool: str) -> str | None:
-    """Path of a CUDA tool (``nvcc``, ``cuobjdump``, ``nvdisasm``, ``compute-sanitizer``): PATH first, then
-    NVIDIA's ``cuda-pathfinder`` (pip wheels in any site-packages, a conda prefix, CUDA_PATH/CUDA_HOME),
-    then ``/usr/local/cuda/bin``."""
+    """Path of a CUDA tool (``nvcc``, ``cuobjdump``, ``nvdisasm``, ``compute-sanitizer``): PATH
+    first, then NVIDIA's ``cuda-pathfinder`` (pip wheels in any site-packages, a conda prefix,
+    CUDA_PATH/CUDA_HOME), then ``/usr/local/cuda/bin``."""
     found = shutil.which(tool)
     if found:
         return found
     try:
-        from cuda.pathfinder import find_nvidia_binary_utility  # a dependency; lazy: most calls stop at PATH
+        # a dependency; lazy: most calls stop at PATH
+        from cuda.pathfinder import find_nvidia_binary_utility
     except ImportError:
         find_nvidia_binary_utility = None
     if find_nvidia_binary_utility is not None:
@@ -97,7 +98,8 @@ def require_nvcc() -> str:
     if nvcc is None:
         raise RuntimeError(
             "nvcc was not found on PATH, under CUDA_HOME or in NVIDIA's pip wheels; "
-            "install CUDA 13 or run `make test`, which installs the nvidia-cuda-nvcc wheels into .venv"
+            "install CUDA 13 or run `make test`, which installs the nvidia-cuda-nvcc wheels into "
+            ".venv"
         )
     return nvcc
 
@@ -158,7 +160,8 @@ def parse_ptxas(log: str) -> dict[str, Resources]:
         m = _ENTRY.search(line)
         if m:
             current = m.group(1)
-            fields = dict(kernel=current, arch=m.group(2), registers=0, shared_bytes=0, stack_bytes=0,
+            fields = dict(kernel=current, arch=m.group(2), registers=0, shared_bytes=0,
+                          stack_bytes=0,
                           spill_stores=0, spill_loads=0, barriers=0, constant_bytes=0)
             continue
         if current is None:
@@ -170,7 +173,8 @@ def parse_ptxas(log: str) -> dict[str, Resources]:
         m = _USED.search(line)
         if m:
             fields["registers"] = int(m.group(1))
-            for pattern, key in ((_BARRIERS, "barriers"), (_SMEM, "shared_bytes"), (_CMEM, "constant_bytes")):
+            for pattern, key in ((_BARRIERS, "barriers"), (_SMEM, "shared_bytes"),
+                                 (_CMEM, "constant_bytes")):
                 mm = pattern.search(line)
                 if mm:
                     fields[key] = int(mm.group(1))
@@ -195,12 +199,13 @@ def _check_arch(arch: str) -> str:
     return arch
 
 
-_NVCC_LINE = re.compile(r"^(?P<file>[^\s(]+)\((?P<line>\d+)\): (?P<kind>error|warning)\b:?\s*(?P<text>.*)$")
+_NVCC_LINE = re.compile(r"^(?P<file>[^\s(]+)\((?P<line>\d+)\): "
+                        r"(?P<kind>error|warning)\b:?\s*(?P<text>.*)$")
 
 
 class CompileError(RuntimeError):
-    """nvcc refused a source. The message's first line says what was compiled (``nvcc failed for NAME
-    (ARCH):``), the rest is nvcc's own report; :meth:`errors` and :meth:`summary` read it."""
+    """nvcc refused a source. The message's first line says what was compiled (``nvcc failed for
+    NAME (ARCH):``), the rest is nvcc's own report; :meth:`errors` and :meth:`summary` read it."""
 
     @property
     def headline(self) -> str:
@@ -208,9 +213,9 @@ class CompileError(RuntimeError):
         return lines[0].rstrip(":") if lines else type(self).__name__
 
     def errors(self, stem: str | None = None) -> list[str]:
-        """nvcc's errors, one a line: ``line 12: ...`` in the file named ``stem`` (a learner's text, which
-        the harness names with ``#line 1 "stem"``), ``file(12): ...`` elsewhere; lines that say "error"
-        without a place (nvcc fatal, ptxas) as they are."""
+        """nvcc's errors, one a line: ``line 12: ...`` in the file named ``stem`` (a learner's text,
+        which the harness names with ``#line 1 "stem"``), ``file(12): ...`` elsewhere; lines that
+        say "error" without a place (nvcc fatal, ptxas) as they are."""
         out = []
         for raw in str(self).splitlines()[1:]:
             m = _NVCC_LINE.match(raw.strip())
@@ -218,13 +223,14 @@ class CompileError(RuntimeError):
                 file = Path(m.group("file")).name
                 where = f"line {m.group('line')}" if file == stem else f"{file}({m.group('line')})"
                 out.append(f"{where}: {m.group('text')}")
-            elif not m and re.search(r"error|fatal", raw, re.I) and not re.search(r"errors? detected", raw):
+            elif not m and re.search(r"error|fatal", raw,
+                                     re.I) and not re.search(r"errors? detected", raw):
                 out.append(raw.strip())
         return out
 
     def summary(self, keep: int = 8, stem: str | None = None, sep: str = "\n  ") -> str:
-        """The first ``keep`` :meth:`errors` joined by ``sep`` (nvcc's last 800 characters where none is
-        found)."""
+        """The first ``keep`` :meth:`errors` joined by ``sep`` (nvcc's last 800 characters where
+        none is found)."""
         return sep.join(self.errors(stem)[:keep]) or str(self).strip()[-800:]
 
     def first(self, stem: str | None = None) -> str:
@@ -234,7 +240,8 @@ class CompileError(RuntimeError):
 
 
 def _rung(name):
-    """The registered rung called ``name`` (or ``name`` itself when it is a Rung), else None: a plain file."""
+    """The registered rung called ``name`` (or ``name`` itself when it is a Rung), else None: a
+    plain file."""
     if isinstance(name, ladder.Rung):
         return name
     try:
@@ -248,7 +255,8 @@ def _define_flags(defines: dict) -> tuple:
 
 
 def kernel_text(name) -> tuple[str, str, dict]:
-    """``(file stem, CUDA text, defines)`` of a version (shipped or registered) or of a file of ``kernels/``."""
+    """``(file stem, CUDA text, defines)`` of a version (shipped or registered) or of a file of
+    ``kernels/``."""
     rung = _rung(name)
     if rung is not None and rung.source is not None:
         return rung.name, rung.source, rung.defines
@@ -257,8 +265,8 @@ def kernel_text(name) -> tuple[str, str, dict]:
 
 
 def compile_file(name, arch: str = DEFAULT_ARCH, kind: str = "cubin", extra_flags=()) -> Compiled:
-    """Compile a version (its ``kernels/<name>.cu``, or a registered rung's source, with its defines) or
-    any file of ``kernels/`` with nvcc for ``arch``; no GPU needed.
+    """Compile a version (its ``kernels/<name>.cu``, or a registered rung's source, with its
+    defines) or any file of ``kernels/`` with nvcc for ``arch``; no GPU needed.
 
     ``kind`` is ``"cubin"`` (machine code, with the ptxas resource report) or ``"ptx"``. Results are
     cached in this process and on disk (:func:`cache_dir`), keyed by the text, every included file,
@@ -280,8 +288,8 @@ def resources(name, arch: str = DEFAULT_ARCH) -> dict[str, Resources]:
 
 
 def source_module(name, arch: str | None = None, defines: dict | None = None):
-    """A version (or a file of ``kernels/``) compiled for this GPU (or ``arch``) and loaded as a PyCUDA
-    module; the cubin is :func:`compile_file`'s, from the same caches."""
+    """A version (or a file of ``kernels/``) compiled for this GPU (or ``arch``) and loaded as a
+    PyCUDA module; the cubin is :func:`compile_file`'s, from the same caches."""
     g = gpu.require()
     stem, text, own = kernel_text(name)
     merged = {**own, **(defines or {})}
@@ -307,10 +315,12 @@ gpu.on_shutdown(clear_module_cache)
 
 def compile_source(source: str, arch: str = DEFAULT_ARCH, kind: str = "cubin", name: str = "inline",
                    defines: dict | None = None, extra_flags=()) -> Compiled:
-    """Compile CUDA C held in a string with nvcc, as :func:`compile_file` does a file; no GPU needed.
+    """Compile CUDA C held in a string with nvcc, as :func:`compile_file` does a file; no GPU
+    needed.
 
-    ``kernels/`` is on the include path, so ``#include "common.cuh"`` works. Raises :class:`CompileError`
-    with nvcc's messages when the source does not compile. Cached as :func:`compile_file` is.
+    ``kernels/`` is on the include path, so ``#include "common.cuh"`` works. Raises
+    :class:`CompileError` with nvcc's messages when the source does not compile. Cached as
+    :func:`compile_file` is.
     """
     _check_kind(kind)
     if not re.fullmatch(r"[A-Za-z0-9_.-]+", name):
@@ -324,7 +334,8 @@ def _check_kind(kind: str) -> None:
         raise ValueError(f"kind must be 'cubin' or 'ptx', got {kind!r}")
 
 
-# --- the compile caches: in this process, and on disk across processes ------------------------------
+# --- the compile caches: in this process, and on disk across processes
+# ------------------------------
 
 _INCLUDE = re.compile(r'^[ \t]*#[ \t]*include[ \t]*"([^"]+)"', re.M)
 
@@ -340,9 +351,10 @@ def cache_dir() -> Path:
 
 
 def included_files(text: str, path: Path | None = None) -> dict[str, str]:
-    """Every file ``text`` includes with ``#include "..."``, followed recursively (found beside the file
-    that includes it, else on the include path), as ``{path: text}``; an include not found is listed with
-    an empty text (nvcc will say so). ``#if`` is not evaluated: a superset of what nvcc reads."""
+    """Every file ``text`` includes with ``#include "..."``, followed recursively (found beside the
+    file that includes it, else on the include path), as ``{path: text}``; an include not found is
+    listed with an empty text (nvcc will say so). ``#if`` is not evaluated: a superset of what nvcc
+    reads."""
     found: dict[str, str] = {}
     todo = [(text, path.parent if path is not None else None)]
     dirs = [Path(d) for d in _include_dirs()]
@@ -371,9 +383,11 @@ def _cache_key(text: str, path: Path | None, arch: str, kind: str, flags: tuple)
     return h.hexdigest()[:32]
 
 
-def _compile(text: str, name: str, arch: str, kind: str, flags: tuple, path: Path | None) -> Compiled:
+def _compile(text: str, name: str, arch: str, kind: str, flags: tuple,
+             path: Path | None) -> Compiled:
     key = _cache_key(text, path, arch, kind, flags)
-    return _compile_keyed(key, text, name, arch, kind, flags, str(path) if path is not None else None)
+    return _compile_keyed(key, text, name, arch, kind, flags, str(path) if path is not None
+                          else None)
 
 
 @functools.lru_cache(maxsize=128)

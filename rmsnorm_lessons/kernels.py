@@ -2,7 +2,8 @@
 
 ``run`` resolves the version once, checks every argument before anything touches the GPU
 (:mod:`~rmsnorm_lessons.validate`), then hands the rung's plan to a cached launcher
-(:mod:`~rmsnorm_lessons.launch`). Where each version's launches are decided: ``rmsnorm_lessons/ladder/``.
+(:mod:`~rmsnorm_lessons.launch`). Where each version's launches are decided:
+``rmsnorm_lessons/ladder/``.
 """
 from __future__ import annotations
 
@@ -26,43 +27,49 @@ def __getattr__(name):
 
 def run(version, dout, inp, weight, rstd, dinp=None, dweight=None, *, block_size: int | None = None,
         overwrite: bool = False, config=None, stream=None):
-    """Run one backward pass of ``version``: returns ``(dinp, dweight)`` with this call's gradients added.
+    """Run one backward pass of ``version``: returns ``(dinp, dweight)`` with this call's gradients
+    added.
 
-    NumPy inputs: copied to the GPU, and new NumPy arrays are returned (``dinp``/``dweight`` default to
-    zeros and are not modified). GPUArray inputs: ``dinp`` and ``dweight`` are required, updated in place
-    and returned; they may not overlap any other tensor. With ``overwrite`` (versions that offer it) dinp
-    is set, not added to (dweight still accumulates). ``config``: a variant of the versions that offer
-    them (the rung's ``config_check`` judges it; v7_fast's
-    :class:`~rmsnorm_lessons.ladder.v7_fast.Config`). ``N == 0`` is a no-op. Every argument is checked
-    before the GPU is touched.
+    NumPy inputs: copied to the GPU, and new NumPy arrays are returned (``dinp``/``dweight`` default
+    to zeros and are not modified). GPUArray inputs: ``dinp`` and ``dweight`` are required, updated
+    in place and returned; they may not overlap any other tensor. With ``overwrite`` (versions that
+    offer it) dinp is set, not added to (dweight still accumulates). ``config``: a variant of the
+    versions that offer them (the rung's ``config_check`` judges it; v7_fast's
+    :class:`~rmsnorm_lessons.ladder.v7_fast.Config`). ``N == 0`` is a no-op. Every argument is
+    checked before the GPU is touched.
 
     ``stream``: None runs on the default stream and waits for this call's work only (not for other
-    streams). A PyCUDA Stream, a PyTorch stream or an int CUstream handle: the work is queued after what
-    that stream holds, later work on it waits for ours, and ``run`` returns without waiting when the
-    inputs are GPUArrays (as a PyTorch op does); with NumPy inputs it waits for that stream, since it
-    copies the results back. Any Python thread may call ``run``, concurrently too.
+    streams). A PyCUDA Stream, a PyTorch stream or an int CUstream handle: the work is queued after
+    what that stream holds, later work on it waits for ours, and ``run`` returns without waiting
+    when the inputs are GPUArrays (as a PyTorch op does); with NumPy inputs it waits for that
+    stream, since it copies the results back. Any Python thread may call ``run``, concurrently too.
     """
     spec = ladder.get(version)  # the one lookup: the Rung is handed on from here
     block, overwrite = validate.options(spec, block_size, overwrite, config)
     shp = validate.check_inputs(spec, dout, inp, weight, rstd, dinp, dweight)
-    validate.shared_memory(spec, shp.C, block)  # a C the version cannot run on any device says so here
+    # a C the version cannot run on any device says so here
+    validate.shared_memory(spec, shp.C, block)
     spec.check_config(config, shp.C, block, overwrite)
     gpu.foreign_handle(stream)  # a stream of the wrong kind says so here
     on_gpu = validate.is_gpuarray(inp)
     if on_gpu and (dinp is None or dweight is None):
-        raise ValueError("dinp and dweight must be given as GPUArrays when the inputs are GPUArrays")
+        raise ValueError("dinp and dweight must be given as GPUArrays when the inputs are "
+                         "GPUArrays")
     if not on_gpu:
         dinp = np.zeros(shp.shape, spec.dtype) if dinp is None else np.array(dinp, copy=True)
         dweight = np.zeros(shp.C, spec.dtype) if dweight is None else np.array(dweight, copy=True)
     if shp.N == 0:
         return dinp, dweight
 
-    with gpu.in_context() as g:  # any thread: the context is pushed for this call and popped after it
-        return _run_on_gpu(spec, g.driver, shp, dout, inp, weight, rstd, dinp, dweight, on_gpu, block_size,
+    # any thread: the context is pushed for this call and popped after it
+    with gpu.in_context() as g:
+        return _run_on_gpu(spec, g.driver, shp, dout, inp, weight, rstd, dinp, dweight, on_gpu,
+                           block_size,
                            overwrite, config, stream)
 
 
-def _run_on_gpu(spec, drv, shp, dout, inp, weight, rstd, dinp, dweight, on_gpu, block_size, overwrite, config,
+def _run_on_gpu(spec, drv, shp, dout, inp, weight, rstd, dinp, dweight, on_gpu, block_size,
+                overwrite, config,
                 stream):
     L = launch.launcher(spec, shp.C, block_size=block_size, overwrite=overwrite, config=config)
     pstream, bridge = launch.resolve_stream(stream)
@@ -105,7 +112,8 @@ def _run_on_gpu(spec, drv, shp, dout, inp, weight, rstd, dinp, dweight, on_gpu, 
 
 
 def _wait_for(spec, drv, stream) -> None:
-    """Wait for the work queued so far on ``stream`` (None: the default stream), not for other streams."""
+    """Wait for the work queued so far on ``stream`` (None: the default stream), not for other
+    streams."""
     try:
         if stream is None:
             done = drv.Event(drv.event_flags.DISABLE_TIMING)

@@ -1,9 +1,12 @@
-"""The CUDA driver calls PyCUDA does not offer, through ctypes on ``libcuda.so.1``: one wrapper for all.
+"""The CUDA driver calls PyCUDA does not offer, through ctypes on ``libcuda.so.1``: one wrapper for
+all.
 
-:class:`rmsnorm_lessons.gpu.StreamBridge` records and waits for events on streams PyCUDA did not make;
-:mod:`rmsnorm_lessons.occupancy` asks the driver for a device's limits and a kernel's occupancy (PyCUDA's
-``Function`` keeps its ``CUfunction`` to itself, so the cubin is loaded again as a module of its own).
-Every call runs in the context the caller made current (:func:`rmsnorm_lessons.gpu.require`).
+:class:`rmsnorm_lessons.gpu.StreamBridge` records and waits for events on streams PyCUDA did not
+make;
+:mod:`rmsnorm_lessons.occupancy` asks the driver for a device's limits and a kernel's occupancy
+(PyCUDA's
+``Function`` keeps its ``CUfunction`` to itself, so the cubin is loaded again as a module of its
+own). Every call runs in the context the caller made current (:func:`rmsnorm_lessons.gpu.require`).
 """
 from __future__ import annotations
 
@@ -50,8 +53,8 @@ DEVICE_ATTRIBUTES = {  # CUdevice_attribute values (cuda.h)
 
 
 class LibCuda:
-    """``libcuda.so.1`` with the argument types of :data:`SIGNATURES`; ``lib.cuX(...)`` calls the driver
-    and :meth:`check` turns a CUresult other than 0 into a RuntimeError naming the call."""
+    """``libcuda.so.1`` with the argument types of :data:`SIGNATURES`; ``lib.cuX(...)`` calls the
+    driver and :meth:`check` turns a CUresult other than 0 into a RuntimeError naming the call."""
 
     def __init__(self):
         lib = ctypes.CDLL("libcuda.so.1")
@@ -64,7 +67,8 @@ class LibCuda:
         if result != 0:
             msg = ctypes.c_char_p()
             self.lib.cuGetErrorString(result, ctypes.byref(msg))
-            raise RuntimeError(f"{what} failed: CUDA error {result} ({(msg.value or b'?').decode()})")
+            raise RuntimeError(f"{what} failed: CUDA error {result} "
+                               f"({(msg.value or b'?').decode()})")
 
     def call(self, name: str, *args) -> None:
         """``lib.<name>(*args)``, checked."""
@@ -74,7 +78,8 @@ class LibCuda:
         """One :data:`DEVICE_ATTRIBUTES` entry of the current context's device."""
         dev, value = ctypes.c_int(), ctypes.c_int()
         self.call("cuCtxGetDevice", ctypes.byref(dev))
-        self.check(self.lib.cuDeviceGetAttribute(ctypes.byref(value), DEVICE_ATTRIBUTES[name], dev.value),
+        self.check(self.lib.cuDeviceGetAttribute(ctypes.byref(value), DEVICE_ATTRIBUTES[name],
+                                                 dev.value),
                    f"cuDeviceGetAttribute({name})")
         return value.value
 

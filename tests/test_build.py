@@ -1,7 +1,8 @@
-"""Compiling every kernel with nvcc, and the ptxas report parser (CPU; nvcc is required, not optional).
+"""Compiling every kernel with nvcc, and the ptxas report parser (CPU; nvcc is required, not
+optional).
 
-`make test` installs nvcc (NVIDIA's wheels) where none is on PATH, so a missing nvcc is a failure here,
-never a skip.
+`make test` installs nvcc (NVIDIA's wheels) where none is on PATH, so a missing nvcc is a failure
+here, never a skip.
 """
 import pytest
 
@@ -14,7 +15,8 @@ SHIPPED = [r.name for r in ladder.SHIPPED]
 
 def test_nvcc_is_found():
     assert build.find_nvcc() is not None, (
-        "nvcc was not found: `make test` installs NVIDIA's nvcc wheels into .venv; elsewhere put CUDA 13 on PATH")
+        "nvcc was not found: `make test` installs NVIDIA's nvcc wheels into .venv; elsewhere put "
+        "CUDA 13 on PATH")
     assert build.nvcc_version()
 
 
@@ -38,9 +40,11 @@ def test_every_kernel_file_compiles(name, arch):
         assert 0 < r.registers <= 255
     if name in SHIPPED:  # (compiled with the rung's defines: v6 and v7 #error without them)
         missing = set(kernels.get(name).kernels) - set(compiled.resources)
-        if int(arch.removeprefix("sm_")) < 90:  # v7's wide rows need clusters: not built below sm_90
+        # v7's wide rows need clusters: not built below sm_90
+        if int(arch.removeprefix("sm_")) < 90:
             missing -= set(ladder.v7_fast.WIDE_KERNELS)
-        assert not missing, f"{name}: the launch plan names kernels the file does not define: {missing}"
+        assert not missing, (f"{name}: the launch plan names kernels the file does not define: "
+                             f"{missing}")
 
 
 def test_ptx_output():
@@ -73,10 +77,12 @@ def test_parse_ptxas_sample():
     found = build.parse_ptxas(SAMPLE_LOG)
     assert list(found) == ["reduce_dweight_v5", "rmsnorm_backward_v6", "tiny"]
     r = found["reduce_dweight_v5"]
-    assert (r.arch, r.registers, r.barriers, r.constant_bytes, r.shared_bytes) == ("sm_80", 24, 0, 376, 0)
+    assert (r.arch, r.registers, r.barriers, r.constant_bytes, r.shared_bytes) == ("sm_80", 24, 0,
+                                                                                   376, 0)
     assert not r.spills
     r = found["rmsnorm_backward_v6"]
-    assert (r.arch, r.registers, r.barriers, r.shared_bytes, r.stack_bytes) == ("sm_90", 64, 1, 16, 8)
+    assert (r.arch, r.registers, r.barriers, r.shared_bytes, r.stack_bytes) == ("sm_90", 64, 1, 16,
+                                                                                8)
     assert (r.spill_stores, r.spill_loads) == (4, 12) and r.spills
     r = found["tiny"]
     assert (r.registers, r.barriers, r.shared_bytes, r.constant_bytes) == (6, 0, 0, 0)
@@ -94,7 +100,8 @@ def test_real_report_matches_the_parser():
     assert build.resources("v5_two_pass", "sm_90") == compiled.resources
 
 
-@pytest.mark.parametrize("arch", ["sm90", "90", "compute_90", "sm_9", "SM_90", "sm_90; rm -rf /", ""])
+@pytest.mark.parametrize("arch", ["sm90", "90", "compute_90", "sm_9", "SM_90", "sm_90; rm -rf /",
+                                  ""])
 def test_bad_arch_refused(arch):
     with pytest.raises(ValueError, match=r"arch must look like 'sm_90'"):
         build.compile_file("v1_naive", arch)
@@ -108,7 +115,8 @@ def test_unknown_arch_is_a_compile_error():
 def test_bad_kind_and_unknown_file_refused():
     with pytest.raises(ValueError, match=r"kind must be 'cubin' or 'ptx'"):
         build.compile_file("v1_naive", "sm_90", kind="sass")
-    with pytest.raises(FileNotFoundError, match=r"no kernel file .*v0_missing.cu; known: .*v1_naive"):
+    with pytest.raises(FileNotFoundError,
+                       match=r"no kernel file .*v0_missing.cu; known: .*v1_naive"):
         build.compile_file("v0_missing")
 
 
@@ -129,18 +137,23 @@ def test_compile_errors_are_summed_up_in_one_place():
                                    "v7_fast.cu(41): no instance of row_pass",
                                    "nvcc fatal   : Unsupported gpu architecture 'sm_11'"]
     assert exc.errors()[0] == "yours(12): identifier \"weights\" is undefined"
-    assert exc.summary(keep=2, stem="yours", sep=" | ") == ("line 12: identifier \"weights\" is undefined | "
-                                                            "v7_fast.cu(41): no instance of row_pass")
-    assert exc.first() == "nvcc failed for yours (sm_90): yours(12): identifier \"weights\" is undefined"
+    assert exc.summary(keep=2, stem="yours",
+                       sep=" | ") == ("line 12: identifier \"weights\" is undefined | "
+                                                            "v7_fast.cu(41): no instance of "
+                                                            "row_pass")
+    assert exc.first() == ("nvcc failed for yours (sm_90): yours(12): identifier \"weights\" is "
+                           "undefined")
     bare = build.CompileError("nvcc failed for x (sm_90):\nsomething odd")
-    assert bare.errors() == [] and bare.summary().endswith("something odd") and bare.first() == bare.headline
+    assert bare.errors() == [] and bare.summary().endswith("something "
+                                                           "odd") and bare.first() == bare.headline
 
 
 def test_included_files_follow_quoted_includes(tmp_path):
     (tmp_path / "a.cuh").write_text('#pragma once\n#include "b.cuh"\n')
     (tmp_path / "b.cuh").write_text("// b\n")
     main = tmp_path / "main.cu"
-    main.write_text('#include "a.cuh"\n#include <cuda_bf16.h>\n#include "common.cuh"\n#include "nowhere.h"\n')
+    main.write_text('#include "a.cuh"\n#include <cuda_bf16.h>\n#include "common.cuh"\n#include '
+                    '"nowhere.h"\n')
     found = build.included_files(main.read_text(), main)
     names = sorted(name.rsplit("/", 1)[-1] for name in found)
     assert names == ["<missing> nowhere.h", "a.cuh", "b.cuh", "common.cuh"]
@@ -152,7 +165,8 @@ def test_the_disk_cache_is_shared_and_keyed_by_every_included_file(tmp_path, mon
     kernel_dir.mkdir()
     (kernel_dir / "common.cuh").write_text("#define SCALE 2.0f\n")
     (kernel_dir / "tiny.cu").write_text('#include "common.cuh"\n'
-                                        'extern "C" __global__ void tiny(float *x) { x[0] *= SCALE; }\n')
+                                        'extern "C" __global__ void tiny(float *x) { x[0] *= '
+                                        'SCALE; }\n')
     monkeypatch.setenv("RMSNORM_LESSONS_KERNELS", str(kernel_dir))
     monkeypatch.setenv("RMSNORM_CACHE_DIR", str(tmp_path / "cache"))
     assert build.cache_dir() == tmp_path / "cache"
@@ -162,10 +176,12 @@ def test_the_disk_cache_is_shared_and_keyed_by_every_included_file(tmp_path, mon
     first = build.compile_file("tiny", "sm_90")
     build._compile_keyed.cache_clear()  # as a second process would start: nothing in memory
     second = build.compile_file("tiny", "sm_90")
-    assert runs == ["tiny"] and second.binary == first.binary and second.resources == first.resources
+    assert runs == ["tiny"] and second.binary == first.binary
+    assert second.resources == first.resources
     assert sorted(p.suffix for p in (tmp_path / "cache" / "nvcc").iterdir()) == [".cubin", ".log"]
     build.compile_file("tiny", "sm_80")  # another arch: another entry
-    (kernel_dir / "common.cuh").write_text("#define SCALE 3.0f\n")  # a header changed: compiled again
+    # a header changed: compiled again
+    (kernel_dir / "common.cuh").write_text("#define SCALE 3.0f\n")
     third = build.compile_file("tiny", "sm_90")
     assert runs == ["tiny"] * 3 and third.binary != first.binary
 

@@ -1,9 +1,10 @@
 """A new rung is its .cu, its ladder module and one line of ``ladder.RUNGS`` (CPU; one GPU test).
 
-The test writes a throwaway rung, ``v8_copy`` (v3_smem's kernel under a new name), as the two files a
-contributor would add, into temporary copies of ``kernels/`` and of the ladder's folder, and appends its
-line to :data:`rmsnorm_lessons.ladder.RUNGS`; nothing else is told about it. The plan, the checks of
-every argument, nvcc, the inspection tools and (on a GPU) ``run`` then take it by name.
+The test writes a throwaway rung, ``v8_copy`` (v3_smem's kernel under a new name), as the two files
+a contributor would add, into temporary copies of ``kernels/`` and of the ladder's folder, and
+appends its line to :data:`rmsnorm_lessons.ladder.RUNGS`; nothing else is told about it. The plan,
+the checks of every argument, nvcc, the inspection tools and (on a GPU) ``run`` then take it by
+name.
 """
 import shutil
 import sys
@@ -96,7 +97,9 @@ def test_it_runs_against_the_reference(v8):
     gpu.require()
     for N, C in ((129, 777), (8195, 1024)):
         p = reference.random_problem(N, C, np.float32, seed=N, accumulate=True)
-        got = kernels.run(NAME, p["dout"], p["inp"], p["weight"], p["rstd"], p["dinp"], p["dweight"])
-        ref = reference.backward(p["dout"], p["inp"], p["weight"], p["rstd"], p["dinp"], p["dweight"])
+        got = kernels.run(NAME, p["dout"], p["inp"], p["weight"], p["rstd"], p["dinp"],
+                          p["dweight"])
+        ref = reference.backward(p["dout"], p["inp"], p["weight"], p["rstd"], p["dinp"],
+                                 p["dweight"])
         report = check.compare_outputs(v8, N, got, ref, name=NAME, C=C)
         assert report.ok, report

@@ -1,9 +1,10 @@
-"""Bad input is refused before anything is launched, with a message naming the argument and the rule.
+"""Bad input is refused before anything is launched, with a message naming the argument and the
+rule.
 
-The CPU tests call ``rl.kernels.check_inputs``/``run`` with NumPy arrays and with a fake GPUArray (an object
-with ``.gpudata``, ``.shape``, ``.dtype``, ``.flags``, ``.strides``); the ``gpu`` tests use real GPUArrays
-and real launches. (What ``run`` refuses before touching the GPU, proved with the GPU fenced off, is in
-test_safety.py; the shared memory a C needs, in test_validation_smem.py.)
+The CPU tests call ``rl.kernels.check_inputs``/``run`` with NumPy arrays and with a fake GPUArray
+(an object with ``.gpudata``, ``.shape``, ``.dtype``, ``.flags``, ``.strides``); the ``gpu`` tests
+use real GPUArrays and real launches. (What ``run`` refuses before touching the GPU, proved with the
+GPU fenced off, is in test_safety.py; the shared memory a C needs, in test_validation_smem.py.)
 """
 import numpy as np
 import pytest
@@ -22,17 +23,19 @@ def _arrays(version, N=6, C=16, shape=None, seed=0):
     spec = kernels.get(version)
     p = reference.random_problem(N, C, spec.dtype, seed=seed)
     if shape is not None:
-        p = {k: (v.reshape(shape[:-1]) if k == "rstd" else v.reshape(shape) if k in ("dout", "inp", "dinp") else v)
+        p = {k: (v.reshape(shape[:-1]) if k == "rstd" else v.reshape(shape) if k in ("dout", "inp",
+                                                                                     "dinp") else v)
              for k, v in p.items()}
     return p
 
 
 def _call(version, p, **replace):
     a = {**p, **replace}
-    return kernels.check_inputs(version, a["dout"], a["inp"], a["weight"], a["rstd"], a["dinp"], a["dweight"])
+    return kernels.check_inputs(version, a["dout"], a["inp"], a["weight"], a["rstd"], a["dinp"],
+                                a["dweight"])
 
 
-# ------------------------------------------------------------------------------------------------------
+# --------------------------------------------------------------------------------------------------
 # good input passes
 
 
@@ -47,10 +50,11 @@ def test_good_input_passes(version):
     shp = _call(version, _fakes(version, 6, C))
     assert (shp.N, shp.C) == (6, C)
     p = _arrays(version, 5, C)
-    assert kernels.check_inputs(version, p["dout"], p["inp"], p["weight"], p["rstd"]).N == 5  # outputs optional
+    # outputs optional
+    assert kernels.check_inputs(version, p["dout"], p["inp"], p["weight"], p["rstd"]).N == 5
 
 
-# ------------------------------------------------------------------------------------------------------
+# --------------------------------------------------------------------------------------------------
 # shapes
 
 
@@ -77,7 +81,9 @@ def test_mismatched_shapes_refused(version, name, bad, rule):
 
 def test_three_dim_shapes_must_match_exactly():
     p = _arrays("v2_warp", 6, 16, shape=(2, 3, 16))
-    with pytest.raises(ValueError, match=r"rstd must have shape \(2, 3\) to match inp \(2, 3, 16\), got \(6,\)"):
+    with pytest.raises(ValueError,
+                       match=r"rstd must have shape \(2, 3\) to match inp \(2, 3, 16\), got "
+                             r"\(6,\)"):
         _call("v2_warp", p, rstd=p["rstd"].reshape(6))
     with pytest.raises(ValueError, match=r"dout must have shape \(2, 3, 16\)"):
         _call("v2_warp", p, dout=p["dout"].reshape(3, 2, 16))
@@ -88,13 +94,14 @@ def test_three_dim_shapes_must_match_exactly():
 def test_ndim_other_than_2_or_3_refused(version, shape):
     p = _arrays(version)
     dtype = kernels.get(version).dtype
-    with pytest.raises(ValueError, match=r"inp must have 2 dims \(N, C\) or 3 dims \(B, T, C\), got shape"):
+    with pytest.raises(ValueError,
+                       match=r"inp must have 2 dims \(N, C\) or 3 dims \(B, T, C\), got shape"):
         _call(version, p, inp=np.zeros(shape, dtype))
     with pytest.raises(ValueError, match=r"inp must have 2 dims"):
         _call(version, _fakes(version, inp=FakeGPUArray(shape, dtype)))
 
 
-# ------------------------------------------------------------------------------------------------------
+# --------------------------------------------------------------------------------------------------
 # dtypes
 
 
@@ -107,7 +114,9 @@ def test_wrong_dtype_for_the_version_refused(version, name):
     rule = rf"{name} must be native {spec.dtype.name} for {version}, got {np.dtype(wrong).name}$"
     with pytest.raises(TypeError, match=rule):
         _call(version, p, **{name: p[name].astype(wrong)})
-    with pytest.raises(TypeError, match=rf"{name} must be native {spec.dtype.name} for {version}, got float64$"):
+    with pytest.raises(TypeError,
+                       match=rf"{name} must be native {spec.dtype.name} for {version}, got "
+                             r"float64$"):
         _call(version, p, **{name: p[name].astype(np.float64)})
     fake = _fakes(version)
     fake[name] = FakeGPUArray(fake[name].shape, wrong, fake[name].gpudata)
@@ -119,13 +128,16 @@ def test_wrong_dtype_for_the_version_refused(version, name):
 def test_rstd_must_be_float32(version):
     p = _arrays(version)
     for wrong in (np.float64, np.float16, bf16.bfloat16):
-        with pytest.raises(TypeError, match=r"rstd must be native float32 \(the forward pass caches it in fp32\), got"):
+        with pytest.raises(TypeError,
+                           match=r"rstd must be native float32 \(the forward pass caches it in "
+                                 r"fp32\), got"):
             _call(version, p, rstd=p["rstd"].astype(wrong))
 
 
 def test_not_an_array_refused():
     p = _arrays("v2_warp")
-    with pytest.raises(TypeError, match=r"dout must be a NumPy array or a PyCUDA GPUArray, got builtins.list"):
+    with pytest.raises(TypeError,
+                       match=r"dout must be a NumPy array or a PyCUDA GPUArray, got builtins.list"):
         _call("v2_warp", p, dout=p["dout"].tolist())
     with pytest.raises(TypeError, match=r"weight must be a NumPy array or a PyCUDA GPUArray"):
         _call("v2_warp", p, weight=None)
@@ -134,7 +146,8 @@ def test_not_an_array_refused():
 def test_numpy_and_gpuarrays_not_mixed():
     p = _arrays("v6_last_block")
     fakes = _fakes("v6_last_block")
-    with pytest.raises(TypeError, match=r"arrays must all be NumPy or all GPUArrays; GPUArrays: dinp"):
+    with pytest.raises(TypeError,
+                       match=r"arrays must all be NumPy or all GPUArrays; GPUArrays: dinp"):
         _call("v6_last_block", p, dinp=fakes["dinp"])
 
 
@@ -144,7 +157,7 @@ def test_unknown_version_refused():
         _call("v2_wrap", p)
 
 
-# ------------------------------------------------------------------------------------------------------
+# --------------------------------------------------------------------------------------------------
 # memory layout
 
 
@@ -162,7 +175,8 @@ def test_non_contiguous_arrays_refused(version, name):
     with pytest.raises(ValueError, match=rule):
         _call(version, p, **{name: view})
     fake = _fakes(version)
-    fake[name] = FakeGPUArray(fake[name].shape, fake[name].dtype, fake[name].gpudata, contiguous=False)
+    fake[name] = FakeGPUArray(fake[name].shape, fake[name].dtype, fake[name].gpudata,
+                              contiguous=False)
     with pytest.raises(ValueError, match=rule):
         _call(version, fake)
 
@@ -179,7 +193,9 @@ def test_transposed_input_refused():
 def test_misaligned_gpuarray_views_refused(version, name, offset):
     fake = _fakes(version)
     fake[name] = FakeGPUArray(fake[name].shape, fake[name].dtype, fake[name].gpudata + offset)
-    with pytest.raises(ValueError, match=rf"{name} must start on a 16-byte boundary for {version} \(128-bit loads\); "
+    with pytest.raises(ValueError,
+                       match=rf"{name} must start on a 16-byte boundary for {version} \(128-bit "
+                             r"loads\); "
                                          rf"its address ends in {offset:#x}$"):
         _call(version, fake)
 
@@ -197,12 +213,13 @@ def test_fp32_versions_accept_4_byte_aligned_views(version):
 def test_fp32_versions_refuse_views_off_their_element_size(version, name, offset):
     fake = _fakes(version)
     fake[name] = FakeGPUArray(fake[name].shape, np.float32, fake[name].gpudata + offset)
-    with pytest.raises(ValueError, match=rf"{name} must start on a 4-byte boundary for {version} \(its element "
+    with pytest.raises(ValueError,
+                       match=rf"{name} must start on a 4-byte boundary for {version} \(its element "
                                          rf"size\); its address ends in {offset:#x}$"):
         _call(version, fake)
 
 
-# ------------------------------------------------------------------------------------------------------
+# --------------------------------------------------------------------------------------------------
 # C rules
 
 
@@ -211,7 +228,9 @@ def test_fp32_versions_refuse_views_off_their_element_size(version, name, offset
 def test_C_not_a_multiple_of_8_refused(version, C):
     spec = kernels.get(version)
     p = _arrays(version, 3, C)
-    with pytest.raises(ValueError, match=rf"{version} needs C to be a multiple of {spec.c_multiple} \(128-bit loads "
+    with pytest.raises(ValueError,
+                       match=rf"{version} needs C to be a multiple of {spec.c_multiple} \(128-bit "
+                             r"loads "
                                          rf"of {spec.c_multiple} values\), got C={C}"):
         _call(version, p)
     with pytest.raises(ValueError, match=rf"needs C to be a multiple of {spec.c_multiple}"):
@@ -226,7 +245,8 @@ def test_fp32_versions_take_any_C(version):
 
 @pytest.mark.parametrize("version", ALL)
 def test_C_zero_refused(version):
-    p = {k: np.zeros((4, 0) if k in ("dout", "inp", "dinp") else (0,) if k in ("weight", "dweight") else (4,),
+    p = {k: np.zeros((4, 0) if k in ("dout", "inp", "dinp") else (0,) if k in ("weight", "dweight")
+                     else (4,),
                      np.float32 if k == "rstd" else kernels.get(version).dtype)
          for k in ("dout", "inp", "weight", "rstd", "dinp", "dweight")}
     with pytest.raises(ValueError, match=r"C \(the last dim of inp\) must be at least 1, got 0"):
@@ -236,12 +256,14 @@ def test_C_zero_refused(version):
 def test_N_at_2_31_refused():
     N = 2**31
     fakes = _fakes("v6_last_block", N, 8)
-    with pytest.raises(ValueError, match=r"N \(rows\) must be below 2\*\*31 \(kernels take it as int\), got 2147483648"):
+    with pytest.raises(ValueError,
+                       match=r"N \(rows\) must be below 2\*\*31 \(kernels take it as int\), got "
+                             r"2147483648"):
         _call("v6_last_block", fakes)
     assert _call("v6_last_block", _fakes("v6_last_block", N - 1, 8)).N == N - 1
 
 
-# ------------------------------------------------------------------------------------------------------
+# --------------------------------------------------------------------------------------------------
 # N == 0 and what run() refuses before touching a GPU
 
 
@@ -253,7 +275,8 @@ def test_N_zero_is_a_no_op_that_leaves_outputs_untouched(version):
     dinp0 = np.zeros((0, C), spec.dtype)
     dweight0 = bf16.to_bf16(np.arange(C)).astype(spec.dtype)
     keep = dweight0.copy()
-    dinp, dweight = kernels.run(version, p["dout"], p["inp"], p["weight"], p["rstd"], dinp0, dweight0)
+    dinp, dweight = kernels.run(version, p["dout"], p["inp"], p["weight"], p["rstd"], dinp0,
+                                dweight0)
     assert dinp.shape == (0, C)
     assert np.array_equal(np.asarray(dweight, np.float32), np.asarray(keep, np.float32))
     assert np.array_equal(np.asarray(dweight0, np.float32), np.asarray(keep, np.float32))
@@ -265,7 +288,8 @@ def test_N_zero_is_a_no_op_that_leaves_outputs_untouched(version):
     assert dinp.shape == (3, 0, C)
     # GPUArrays: the very same objects come back
     fakes = _fakes(version, 0, C)
-    out = kernels.run(version, fakes["dout"], fakes["inp"], fakes["weight"], fakes["rstd"], fakes["dinp"],
+    out = kernels.run(version, fakes["dout"], fakes["inp"], fakes["weight"], fakes["rstd"],
+                      fakes["dinp"],
                       fakes["dweight"])
     assert out[0] is fakes["dinp"] and out[1] is fakes["dweight"]
     assert "N == 0" in kernels.run.__doc__
@@ -274,9 +298,11 @@ def test_N_zero_is_a_no_op_that_leaves_outputs_untouched(version):
 @pytest.mark.parametrize("version", ["v2_warp", "v6_last_block"])
 def test_N_zero_with_gpuarrays_as_pycuda_makes_them(version):
     fakes = _fakes(version, 0, 16)
-    for k in ("dout", "inp", "rstd", "dinp"):  # size 0: PyCUDA allocates nothing and keeps gpudata None
+    # size 0: PyCUDA allocates nothing and keeps gpudata None
+    for k in ("dout", "inp", "rstd", "dinp"):
         fakes[k] = FakeGPUArray(fakes[k].shape, fakes[k].dtype, address=None)
-    out = kernels.run(version, *[fakes[k] for k in ("dout", "inp", "weight", "rstd", "dinp", "dweight")])
+    out = kernels.run(version, *[fakes[k] for k in ("dout", "inp", "weight", "rstd", "dinp",
+                                                    "dweight")])
     assert out[0] is fakes["dinp"] and out[1] is fakes["dweight"]
 
 
@@ -285,7 +311,9 @@ def test_run_refuses_before_touching_the_gpu(monkeypatch):
     p = _arrays("v6_last_block", 4, 12)
     with pytest.raises(ValueError, match=r"v6_last_block needs C to be a multiple of 8"):
         kernels.run("v6_last_block", p["dout"], p["inp"], p["weight"], p["rstd"])
-    with pytest.raises(ValueError, match=r"overwrite=True \(dinp = instead of \+=\) is not offered by v1_naive"):
+    with pytest.raises(ValueError,
+                       match=r"overwrite=True \(dinp = instead of \+=\) is not offered by "
+                             r"v1_naive"):
         q = _arrays("v1_naive")
         kernels.run("v1_naive", q["dout"], q["inp"], q["weight"], q["rstd"], overwrite=True)
     fakes = _fakes("v6_last_block")
@@ -293,7 +321,7 @@ def test_run_refuses_before_touching_the_gpu(monkeypatch):
         kernels.run("v6_last_block", fakes["dout"], fakes["inp"], fakes["weight"], fakes["rstd"])
 
 
-# ------------------------------------------------------------------------------------------------------
+# --------------------------------------------------------------------------------------------------
 # on the GPU
 
 
@@ -307,14 +335,19 @@ def test_misaligned_real_gpuarray_view_refused():
     big = gpuarray.to_gpu(np.zeros(N * C + 8, bf16.bfloat16))
     view = big[1:1 + N * C].reshape(N, C)  # 2 bytes past a 16-byte boundary
     assert int(view.gpudata) % 16 == 2
-    with pytest.raises(ValueError, match=r"inp must start on a 16-byte boundary for v6_last_block \(128-bit loads\)"):
-        kernels.run("v6_last_block", dev["dout"], view, dev["weight"], dev["rstd"], dev["dinp"], dev["dweight"])
+    with pytest.raises(ValueError,
+                       match=r"inp must start on a 16-byte boundary for v6_last_block \(128-bit "
+                             r"loads\)"):
+        kernels.run("v6_last_block", dev["dout"], view, dev["weight"], dev["rstd"], dev["dinp"],
+                    dev["dweight"])
     aligned = big[8:8 + N * C].reshape(N, C)  # 16 bytes in: accepted
     assert int(aligned.gpudata) % 16 == 0
     aligned.set(np.ascontiguousarray(p["inp"]))
-    kernels.run("v6_last_block", dev["dout"], aligned, dev["weight"], dev["rstd"], dev["dinp"], dev["dweight"])
+    kernels.run("v6_last_block", dev["dout"], aligned, dev["weight"], dev["rstd"], dev["dinp"],
+                dev["dweight"])
     want = reference.backward(p["dout"], p["inp"], p["weight"], p["rstd"], p["dinp"], p["dweight"])
-    a, b = compare("v6_last_block", N, (dev["dinp"].get(), dev["dweight"].get()), want, label="aligned view")
+    a, b = compare("v6_last_block", N, (dev["dinp"].get(), dev["dweight"].get()), want,
+                   label="aligned view")
     assert a.ok and b.ok, f"{a}\n{b}"
 
 
@@ -332,7 +365,8 @@ def test_real_non_contiguous_gpuarray_refused():
         pytest.skip(f"this PyCUDA cannot make a strided 2-d view: {exc}")
     assert not contiguous
     with pytest.raises(ValueError, match=r"inp must be C-contiguous"):
-        kernels.run("v2_warp", dev["dout"], view, dev["weight"], dev["rstd"], dev["dinp"], dev["dweight"])
+        kernels.run("v2_warp", dev["dout"], view, dev["weight"], dev["rstd"], dev["dinp"],
+                    dev["dweight"])
 
 
 @pytest.mark.gpu
@@ -343,8 +377,8 @@ def test_nan_and_inf_propagate_like_the_reference(version):
     spec = kernels.get(version)
     N, C = 300, 776 if spec.c_multiple > 1 else 777
     p = reference.random_problem(N, C, spec.dtype, seed=99)
-    # poison after rstd was computed: a NaN and an Inf in inp, a NaN and a -Inf in dout, each in its own
-    # row and column
+    # poison after rstd was computed: a NaN and an Inf in inp, a NaN and a -Inf in dout, each in its
+    # own row and column
     p["inp"][3, 5] = np.nan
     p["inp"][100, 17] = np.inf
     p["dout"][200, 300] = np.nan
@@ -353,15 +387,18 @@ def test_nan_and_inf_propagate_like_the_reference(version):
     dinp, dweight = kernels.run(version, *args)  # must come back: no hang, no crash
     with np.errstate(invalid="ignore"):  # inf - inf in the reference, as on the device
         ref_dinp, ref_dweight = reference.backward(*args)
-        report = check.compare_outputs(spec, N, (dinp, dweight), (ref_dinp, ref_dweight), name=version)
+        report = check.compare_outputs(spec, N, (dinp, dweight), (ref_dinp, ref_dweight),
+                                       name=version)
     for name, got, ref in (("dinp", dinp, ref_dinp), ("dweight", dweight, ref_dweight)):
         g = np.asarray(got, np.float64)
         bad_ref = ~np.isfinite(ref)
         assert bad_ref.any()
         print(f"{version} {name}: {int(bad_ref.sum())} non-finite in the reference, "
               f"{int((~np.isfinite(g)).sum())} in the result")
-        assert np.array_equal(~np.isfinite(g), bad_ref), f"{name}: non-finite elements differ from the reference"
-        assert np.array_equal(np.isnan(g), np.isnan(ref)), f"{name}: NaN elements differ from the reference"
+        assert np.array_equal(~np.isfinite(g),
+                              bad_ref), f"{name}: non-finite elements differ from the reference"
+        assert np.array_equal(np.isnan(g),
+                              np.isnan(ref)), f"{name}: NaN elements differ from the reference"
         assert getattr(report, name).ok, str(getattr(report, name))
     # and the device is still fine afterwards
     q = reference.random_problem(64, 256, spec.dtype, seed=7)

@@ -1,5 +1,5 @@
-"""A C whose shared memory no GPU holds is refused by ``run`` before the GPU; one this device cannot hold is
-refused by the launcher (here on the GPU; with a fake device in test_launch_math.py).
+"""A C whose shared memory no GPU holds is refused by ``run`` before the GPU; one this device cannot
+hold is refused by the launcher (here on the GPU; with a fake device in test_launch_math.py).
 """
 import dataclasses
 
@@ -38,7 +38,8 @@ def test_the_largest_C_that_fits(version):
     else:  # no shared memory that grows with C
         assert _need(version, 2**30) == 0
     if version == "v7_fast":
-        assert largest == ladder.v7_fast.MAX_C == 65536  # a row split over a cluster of at most 4 blocks
+        # a row split over a cluster of at most 4 blocks
+        assert largest == ladder.v7_fast.MAX_C == 65536
     print(f"{version}: largest C on an H200 {largest}")
 
 
@@ -60,18 +61,21 @@ def test_a_C_beyond_the_version_is_refused_before_the_gpu(monkeypatch):
     monkeypatch.setattr(gpu, "require", lambda: pytest.fail("GPU touched"))
     with pytest.raises(ValueError, match=r"^v9_capped runs C up to 1024, got C=1032$"):
         kernels.run(capped, p["dout"], p["inp"], p["weight"], p["rstd"])
-    # check_inputs checks the arrays only; a C that only this device cannot hold passes it (the launcher
-    # checks the device)
+    # check_inputs checks the arrays only; a C that only this device cannot hold passes it (the
+    # launcher checks the device)
     assert kernels.check_inputs(capped, p["dout"], p["inp"], p["weight"], p["rstd"]).C == 1032
     p = _arrays("v6_last_block", 2, 32768)
-    assert kernels.check_inputs("v6_last_block", p["dout"], p["inp"], p["weight"], p["rstd"]).C == 32768
+    assert kernels.check_inputs("v6_last_block", p["dout"], p["inp"], p["weight"],
+                                p["rstd"]).C == 32768
 
 
 def test_v7_refuses_C_past_its_limit_without_a_gpu(monkeypatch):
     C = 65536 + 8
     p = _arrays("v7_fast", 2, C)
     monkeypatch.setattr(gpu, "require", lambda: pytest.fail("GPU touched"))
-    with pytest.raises(ValueError, match=rf"^v7_fast: C={C} is wider than 4 blocks of 512 threads hold; the largest "
+    with pytest.raises(ValueError,
+                       match=rf"^v7_fast: C={C} is wider than 4 blocks of 512 threads hold; the "
+                             r"largest "
                                          rf"C is 65536$"):
         kernels.run("v7_fast", p["dout"], p["inp"], p["weight"], p["rstd"])
 
@@ -97,11 +101,17 @@ def test_run_refuses_C_beyond_the_devices_shared_memory(version):
     if C is None:
         pytest.skip(f"{version} fits this device's shared memory at any C")
     p = _arrays(version, 1, C)
-    # refused by the launcher against this device's limit, or before it where no GPU at all could hold it (the
-    # H200's limit, 232448 bytes, is the largest any GPU gives a block: validate.shared_memory)
-    with pytest.raises(ValueError, match=rf"^(C={C} needs \d+ bytes of dynamic shared memory per block for {version} "
-                                         rf"\(\+ \d+ static\), more than this device allows \({limit} bytes\); the "
-                                         rf"largest C it can run is \d+|v7_fast: C={C} is wider than 4 blocks of 512 "
-                                         rf"threads hold; the largest C is 65536|{version} at C={C} needs \d+ bytes of dynamic shared memory per "
-                                         rf"block \(block of \d+\); no GPU allows a block more than \d+ bytes)"):
+    # refused by the launcher against this device's limit, or before it where no GPU at all could
+    # hold it (the H200's limit, 232448 bytes, is the largest any GPU gives a block:
+    # validate.shared_memory)
+    with pytest.raises(ValueError,
+                       match=rf"^(C={C} needs \d+ bytes of dynamic shared memory per block for "
+                             rf"{version} "
+                                         r"\(\+ \d+ static\), more than this device allows "
+                                         rf"\({limit} bytes\); the largest C it can run is "
+                                         rf"\d+|v7_fast: C={C} is wider than 4 blocks of 512 "
+                                         rf"threads hold; the largest C is 65536|{version} at "
+                                         rf"C={C} needs \d+ bytes of dynamic shared memory per "
+                                         r"block \(block of \d+\); no GPU allows a block more than "
+                                         r"\d+ bytes)"):
         kernels.run(version, p["dout"], p["inp"], p["weight"], p["rstd"], p["dinp"], p["dweight"])

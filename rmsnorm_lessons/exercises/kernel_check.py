@@ -1,28 +1,32 @@
-"""Checking a learner's kernel: it becomes a rung like ours, then it is compiled, inspected, run and timed.
+"""Checking a learner's kernel: it becomes a rung like ours, then it is compiled, inspected, run and
+timed.
 
 :func:`check_kernel` takes the CUDA text of a notebook cell and returns a :class:`~.Verdict`:
 
-1. **Compile** (nvcc, no GPU needed). nvcc's errors are reported at the line of the learner's cell: the
-   harness puts ``#line 1`` in front, so nvcc's line k is line k of the text (a cell that starts with
+1. **Compile** (nvcc, no GPU needed). nvcc's errors are reported at the line of the learner's cell:
+   the harness puts ``#line 1`` in front, so nvcc's line k is line k of the text (a cell that starts
+   with
    ``source = r'''`` and a line break numbers its text as the cell's own lines).
-2. **Inspect** (no GPU): registers, shared memory and spills of every kernel (ptxas), then the lesson's
-   static checks on the SASS (a warp shuffle, no local memory, 128-bit loads, a fence before the
-   ticket...). A failed static check is NOT YET, and so is a ``// TODO`` line left in the text.
-3. Without a GPU the verdict is **NOT VERIFIED (no GPU here)**, never PASS, and says what was checked.
-4. **Run** (GPU): random inputs, random non-zero starting ``dinp``/``dweight`` (a kernel must add into
-   them), scratch buffers filled with NaN before the checked call (a kernel must write what it reads),
-   odd shapes (N not a multiple of the warps, C not a power of two), compared with the float64
-   reference (:func:`rmsnorm_lessons.check.compare_outputs`). A wrong result is diagnosed: dinp or
-   dweight, which rows and columns, overwritten instead of accumulated, off by a constant factor, some
-   blocks' partials missing or counted twice, different from run to run.
+2. **Inspect** (no GPU): registers, shared memory and spills of every kernel (ptxas), then the
+   lesson's static checks on the SASS (a warp shuffle, no local memory, 128-bit loads, a fence
+   before the ticket...). A failed static check is NOT YET, and so is a ``// TODO`` line left in the
+   text.
+3. Without a GPU the verdict is **NOT VERIFIED (no GPU here)**, never PASS, and says what was
+   checked.
+4. **Run** (GPU): random inputs, random non-zero starting ``dinp``/``dweight`` (a kernel must add
+   into them), scratch buffers filled with NaN before the checked call (a kernel must write what it
+   reads), odd shapes (N not a multiple of the warps, C not a power of two), compared with the
+   float64 reference (:func:`rmsnorm_lessons.check.compare_outputs`). A wrong result is diagnosed:
+   dinp or dweight, which rows and columns, overwritten instead of accumulated, off by a constant
+   factor, some blocks' partials missing or counted twice, different from run to run.
 5. **Time** it beside the lesson's shipped rung ("yours 0.41 ms, v3_smem 0.36 ms").
 
 ``sanitize=True`` also runs compute-sanitizer's racecheck and synccheck on one small call, where the
 tool is installed, and sums its report up in a sentence.
 
 The parts live in three modules, re-exported here: :mod:`.kernel_static` (the static checks and text
-helpers), :mod:`.kernel_running` (the GPU run, timing, compute-sanitizer) and :mod:`.kernel_diagnosis`
-(what a wrong result tells).
+helpers), :mod:`.kernel_running` (the GPU run, timing, compute-sanitizer) and
+:mod:`.kernel_diagnosis` (what a wrong result tells).
 """
 from __future__ import annotations
 
@@ -33,14 +37,18 @@ from .. import build, gpu, ladder
 from . import Verdict, failed, not_verified, passed
 from .kernel_diagnosis import describe_output
 from .kernel_diagnosis import _lines, _ranges  # noqa: F401 (lesson 08 names chunks with _ranges)
-from .kernel_running import SHAPES, SHAPES_8, TIME_SHAPE, Outcome, run_checks, sanitize, time_against
+from .kernel_running import (SHAPES, SHAPES_8, TIME_SHAPE, Outcome, run_checks, sanitize,
+                             time_against)
 from .kernel_static import (GLOBAL_ATOMICS, SKELETON_BLOCK, Compiled, Static, no_local_memory,
-                            nvcc_errors, sass_before, sass_has, sass_lacks, source_lacks, strip_comments,
+                            nvcc_errors, sass_before, sass_has, sass_lacks, source_lacks,
+                            strip_comments,
                             todo_lines, without_skeletons)
 from .kernel_static import _matching, _name  # noqa: F401 (lessons 08 and 09 count opcodes)
 
-__all__ = ["GLOBAL_ATOMICS", "SHAPES", "SHAPES_8", "SKELETON_BLOCK", "TIME_SHAPE", "Compiled", "Inspected",
-           "Outcome", "Static", "check_kernel", "check_plain_kernel", "describe_output", "inspect_text",
+__all__ = ["GLOBAL_ATOMICS", "SHAPES", "SHAPES_8", "SKELETON_BLOCK", "TIME_SHAPE", "Compiled",
+           "Inspected",
+           "Outcome", "Static", "check_kernel", "check_plain_kernel", "describe_output",
+           "inspect_text",
            "no_local_memory", "nvcc_errors", "register", "run_checks", "sanitize", "sass_before",
            "sass_has", "sass_lacks", "source_lacks", "strip_comments", "time_against", "todo_lines",
            "without_skeletons"]
@@ -52,10 +60,10 @@ def register(source: str, *, name: str, like=None, embed: Callable[[str], str] |
 
     ``like``: the shipped rung it copies (plan, dtype, C rule, blocks, shared memory, determinism,
     defines); ``fields``: what differs from it, or every field without ``like``
-    (:func:`rmsnorm_lessons.ladder.rung_from_source`). ``embed``: where the learner writes one function of
-    a shipped kernel, it takes the text (with its ``#line 1`` already in front) and returns the whole
-    source with the text spliced in; it must put a ``#line`` back to the shipped file after the text, so
-    nvcc names the lines of both."""
+    (:func:`rmsnorm_lessons.ladder.rung_from_source`). ``embed``: where the learner writes one
+    function of a shipped kernel, it takes the text (with its ``#line 1`` already in front) and
+    returns the whole source with the text spliced in; it must put a ``#line`` back to the shipped
+    file after the text, so nvcc names the lines of both."""
     text = f'#line 1 "{name}"\n' + source
     return ladder.rung_from_source(name=name, source=embed(text) if embed else text, like=like,
                                    adds="a learner's kernel", **fields)
@@ -63,13 +71,15 @@ def register(source: str, *, name: str, like=None, embed: Callable[[str], str] |
 
 def _not_text(source) -> Verdict:
     if not isinstance(source, str):
-        return failed(f"pass the kernel's CUDA text as a string (r'''...'''), not {type(source).__name__}")
+        return failed("pass the kernel's CUDA text as a string (r'''...'''), not "
+                      f"{type(source).__name__}")
     return failed("the kernel's text is empty")
 
 
 @dataclass
 class Inspected:
-    """What steps 1-2 found, for the run: the loaded code's arch and compile result, and the sentences of the verdict."""
+    """What steps 1-2 found, for the run: the loaded code's arch and compile result, and the
+    sentences of the verdict."""
 
     arch: str
     compiled: object  # build.Compiled
@@ -77,13 +87,15 @@ class Inspected:
     checked: str  # " Checked in the SASS: ..." or ""
 
 
-def inspect_text(source: str, name: str, kernels, static, compile_it: Callable, sass_of: Callable, *,
+def inspect_text(source: str, name: str, kernels, static, compile_it: Callable, sass_of: Callable,
+                 *,
                  rung=None, against: str) -> tuple[Verdict | None, Inspected | None]:
     """Steps 1-3 for any learner's text: compile it (``compile_it(arch)``, for this GPU's arch, else
-    :data:`rmsnorm_lessons.build.DEFAULT_ARCH`), name its kernels' resources, run the ``static`` checks on
-    its SASS (``sass_of(compiled, arch)``; skipped, and said, where the disassembler is missing) and look
-    for TODO lines. Returns ``(verdict, None)`` where the check ends here: NOT YET, or NOT VERIFIED
-    without a GPU (``against``: what a GPU would compare it with); else ``(None, Inspected)``."""
+    :data:`rmsnorm_lessons.build.DEFAULT_ARCH`), name its kernels' resources, run the ``static``
+    checks on its SASS (``sass_of(compiled, arch)``; skipped, and said, where the disassembler is
+    missing) and look for TODO lines. Returns ``(verdict, None)`` where the check ends here: NOT
+    YET, or NOT VERIFIED without a GPU (``against``: what a GPU would compare it with); else
+    ``(None, Inspected)``."""
     from .. import sass
 
     reason = gpu.why_unavailable()
@@ -95,10 +107,12 @@ def inspect_text(source: str, name: str, kernels, static, compile_it: Callable, 
                       + exc.summary(stem=name)), None
     missing = [k for k in kernels if k not in compiled.resources]
     if missing:
-        return failed(f"no kernel named {', '.join(missing)} in your text: keep the names of the skeleton, "
-                      f"declared extern \"C\" __global__"), None
-    shown = "; ".join(f"{r.kernel}: {r.registers} registers, {r.shared_bytes} B static shared memory, "
-                      + (f"spills {r.spill_stores} B stored / {r.spill_loads} B loaded" if r.spills else "no spills")
+        return failed(f"no kernel named {', '.join(missing)} in your text: keep the names of the "
+                      f"skeleton, declared extern \"C\" __global__"), None
+    shown = "; ".join(f"{r.kernel}: {r.registers} registers, {r.shared_bytes} B static shared "
+                      "memory, "
+                      + (f"spills {r.spill_stores} B stored / {r.spill_loads} B loaded" if r.spills
+                         else "no spills")
                       for k, r in compiled.resources.items() if k in kernels)
     try:
         listing, sass_note = sass_of(compiled, arch), ""
@@ -114,23 +128,26 @@ def inspect_text(source: str, name: str, kernels, static, compile_it: Callable, 
     todo = todo_lines(source)
     head = f"nvcc compiled {name} for {arch} ({shown})."
     checked = f" Checked in the SASS: {'; '.join(held)}." if held else ""
-    todo_note = (f"Fill in the TODO regions: line(s) {_lines(todo)} still start with // TODO (delete each TODO "
-                 f"line once you have written that part). " if todo else "")
+    todo_note = (f"Fill in the TODO regions: line(s) {_lines(todo)} still start with // TODO "
+                 f"(delete each TODO line once you have written that part). " if todo else "")
     if problems:  # what is wrong first: a progress line shows the start of the message
         return failed(f"{todo_note}{'; '.join(problems)}. {head}{checked}{sass_note}"), None
     if todo:
         return failed(f"{todo_note}{head}{checked}{sass_note}"), None
     if reason is not None:
-        return not_verified(f"no GPU here, so it was compiled and inspected but not run. {head}{checked}"
-                            f"{sass_note} On a GPU this check runs it against {against}."), None
+        return not_verified("no GPU here, so it was compiled and inspected but not run. "
+                            f"{head}{checked}{sass_note} On a GPU this check runs it against "
+                            f"{against}."), None
     return None, Inspected(arch, compiled, head, checked)
 
 
-def check_plain_kernel(source, *, name: str, kernels, static=(), run=None, against: str = "NumPy") -> Verdict:
-    """A learner's kernel that is not a rung (lesson 08's ``scale_wide``): compiled from its text alone
-    (``#line 1`` in front, so nvcc's line numbers are the text's), inspected as :func:`check_kernel`
-    inspects a rung, and where a GPU works handed to ``run(module)`` (the loaded cubin, a PyCUDA module),
-    which returns an :class:`Outcome`. Without a GPU: NOT VERIFIED, never PASS."""
+def check_plain_kernel(source, *, name: str, kernels, static=(), run=None,
+                       against: str = "NumPy") -> Verdict:
+    """A learner's kernel that is not a rung (lesson 08's ``scale_wide``): compiled from its text
+    alone (``#line 1`` in front, so nvcc's line numbers are the text's), inspected as
+    :func:`check_kernel` inspects a rung, and where a GPU works handed to ``run(module)`` (the
+    loaded cubin, a PyCUDA module), which returns an :class:`Outcome`. Without a GPU: NOT VERIFIED,
+    never PASS."""
     from .. import sass
 
     if not isinstance(source, str) or not source.strip():
@@ -149,21 +166,25 @@ def check_plain_kernel(source, *, name: str, kernels, static=(), run=None, again
 
 
 def check_kernel(source, *, name: str, like=None, compare_with: str | None = None, shapes=None,
-                 rows_per_block: int | None = None, static=(), hints=None, sanitize_it: bool = False,
+                 rows_per_block: int | None = None, static=(), hints=None,
+                 sanitize_it: bool = False,
                  timing: bool = True, seed: int = 0, embed: Callable[[str], str] | None = None,
                  compare_config=None, compare_label: str | None = None, **fields) -> Verdict:
-    """Register ``source`` as the rung ``name``, compile it, inspect it and (where a GPU works) run it.
+    """Register ``source`` as the rung ``name``, compile it, inspect it and (where a GPU works) run
+    it.
 
-    ``like``: the shipped rung the learner's kernel stands in for (``"v3_smem"``): the learner's rung is a
-    copy of it with the learner's text, and ``fields`` (``kernels``, ``plan``, ``block_size``, ...) say only
-    what differs (without ``like``, they say all: :func:`rmsnorm_lessons.ladder.rung_from_source`).
-    ``static``: the lesson's :class:`Static` checks; ``rows_per_block``: rows one block takes per step of
-    its loop (default: warps per block), to name blocks in a diagnosis; ``hints``: extra sentences by
-    diagnosis kind (e.g. ``{"dweight unchanged": "did the last block run?"}``); ``compare_with``: the
-    shipped rung timed beside yours (default: ``like``), launched with ``compare_config`` and named
-    ``compare_label``; ``embed``: splices the text into a shipped kernel (see :func:`register`); the TODO
-    lines and the source checks still read the learner's text alone. Returns PASS, NOT YET or NOT
-    VERIFIED (no GPU here).
+    ``like``: the shipped rung the learner's kernel stands in for (``"v3_smem"``): the learner's
+    rung is a copy of it with the learner's text, and ``fields`` (``kernels``, ``plan``,
+    ``block_size``, ...) say only what differs (without ``like``, they say all:
+    :func:`rmsnorm_lessons.ladder.rung_from_source`).
+    ``static``: the lesson's :class:`Static` checks; ``rows_per_block``: rows one block takes per
+    step of its loop (default: warps per block), to name blocks in a diagnosis; ``hints``: extra
+    sentences by diagnosis kind (e.g. ``{"dweight unchanged": "did the last block run?"}``);
+    ``compare_with``: the shipped rung timed beside yours (default: ``like``), launched with
+    ``compare_config`` and named
+    ``compare_label``; ``embed``: splices the text into a shipped kernel (see :func:`register`); the
+    TODO lines and the source checks still read the learner's text alone. Returns PASS, NOT YET or
+    NOT VERIFIED (no GPU here).
     """
     if not isinstance(source, str) or not source.strip():
         return _not_text(source)
@@ -189,7 +210,8 @@ def check_kernel(source, *, name: str, like=None, compare_with: str | None = Non
     extra = []
     if timing:
         try:
-            extra.append(time_against(rung, compare_with, config=compare_config, label=compare_label))
+            extra.append(time_against(rung, compare_with, config=compare_config,
+                                      label=compare_label))
         except Exception as exc:  # timing is a bonus: never turns a right kernel into a failure
             extra.append(f"(not timed: {type(exc).__name__}: {str(exc)[:200]})")
     if sanitize_it:

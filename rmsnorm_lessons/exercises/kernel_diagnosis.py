@@ -1,8 +1,8 @@
 """Diagnosing a learner's wrong result: which output, which rows and columns, and what kind of slip.
 
-:func:`describe_output` compares one output (``dinp`` or ``dweight``) with the float64 reference and its
-starting value and names the slip: never added to, overwritten instead of accumulated, off by a constant
-factor, some blocks' partials missing or counted twice, NaN read from memory never written.
+:func:`describe_output` compares one output (``dinp`` or ``dweight``) with the float64 reference and
+its starting value and names the slip: never added to, overwritten instead of accumulated, off by a
+constant factor, some blocks' partials missing or counted twice, NaN read from memory never written.
 """
 from __future__ import annotations
 
@@ -11,7 +11,8 @@ import numpy as np
 
 def _lines(numbers) -> str:
     numbers = list(numbers)
-    return ", ".join(map(str, numbers[:8])) + (f" and {len(numbers) - 8} more" if len(numbers) > 8 else "")
+    return ", ".join(map(str, numbers[:8])) + (f" and {len(numbers) - 8} more" if len(numbers) > 8
+                                               else "")
 
 
 def _ranges(indices, total: int, what: str) -> str:
@@ -21,8 +22,9 @@ def _ranges(indices, total: int, what: str) -> str:
     if idx.size == 0:
         return f"no {what}"
     if idx[-1] == total - 1 and idx.size == idx[-1] - idx[0] + 1:
-        return f"the last {idx.size} {what}s ({idx[0]}..{idx[-1]} of 0..{total - 1})" if idx.size > 1 \
-            else f"only the last {what} ({idx[0]})"
+        if idx.size == 1:
+            return f"only the last {what} ({idx[0]})"
+        return f"the last {idx.size} {what}s ({idx[0]}..{idx[-1]} of 0..{total - 1})"
     breaks = np.flatnonzero(np.diff(idx) > 1)
     starts = np.concatenate(([idx[0]], idx[breaks + 1]))
     ends = np.concatenate((idx[breaks], [idx[-1]]))
@@ -49,7 +51,9 @@ def _fit(got, initial, delta):
 
 
 def _factor_hint(f: float, C: int) -> str:
-    for value, hint in ((32.0, ": 32 lanes each did the whole work (a loop that does not step by the warp?)"),
+    for value, hint in ((32.0,
+                         ": 32 lanes each did the whole work (a loop that does not step by the "
+                         "warp?)"),
                         (2.0, ": counted twice"), (0.5, ": half of it"),
                         (float(C), ": C times (a sum where the mean belongs, or a missing / C)"),
                         (1.0 / C, ": divided by C once too often")):
@@ -81,8 +85,9 @@ def _block_weights(got, initial, problem, grid: int, rows_per_block: int):
 
 def describe_output(name: str, got, ref, initial, delta, tol, eps, *, problem=None, grid=None,
                     rows_per_block=None, hints=None) -> tuple[str, str]:
-    """``(kind, sentence)`` saying how one wrong output (``dinp`` or ``dweight``) is wrong. ``kind`` is one
-    of ``unchanged``, ``overwritten``, ``factor``, ``blocks``, ``lost``, ``nonfinite``, ``wrong``."""
+    """``(kind, sentence)`` saying how one wrong output (``dinp`` or ``dweight``) is wrong. ``kind``
+    is one of ``unchanged``, ``overwritten``, ``factor``, ``blocks``, ``lost``, ``nonfinite``,
+    ``wrong``."""
     hints = hints or {}
     g = np.asarray(got, np.float64)
     bad = _bad_mask(got, ref, tol, eps)
@@ -99,11 +104,14 @@ def describe_output(name: str, got, ref, initial, delta, tol, eps, *, problem=No
             (f". {extra}" if extra else "")
 
     if not np.all(np.isfinite(g[np.isfinite(np.asarray(ref, np.float64))])):
-        return say("nonfinite", "it holds NaN or inf: it read something never written (a scratch buffer, "
+        return say("nonfinite",
+                   "it holds NaN or inf: it read something never written (a scratch buffer, "
                                 "shared memory not zeroed) or past the end of a row")
     init = np.asarray(initial, np.float64)
-    if np.all(np.abs(g - init) <= tol + np.abs(init) * eps) and np.abs(np.asarray(delta)).max() > tol:
-        return say("unchanged", "it came back with its starting values: your kernel never adds to it")
+    kept = np.all(np.abs(g - init) <= tol + np.abs(init) * eps)
+    if kept and np.abs(np.asarray(delta)).max() > tol:
+        return say("unchanged",
+                   "it came back with its starting values: your kernel never adds to it")
     fit = _fit(g, init, delta)
     small = 0.05
     if name == "dweight" and problem is not None and grid and rows_per_block:
@@ -116,25 +124,31 @@ def describe_output(name: str, got, ref, initial, delta, tol, eps, *, problem=No
                 twice = np.flatnonzero(whole >= 2)
                 parts = []
                 if missing.size:
-                    parts.append(f"the partials of {missing.size} of {grid} blocks are missing (blocks "
-                                 f"{_lines(missing)})")
+                    parts.append(f"the partials of {missing.size} of {grid} blocks are missing "
+                                 f"(blocks {_lines(missing)})")
                 if twice.size:
-                    parts.append(f"the partials of {twice.size} of {grid} blocks are counted more than once "
-                                 f"(blocks {_lines(twice)})")
+                    parts.append(f"the partials of {twice.size} of {grid} blocks are counted more "
+                                 f"than once (blocks {_lines(twice)})")
                 if round(a) != 1:
-                    parts.append("its starting value is lost (= where += belongs)" if round(a) == 0 else
+                    parts.append("its starting value is lost (= where += belongs)" if round(a) == 0
+                                 else
                                  f"its starting value is counted {int(round(a))} times")
                 if parts:
                     return say("blocks", "; ".join(parts))
     if fit is not None:
         a, f, res = fit
         if abs(a) < small and abs(f - 1) < small and res < small:
-            return say("overwritten", "it holds this call's gradient alone, without its starting value: "
+            return say("overwritten",
+                       "it holds this call's gradient alone, without its starting value: "
                                       "overwritten instead of accumulated (= where += belongs)")
         if abs(a - 1) < small and res < small and abs(f - 1) >= 2 * small:
-            return say("factor", f"this call's part is off by a constant factor: {f:.4g} times the right "
+            return say("factor",
+                       f"this call's part is off by a constant factor: {f:.4g} times the right "
                                  f"amount{_factor_hint(f, C)}")
     if fit is not None and abs(fit[0]) < small:
-        return say("lost", "its starting value is lost (= where += belongs?), and this call's part is not right "
+        return say("lost",
+                   "its starting value is lost (= where += belongs?), and this call's part is not "
+                   "right "
                            "either")
-    return say("wrong", "not a simple slip: compare your code with the lesson's kernel line by line")
+    return say("wrong",
+               "not a simple slip: compare your code with the lesson's kernel line by line")

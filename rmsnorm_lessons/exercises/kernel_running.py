@@ -1,7 +1,8 @@
-"""Running a learner's rung on the GPU: random inputs, poisoned scratch, odd shapes, the float64 reference.
+"""Running a learner's rung on the GPU: random inputs, poisoned scratch, odd shapes, the float64
+reference.
 
-:func:`run_checks` runs the rung at each shape, adding into random non-zero ``dinp``/``dweight``, with
-scratch buffers filled with NaN before the checked call, and diagnoses the first failure
+:func:`run_checks` runs the rung at each shape, adding into random non-zero ``dinp``/``dweight``,
+with scratch buffers filled with NaN before the checked call, and diagnoses the first failure
 (:mod:`~rmsnorm_lessons.exercises.kernel_diagnosis`); :func:`time_against` times it beside a shipped
 rung; :func:`sanitize` runs compute-sanitizer on one small call.
 """
@@ -14,9 +15,10 @@ import numpy as np
 from .. import check, gpu, ladder, reference
 from .kernel_diagnosis import _bad_mask, describe_output
 
-#: shapes of the GPU check, in this order: N not a multiple of the warps per block with C not a power of
-#: two (first: enough rows that a slip shows beyond bf16's tolerance, few enough blocks to name them);
-#: enough rows for every block of a persistent grid to take more than one (8195 = 2 * 4096 + 3); one row
+#: shapes of the GPU check, in this order: N not a multiple of the warps per block with C not a
+#: power of two (first: enough rows that a slip shows beyond bf16's tolerance, few enough blocks to
+#: name them); enough rows for every block of a persistent grid to take more than one (8195 = 2 *
+#: 4096 + 3); one row
 SHAPES = ((129, 1600), (1000, 777), (8195, 1024), (1, 7))
 SHAPES_8 = ((129, 1600), (1000, 776), (8195, 1024), (1, 8))
 TIME_SHAPE = (8192, 1024)
@@ -32,15 +34,16 @@ def _scratch_to_poison(rung, N, C):
 
 
 def _run(rung, p, poison: bool):
-    """One checked call on NumPy copies of ``p``; with ``poison`` a first call makes the launcher's scratch,
-    which is then filled with NaN before the call whose result is returned."""
+    """One checked call on NumPy copies of ``p``; with ``poison`` a first call makes the launcher's
+    scratch, which is then filled with NaN before the call whose result is returned."""
     from .. import kernels, launch
 
     args = (p["dout"], p["inp"], p["weight"], p["rstd"], p["dinp"], p["dweight"])
     N, C = p["inp"].shape
     if poison:
-        # the checked call is the launcher's second: a kernel must leave its scratch (a ticket counter) as
-        # the next call needs it, and must write what it reads of the scratch (filled with NaN here)
+        # the checked call is the launcher's second: a kernel must leave its scratch (a ticket
+        # counter) as the next call needs it, and must write what it reads of the scratch (filled
+        # with NaN here)
         names = _scratch_to_poison(rung, N, C)
         kernels.run(rung, *args)
         if names:
@@ -74,20 +77,26 @@ def run_checks(rung, shapes, *, seed=0, rows_per_block=None, hints=None) -> Outc
             got = _run(rung, p, poison=True)
         except Exception as exc:  # the learner's kernel: an illegal address, a launch failure, ...
             return Outcome(False, f"at N={N}, C={C} running it failed: {type(exc).__name__}: "
-                                  f"{str(exc).strip()[:400]} (after an illegal address, restart the Python "
-                                  f"kernel before running anything else on the GPU)", ("error",))
-        ref = reference.backward(p["dout"], p["inp"], p["weight"], p["rstd"], p["dinp"], p["dweight"])
+                                  f"{str(exc).strip()[:400]} (after an illegal address, restart "
+                                  f"the Python kernel before running anything else on the GPU)",
+                           ("error",))
+        ref = reference.backward(p["dout"], p["inp"], p["weight"], p["rstd"], p["dinp"],
+                                 p["dweight"])
         delta = reference.backward(p["dout"], p["inp"], p["weight"], p["rstd"])
         report = check.compare_outputs(rung.dtype, N, got, ref, name=rung.name, C=C)
         if report.ok:
             if rung.deterministic:
                 again = _run(rung, p, poison=False)
                 same = all(np.array_equal(np.ascontiguousarray(x).view(np.uint8),
-                                          np.ascontiguousarray(y).view(np.uint8)) for x, y in zip(got, again))
+                                          np.ascontiguousarray(y).view(np.uint8)) for x,
+                           y in zip(got, again))
                 if not same:
-                    return Outcome(False, f"at N={N}, C={C} the result is right but not bitwise the same on a "
-                                          f"second run: this rung must be deterministic (no atomics on floats, "
-                                          f"every sum in a fixed order)", ("nondeterministic",))
+                    return Outcome(False,
+                                   f"at N={N}, C={C} the result is right but not bitwise the same "
+                                   "on a "
+                                          "second run: this rung must be deterministic (no "
+                                          f"atomics on floats, every sum in a fixed order)",
+                                   ("nondeterministic",))
             done.append(f"{N}x{C}")
             continue
         tol = check.tolerances(rung.dtype, N)
@@ -97,22 +106,27 @@ def run_checks(rung, shapes, *, seed=0, rows_per_block=None, hints=None) -> Outc
             comparison = report.dinp if i == 0 else report.dweight
             if comparison.ok:
                 continue
-            kind, text = describe_output(name, got[i], ref[i], p[name], delta[i], *tol[name], problem=p,
-                                         grid=grid, rows_per_block=rows_per_block or rung.block_size // 32,
+            kind, text = describe_output(name, got[i], ref[i], p[name], delta[i], *tol[name],
+                                         problem=p,
+                                         grid=grid, rows_per_block=rows_per_block
+                                         or rung.block_size // 32,
                                          hints=hints)
             parts.append(text)
             kinds.append(kind)
         try:
             again = _run(rung, p, poison=False)
-            if any(_differs(got[i], again[i], *tol[name]) for i, name in enumerate(("dinp", "dweight"))):
-                parts.append("and the result changes from run to run: a race (a missing __syncthreads, or "
-                             "threads updating one value without an atomic)")
+            if any(_differs(got[i], again[i], *tol[name]) for i, name in enumerate(("dinp",
+                                                                                    "dweight"))):
+                parts.append("and the result changes from run to run: a race (a missing "
+                             "__syncthreads, or threads updating one value without an atomic)")
                 kinds.append("race")
         except Exception:  # the first run's failure is the message
             pass
         ok_so_far = f" (right at {', '.join(done)})" if done else ""
         return Outcome(False, f"at N={N}, C={C}{ok_so_far}: " + " ".join(parts), tuple(kinds))
-    return Outcome(True, f"matches the float64 reference at {len(done)} shapes ({', '.join(done)}), adding "
+    return Outcome(True,
+                   f"matches the float64 reference at {len(done)} shapes ({', '.join(done)}), "
+                   "adding "
                          f"into random starting dinp and dweight")
 
 
@@ -126,14 +140,15 @@ def time_against(rung, compare_with: str, shape=TIME_SHAPE, repeats: int = 20, c
     try:
         mine = bench.bench_version(rung, N, C, gpu.H200_COPY_GBPS, repeats=repeats, problem=problem)
         shared = problem if ladder.get(compare_with).dtype == rung.dtype else None
-        theirs = bench.bench_version(compare_with, N, C, gpu.H200_COPY_GBPS, repeats=repeats, problem=shared,
+        theirs = bench.bench_version(compare_with, N, C, gpu.H200_COPY_GBPS, repeats=repeats,
+                                     problem=shared,
                                      config=config)
     finally:
         problem.free()
     return f"at {N}x{C}: yours {mine.ms:.3f} ms, {label or compare_with} {theirs.ms:.3f} ms"
 
 
-# ----------------------------------------------------------------------------------------------------
+# --------------------------------------------------------------------------------------------------
 # compute-sanitizer (opt-in)
 
 def sanitize(rung, tools=("racecheck", "synccheck"), shape=(129, 776)) -> str:
@@ -151,5 +166,6 @@ def sanitize(rung, tools=("racecheck", "synccheck"), shape=(129, 776)) -> str:
         if report.errors is None or report.errors > 0:
             findings.append(report.sentence())
     if not findings:
-        return f"compute-sanitizer ({' and '.join(tools)}) found no hazard in one call at N={shape[0]}"
+        return (f"compute-sanitizer ({' and '.join(tools)}) found no hazard in one call at "
+                f"N={shape[0]}")
     return "compute-sanitizer: " + "; ".join(findings)

@@ -1,7 +1,7 @@
 """The static checks of a learner's kernel: what the compiled code tells without running it.
 
-A :class:`Static` check looks at a :class:`Compiled` (the rung, nvcc's result, the SASS listing and the
-learner's text): an opcode present or absent in the SASS, one before another, no local memory, a
+A :class:`Static` check looks at a :class:`Compiled` (the rung, nvcc's result, the SASS listing and
+the learner's text): an opcode present or absent in the SASS, one before another, no local memory, a
 pattern absent from the text. The text helpers find the learner's ``// TODO`` lines outside the
 skeleton blocks. :mod:`~rmsnorm_lessons.exercises.kernel_check` runs these checks.
 """
@@ -13,7 +13,8 @@ from typing import Callable
 
 from .. import build, ladder
 
-#: the opcodes of an atomic on global memory: REDG when its result is unused (atomicAdd), ATOMG otherwise
+#: the opcodes of an atomic on global memory: REDG when its result is unused (atomicAdd), ATOMG
+#: otherwise
 GLOBAL_ATOMICS = ("RED", "REDG", "ATOM", "ATOMG")
 SKELETON_BLOCK = re.compile(r"^[ \t]*#if 0\b[^\n]*BEGIN SKELETON[^\n]*\n.*?"
                             r"^[ \t]*#endif\b[^\n]*END SKELETON[^\n]*$", re.S | re.M)
@@ -22,7 +23,8 @@ _TODO = re.compile(r"^\s*//\s*TODO\b")
 
 @dataclass
 class Compiled:
-    """What the static checks look at: the rung, nvcc's result, and the SASS (None where cuobjdump is missing)."""
+    """What the static checks look at: the rung, nvcc's result, and the SASS (None where cuobjdump
+    is missing)."""
 
     rung: ladder.Rung
     compiled: build.Compiled
@@ -40,8 +42,9 @@ class Compiled:
 
 @dataclass(frozen=True)
 class Static:
-    """One static check: ``what`` says what it looks for (shown when it holds), ``test`` returns None when
-    it holds and the sentence to show otherwise. ``sass``: needs the SASS listing (cuobjdump)."""
+    """One static check: ``what`` says what it looks for (shown when it holds), ``test`` returns
+    None when it holds and the sentence to show otherwise. ``sass``: needs the SASS listing
+    (cuobjdump)."""
 
     what: str
     test: Callable
@@ -49,8 +52,9 @@ class Static:
 
 
 def _matching(instructions, prefix):
-    """Instructions whose opcode is ``prefix`` or starts with ``prefix.``; ``"LDG.128"``/``"STG.128"`` match
-    any 128-bit LDG/STG (``LDG.E.EF.128``); a tuple of prefixes matches any of them."""
+    """Instructions whose opcode is ``prefix`` or starts with ``prefix.``;
+    ``"LDG.128"``/``"STG.128"`` match any 128-bit LDG/STG (``LDG.E.EF.128``); a tuple of prefixes
+    matches any of them."""
     prefixes = (prefix,) if isinstance(prefix, str) else tuple(prefix)
     found = []
     for i in instructions:
@@ -66,15 +70,18 @@ def _name(prefix) -> str:
     return prefix if isinstance(prefix, str) else "/".join(prefix)
 
 
-def sass_has(prefix: str, what: str, hint: str, kernel: str | None = None, at_least: int = 1) -> Static:
-    """The SASS of ``kernel`` (all kernels: None) holds at least ``at_least`` instructions whose opcode is
+def sass_has(prefix: str, what: str, hint: str, kernel: str | None = None,
+             at_least: int = 1) -> Static:
+    """The SASS of ``kernel`` (all kernels: None) holds at least ``at_least`` instructions whose
+    opcode is
     ``prefix`` or starts with ``prefix.`` (``"SHFL.BFLY"``, ``"MEMBAR"``, ``"LDG.E.128"``, ...)."""
 
     def test(c: Compiled):
         n = len(_matching(c.instructions(kernel), prefix))
         if n >= at_least:
             return None
-        return f"{hint} (the SASS{' of ' + kernel if kernel else ''} has {n} {_name(prefix)}, expected at least {at_least})"
+        return (f"{hint} (the SASS{' of ' + kernel if kernel else ''} has {n} {_name(prefix)}, "
+                f"expected at least {at_least})")
 
     return Static(what, test)
 
@@ -82,7 +89,8 @@ def sass_has(prefix: str, what: str, hint: str, kernel: str | None = None, at_le
 def sass_lacks(prefix: str, what: str, hint: str, kernel: str | None = None) -> Static:
     def test(c: Compiled):
         n = len(_matching(c.instructions(kernel), prefix))
-        return None if n == 0 else f"{hint} (the SASS{' of ' + kernel if kernel else ''} has {n} {_name(prefix)})"
+        return None if n == 0 else (f"{hint} (the SASS{' of ' + kernel if kernel else ''} has {n} "
+                                    f"{_name(prefix)})")
 
     return Static(what, test)
 
@@ -96,20 +104,23 @@ def sass_before(first: str, then: str, what: str, hint: str, kernel: str | None 
         if not later:
             return f"{hint} (no {_name(then)} in the SASS{' of ' + kernel if kernel else ''})"
         earlier = [i for i in _matching(ins, first) if i.offset < later[0].offset]
-        return None if earlier else f"{hint} (no {_name(first)} before the first {_name(then)} in the SASS)"
+        return None if earlier else (f"{hint} (no {_name(first)} before the first {_name(then)} in "
+                                     "the SASS)")
 
     return Static(what, test)
 
 
 def no_local_memory(kernel: str | None = None) -> Static:
     def test(c: Compiled):
-        spills = [r for k, r in c.compiled.resources.items() if (kernel is None or k == kernel) and r.spills]
+        spills = [r for k, r in c.compiled.resources.items() if (kernel is None or k == kernel)
+                  and r.spills]
         local = _matching(c.instructions(kernel), "LDL") + _matching(c.instructions(kernel), "STL")
         if not spills and not local:
             return None
         return (f"the kernel uses local memory ({len(local)} LDL/STL; spills: "
-                f"{', '.join(r.kernel for r in spills) or 'none'}): a local array indexed at run time, or too "
-                f"many registers; keep per-thread values in registers (#pragma unroll over constant bounds)")
+                f"{', '.join(r.kernel for r in spills) or 'none'}): a local array indexed at run "
+                "time, or too many registers; keep per-thread values in registers (#pragma unroll "
+                "over constant bounds)")
 
     return Static("no local memory (no LDL/STL, no spills)", test, sass=False)
 
@@ -123,7 +134,7 @@ def source_lacks(pattern: str, what: str, hint: str) -> Static:
     return Static(what, test, sass=False)
 
 
-# ----------------------------------------------------------------------------------------------------
+# --------------------------------------------------------------------------------------------------
 # text helpers
 
 
@@ -140,11 +151,15 @@ def without_skeletons(source: str) -> str:
 
 
 def todo_lines(source: str) -> list[int]:
-    """Line numbers (1 = the first line of the text) of ``// TODO`` lines outside skeleton blocks."""
-    return [i for i, line in enumerate(without_skeletons(source).splitlines(), 1) if _TODO.match(line)]
+    """Line numbers (1 = the first line of the text) of ``// TODO`` lines outside skeleton
+    blocks."""
+    return [i for i, line in enumerate(without_skeletons(source).splitlines(), 1)
+            if _TODO.match(line)]
 
 
 def nvcc_errors(message: str, stem: str, keep: int = 8) -> str:
-    """nvcc's errors in ``message`` (a :class:`~rmsnorm_lessons.build.CompileError`'s text), one a line,
-    ``line 12: ...`` for lines of the learner's text (:meth:`~rmsnorm_lessons.build.CompileError.summary`)."""
+    """nvcc's errors in ``message`` (a :class:`~rmsnorm_lessons.build.CompileError`'s text), one a
+    line,
+    ``line 12: ...`` for lines of the learner's text
+    (:meth:`~rmsnorm_lessons.build.CompileError.summary`)."""
     return build.CompileError(message).summary(keep=keep, stem=stem)
