@@ -8,7 +8,7 @@ from pathlib import Path
 import rmsnorm_lessons as rl
 
 ROOT = Path(__file__).resolve().parent.parent
-HEAVY = ("sass", "occupancy", "nsight", "plots", "bench", "peers", "widgets", "sanitizer",
+HEAVY = ("sass", "sass_parse", "occupancy", "nsight", "plots", "bench", "peers", "widgets", "sanitizer",
          "libcuda")
 
 
