@@ -383,6 +383,30 @@ def _cache_key(text: str, path: Path | None, arch: str, kind: str, flags: tuple)
     return h.hexdigest()[:32]
 
 
+def disk_cached(folder: str, key: str, make) -> bytes:
+    """``make()`` (bytes), kept in :func:`cache_dir` ``/folder/key`` for the next process; a
+    cache that cannot be written is skipped."""
+    file = cache_dir() / folder / key
+    try:
+        return file.read_bytes()
+    except OSError:
+        pass
+    data = make()
+    _store(file, data)
+    return data
+
+
+def _store(file: Path, data: bytes) -> None:
+    try:  # written aside, then renamed: a reader never sees half a file
+        file.parent.mkdir(parents=True, exist_ok=True)
+        tmp = file.with_suffix(f".{os.getpid()}.tmp")
+        tmp.write_bytes(data)
+        os.replace(tmp, file)
+    except OSError:  # a read-only home: doing the work again next time is the only cost
+        pass
+
+
+
 def _compile(text: str, name: str, arch: str, kind: str, flags: tuple,
              path: Path | None) -> Compiled:
     key = _cache_key(text, path, arch, kind, flags)
@@ -400,14 +424,8 @@ def _compile_keyed(key, text, name, arch, kind, flags, path) -> Compiled:
     except OSError:
         pass
     compiled = _run_nvcc(text, name, arch, kind, flags, path)
-    try:  # the log first, the binary last: a reader that finds the binary finds both
-        disk.mkdir(parents=True, exist_ok=True)
-        for file, data in ((log_file, compiled.log.encode()), (binary_file, compiled.binary)):
-            tmp = file.with_suffix(f".{os.getpid()}.tmp")
-            tmp.write_bytes(data)
-            os.replace(tmp, file)
-    except OSError:  # a read-only home: compiling again next time is the only cost
-        pass
+    _store(log_file, compiled.log.encode())  # the log first: whoever finds the binary finds both
+    _store(binary_file, compiled.binary)
     return compiled
 
 

@@ -59,8 +59,8 @@ class Limits:
 # per thread. Their carveout lists are those of the same shared-memory size one generation earlier
 # (sm_90's for 228 KiB, sm_89's for 100 KiB); only the largest, the default that occupancy uses,
 # enters the arithmetic. Named-barrier slots are modelled for sm_90 only (no published figure for
-# the others). On a GPU, tests/test_sass.py::test_limits_match_the_device compares the row of the
-# device's arch with what the driver reports (device_limits()).
+# the others). On a GPU, tests/test_occupancy.py::test_limits_match_the_device compares the row of
+# the device's arch with what the driver reports (device_limits()).
 LIMITS = {
     "sm_80": Limits("sm_80", 164 * KIB, 163 * KIB, (0, 8, 16, 32, 64, 100, 132, 164)),  # A100
     "sm_86": Limits("sm_86", 100 * KIB, 99 * KIB, (0, 8, 16, 32, 64, 100), max_warps_per_sm=48,

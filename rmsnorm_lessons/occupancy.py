@@ -13,8 +13,9 @@ The smallest of those numbers is the occupancy; the resource that gives it is th
 the rules of NVIDIA's occupancy calculator for the default carveout. On a GPU,
 :func:`driver_blocks_per_sm` asks the driver (``cuOccupancyMaxActiveBlocksPerMultiprocessor``) for
 the same number, and
-``tests/test_sass.py`` checks that both agree. :func:`report` is :func:`rmsnorm_lessons.sass.report`
-followed by this arithmetic (``python -m rmsnorm_lessons inspect`` prints it).
+``tests/test_occupancy.py`` checks that both agree. :func:`report` is
+:func:`rmsnorm_lessons.sass.report` followed by this arithmetic (``python -m rmsnorm_lessons
+inspect`` prints it).
 """
 from __future__ import annotations
 

@@ -114,6 +114,14 @@ def _nvdisasm(binary: bytes, *options: str) -> str:
     if nvdisasm is None:
         raise ToolMissing("nvdisasm was not found on PATH, under CUDA_HOME or in NVIDIA's pip "
                           f"wheels, so there is no SASS listing. {_HOW_TO_GET}")
+    tool = Path(nvdisasm).stat()  # another nvdisasm (or a new one) disassembles again
+    key = hashlib.sha256(binary + repr((options, nvdisasm, tool.st_size,
+                                        tool.st_mtime_ns)).encode())
+    return build.disk_cached("nvdisasm", key.hexdigest()[:32],
+                             lambda: _run_nvdisasm(nvdisasm, binary, options).encode()).decode()
+
+
+def _run_nvdisasm(nvdisasm: str, binary: bytes, options: tuple) -> str:
     with tempfile.TemporaryDirectory(prefix="rmsnorm-lessons-sass-") as tmp:
         cubin = Path(tmp) / "kernel.cubin"
         cubin.write_bytes(binary)
