@@ -8,8 +8,8 @@ from pathlib import Path
 import rmsnorm_lessons as rl
 
 ROOT = Path(__file__).resolve().parent.parent
-HEAVY = ("sass", "sass_parse", "occupancy", "nsight", "plots", "bench", "peers", "widgets", "sanitizer",
-         "libcuda")
+HEAVY = ("sass", "sass_parse", "occupancy", "nsight", "plots", "bench", "peers", "widgets",
+         "sanitizer", "libcuda")
 
 
 def _loaded_after(code: str) -> set:
