@@ -33,10 +33,10 @@ def run(version, dout, inp, weight, rstd, dinp=None, dweight=None, *, block_size
     NumPy inputs: copied to the GPU, and new NumPy arrays are returned (``dinp``/``dweight`` default
     to zeros and are not modified). GPUArray inputs: ``dinp`` and ``dweight`` are required, updated
     in place and returned; they may not overlap any other tensor. With ``overwrite`` (versions that
-    offer it) dinp is set, not added to (dweight still accumulates). ``config``: a variant of the
-    versions that offer them (the rung's ``config_check`` judges it; v7_fast's
-    :class:`~rmsnorm_lessons.ladder.v7_fast.Config`). ``N == 0`` is a no-op. Every argument is
-    checked before the GPU is touched.
+    offer it) dinp is set, not added to (dweight still accumulates). ``config``: a variant, for the
+    versions that have them (:data:`rmsnorm_lessons.ladder.CONFIG_TAKERS`; the rung's
+    ``config_check`` judges it). ``N == 0`` is a no-op. Every argument is checked before the GPU is
+    touched.
 
     ``stream``: None runs on the default stream and waits for this call's work only (not for other
     streams). A PyCUDA Stream, a PyTorch stream or an int CUstream handle: the work is queued after

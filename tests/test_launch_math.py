@@ -353,8 +353,7 @@ def test_more_shared_memory_than_the_device_has_is_refused(fake_cuda, version):
     need = ladder.shared_memory(version, too_big)
     with pytest.raises(ValueError,
                        match=rf"^C={too_big} needs {need} bytes of dynamic shared memory per block "
-                             r"for "
-                                         rf"{version} \(\+ {static} static\), more than this "
+                                         rf"for {version} \(\+ {static} static\), more than this "
                                          rf"device allows \({limit} bytes\); the largest C it can "
                                          rf"run is {largest}$"):
         launch.Launcher(version, too_big)

@@ -195,8 +195,7 @@ def test_misaligned_gpuarray_views_refused(version, name, offset):
     fake[name] = FakeGPUArray(fake[name].shape, fake[name].dtype, fake[name].gpudata + offset)
     with pytest.raises(ValueError,
                        match=rf"{name} must start on a 16-byte boundary for {version} \(128-bit "
-                             r"loads\); "
-                                         rf"its address ends in {offset:#x}$"):
+                                         rf"loads\); its address ends in {offset:#x}$"):
         _call(version, fake)
 
 
@@ -230,8 +229,7 @@ def test_C_not_a_multiple_of_8_refused(version, C):
     p = _arrays(version, 3, C)
     with pytest.raises(ValueError,
                        match=rf"{version} needs C to be a multiple of {spec.c_multiple} \(128-bit "
-                             r"loads "
-                                         rf"of {spec.c_multiple} values\), got C={C}"):
+                                         rf"loads of {spec.c_multiple} values\), got C={C}"):
         _call(version, p)
     with pytest.raises(ValueError, match=rf"needs C to be a multiple of {spec.c_multiple}"):
         _call(version, _fakes(version, 3, C))

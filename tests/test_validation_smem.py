@@ -75,8 +75,7 @@ def test_v7_refuses_C_past_its_limit_without_a_gpu(monkeypatch):
     monkeypatch.setattr(gpu, "require", lambda: pytest.fail("GPU touched"))
     with pytest.raises(ValueError,
                        match=rf"^v7_fast: C={C} is wider than 4 blocks of 512 threads hold; the "
-                             r"largest "
-                                         rf"C is 65536$"):
+                                         rf"largest C is 65536$"):
         kernels.run("v7_fast", p["dout"], p["inp"], p["weight"], p["rstd"])
 
 
@@ -106,9 +105,8 @@ def test_run_refuses_C_beyond_the_devices_shared_memory(version):
     # validate.shared_memory)
     with pytest.raises(ValueError,
                        match=rf"^(C={C} needs \d+ bytes of dynamic shared memory per block for "
-                             rf"{version} "
-                                         r"\(\+ \d+ static\), more than this device allows "
-                                         rf"\({limit} bytes\); the largest C it can run is "
+                                         rf"{version} \(\+ \d+ static\), more than this device "
+                                         rf"allows \({limit} bytes\); the largest C it can run is "
                                          rf"\d+|v7_fast: C={C} is wider than 4 blocks of 512 "
                                          rf"threads hold; the largest C is 65536|{version} at "
                                          rf"C={C} needs \d+ bytes of dynamic shared memory per "

@@ -148,7 +148,6 @@ def describe_output(name: str, got, ref, initial, delta, tol, eps, *, problem=No
     if fit is not None and abs(fit[0]) < small:
         return say("lost",
                    "its starting value is lost (= where += belongs?), and this call's part is not "
-                   "right "
-                           "either")
+                           "right either")
     return say("wrong",
                "not a simple slip: compare your code with the lesson's kernel line by line")

@@ -93,8 +93,7 @@ def run_checks(rung, shapes, *, seed=0, rows_per_block=None, hints=None) -> Outc
                 if not same:
                     return Outcome(False,
                                    f"at N={N}, C={C} the result is right but not bitwise the same "
-                                   "on a "
-                                          "second run: this rung must be deterministic (no "
+                                          "on a second run: this rung must be deterministic (no "
                                           f"atomics on floats, every sum in a fixed order)",
                                    ("nondeterministic",))
             done.append(f"{N}x{C}")
@@ -126,8 +125,7 @@ def run_checks(rung, shapes, *, seed=0, rows_per_block=None, hints=None) -> Outc
         return Outcome(False, f"at N={N}, C={C}{ok_so_far}: " + " ".join(parts), tuple(kinds))
     return Outcome(True,
                    f"matches the float64 reference at {len(done)} shapes ({', '.join(done)}), "
-                   "adding "
-                         f"into random starting dinp and dweight")
+                         f"adding into random starting dinp and dweight")
 
 
 def time_against(rung, compare_with: str, shape=TIME_SHAPE, repeats: int = 20, config=None,

@@ -79,14 +79,11 @@ def check_v6_kernel(source: str, sanitize: bool = False) -> Verdict:
     kernel = "rmsnorm_backward_v6"
     return kc.check_kernel(
         source, name="yours_v6", like="v6_last_block", rows_per_block=16, sanitize_it=sanitize,
-        hints={"dweight "
-               "unchanged": "No block drew the last ticket in this (second) launch: the counter "
-                            "must "
-                                    "be back at 0 when a launch ends, so atomicInc's limit is "
-                                    "gridDim.x - 1",
-               "dweight "
-               "blocks": "Only the block holding the last ticket may sum the partials, after all "
-                                 "others have written theirs"},
+        hints={"dweight unchanged": "No block drew the last ticket in this (second) launch: the "
+                                    "counter must be back at 0 when a launch ends, so atomicInc's "
+                                    "limit is gridDim.x - 1",
+               "dweight blocks": "Only the block holding the last ticket may sum the partials, "
+                                 "after all others have written theirs"},
         static=(kc.sass_before("MEMBAR", ("ATOMG", "ATOM"),
                                "a fence (MEMBAR) before the ticket's atomic (ATOMG)",
                                "no fence between writing the partials and taking the ticket: "

@@ -203,9 +203,8 @@ def _run_scale(function_of) -> "object":
         except Exception as exc:  # the learner's kernel: an illegal address, ...
             return kc.Outcome(False,
                               f"at n4 = {n4} running it failed: {type(exc).__name__}: "
-                              f"{str(exc)[:300]} "
-                                     f"(after an illegal address, restart the Python kernel)",
-                              ("error",))
+                                     f"{str(exc)[:300]} (after an illegal address, restart the "
+                                     "Python kernel)", ("error",))
         finally:
             x_d.free()
             y_d.free()
@@ -231,11 +230,10 @@ def _run_scale(function_of) -> "object":
     base = inflight.time_scale("scale_f32_x1", copy_gbps)
     return kc.Outcome(True,
                       f"scale_wide matches NumPy at {len(done)} sizes ({', '.join(done)} float4), "
-                      "writing "
-                            f"nothing past the end. At {TIME_FLOATS // 2**20} Mi floats: yours "
-                            f"{ms:.3f} ms, {mine:.0f} GB/s = {100 * mine / copy_gbps:.0f} % of "
-                            f"copy ({copy_gbps:.0f} GB/s); lesson 00's scale (one 4-byte load per "
-                            f"thread) {base.ms:.3f} ms, {100 * base.fraction_of_copy:.0f} % of "
+                            f"writing nothing past the end. At {TIME_FLOATS // 2**20} Mi floats: "
+                            f"yours {ms:.3f} ms, {mine:.0f} GB/s = {100 * mine / copy_gbps:.0f} % "
+                            f"of copy ({copy_gbps:.0f} GB/s); lesson 00's scale (one 4-byte load "
+                            f"per thread) {base.ms:.3f} ms, {100 * base.fraction_of_copy:.0f} % of "
                             "copy")
 
 

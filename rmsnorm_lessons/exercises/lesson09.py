@@ -145,25 +145,19 @@ def check_v7_kernel(source: str, sanitize: bool = False) -> Verdict:
         compare_config=v7.Config(staged=False), compare_label="v7_fast's register path",
         rows_per_block=1,  # v7 deals rows round-robin: row % grid is the block that took it
         sanitize_it=sanitize, embed=splice_row_pass,
-        hints={"dweight "
-               "unchanged": "Your row pass never stores the sums: write sum[0..3] back to sums(p, "
-                            "0, chunk) "
-                                    "and sum[4..7] to sums(p, 1, chunk) (only where chunk < "
-                                    "p.chunks)",
-               "dweight "
-               "wrong": "dweight comes from the sums alone (the rest of v7 is given): each row "
-                        "must add "
-                                "into what is already there (read sums(p, 0/1, chunk), sum[k] += "
-                                "inp * r * dout, write them back), not replace it (= where += "
-                                "belongs), and norm is inp * r",
-               "dweight "
-               "nonfinite": "the sums of a chunk past the end of the row (chunk >= p.chunks) "
-                            "belong to "
-                                    "no one: read and write sums(...) only where chunk < p.chunks",
-               "dinp "
-               "wrong": "in dinp your part is the dot product (the rest of v7 is given): dot sums "
-                             "weight * dout * inp over this thread's 8 K channels; weight is w[j] "
-                             "when WEIGHT_IN_REGISTERS, else __ldg(weight4 + chunk) (the "
+        hints={"dweight unchanged": "Your row pass never stores the sums: write sum[0..3] back to "
+                                    "sums(p, 0, chunk) and sum[4..7] to sums(p, 1, chunk) (only "
+                                    "where chunk < p.chunks)",
+               "dweight wrong": "dweight comes from the sums alone (the rest of v7 is given): each "
+                                "row must add into what is already there (read sums(p, 0/1, "
+                                "chunk), sum[k] += inp * r * dout, write them back), not replace "
+                                "it (= where += belongs), and norm is inp * r",
+               "dweight nonfinite": "the sums of a chunk past the end of the row (chunk >= "
+                                    "p.chunks) belong to no one: read and write sums(...) only "
+                                    "where chunk < p.chunks",
+               "dinp wrong": "in dinp your part is the dot product (the rest of v7 is given): dot "
+                             "sums weight * dout * inp over this thread's 8 K channels; weight is "
+                             "w[j] when WEIGHT_IN_REGISTERS, else __ldg(weight4 + chunk) (the "
                              "prefetching shapes, accumulate mode at C = 1024..8192)"},
         static=(_reads_weight4(),
                 kc.no_local_memory(kernel),

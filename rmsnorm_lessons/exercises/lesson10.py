@@ -12,14 +12,10 @@ from . import Verdict
 
 KERNEL = "rmsnorm_backward_v3"
 HINTS = {
-    "dweight "
-    "wrong": "Which threads run the last loop, the block's flush? In a block with fewer rows than "
-             "warps, "
-                     "do all of its threads get there?",
-    "dweight "
-    "blocks": "Each channel of a block must be flushed once, by one thread of the block: the flush "
-              "loop "
-                      "strides by the block's threads, not by a warp's lanes",
+    "dweight wrong": "Which threads run the last loop, the block's flush? In a block with fewer "
+                     "rows than warps, do all of its threads get there?",
+    "dweight blocks": "Each channel of a block must be flushed once, by one thread of the block: "
+                      "the flush loop strides by the block's threads, not by a warp's lanes",
 }
 
 

@@ -17,13 +17,11 @@ from typing import Callable
 
 from .. import gpu
 from .rung import (BF16, CONFIG_TAKERS, FP32, STANDARD_TENSORS, TENSOR_NAMES, Launch, Rung, Scratch,
-                   Tensor, ceil_div,
-                   persistent_grid, standard_args, tensor_args)
+                   Tensor, ceil_div, persistent_grid, standard_args, tensor_args)
 
-__all__ = ["BF16", "FP32", "Launch", "Rung", "Scratch", "Tensor", "TENSOR_NAMES",
-           "STANDARD_TENSORS", "VERSIONS",
-           "blocks_per_sm", "ceil_div", "get", "persistent_grid", "plan", "register",
-           "rung_from_source",
+__all__ = ["BF16", "CONFIG_TAKERS", "FP32", "Launch", "RUNGS", "Rung", "SHIPPED", "Scratch",
+           "Tensor", "TENSOR_NAMES", "STANDARD_TENSORS", "VERSIONS", "blocks_per_sm", "ceil_div",
+           "get", "load_shipped", "persistent_grid", "plan", "register", "rung_from_source",
            "shared_memory", "standard_args", "tensor_args", "unregister", "v7_fast"]
 
 #: the shipped rungs in course order, one line each: the module ``ladder/<name>.py`` whose ``RUNG``

@@ -72,5 +72,4 @@ RUNG = Rung(name="v4_vec_bf16",
 INTERLEAVED_RUNG = dataclasses.replace(RUNG, name=INTERLEAVED, file=RUNG.name,
                                        defines={"V4_INTERLEAVED": 1},
                                        adds="v4 with its dweight staged interleaved (channel c at "
-                                            "slot c: an "
-                                       "8-way bank conflict)")
+                                       "slot c: an 8-way bank conflict)")
