@@ -66,8 +66,8 @@ def _hints(parts: list[str]) -> str:
     words = [_HINTS[p] for p in parts[1:] if p in _HINTS]
     if "STRONG" in parts:
         scope = next((p for p in parts if p in ("GPU", "SYS", "SM")), "")
-        words.append({"GPU": "coherent at GPU scope", "SYS": "coherent system-wide"}.get(scope,
-                                                                                         "strong"))
+        scopes = {"GPU": "coherent at GPU scope", "SYS": "coherent system-wide"}
+        words.append(scopes.get(scope, "strong"))
     for p in parts[1:]:
         m = re.fullmatch(r"LTC(\d+)B", p)
         if m:

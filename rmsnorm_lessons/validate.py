@@ -158,8 +158,8 @@ def _check_host_overlaps(arrays: dict) -> None:
         if out not in arrays:
             continue
         for other, a in arrays.items():
-            if other != out and not (other == "dinp"
-                                     and out == "dweight") and np.shares_memory(arrays[out], a):
+            both_outputs = other == "dinp" and out == "dweight"
+            if other != out and not both_outputs and np.shares_memory(arrays[out], a):
                 kind = "is the same memory as" if arrays[out] is a else "overlaps"
                 raise ValueError(f"{out} {kind} {other}: an output may not share memory with "
                                  "another tensor (outputs are copied back into it after the "
@@ -185,8 +185,8 @@ def _check_device_arrays(spec: ladder.Rung, arrays: dict) -> None:
             continue
         lo, hi = spans[out]
         for other, (olo, ohi) in spans.items():
-            if other != out and lo < ohi and olo < hi and not (other == "dinp"
-                                                               and out == "dweight"):
+            both_outputs = other == "dinp" and out == "dweight"
+            if other != out and lo < ohi and olo < hi and not both_outputs:
                 kind = "is the same memory as" if (lo, hi) == (olo, ohi) else "overlaps"
                 raise ValueError(f"{out} {kind} {other}: an output may not share memory with "
                                  "another tensor (the kernels read and write them in different "

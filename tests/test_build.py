@@ -77,12 +77,12 @@ def test_parse_ptxas_sample():
     found = build.parse_ptxas(SAMPLE_LOG)
     assert list(found) == ["reduce_dweight_v5", "rmsnorm_backward_v6", "tiny"]
     r = found["reduce_dweight_v5"]
-    assert (r.arch, r.registers, r.barriers, r.constant_bytes, r.shared_bytes) == ("sm_80", 24, 0,
-                                                                                   376, 0)
+    assert (r.arch, r.registers, r.barriers, r.constant_bytes,
+            r.shared_bytes) == ("sm_80", 24, 0, 376, 0)
     assert not r.spills
     r = found["rmsnorm_backward_v6"]
-    assert (r.arch, r.registers, r.barriers, r.shared_bytes, r.stack_bytes) == ("sm_90", 64, 1, 16,
-                                                                                8)
+    assert (r.arch, r.registers, r.barriers, r.shared_bytes,
+            r.stack_bytes) == ("sm_90", 64, 1, 16, 8)
     assert (r.spill_stores, r.spill_loads) == (4, 12) and r.spills
     r = found["tiny"]
     assert (r.registers, r.barriers, r.shared_bytes, r.constant_bytes) == (6, 0, 0, 0)
@@ -100,8 +100,8 @@ def test_real_report_matches_the_parser():
     assert build.resources("v5_two_pass", "sm_90") == compiled.resources
 
 
-@pytest.mark.parametrize("arch", ["sm90", "90", "compute_90", "sm_9", "SM_90", "sm_90; rm -rf /",
-                                  ""])
+@pytest.mark.parametrize("arch",
+                         ["sm90", "90", "compute_90", "sm_9", "SM_90", "sm_90; rm -rf /", ""])
 def test_bad_arch_refused(arch):
     with pytest.raises(ValueError, match=r"arch must look like 'sm_90'"):
         build.compile_file("v1_naive", arch)
@@ -137,10 +137,8 @@ def test_compile_errors_are_summed_up_in_one_place():
                                    "v7_fast.cu(41): no instance of row_pass",
                                    "nvcc fatal   : Unsupported gpu architecture 'sm_11'"]
     assert exc.errors()[0] == "yours(12): identifier \"weights\" is undefined"
-    assert exc.summary(keep=2, stem="yours",
-                       sep=" | ") == ("line 12: identifier \"weights\" is undefined | "
-                                                            "v7_fast.cu(41): no instance of "
-                                                            "row_pass")
+    assert exc.summary(keep=2, stem="yours", sep=" | ") == (
+        "line 12: identifier \"weights\" is undefined | v7_fast.cu(41): no instance of row_pass")
     assert exc.first() == ("nvcc failed for yours (sm_90): yours(12): identifier \"weights\" is "
                            "undefined")
     bare = build.CompileError("nvcc failed for x (sm_90):\nsomething odd")

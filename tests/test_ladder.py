@@ -25,8 +25,8 @@ SMALL_GPU = dataclasses.replace(gpu.H200, name="a made-up GPU", multiprocessors=
 # grids bounded by the SMs
 PERSISTENT = ("v3_smem", "v4_vec_bf16", "v5_two_pass", "v6_last_block", "v7_fast")
 # odd N, N = 1, C not a power of two (and odd C for the fp32 rungs), the largest C of v7
-SHAPES = [(1, 8), (3, 24), (37, 776), (129, 777), (1001, 1600), (4099, 5120), (70001, 768), (5,
-                                                                                             16384)]
+SHAPES = [(1, 8), (3, 24), (37, 776), (129, 777), (1001, 1600), (4099, 5120), (70001, 768),
+          (5, 16384)]
 
 
 def _cases():
@@ -79,8 +79,8 @@ def test_every_launch_is_legal(version, N, C):
                 assert isinstance(L.grid, int) and 1 <= L.grid < 2**31
                 assert isinstance(L.block, int) and 32 <= L.block <= 1024 and L.block % 32 == 0
                 bound = sigs[L.kernel].max_threads
-                assert bound is None or L.block <= bound, (f"{L.kernel}: {L.block} threads > "
-                                                           "__launch_bounds__")
+                assert bound is None or L.block <= bound, \
+                    f"{L.kernel}: {L.block} threads > __launch_bounds__"
                 if L.kernel == "rmsnorm_backward_v7_staged":  # its own __launch_bounds__(1024, 1)
                     assert L.block <= v7_fast.STAGED_BLOCK
                 else:
@@ -109,8 +109,8 @@ def test_arguments_match_the_kernels_parameters(version, N, C):
                 else:
                     assert p.ctype == "int", (f"{L.kernel}: {name} is {p.ctype}; the launcher "
                                               "passes ints as int32")
-                    assert isinstance(value, int) and not isinstance(value,
-                                                                     bool) and 0 <= value < 2**31, (
+                    assert isinstance(value,
+                                      int) and not isinstance(value, bool) and 0 <= value < 2**31, (
                         f"{L.kernel}: {name}={value!r}")
                 if isinstance(value, Tensor):
                     assert value.name in ladder.TENSOR_NAMES
@@ -169,15 +169,14 @@ def test_scratch_and_grid_do_not_grow_with_N(version, C):
     for L in ladder.plan(version, 10**6, C, H200):
         for _, v in L.args:
             if isinstance(v, Scratch):
-                assert v.nbytes <= (32 + 2 * 4 * H200.multiprocessors * C) * 4, (f"{v!r}: not "
-                                                                                 "bounded by C x "
-                                                                                 "SMs")
+                most = (32 + 2 * 4 * H200.multiprocessors * C) * 4
+                assert v.nbytes <= most, f"{v!r}: not bounded by C x SMs"
     if version in PERSISTENT:
         g5, g6 = (ladder.plan(version, N, C, H200)[0].grid for N in (10**5, 10**6))
         assert g5 == g6 <= 4 * H200.multiprocessors
     else:  # one thread or one warp per row
-        assert ladder.plan(version, 10**6, C, H200)[0].grid > ladder.plan(version, 10**5, C,
-                                                                          H200)[0].grid
+        assert ladder.plan(version, 10**6, C,
+                           H200)[0].grid > ladder.plan(version, 10**5, C, H200)[0].grid
 
 
 @pytest.mark.parametrize("N,C", [(1, 8), (37, 776), (70001, 1600), (4099, 16384)])
@@ -265,8 +264,8 @@ def test_the_kernel_signature_parser():
     """)
     assert list(sigs) == ["k1", "k2", "k3"]
     assert [(p.name, p.pointer, p.ctype) for p in sigs["k1"].params] == [
-        ("a", True, "float*"), ("b", True, "const __nv_bfloat16* __restrict__"), ("n", False,
-                                                                                  "int"),
+        ("a", True,
+         "float*"), ("b", True, "const __nv_bfloat16* __restrict__"), ("n", False, "int"),
         ("m", False, "long long")]
     assert sigs["k1"].max_threads == 256 and sigs["k2"].max_threads is None
     assert sigs["k2"].launch_bounds == "ns::MAX"
@@ -310,8 +309,8 @@ def test_a_registered_rung_joins_the_ladder(my_v2):
     plan = ladder.plan("my_v2", 1001, 777, H200)
     assert [(L.kernel, L.grid, L.block, L.shared) for L in plan] == [("my_v2", 126, 256, 0)]
     # its plan's arguments match its own source's declaration, as the shipped rungs' do
-    assert [n for n, _ in plan[0].args] == [p.name
-                                            for p in rung_signatures("my_v2")["my_v2"].params]
+    assert [n for n,
+            _ in plan[0].args] == [p.name for p in rung_signatures("my_v2")["my_v2"].params]
     assert ladder.shared_memory("my_v2", 777) == 0
 
 

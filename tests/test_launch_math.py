@@ -41,8 +41,8 @@ def test_the_saved_h200_facts():
 
 @pytest.mark.parametrize("a,b,q", [(0, 4, 0), (1, 4, 1), (4, 4, 1), (5, 4, 2), (1000, 256, 4),
                                    (1024, 256, 4),
-                                   (1025, 256, 5), (2**31, 8192, 2**18), (2**40 + 1, 2**20,
-                                                                          2**20 + 1)])
+                                   (1025, 256, 5), (2**31, 8192, 2**18),
+                                   (2**40 + 1, 2**20, 2**20 + 1)])
 def test_ceil_div(a, b, q):
     assert ceil_div(a, b) == q
 
@@ -61,8 +61,8 @@ def test_dynamic_smem_formulas_at_known_C():
     assert smem("v6_last_block", 768, 512) == (2 * 768 + 3840) * 4 == 21504
     assert smem("v6_last_block", 776, 512) == (2 * 1024 + 3840) * 4
     # C > 4096 passes the 48 KiB a launch gets without opting in
-    assert smem("v6_last_block", 4096, 512) <= launch.DEFAULT_SMEM_LIMIT < smem("v6_last_block",
-                                                                                4352, 512)
+    assert smem("v6_last_block", 4096,
+                512) <= launch.DEFAULT_SMEM_LIMIT < smem("v6_last_block", 4352, 512)
     # the default block is the rung's
     assert ladder.shared_memory("v6_last_block", 1024) == smem("v6_last_block", 1024, 512)
     assert ladder.shared_memory("v6_last_block", 1024, 128) == (2 * 1024 + 2 * 96 * 4) * 4
@@ -106,8 +106,8 @@ def test_v1_and_v2_grids(N):
     assert _kgb(plan) == [("rmsnorm_backward_v1", ceil_div(N, 256), 256)]
     assert [v for _, v in plan[0].args[-2:]] == [N, 768]
     assert _kgb(_plan("v2_warp", N, 768)) == [("rmsnorm_backward_v2", ceil_div(N, 8), 256)]
-    assert _kgb(_plan("v2_warp", N, 768, block_size=128)) == [("rmsnorm_backward_v2",
-                                                               ceil_div(N, 4), 128)]
+    assert _kgb(_plan("v2_warp", N, 768,
+                      block_size=128)) == [("rmsnorm_backward_v2", ceil_div(N, 4), 128)]
 
 
 @pytest.mark.parametrize("N", [1, 8, 9, 100, 4224, 4225, 70000])
@@ -117,8 +117,8 @@ def test_persistent_grids(N):
     assert _kgb(_plan("v3_smem", N, C)) == [("rmsnorm_backward_v3", want4, 256)]
 
     plan = _plan("v4_vec_bf16", N, C)
-    assert _kgb(plan) == [("rmsnorm_backward_v4", want4, 256), ("add_dweight_v4", ceil_div(C, 256),
-                                                                256)]
+    assert _kgb(plan) == [("rmsnorm_backward_v4", want4, 256),
+                          ("add_dweight_v4", ceil_div(C, 256), 256)]
     accum = _scratch(plan)["dweight_accum"]
     assert accum.nbytes == C * 4
     assert accum.zero == "each"  # the fp32 accumulator is zeroed before every launch
@@ -127,8 +127,8 @@ def test_persistent_grids(N):
 
     want2 = max(1, min(H200_SMS * 2, ceil_div(N, 16)))  # 512 threads = 16 warps, 2 blocks per SM
     plan = _plan("v5_two_pass", N, C)
-    assert _kgb(plan) == [("rmsnorm_backward_v5", want2, 512), ("reduce_dweight_v5",
-                                                                ceil_div(C, 256), 256)]
+    assert _kgb(plan) == [("rmsnorm_backward_v5", want2, 512),
+                          ("reduce_dweight_v5", ceil_div(C, 256), 256)]
     assert _scratch(plan)["partials"].nbytes == want2 * C * 4
     # every partial row is written before it is read
     assert _scratch(plan)["partials"].zero == "none"
@@ -264,8 +264,8 @@ def test_scratch_zeroed_before_each_call(fake_cuda):
     (accum,) = drv.allocations
     memsets = [e for e in drv.log if e[0] == "memset"]
     # once before every call, on its stream, and before that call's launches (not between them)
-    assert [e[0] for e in drv.log if e[0] in ("memset", "launch")] == ["memset", "launch",
-                                                                       "launch"] * 3
+    assert [e[0] for e in drv.log
+            if e[0] in ("memset", "launch")] == ["memset", "launch", "launch"] * 3
     assert memsets == [("memset", accum.address, 0, 1024 * 4, s)] * 3
 
 
@@ -332,8 +332,8 @@ def test_more_than_48k_of_shared_memory_is_opted_in_once(fake_cuda):
     opted = [e for e in drv.log if e[0] == "set_attribute"]
     assert opted == [("set_attribute", "rmsnorm_backward_v6", "MAX_DYNAMIC_SHARED_SIZE_BYTES",
                       H200.shared_memory_per_block_optin - 16)]  # the device's whole limit
-    assert drv.launches()[-1][6] == ladder.shared_memory("v6_last_block",
-                                                         8192) > launch.DEFAULT_SMEM_LIMIT
+    need = ladder.shared_memory("v6_last_block", 8192)
+    assert drv.launches()[-1][6] == need > launch.DEFAULT_SMEM_LIMIT
     small(100, launch.Tensors(1, 2, 3, 4, 5, 6))
 
 
@@ -379,8 +379,8 @@ def test_the_launcher_cache_is_bounded_and_keyed(fake_cuda):
     a = launch.launcher("v7_fast", 1024)
     assert launch.launcher("v7_fast", 1024) is a
     assert launch.launcher(ladder.get("v7_fast"), 1024) is a
-    for other in (launch.launcher("v7_fast", 1024, overwrite=True), launch.launcher("v7_fast",
-                                                                                    2048),
+    for other in (launch.launcher("v7_fast", 1024, overwrite=True),
+                  launch.launcher("v7_fast", 2048),
                   launch.launcher("v7_fast", 1024, block_size=256),
                   launch.launcher("v7_fast", 1024, config=ladder.v7_fast.Config(K=1))):
         assert other is not a

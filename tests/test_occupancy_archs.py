@@ -22,8 +22,8 @@ def test_limits_of_the_lesson_arches(arch, warps, blocks, per_sm, optin):
     assert (L.max_warps_per_sm, L.max_blocks_per_sm) == (warps, blocks)
     assert (L.shared_per_sm, L.shared_per_block_optin) == (per_sm * KIB, optin * KIB)
     assert L.shared_per_sm == max(L.carveouts_kib) * KIB  # the largest carveout is the default
-    assert (L.registers_per_sm, L.registers_per_block, L.max_registers_per_thread) == (65536, 65536,
-                                                                                       255)
+    assert (L.registers_per_sm, L.registers_per_block,
+            L.max_registers_per_thread) == (65536, 65536, 255)
     assert L.reserved_shared_per_block == 1 * KIB and L.shared_per_block == 48 * KIB
     assert occupancy.limits(arch + "a") == L  # sm_100a, sm_120a: the same SM
     assert arch in occupancy.LESSON_ARCHES and occupancy.GPUS[arch]

@@ -23,8 +23,8 @@ def _arrays(version, N=6, C=16, shape=None, seed=0):
     spec = kernels.get(version)
     p = reference.random_problem(N, C, spec.dtype, seed=seed)
     if shape is not None:
-        p = {k: (v.reshape(shape[:-1]) if k == "rstd" else v.reshape(shape) if k in ("dout", "inp",
-                                                                                     "dinp") else v)
+        p = {k: (v.reshape(shape[:-1]) if k == "rstd" else v.reshape(shape)
+                 if k in ("dout", "inp", "dinp") else v)
              for k, v in p.items()}
     return p
 
@@ -299,8 +299,8 @@ def test_N_zero_with_gpuarrays_as_pycuda_makes_them(version):
     # size 0: PyCUDA allocates nothing and keeps gpudata None
     for k in ("dout", "inp", "rstd", "dinp"):
         fakes[k] = FakeGPUArray(fakes[k].shape, fakes[k].dtype, address=None)
-    out = kernels.run(version, *[fakes[k] for k in ("dout", "inp", "weight", "rstd", "dinp",
-                                                    "dweight")])
+    out = kernels.run(version,
+                      *[fakes[k] for k in ("dout", "inp", "weight", "rstd", "dinp", "dweight")])
     assert out[0] is fakes["dinp"] and out[1] is fakes["dweight"]
 
 

@@ -114,8 +114,8 @@ def run_checks(rung, shapes, *, seed=0, rows_per_block=None, hints=None) -> Outc
             kinds.append(kind)
         try:
             again = _run(rung, p, poison=False)
-            if any(_differs(got[i], again[i], *tol[name]) for i, name in enumerate(("dinp",
-                                                                                    "dweight"))):
+            if any(_differs(got[i], again[i], *tol[name]) for i,
+                   name in enumerate(("dinp", "dweight"))):
                 parts.append("and the result changes from run to run: a race (a missing "
                              "__syncthreads, or threads updating one value without an atomic)")
                 kinds.append("race")

@@ -171,8 +171,8 @@ def static_check(body: str, arch: str):
         return None, f"the SASS was not checked ({str(exc).split('. ')[0]})"
     ops = [i.opcode for f in functions.values() for i in f.instructions
            if i.opcode.startswith("SHFL")]
-    kinds = {k: sum(op.startswith(f"SHFL.{k}") for op in ops) for k in ("BFLY", "DOWN", "UP",
-                                                                        "IDX")}
+    kinds = {k: sum(op.startswith(f"SHFL.{k}") for op in ops)
+             for k in ("BFLY", "DOWN", "UP", "IDX")}
     seen = ", ".join(f"{n} SHFL.{k}" for k, n in kinds.items() if n) or "no shuffle"
     if kinds["DOWN"] + kinds["UP"] and not kinds["IDX"] and not kinds["BFLY"]:
         return (f"the SASS has {seen}: a one-way shuffle (__shfl_down_sync) leaves the sum in lane "

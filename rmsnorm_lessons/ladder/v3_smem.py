@@ -10,8 +10,8 @@ def shared_memory(C, block):
 
 def plan(N, C, device, *, block, overwrite=False, config=None):
     grid = persistent_grid(N, block, device.multiprocessors, BLOCKS_PER_SM)
-    return [Launch("rmsnorm_backward_v3", grid, block, shared_memory(C, block), standard_args(N,
-                                                                                              C))]
+    return [Launch("rmsnorm_backward_v3", grid, block, shared_memory(C, block),
+                   standard_args(N, C))]
 
 
 RUNG = Rung(name="v3_smem",

@@ -19,8 +19,8 @@ def plan(N, C, device, *, block, overwrite=False, config=None):
                (("dinp", Tensor("dinp")), ("partials", partials),
                 *tensor_args("dout", "inp", "weight", "rstd"), ("N", N), ("C", C))),
         Launch("reduce_dweight_v5", ceil_div(C, REDUCE_BLOCK), REDUCE_BLOCK, 0,
-               (("dweight", Tensor("dweight")), ("partials", partials), ("blocks", grid), ("C",
-                                                                                           C))),
+               (("dweight", Tensor("dweight")), ("partials", partials), ("blocks", grid),
+                ("C", C))),
     ]
 
 

@@ -75,8 +75,8 @@ class Config:
                              f"{self.K!r}")
         if self.prefetch is not None and not isinstance(self.prefetch, bool):
             raise ValueError(f"Config.prefetch must be True, False or None, got {self.prefetch!r}")
-        if self.per_sm is not None and (isinstance(self.per_sm, bool) or not isinstance(self.per_sm,
-                                                                                        int)
+        if self.per_sm is not None and (isinstance(self.per_sm, bool)
+                                        or not isinstance(self.per_sm, int)
                                         or self.per_sm < 1):
             raise ValueError("Config.per_sm (blocks per SM) must be an int >= 1 or None, got "
                              f"{self.per_sm!r}")
@@ -238,8 +238,8 @@ def _with_final_sum(kernel: str, grid: int, block: int, shared: int, parts: int,
     partials = Scratch("partials", parts * C * 4)
     reducers = ceil_div(C, 4 * QUADS_PER_PASS)  # one pass of a warp's 32 float4 each
     return [Launch(kernel, grid, block, shared,
-                   (*tensor_args("dinp"), ("partials", partials), *tensor_args("dout", "inp",
-                                                                               "weight", "rstd"),
+                   (*tensor_args("dinp"), ("partials", partials),
+                    *tensor_args("dout", "inp", "weight", "rstd"),
                     *row_args)),
             Launch("reduce_dweight_v7", reducers, reduce_block, 0,
                    (*tensor_args("dweight"), ("partials", partials), ("parts", parts), ("C", C),
@@ -341,9 +341,8 @@ def plan(N, C, device, *, block, overwrite=False, config=None):
     r = resolve(N, C, device, block=block, overwrite=overwrite, config=config)
     s = r.layout
     return _with_final_sum("rmsnorm_backward_v7", r.grid, s.block, s.smem, r.grid, C, s.block,
-                           (("N", N), ("C", C), ("G", s.group), ("K", s.K), ("prefetch",
-                                                                             int(s.prefetch)),
-                            ("overwrite", int(bool(overwrite)))))
+                           (("N", N), ("C", C), ("G", s.group), ("K", s.K),
+                            ("prefetch", int(s.prefetch)), ("overwrite", int(bool(overwrite)))))
 
 
 RUNG = Rung(name="v7_fast",
