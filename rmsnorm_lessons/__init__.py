@@ -1,19 +1,23 @@
 """rmsnorm-lessons: helpers for the PyCUDA course on the RMSNorm backward kernel.
 
 ``import rmsnorm_lessons as rl`` gives the reference math (``rl.reference``), the version ladder and
-``rl.kernels.run``, building (``rl.build``), the GPU (``rl.gpu``), checking (``rl.check``) and, loaded on
-first use, timing (``rl.bench``), pictures (``rl.plots``), widgets, exercises, inspection and the
-notebook magic. Nothing here touches a GPU until asked to; see ``python -m rmsnorm_lessons info``.
+``rl.kernels.run``, building (``rl.build``), the GPU (``rl.gpu``), checking (``rl.check``) and,
+loaded on first use, timing (``rl.bench``), pictures (``rl.plots``), widgets, exercises, inspection
+(``rl.sass``,
+``rl.occupancy``) and the notebook magic. Nothing here touches a GPU until asked to; see
+``python -m rmsnorm_lessons info``.
 """
 import importlib
 
-from . import bf16, build, check, gpu, kernels, ladder, launch, reference, validate
+from . import bf16, build, check, devices, gpu, kernels, ladder, launch, reference, validate
 from .gpu import GpuUnavailable
 
-_LAZY = ("access", "bench", "cli", "exercises", "notebook", "occupancy", "peers", "plots", "sass", "widgets")
+_LAZY = ("access", "bench", "cli", "exercises", "lessons", "libcuda", "notebook", "nsight",
+         "occupancy",
+         "peers", "plots", "sanitizer", "sass", "widgets")
 
-__all__ = ["bf16", "build", "check", "gpu", "kernels", "ladder", "launch", "reference", "validate", "GpuUnavailable",
-           *_LAZY]
+__all__ = ["bf16", "build", "check", "devices", "gpu", "kernels", "ladder", "launch", "reference",
+           "validate", "GpuUnavailable", *_LAZY]
 __version__ = "0.1.0"
 
 

@@ -1,11 +1,10 @@
 """Building the kernels of ``kernels/``: one place for the compiler, its options and its reports.
 
-Two paths share the same options:
-
-* :func:`source_module` compiles a file with PyCUDA's ``SourceModule`` for the current device
-  (needs a GPU); PyCUDA caches the cubin on disk.
-* :func:`compile_file` runs nvcc directly for any target (``sm_80``, ``sm_90``...) and needs no GPU: it
-  returns the cubin or PTX and the ptxas resource report parsed into :class:`Resources` records.
+* :func:`compile_file` (a version or a file of ``kernels/``) and :func:`compile_source` (a text) run
+  nvcc for any target (``sm_80``, ``sm_90``...) and need no GPU: they return the cubin or PTX and
+  the ptxas resource report parsed into :class:`Resources` records. Both are cached on disk
+  (:func:`cache_dir`), so a second process (a second test run) does not compile the same text again.
+* :func:`source_module` loads the same cubin, built for the current device, as a PyCUDA module.
 """
 from __future__ import annotations
 
@@ -34,8 +33,8 @@ KERNEL_PACKAGE = "rmsnorm_lessons.kernel_sources"  # the wheel ships kernels/ un
 def _shipped_kernel_dir() -> Path:
     # an installed wheel (or an editable install) maps kernels/ to KERNEL_PACKAGE; a checkout on
     # PYTHONPATH has it beside the package
-    # kernel_sources has no __init__.py: a namespace package, whose files() is a MultiplexedPath (its
-    # str() is not a path), so ask the import system for its folders
+    # kernel_sources has no __init__.py: a namespace package, whose files() is a MultiplexedPath
+    # (its str() is not a path), so ask the import system for its folders
     try:
         spec = importlib.util.find_spec(KERNEL_PACKAGE)
     except ModuleNotFoundError:
@@ -67,24 +66,16 @@ def kernel_source(name: str) -> str:
     return kernel_path(name).read_text()
 
 
-def _header_digest() -> str:
-    # PyCUDA's cache keys on the source text and options only; a change to a header must still
-    # force a rebuild, so every source handed to it carries the digest of the headers.
-    h = hashlib.sha1()
-    for header in sorted(kernel_dir().glob("*.cuh")):
-        h.update(header.read_bytes())
-    return h.hexdigest()[:16]
-
-
 def find_tool(tool: str) -> str | None:
-    """Path of a CUDA tool (``nvcc``, ``cuobjdump``, ``nvdisasm``, ``compute-sanitizer``): PATH first, then
-    NVIDIA's ``cuda-pathfinder`` (pip wheels in any site-packages, a conda prefix, CUDA_PATH/CUDA_HOME),
-    then ``/usr/local/cuda/bin``."""
+    """Path of a CUDA tool (``nvcc``, ``cuobjdump``, ``nvdisasm``, ``compute-sanitizer``): PATH
+    first, then NVIDIA's ``cuda-pathfinder`` (pip wheels in any site-packages, a conda prefix,
+    CUDA_PATH/CUDA_HOME), then ``/usr/local/cuda/bin``."""
     found = shutil.which(tool)
     if found:
         return found
     try:
-        from cuda.pathfinder import find_nvidia_binary_utility  # a dependency; lazy: most calls stop at PATH
+        # a dependency; lazy: most calls stop at PATH
+        from cuda.pathfinder import find_nvidia_binary_utility
     except ImportError:
         find_nvidia_binary_utility = None
     if find_nvidia_binary_utility is not None:
@@ -107,7 +98,8 @@ def require_nvcc() -> str:
     if nvcc is None:
         raise RuntimeError(
             "nvcc was not found on PATH, under CUDA_HOME or in NVIDIA's pip wheels; "
-            "install CUDA 13 or run `make test`, which installs the nvidia-cuda-nvcc wheels into .venv"
+            "install CUDA 13 or run `make test`, which installs the nvidia-cuda-nvcc wheels into "
+            ".venv"
         )
     return nvcc
 
@@ -123,7 +115,7 @@ def nvcc_version(nvcc: str | None = None) -> str | None:
 
 
 def _include_dirs() -> list[str]:
-    dirs = [str(kernel_dir())]
+    dirs = [str(kernel_dir().resolve())]
     nvcc = find_nvcc()
     if nvcc:  # a wheel-installed nvcc keeps cuda_bf16.h beside it, outside the default search path
         inc = Path(nvcc).resolve().parent.parent / "include"
@@ -168,7 +160,8 @@ def parse_ptxas(log: str) -> dict[str, Resources]:
         m = _ENTRY.search(line)
         if m:
             current = m.group(1)
-            fields = dict(kernel=current, arch=m.group(2), registers=0, shared_bytes=0, stack_bytes=0,
+            fields = dict(kernel=current, arch=m.group(2), registers=0, shared_bytes=0,
+                          stack_bytes=0,
                           spill_stores=0, spill_loads=0, barriers=0, constant_bytes=0)
             continue
         if current is None:
@@ -180,7 +173,8 @@ def parse_ptxas(log: str) -> dict[str, Resources]:
         m = _USED.search(line)
         if m:
             fields["registers"] = int(m.group(1))
-            for pattern, key in ((_BARRIERS, "barriers"), (_SMEM, "shared_bytes"), (_CMEM, "constant_bytes")):
+            for pattern, key in ((_BARRIERS, "barriers"), (_SMEM, "shared_bytes"),
+                                 (_CMEM, "constant_bytes")):
                 mm = pattern.search(line)
                 if mm:
                     fields[key] = int(mm.group(1))
@@ -205,29 +199,49 @@ def _check_arch(arch: str) -> str:
     return arch
 
 
-@functools.lru_cache(maxsize=64)
-def _compile_cached(path: str, mtime_key: str, arch: str, kind: str, extra: tuple) -> Compiled:
-    nvcc = require_nvcc()
-    with tempfile.TemporaryDirectory(prefix="rmsnorm-lessons-") as tmp:
-        out = Path(tmp) / f"kernel.{kind}"
-        cmd = [nvcc, f"-{kind}", f"-arch={arch}", *NVCC_FLAGS, *extra, "-Xptxas", "-v",
-               *[f"-I{d}" for d in _include_dirs()], "-o", str(out), path]
-        if kind == "ptx":
-            cmd.remove("-Xptxas")
-            cmd.remove("-v")
-        proc = subprocess.run(cmd, capture_output=True, text=True)
-        if proc.returncode != 0:
-            raise CompileError(f"nvcc failed for {Path(path).name} ({arch}):\n{proc.stderr}")
-        log = proc.stdout + proc.stderr
-        return Compiled(Path(path).stem, arch, kind, out.read_bytes(), parse_ptxas(log), log)
+_NVCC_LINE = re.compile(r"^(?P<file>[^\s(]+)\((?P<line>\d+)\): "
+                        r"(?P<kind>error|warning)\b:?\s*(?P<text>.*)$")
 
 
 class CompileError(RuntimeError):
-    pass
+    """nvcc refused a source. The message's first line says what was compiled (``nvcc failed for
+    NAME (ARCH):``), the rest is nvcc's own report; :meth:`errors` and :meth:`summary` read it."""
+
+    @property
+    def headline(self) -> str:
+        lines = [line.strip() for line in str(self).splitlines() if line.strip()]
+        return lines[0].rstrip(":") if lines else type(self).__name__
+
+    def errors(self, stem: str | None = None) -> list[str]:
+        """nvcc's errors, one a line: ``line 12: ...`` in the file named ``stem`` (a learner's text,
+        which the harness names with ``#line 1 "stem"``), ``file(12): ...`` elsewhere; lines that
+        say "error" without a place (nvcc fatal, ptxas) as they are."""
+        out = []
+        for raw in str(self).splitlines()[1:]:
+            m = _NVCC_LINE.match(raw.strip())
+            if m and m.group("kind") == "error":
+                file = Path(m.group("file")).name
+                where = f"line {m.group('line')}" if file == stem else f"{file}({m.group('line')})"
+                out.append(f"{where}: {m.group('text')}")
+            elif not m and re.search(r"error|fatal", raw,
+                                     re.I) and not re.search(r"errors? detected", raw):
+                out.append(raw.strip())
+        return out
+
+    def summary(self, keep: int = 8, stem: str | None = None, sep: str = "\n  ") -> str:
+        """The first ``keep`` :meth:`errors` joined by ``sep`` (nvcc's last 800 characters where
+        none is found)."""
+        return sep.join(self.errors(stem)[:keep]) or str(self).strip()[-800:]
+
+    def first(self, stem: str | None = None) -> str:
+        """One line: what failed and nvcc's first error."""
+        errors = self.errors(stem)
+        return self.headline + (f": {errors[0]}" if errors else "")
 
 
 def _rung(name):
-    """The registered rung called ``name`` (or ``name`` itself when it is a Rung), else None: a plain file."""
+    """The registered rung called ``name`` (or ``name`` itself when it is a Rung), else None: a
+    plain file."""
     if isinstance(name, ladder.Rung):
         return name
     try:
@@ -241,7 +255,8 @@ def _define_flags(defines: dict) -> tuple:
 
 
 def kernel_text(name) -> tuple[str, str, dict]:
-    """``(file stem, CUDA text, defines)`` of a version (shipped or registered) or of a file of ``kernels/``."""
+    """``(file stem, CUDA text, defines)`` of a version (shipped or registered) or of a file of
+    ``kernels/``."""
     rung = _rung(name)
     if rung is not None and rung.source is not None:
         return rung.name, rung.source, rung.defines
@@ -250,21 +265,21 @@ def kernel_text(name) -> tuple[str, str, dict]:
 
 
 def compile_file(name, arch: str = DEFAULT_ARCH, kind: str = "cubin", extra_flags=()) -> Compiled:
-    """Compile a version (its ``kernels/<name>.cu``, or a registered rung's source, with its defines) or
-    any file of ``kernels/`` with nvcc for ``arch``; no GPU needed.
+    """Compile a version (its ``kernels/<name>.cu``, or a registered rung's source, with its
+    defines) or any file of ``kernels/`` with nvcc for ``arch``; no GPU needed.
 
-    ``kind`` is ``"cubin"`` (machine code, with the ptxas resource report) or ``"ptx"``.
+    ``kind`` is ``"cubin"`` (machine code, with the ptxas resource report) or ``"ptx"``. Results are
+    cached in this process and on disk (:func:`cache_dir`), keyed by the text, every included file,
+    the options, the arch and nvcc's version.
     """
-    if kind not in ("cubin", "ptx"):
-        raise ValueError(f"kind must be 'cubin' or 'ptx', got {kind!r}")
+    _check_kind(kind)
     rung = _rung(name)
     if rung is not None and rung.source is not None:
         return compile_source(rung.source, arch, kind, name=rung.name, defines=rung.defines,
                               extra_flags=extra_flags)
     path = kernel_path(rung.stem if rung is not None else name)
     flags = _define_flags(rung.defines if rung is not None else {}) + tuple(extra_flags)
-    stamp = f"{path.stat().st_mtime_ns}:{_header_digest()}"
-    return _compile_cached(str(path), stamp, _check_arch(arch), kind, flags)
+    return _compile(path.read_text(), path.stem, _check_arch(arch), kind, flags, path)
 
 
 def resources(name, arch: str = DEFAULT_ARCH) -> dict[str, Resources]:
@@ -273,68 +288,161 @@ def resources(name, arch: str = DEFAULT_ARCH) -> dict[str, Resources]:
 
 
 def source_module(name, arch: str | None = None, defines: dict | None = None):
-    """Compile a version (or a file of ``kernels/``) with PyCUDA's ``SourceModule`` on the current device,
-    cached by its text, defines and headers."""
-    gpu.require()
+    """A version (or a file of ``kernels/``) compiled for this GPU (or ``arch``) and loaded as a
+    PyCUDA module; the cubin is :func:`compile_file`'s, from the same caches."""
+    g = gpu.require()
     stem, text, own = kernel_text(name)
     merged = {**own, **(defines or {})}
-    return _module_cache((stem, text, arch, tuple(sorted(merged.items())), _header_digest()))
+    arch = arch or gpu.facts().arch
+    rung = _rung(name)
+    here = None if rung is not None and rung.source is not None else kernel_path(stem)
+    compiled = _compile(text, stem, _check_arch(arch), "cubin", _define_flags(merged), here)
+    return _load_module(g.driver, compiled.binary)
 
 
 @functools.lru_cache(maxsize=64)
-def _module_cache(key):
-    from pycuda.compiler import SourceModule  # PyCUDA loads libcuda: only where a GPU is used
-
-    stem, text, arch, defines, digest = key
-    source = f"// headers {digest}\n" + text
-    options = list(NVCC_FLAGS) + list(_define_flags(dict(defines)))
-    try:
-        return SourceModule(source, nvcc=require_nvcc(), options=options, no_extern_c=True, arch=arch,
-                            include_dirs=_include_dirs())
-    except Exception as exc:  # pycuda.driver.CompileError, without importing pycuda.driver here
-        if type(exc).__name__ == "CompileError":
-            raise CompileError(f"nvcc failed for {stem}:\n{getattr(exc, 'stderr', '') or exc}") from exc
-        raise
+def _load_module(drv, binary: bytes):
+    return drv.module_from_buffer(binary)
 
 
 def clear_module_cache() -> None:
-    """Forget compiled modules (they belong to a context; call before the context goes away)."""
-    _module_cache.cache_clear()
+    """Forget loaded modules (they belong to a context; call before the context goes away)."""
+    _load_module.cache_clear()
 
 
 gpu.on_shutdown(clear_module_cache)
 
 
-# --- compiling a source string (lesson 03's exercise; any inline kernel) ----------------------------
+def compile_source(source: str, arch: str = DEFAULT_ARCH, kind: str = "cubin", name: str = "inline",
+                   defines: dict | None = None, extra_flags=()) -> Compiled:
+    """Compile CUDA C held in a string with nvcc, as :func:`compile_file` does a file; no GPU
+    needed.
+
+    ``kernels/`` is on the include path, so ``#include "common.cuh"`` works. Raises
+    :class:`CompileError` with nvcc's messages when the source does not compile. Cached as
+    :func:`compile_file` is.
+    """
+    _check_kind(kind)
+    if not re.fullmatch(r"[A-Za-z0-9_.-]+", name):
+        raise ValueError(f"name must be a plain file stem, got {name!r}")
+    flags = _define_flags(defines or {}) + tuple(extra_flags)
+    return _compile(source, name, _check_arch(arch), kind, flags, None)
 
 
-@functools.lru_cache(maxsize=32)
-def _compile_source_cached(source: str, arch: str, kind: str, name: str, digest: str, flags: tuple) -> Compiled:
+def _check_kind(kind: str) -> None:
+    if kind not in ("cubin", "ptx"):
+        raise ValueError(f"kind must be 'cubin' or 'ptx', got {kind!r}")
+
+
+# --- the compile caches: in this process, and on disk across processes
+# ------------------------------
+
+_INCLUDE = re.compile(r'^[ \t]*#[ \t]*include[ \t]*"([^"]+)"', re.M)
+
+
+def cache_dir() -> Path:
+    """Where compiled cubins and PTX are kept across processes: ``$RMSNORM_CACHE_DIR``, else
+    ``$XDG_CACHE_HOME/rmsnorm-lessons`` (``~/.cache/rmsnorm-lessons``)."""
+    override = os.environ.get("RMSNORM_CACHE_DIR")
+    if override:
+        return Path(override).expanduser()
+    base = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
+    return Path(base) / "rmsnorm-lessons"
+
+
+def included_files(text: str, path: Path | None = None) -> dict[str, str]:
+    """Every file ``text`` includes with ``#include "..."``, followed recursively (found beside the
+    file that includes it, else on the include path), as ``{path: text}``; an include not found is
+    listed with an empty text (nvcc will say so). ``#if`` is not evaluated: a superset of what nvcc
+    reads."""
+    found: dict[str, str] = {}
+    todo = [(text, path.parent if path is not None else None)]
+    dirs = [Path(d) for d in _include_dirs()]
+    while todo:
+        current, here = todo.pop()
+        for name in _INCLUDE.findall(current):
+            candidates = ([here / name] if here is not None else []) + [d / name for d in dirs]
+            hit = next((c.resolve() for c in candidates if c.is_file()), None)
+            key = str(hit) if hit is not None else f"<missing> {name}"
+            if key in found:
+                continue
+            found[key] = hit.read_text(errors="replace") if hit is not None else ""
+            if hit is not None:
+                todo.append((found[key], hit.parent))
+    return found
+
+
+def _cache_key(text: str, path: Path | None, arch: str, kind: str, flags: tuple) -> str:
     nvcc = require_nvcc()
+    h = hashlib.sha256()
+    for part in (text, arch, kind, repr(NVCC_FLAGS), repr(flags), nvcc, str(nvcc_version(nvcc))):
+        h.update(part.encode())
+        h.update(b"\0")
+    for name, included in sorted(included_files(text, path).items()):
+        h.update(f"{Path(name).name}\0{included}\0".encode())
+    return h.hexdigest()[:32]
+
+
+def disk_cached(folder: str, key: str, make) -> bytes:
+    """``make()`` (bytes), kept in :func:`cache_dir` ``/folder/key`` for the next process; a
+    cache that cannot be written is skipped."""
+    file = cache_dir() / folder / key
+    try:
+        return file.read_bytes()
+    except OSError:
+        pass
+    data = make()
+    _store(file, data)
+    return data
+
+
+def _store(file: Path, data: bytes) -> None:
+    try:  # written aside, then renamed: a reader never sees half a file
+        file.parent.mkdir(parents=True, exist_ok=True)
+        tmp = file.with_suffix(f".{os.getpid()}.tmp")
+        tmp.write_bytes(data)
+        os.replace(tmp, file)
+    except OSError:  # a read-only home: doing the work again next time is the only cost
+        pass
+
+
+
+def _compile(text: str, name: str, arch: str, kind: str, flags: tuple,
+             path: Path | None) -> Compiled:
+    key = _cache_key(text, path, arch, kind, flags)
+    return _compile_keyed(key, text, name, arch, kind, flags, str(path) if path is not None
+                          else None)
+
+
+@functools.lru_cache(maxsize=128)
+def _compile_keyed(key, text, name, arch, kind, flags, path) -> Compiled:
+    disk = cache_dir() / "nvcc"
+    binary_file, log_file = disk / f"{key}.{kind}", disk / f"{key}.log"
+    try:
+        log = log_file.read_text()
+        return Compiled(name, arch, kind, binary_file.read_bytes(), parse_ptxas(log), log)
+    except OSError:
+        pass
+    compiled = _run_nvcc(text, name, arch, kind, flags, path)
+    _store(log_file, compiled.log.encode())  # the log first: whoever finds the binary finds both
+    _store(binary_file, compiled.binary)
+    return compiled
+
+
+def _run_nvcc(text, name, arch, kind, flags, path) -> Compiled:
+    nvcc = require_nvcc()
+    label = name if path is None else Path(path).name  # a file of kernels/ is named with its suffix
     with tempfile.TemporaryDirectory(prefix="rmsnorm-lessons-") as tmp:
-        path = Path(tmp) / f"{name}.cu"
-        path.write_text(source)
+        if path is None:
+            path = Path(tmp) / f"{name}.cu"
+            path.write_text(text)
+        path = Path(path).resolve()
         out = Path(tmp) / f"{name}.{kind}"
         report = ["-Xptxas", "-v"] if kind == "cubin" else []
         cmd = [nvcc, f"-{kind}", f"-arch={arch}", *NVCC_FLAGS, *flags, *report,
                *[f"-I{d}" for d in _include_dirs()], "-o", str(out), str(path)]
         proc = subprocess.run(cmd, capture_output=True, text=True, cwd=tmp)
         if proc.returncode != 0:
-            raise CompileError(f"nvcc failed for {name} ({arch}):\n{proc.stderr}")
+            raise CompileError(f"nvcc failed for {label} ({arch}):\n{proc.stderr}")
         log = proc.stdout + proc.stderr
         return Compiled(name, arch, kind, out.read_bytes(), parse_ptxas(log), log)
-
-
-def compile_source(source: str, arch: str = DEFAULT_ARCH, kind: str = "cubin", name: str = "inline",
-                   defines: dict | None = None, extra_flags=()) -> Compiled:
-    """Compile CUDA C held in a string with nvcc, as :func:`compile_file` does a file; no GPU needed.
-
-    ``kernels/`` is on the include path, so ``#include "common.cuh"`` works. Raises :class:`CompileError`
-    with nvcc's messages when the source does not compile. Results are cached by the source text.
-    """
-    if kind not in ("cubin", "ptx"):
-        raise ValueError(f"kind must be 'cubin' or 'ptx', got {kind!r}")
-    if not re.fullmatch(r"[A-Za-z0-9_.-]+", name):
-        raise ValueError(f"name must be a plain file stem, got {name!r}")
-    flags = _define_flags(defines or {}) + tuple(extra_flags)
-    return _compile_source_cached(source, _check_arch(arch), kind, name, _header_digest(), flags)

@@ -253,9 +253,10 @@ def _inspect(args) -> int:
 
 
 def _first_error(exc: Exception) -> str:
+    if isinstance(exc, build.CompileError):
+        return exc.first()
     lines = [l.strip() for l in str(exc).splitlines() if l.strip()]
-    errors = [l for l in lines[1:] if re.search(r"error|fatal", l, re.I)]
-    return lines[0].rstrip(":") + (f": {errors[0]}" if errors else "") if lines else type(exc).__name__
+    return lines[0] if lines else type(exc).__name__
 
 
 def _prog() -> str:

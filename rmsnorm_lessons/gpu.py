@@ -301,6 +301,14 @@ def copy_bandwidth(nbytes: int = 1 << 30, warmup: int = 3, repeats: int = 20) ->
 # no way to record an event on a stream it did not make.
 
 
+def as_bytes(a):
+    """The bytes of the contiguous NumPy array ``a`` (a uint8 view: writing to it writes to ``a``), for
+    PyCUDA's copies, which go through the buffer protocol that ml_dtypes' bfloat16 does not export."""
+    import numpy as np
+
+    return a.view(np.uint8)
+
+
 def foreign_handle(stream) -> int | None:
     """The raw CUstream of ``stream`` when it is not a PyCUDA Stream (None for PyCUDA's or for None).
 
@@ -323,57 +331,32 @@ def foreign_handle(stream) -> int | None:
     return handle
 
 
-class _LibCuda:
-    def __init__(self):
-        lib = ctypes.CDLL("libcuda.so.1")
-        self.create = lib.cuEventCreate
-        self.create.argtypes = [ctypes.POINTER(ctypes.c_void_p), ctypes.c_uint]
-        self.record = lib.cuEventRecord
-        self.record.argtypes = [ctypes.c_void_p, ctypes.c_void_p]
-        self.wait = lib.cuStreamWaitEvent
-        self.wait.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_uint]
-        self.destroy = lib.cuEventDestroy_v2
-        self.destroy.argtypes = [ctypes.c_void_p]
-
-    def check(self, result: int, what: str) -> None:
-        if result != 0:
-            raise RuntimeError(f"{what} failed: CUresult {result}")
-
-
-_libcuda: _LibCuda | None = None
-CU_EVENT_DISABLE_TIMING = 2
-
-
 class StreamBridge:
     """A private PyCUDA stream joined to a foreign stream before and after each use."""
 
     def __init__(self, handle: int):
-        global _libcuda
+        from . import libcuda
+
         g = require()
-        if _libcuda is None:
-            _libcuda = _LibCuda()
+        self._cu = libcuda.get()
         self.handle = handle
         self.stream = g.driver.Stream()
-        self._events = []
-        for _ in range(2):
-            ev = ctypes.c_void_p()
-            _libcuda.check(_libcuda.create(ctypes.byref(ev), CU_EVENT_DISABLE_TIMING), "cuEventCreate")
-            self._events.append(ev)
+        self._events = [self._cu.event(), self._cu.event()]
+
+    def _join(self, waiter: int, event, producer: int) -> None:
+        self._cu.call("cuEventRecord", event, ctypes.c_void_p(producer))
+        self._cu.call("cuStreamWaitEvent", ctypes.c_void_p(waiter), event, 0)
 
     def enter(self) -> None:
         """The private stream waits for the work queued on the foreign stream so far."""
-        ready = self._events[0]
-        _libcuda.check(_libcuda.record(ready, ctypes.c_void_p(self.handle)), "cuEventRecord")
-        _libcuda.check(_libcuda.wait(ctypes.c_void_p(self.stream.handle), ready, 0), "cuStreamWaitEvent")
+        self._join(self.stream.handle, self._events[0], self.handle)
 
     def leave(self) -> None:
         """Work queued on the foreign stream from now on waits for the private stream's work."""
-        done = self._events[1]
-        _libcuda.check(_libcuda.record(done, ctypes.c_void_p(self.stream.handle)), "cuEventRecord")
-        _libcuda.check(_libcuda.wait(ctypes.c_void_p(self.handle), done, 0), "cuStreamWaitEvent")
+        self._join(self.handle, self._events[1], self.stream.handle)
 
     def close(self) -> None:
         self.stream.synchronize()
         for ev in self._events:
-            _libcuda.destroy(ev)
+            self._cu.lib.cuEventDestroy_v2(ev)
         self._events = []

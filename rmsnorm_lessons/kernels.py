@@ -2,7 +2,8 @@
 
 ``run`` resolves the version once, checks every argument before anything touches the GPU
 (:mod:`~rmsnorm_lessons.validate`), then hands the rung's plan to a cached launcher
-(:mod:`~rmsnorm_lessons.launch`). Where each version's launches are decided: ``rmsnorm_lessons/ladder/``.
+(:mod:`~rmsnorm_lessons.launch`). Where each version's launches are decided:
+``rmsnorm_lessons/ladder/``.
 """
 from __future__ import annotations
 
@@ -24,55 +25,51 @@ def __getattr__(name):
     raise AttributeError(f"module 'rmsnorm_lessons.kernels' has no attribute {name!r}")
 
 
-def _raw(a: np.ndarray) -> np.ndarray:
-    # PyCUDA copies through the buffer protocol, which ml_dtypes' bfloat16 does not export
-    return a.view(np.uint8)
-
-
 def run(version, dout, inp, weight, rstd, dinp=None, dweight=None, *, block_size: int | None = None,
         overwrite: bool = False, config=None, stream=None):
-    """Run one backward pass of ``version``: returns ``(dinp, dweight)`` with this call's gradients added.
+    """Run one backward pass of ``version``: returns ``(dinp, dweight)`` with this call's gradients
+    added.
 
-    NumPy inputs: copied to the GPU, and new NumPy arrays are returned (``dinp``/``dweight`` default to
-    zeros and are not modified). GPUArray inputs: ``dinp`` and ``dweight`` are required, updated in place
-    and returned; they may not overlap any other tensor. With ``overwrite`` (versions that offer it) dinp
-    is set, not added to (dweight still accumulates). ``config``: v7_fast's variants
-    (:class:`~rmsnorm_lessons.ladder.v7_fast.Config`). ``N == 0`` is a no-op. Every argument is checked
-    before the GPU is touched.
+    NumPy inputs: copied to the GPU, and new NumPy arrays are returned (``dinp``/``dweight`` default
+    to zeros and are not modified). GPUArray inputs: ``dinp`` and ``dweight`` are required, updated
+    in place and returned; they may not overlap any other tensor. With ``overwrite`` (versions that
+    offer it) dinp is set, not added to (dweight still accumulates). ``config``: a variant, for the
+    versions that have them (:data:`rmsnorm_lessons.ladder.CONFIG_TAKERS`; the rung's
+    ``config_check`` judges it). ``N == 0`` is a no-op. Every argument is checked before the GPU is
+    touched.
 
     ``stream``: None runs on the default stream and waits for this call's work only (not for other
-    streams). A PyCUDA Stream, a PyTorch stream or an int CUstream handle: the work is queued after what
-    that stream holds, later work on it waits for ours, and ``run`` returns without waiting when the
-    inputs are GPUArrays (as a PyTorch op does); with NumPy inputs it waits for that stream, since it
-    copies the results back. Any Python thread may call ``run``, concurrently too.
+    streams). A PyCUDA Stream, a PyTorch stream or an int CUstream handle: the work is queued after
+    what that stream holds, later work on it waits for ours, and ``run`` returns without waiting
+    when the inputs are GPUArrays (as a PyTorch op does); with NumPy inputs it waits for that
+    stream, since it copies the results back. Any Python thread may call ``run``, concurrently too.
     """
-    spec = validate.rung(version)
-    block = validate.block_size(spec, block_size)
-    overwrite = validate.flag("overwrite", overwrite)
-    if overwrite and not spec.overwrite_mode:
-        raise ValueError(f"overwrite=True (dinp = instead of +=) is not offered by {spec.name}")
-    if config is not None and spec.name != "v7_fast":
-        raise ValueError(f"config is for v7_fast's variants; {spec.name} takes none")
+    spec = ladder.get(version)  # the one lookup: the Rung is handed on from here
+    block, overwrite = validate.options(spec, block_size, overwrite, config)
     shp = validate.check_inputs(spec, dout, inp, weight, rstd, dinp, dweight)
-    validate.shared_memory(spec, shp.C, block)  # a C the version cannot run on any device says so here
-    if config is not None:
-        ladder.v7_fast.row_layout(shp.C, block, config.K, overwrite, config.prefetch)
+    # a C the version cannot run on any device says so here
+    validate.shared_memory(spec, shp.C, block)
+    spec.check_config(config, shp.C, block, overwrite)
     gpu.foreign_handle(stream)  # a stream of the wrong kind says so here
     on_gpu = validate.is_gpuarray(inp)
     if on_gpu and (dinp is None or dweight is None):
-        raise ValueError("dinp and dweight must be given as GPUArrays when the inputs are GPUArrays")
+        raise ValueError("dinp and dweight must be given as GPUArrays when the inputs are "
+                         "GPUArrays")
     if not on_gpu:
         dinp = np.zeros(shp.shape, spec.dtype) if dinp is None else np.array(dinp, copy=True)
         dweight = np.zeros(shp.C, spec.dtype) if dweight is None else np.array(dweight, copy=True)
     if shp.N == 0:
         return dinp, dweight
 
-    with gpu.in_context() as g:  # any thread: the context is pushed for this call and popped after it
-        return _run_on_gpu(spec, g.driver, shp, dout, inp, weight, rstd, dinp, dweight, on_gpu, block_size,
+    # any thread: the context is pushed for this call and popped after it
+    with gpu.in_context() as g:
+        return _run_on_gpu(spec, g.driver, shp, dout, inp, weight, rstd, dinp, dweight, on_gpu,
+                           block_size,
                            overwrite, config, stream)
 
 
-def _run_on_gpu(spec, drv, shp, dout, inp, weight, rstd, dinp, dweight, on_gpu, block_size, overwrite, config,
+def _run_on_gpu(spec, drv, shp, dout, inp, weight, rstd, dinp, dweight, on_gpu, block_size,
+                overwrite, config,
                 stream):
     L = launch.launcher(spec, shp.C, block_size=block_size, overwrite=overwrite, config=config)
     pstream, bridge = launch.resolve_stream(stream)
@@ -94,15 +91,15 @@ def _run_on_gpu(spec, drv, shp, dout, inp, weight, rstd, dinp, dweight, on_gpu, 
             bridge.enter()
         for k, v in host.items():
             if pstream is None:
-                drv.memcpy_htod(device[k], _raw(np.ascontiguousarray(v)))
+                drv.memcpy_htod(device[k], gpu.as_bytes(np.ascontiguousarray(v)))
             else:
-                drv.memcpy_htod_async(device[k], _raw(np.ascontiguousarray(v)), pstream)
+                drv.memcpy_htod_async(device[k], gpu.as_bytes(np.ascontiguousarray(v)), pstream)
         L(shp.N, Tensors(**{k: int(p) for k, p in device.items()}), pstream)
         for k in ("dinp", "dweight"):
             if pstream is None:
-                drv.memcpy_dtoh(_raw(host[k]), device[k])
+                drv.memcpy_dtoh(gpu.as_bytes(host[k]), device[k])
             else:
-                drv.memcpy_dtoh_async(_raw(host[k]), device[k], pstream)
+                drv.memcpy_dtoh_async(gpu.as_bytes(host[k]), device[k], pstream)
         if bridge is not None:
             bridge.leave()
         _wait_for(spec, drv, pstream)
@@ -115,7 +112,8 @@ def _run_on_gpu(spec, drv, shp, dout, inp, weight, rstd, dinp, dweight, on_gpu, 
 
 
 def _wait_for(spec, drv, stream) -> None:
-    """Wait for the work queued so far on ``stream`` (None: the default stream), not for other streams."""
+    """Wait for the work queued so far on ``stream`` (None: the default stream), not for other
+    streams."""
     try:
         if stream is None:
             done = drv.Event(drv.event_flags.DISABLE_TIMING)

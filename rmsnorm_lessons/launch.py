@@ -55,9 +55,9 @@ class _ScratchSet:
         self.buffers: dict[str, tuple[object, int]] = {}  # name -> (allocation, bytes)
 
     def get(self, drv, spec: Scratch, stream, zeroed: set):
-        """The buffer for ``spec``; a ``zero="each"`` buffer is zeroed the first time a call asks for it
-        (``zeroed`` holds the names this call has zeroed already: v4's accumulator is read by its second
-        kernel, so it must not be zeroed again in between)."""
+        """The buffer for ``spec``; a ``zero="each"`` buffer is zeroed the first time a call asks
+        for it (``zeroed`` holds the names this call has zeroed already: v4's accumulator is read by
+        its second kernel, so it must not be zeroed again in between)."""
         held = self.buffers.get(spec.name)
         if held is None or held[1] < spec.nbytes:
             if held is not None:
@@ -90,15 +90,12 @@ def _wait(stream) -> None:
 class Launcher:
     """One rung compiled for one C, with its prepared functions and its scratch (per stream)."""
 
-    def __init__(self, version, C: int, *, block_size: int | None = None, overwrite: bool = False, config=None):
+    def __init__(self, version, C: int, *, block_size: int | None = None, overwrite: bool = False,
+                 config=None):
         self.rung = ladder.get(version)
         self.C = int(C)
-        self.block_size = validate.block_size(self.rung, block_size)
-        self.overwrite = validate.flag("overwrite", overwrite)
-        if self.overwrite and not self.rung.overwrite_mode:
-            raise ValueError(f"overwrite=True (dinp = instead of +=) is not offered by {self.rung.name}")
-        if config is not None and self.rung.name != "v7_fast":
-            raise ValueError(f"config is for v7_fast's variants; {self.rung.name} takes none")
+        self.block_size, self.overwrite = validate.options(self.rung, block_size, overwrite, config)
+        self.rung.check_config(config, self.C, self.block_size, self.overwrite)
         self.config = config
         with gpu.in_context() as g:
             self.drv = g.driver
@@ -116,7 +113,8 @@ class Launcher:
         self._lock = threading.Lock()
 
     def _plan_uncached(self, N: int) -> list[Launch]:
-        return self.rung.plan(N, self.C, self.device, block=self.block_size, overwrite=self.overwrite,
+        return self.rung.plan(N, self.C, self.device, block=self.block_size,
+                              overwrite=self.overwrite,
                               config=self.config)
 
     def plan(self, N: int) -> list[Launch]:
@@ -133,32 +131,34 @@ class Launcher:
         fn = self.functions.get(launch.kernel)
         if fn is None:
             if launch.kernel not in self.rung.kernels:
-                raise ValueError(f"{self.rung.name}'s plan launches {launch.kernel!r}, which its rung does not list "
-                                 f"in kernels={self.rung.kernels}")
+                raise ValueError(f"{self.rung.name}'s plan launches {launch.kernel!r}, which its "
+                                 f"rung does not list in kernels={self.rung.kernels}")
             try:
                 fn = self.module.get_function(launch.kernel)
             except self.drv.LogicError as exc:
-                raise ValueError(f"{self.rung.name}: no entry point {launch.kernel!r} in its CUDA (is it "
-                                 f"extern \"C\" __global__?)") from exc
+                raise ValueError(f"{self.rung.name}: no entry point {launch.kernel!r} in its CUDA "
+                                 f"(is it extern \"C\" __global__?)") from exc
             fn.prepare("".join(_type_code(v) for _, v in launch.args))
             self.functions[launch.kernel] = fn
-            self._static[launch.kernel] = fn.get_attribute(self.drv.function_attribute.SHARED_SIZE_BYTES)
+            static = fn.get_attribute(self.drv.function_attribute.SHARED_SIZE_BYTES)
+            self._static[launch.kernel] = static
         static = self._static[launch.kernel]
         limit = self.device.shared_memory_per_block_optin
         if static + launch.shared > limit:
             raise ValueError(self._too_much_shared_memory(launch, static, limit))
         if launch.kernel not in self._opted_in and static + launch.shared > DEFAULT_SMEM_LIMIT:
-            # above 48 KiB a launch fails unless asked for; the attribute belongs to the compiled function,
-            # which launchers of every C share, so ask for the device's whole limit once
-            fn.set_attribute(self.drv.function_attribute.MAX_DYNAMIC_SHARED_SIZE_BYTES, limit - static)
+            # above 48 KiB a launch fails unless asked for; the attribute belongs to the compiled
+            # function, which launchers of every C share, so ask for the device's whole limit once
+            fn.set_attribute(self.drv.function_attribute.MAX_DYNAMIC_SHARED_SIZE_BYTES,
+                             limit - static)
             self._opted_in.add(launch.kernel)
         return fn
 
     def _too_much_shared_memory(self, launch: Launch, static: int, limit: int) -> str:
         largest = largest_c(self.rung, limit - static, self.block_size)
-        return (f"C={self.C} needs {launch.shared} bytes of dynamic shared memory per block for {self.rung.name} "
-                f"(+ {static} static), more than this device allows ({limit} bytes); the largest C it can run "
-                f"is {largest}")
+        return (f"C={self.C} needs {launch.shared} bytes of dynamic shared memory per block for "
+                f"{self.rung.name} (+ {static} static), more than this device allows ({limit} "
+                f"bytes); the largest C it can run is {largest}")
 
     def _scratch_for(self, stream) -> _ScratchSet:
         key = None if stream is None else stream.handle
@@ -196,11 +196,13 @@ class Launcher:
                     fn.prepared_async_call((launch.grid, 1, 1), (launch.block, 1, 1), stream, *args,
                                            shared_size=launch.shared)
                 except self.drv.Error as exc:
-                    raise LaunchError(f"{self.rung.name}: launching {launch.kernel} failed: {exc}") from exc
+                    raise LaunchError(f"{self.rung.name}: launching {launch.kernel} failed: "
+                                      f"{exc}") from exc
 
     def scratch(self, name: str, stream=None):
-        """The device buffer called ``name`` that this launcher holds for ``stream`` (to look at what a
-        kernel left there, e.g. v6's ticket counter); None before a call on that stream made it."""
+        """The device buffer called ``name`` that this launcher holds for ``stream`` (to look at
+        what a kernel left there, e.g. v6's ticket counter); None before a call on that stream made
+        it."""
         key = None if stream is None else stream.handle
         held = self._scratch.get(key)
         found = held[0].buffers.get(name) if held else None
@@ -220,11 +222,13 @@ def held_bytes() -> int:
     memory the package keeps after ``run`` returns."""
     with _cache_lock:
         launchers = list(_cache.values())
-    return sum(n for L in launchers for scratch, _ in L._scratch.values() for _, n in scratch.buffers.values())
+    return sum(n for L in launchers for scratch, _ in L._scratch.values() for _,
+               n in scratch.buffers.values())
 
 
 def largest_c(rung: ladder.Rung, budget: int, block: int) -> int:
-    """The largest C (a multiple of the rung's) whose dynamic shared memory fits in ``budget`` bytes."""
+    """The largest C (a multiple of the rung's) whose dynamic shared memory fits in ``budget``
+    bytes."""
     lo, hi = 0, validate.MAX_C // rung.c_multiple  # in units of c_multiple; the need grows with C
     fits = lambda k: _need(rung, k * rung.c_multiple, block) <= budget  # noqa: E731
     if fits(hi):
@@ -248,7 +252,8 @@ _cache: OrderedDict = OrderedDict()
 _cache_lock = threading.Lock()
 
 
-def launcher(version, C: int, *, block_size: int | None = None, overwrite: bool = False, config=None) -> Launcher:
+def launcher(version, C: int, *, block_size: int | None = None, overwrite: bool = False,
+             config=None) -> Launcher:
     """A cached :class:`Launcher` (at most :data:`CACHE_SIZE` are kept; the oldest is freed)."""
     rung = ladder.get(version)
     key = (rung.name, rung.source, int(C), block_size, bool(overwrite), config)
@@ -268,7 +273,8 @@ def launcher(version, C: int, *, block_size: int | None = None, overwrite: bool 
 
 
 def release() -> None:
-    """Free every cached launcher's scratch and forget the launchers (and the foreign-stream bridges)."""
+    """Free every cached launcher's scratch and forget the launchers (and the foreign-stream
+    bridges)."""
     if not gpu.available():
         return
     with gpu.in_context(), _cache_lock:

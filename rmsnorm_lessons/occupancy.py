@@ -2,101 +2,32 @@
 
 An SM takes a block only when all of the block fits at once:
 
-* **registers**: given to each warp in units of 256 (``registers/thread x 32``, rounded up); an SM is four
-  quarters, each with a quarter of the 65536 registers, and a warp lives in one quarter;
+* **registers**: given to each warp in units of 256 (``registers/thread x 32``, rounded up); an SM
+  is four quarters, each with a quarter of the 65536 registers, and a warp lives in one quarter;
 * **shared memory**: static + dynamic + 1 KiB that the driver reserves per block (sm_80 and later),
   rounded up to 128 B, out of the SM's shared memory (its largest carveout by default);
 * **warp slots** (64 warps per SM on sm_80, sm_90 and sm_100; 48 on sm_86, sm_89 and sm_120) and
   **block slots** (32 per SM; 16 on sm_86, 24 on sm_89 and sm_120).
 
-The smallest of those numbers is the occupancy; the resource that gives it is the limiter. These are the
-rules of NVIDIA's occupancy calculator for the default carveout. On a GPU, :func:`driver_blocks_per_sm`
-asks the driver (``cuOccupancyMaxActiveBlocksPerMultiprocessor``) for the same number, and
-``tests/test_sass.py`` checks that both agree. :func:`report` is :func:`rmsnorm_lessons.sass.report`
-followed by this arithmetic (``python -m rmsnorm_lessons inspect`` prints it).
+The smallest of those numbers is the occupancy; the resource that gives it is the limiter. These are
+the rules of NVIDIA's occupancy calculator for the default carveout. On a GPU,
+:func:`driver_blocks_per_sm` asks the driver (``cuOccupancyMaxActiveBlocksPerMultiprocessor``) for
+the same number, and
+``tests/test_occupancy.py`` checks that both agree. :func:`report` is
+:func:`rmsnorm_lessons.sass.report` followed by this arithmetic (``python -m rmsnorm_lessons
+inspect`` prints it).
 """
 from __future__ import annotations
 
-import dataclasses
-
 import ctypes
+import dataclasses
 from dataclasses import dataclass, field
 
-from . import build, gpu, ladder, sass
+from . import build, gpu, ladder, libcuda, sass
+# the table, read here too (notebooks and tests name occupancy.LIMITS)
+from .devices import GPUS, KIB, LESSON_ARCHES, LIMITS, Limits, limits  # noqa: F401
 
 DEFAULT_ARCH = build.DEFAULT_ARCH
-KIB = 1024
-
-
-@dataclass(frozen=True)
-class Limits:
-    """What one SM of a target offers (the CUDA programming guide's table, compute capability x.y)."""
-
-    arch: str
-    shared_per_sm: int  # bytes: the largest shared-memory carveout, the default for occupancy
-    shared_per_block_optin: int  # bytes a block may use after opting in (cudaFuncAttributeMaxDynamicSharedMemorySize)
-    carveouts_kib: tuple  # the shared-memory sizes an SM can be configured to
-    max_warps_per_sm: int = 64
-    max_blocks_per_sm: int = 32
-    registers_per_sm: int = 65536
-    registers_per_block: int = 65536
-    register_unit: int = 256  # a warp's registers are allocated in multiples of this
-    sub_partitions: int = 4  # SM quarters; each holds registers_per_sm / 4 and its own warps
-    max_registers_per_thread: int = 255
-    max_threads_per_block: int = 1024
-    shared_per_block: int = 48 * KIB  # without opting in
-    reserved_shared_per_block: int = 1 * KIB  # taken by the driver for every block (sm_80 and later)
-    shared_unit: int = 128  # shared memory is allocated in multiples of this
-    barrier_slots_per_block_slot: int | None = None  # sm_90: 2 sets of named barriers per block slot
-
-    @property
-    def max_threads_per_sm(self) -> int:
-        return 32 * self.max_warps_per_sm
-
-
-# Per compute capability, from the CUDA C++ Programming Guide, "Compute Capabilities", table "Technical
-# Specifications per Compute Capability" (maximum resident blocks, warps and threads per SM, registers per SM,
-# per block and per thread, shared memory per SM and per block) and the guide's per-architecture sections
-# (the carveouts):
-#   https://docs.nvidia.com/cuda/cuda-programming-guide/05-appendices/compute-capabilities.html
-# The sm_100 and sm_120 rows were checked against NVIDIA's own copy of that table in CCCL (libcu++,
-# libcudacxx/include/cuda/__device/arch_traits.h: arch_traits<arch_id::sm_100> and <arch_id::sm_120>):
-#   sm_100: 228 KiB shared memory per SM, 227 KiB per block (opt-in), 1 KiB reserved per block,
-#           32 blocks and 2048 threads (64 warps) per SM, 64 Ki registers per SM and per block, 255 per thread;
-#   sm_120: 100 KiB shared memory per SM, 99 KiB per block (opt-in), 1 KiB reserved per block,
-#           24 blocks and 1536 threads (48 warps) per SM, 64 Ki registers per SM and per block, 255 per thread.
-# Their carveout lists are those of the same shared-memory size one generation earlier (sm_90's for 228 KiB,
-# sm_89's for 100 KiB); only the largest, the default that occupancy uses, enters the arithmetic.
-# Named-barrier slots are modelled for sm_90 only (no published figure for the others).
-# On a GPU, tests/test_sass.py::test_limits_match_the_device compares the row of the device's arch with
-# what the driver reports (device_limits()).
-LIMITS = {
-    "sm_80": Limits("sm_80", 164 * KIB, 163 * KIB, (0, 8, 16, 32, 64, 100, 132, 164)),  # A100
-    "sm_86": Limits("sm_86", 100 * KIB, 99 * KIB, (0, 8, 16, 32, 64, 100), max_warps_per_sm=48,
-                    max_blocks_per_sm=16),  # RTX 30xx, A10, A40
-    "sm_89": Limits("sm_89", 100 * KIB, 99 * KIB, (0, 8, 16, 32, 64, 100), max_warps_per_sm=48,
-                    max_blocks_per_sm=24),  # RTX 40xx, L4, L40
-    "sm_90": Limits("sm_90", 228 * KIB, 227 * KIB, (0, 8, 16, 32, 64, 100, 132, 164, 196, 228),
-                    barrier_slots_per_block_slot=2),  # H100, H200
-    "sm_100": Limits("sm_100", 228 * KIB, 227 * KIB, (0, 8, 16, 32, 64, 100, 132, 164, 196, 228)),  # B200, GB200
-    "sm_120": Limits("sm_120", 100 * KIB, 99 * KIB, (0, 8, 16, 32, 64, 100), max_warps_per_sm=48,
-                     max_blocks_per_sm=24),  # RTX 50xx, RTX PRO 6000 Blackwell
-}
-
-#: GPUs of each arch, for tables that a reader matches to a card
-GPUS = {
-    "sm_80": "A100", "sm_86": "RTX 30xx, A10, A40", "sm_89": "RTX 40xx, L4, L40", "sm_90": "H100, H200",
-    "sm_100": "B200, GB200", "sm_120": "RTX 50xx, RTX PRO 6000",
-}
-#: the architectures the lessons compare (one per generation a learner is likely to hold)
-LESSON_ARCHES = ("sm_80", "sm_89", "sm_90", "sm_100", "sm_120")
-
-
-def limits(arch: str = DEFAULT_ARCH) -> Limits:
-    try:
-        return LIMITS[arch.rstrip("a")]
-    except KeyError:
-        raise ValueError(f"no occupancy limits for {arch}; known: {', '.join(LIMITS)}") from None
 
 
 def _round_up(x: int, unit: int) -> int:
@@ -116,7 +47,8 @@ class Occupancy:
     blocks_per_sm: int
     warps_per_sm: int
     max_warps_per_sm: int
-    limiter: str  # "registers", "shared memory", "warps", "blocks", ... ("registers and warps" on a tie)
+    # "registers", "shared memory", "warps", "blocks", ... ("registers and warps" on a tie)
+    limiter: str
     blocks_by: dict = field(default_factory=dict)  # resource -> blocks that resource alone allows
     registers_per_warp: int = 0  # allocated, after rounding
     smem_per_block: int = 0  # allocated: static + dynamic + reserved, rounded
@@ -134,9 +66,9 @@ class Occupancy:
         return self.blocks_per_sm * self.block_size
 
     def summary(self) -> str:
-        return (f"occupancy ({self.arch}, block {self.block_size}): {self.blocks_per_sm} block(s)/SM, "
-                f"{self.warps_per_sm} of {self.max_warps_per_sm} warps ({self.occupancy:.0%}), "
-                f"limited by {self.limiter}")
+        return (f"occupancy ({self.arch}, block {self.block_size}): {self.blocks_per_sm} "
+                f"block(s)/SM, {self.warps_per_sm} of {self.max_warps_per_sm} warps "
+                f"({self.occupancy:.0%}), limited by {self.limiter}")
 
     def explain(self) -> str:
         """The arithmetic, one resource a line."""
@@ -145,20 +77,23 @@ class Occupancy:
         lines = [self.summary()]
         b = self.blocks_by
         per_quarter = L.registers_per_sm // L.sub_partitions
+        held = (per_quarter // self.registers_per_warp if self.registers_per_warp
+                else "any number of")
         lines.append(
-            f"  registers:     {self.registers}/thread x 32 = {self.registers * 32}/warp, allocated "
-            f"{self.registers_per_warp} (units of {L.register_unit}); {per_quarter} per SM quarter hold "
-            f"{per_quarter // self.registers_per_warp if self.registers_per_warp else 'any number of'} warps; "
-            f"blocks of {warps} warps -> {_fmt(b.get('registers'))}")
+            f"  registers:     {self.registers}/thread x 32 = {self.registers * 32}/warp, "
+            f"allocated {self.registers_per_warp} (units of {L.register_unit}); {per_quarter} per "
+            f"SM quarter hold {held} warps; blocks of {warps} warps -> {_fmt(b.get('registers'))}")
         lines.append(
             f"  shared memory: {self.static_smem} static + {self.dynamic_smem} dynamic + "
             f"{L.reserved_shared_per_block} reserved = {self.smem_per_block} B per block (units of "
             f"{L.shared_unit}); {self.shared_per_sm} B per SM -> {_fmt(b.get('shared memory'))}")
-        lines.append(f"  warps:         {L.max_warps_per_sm} per SM / {warps} per block -> {_fmt(b.get('warps'))}")
+        lines.append(f"  warps:         {L.max_warps_per_sm} per SM / {warps} per block -> "
+                     f"{_fmt(b.get('warps'))}")
         lines.append(f"  blocks:        {L.max_blocks_per_sm} per SM -> {_fmt(b.get('blocks'))}")
         if "barriers" in b:
             slots = L.barrier_slots_per_block_slot * L.max_blocks_per_sm
-            lines.append(f"  barriers:      {slots} per SM / {self.barriers} per block -> {_fmt(b['barriers'])}")
+            lines.append(f"  barriers:      {slots} per SM / {self.barriers} per block -> "
+                         f"{_fmt(b['barriers'])}")
         lines += [f"  note: {n}" for n in self.notes]
         return "\n".join(lines)
 
@@ -175,8 +110,9 @@ def from_resources(registers: int, static_smem: int, block_size: int, dynamic_sm
                    max_threads_per_block: int | None = None, opt_in: bool = True) -> Occupancy:
     """Occupancy of a kernel with these resources (the calculator's rules; no compiler, no GPU).
 
-    ``opt_in``: the launch raises the kernel's dynamic shared memory limit above 48 KiB when it needs
-    more (as the launcher, :mod:`rmsnorm_lessons.launch`, does). ``max_threads_per_block``: the kernel's
+    ``opt_in``: the launch raises the kernel's dynamic shared memory limit above 48 KiB when it
+    needs more (as the launcher, :mod:`rmsnorm_lessons.launch`, does). ``max_threads_per_block``:
+    the kernel's
     ``__launch_bounds__``, if any.
     """
     L = limits(arch)
@@ -188,11 +124,12 @@ def from_resources(registers: int, static_smem: int, block_size: int, dynamic_sm
 
     # registers: per warp, rounded to the allocation unit; warps fill the four SM quarters
     reg_warp = _round_up(registers * 32, L.register_unit)
-    reg_block_check = reg_warp * _round_up(warps, L.sub_partitions)  # the hardware's per-block check
+    # the hardware's per-block check
+    reg_block_check = reg_warp * _round_up(warps, L.sub_partitions)
     if registers > L.max_registers_per_thread or reg_block_check > L.registers_per_block:
         by["registers"] = 0
-        notes.append(f"{registers} registers x {block_size} threads exceed the {L.registers_per_block} "
-                     f"registers one block may have")
+        notes.append(f"{registers} registers x {block_size} threads exceed the "
+                     f"{L.registers_per_block} registers one block may have")
     elif reg_warp == 0:
         by["registers"] = None
     else:
@@ -201,11 +138,13 @@ def from_resources(registers: int, static_smem: int, block_size: int, dynamic_sm
 
     # shared memory: static + dynamic + reserved, rounded; the SM's largest carveout by default
     smem = _round_up(static_smem + dynamic_smem + L.reserved_shared_per_block, L.shared_unit)
-    per_block_limit = (L.shared_per_block_optin if opt_in else L.shared_per_block) + L.reserved_shared_per_block
+    per_block_limit = (L.shared_per_block_optin if opt_in
+                       else L.shared_per_block) + L.reserved_shared_per_block
     if smem > per_block_limit:
         by["shared memory"] = 0
-        notes.append(f"{static_smem + dynamic_smem} B of shared memory is more than a block may use "
-                     f"({per_block_limit - L.reserved_shared_per_block} B{'' if opt_in else ' without opting in'})")
+        notes.append(f"{static_smem + dynamic_smem} B of shared memory is more than a block may "
+                     f"use ({per_block_limit - L.reserved_shared_per_block} "
+                     f"B{'' if opt_in else ' without opting in'})")
     else:
         by["shared memory"] = L.shared_per_sm // smem
 
@@ -225,36 +164,40 @@ def from_resources(registers: int, static_smem: int, block_size: int, dynamic_sm
     limiter = " and ".join(k for k, v in finite.items() if v == blocks)
     return Occupancy(kernel=kernel, arch=arch, block_size=block_size, registers=registers,
                      static_smem=static_smem, dynamic_smem=dynamic_smem, blocks_per_sm=blocks,
-                     warps_per_sm=blocks * warps, max_warps_per_sm=L.max_warps_per_sm, limiter=limiter,
+                     warps_per_sm=blocks * warps, max_warps_per_sm=L.max_warps_per_sm,
+                     limiter=limiter,
                      blocks_by=by, registers_per_warp=reg_warp, smem_per_block=smem,
                      shared_per_sm=L.shared_per_sm, barriers=barriers, notes=tuple(notes))
 
 
-_LARGE_N = 1 << 24  # rows enough for every block of a persistent grid; the block and shared memory do not depend on N
+# rows enough for every block of a persistent grid; the block and shared memory do not depend on N
+_LARGE_N = 1 << 24
 
 
 def _device_like(arch: str):
-    """This GPU's facts (else the saved H200's) where ``arch`` is its own; otherwise the same facts with the
-    compute capability and the per-block shared memory of ``arch``, so that a plan which sizes itself to the
-    device (v7_fast's staged rows) is the one that GPU would get."""
+    """This GPU's facts (else the saved H200's) where ``arch`` is its own; otherwise the same facts
+    with the compute capability and the per-block shared memory of ``arch``, so that a plan which
+    sizes itself to the device (v7_fast's staged rows) is the one that GPU would get."""
     device = gpu.facts_or_fallback()[0]
     if device.arch == arch:
         return device
     L = limits(arch)
     major, minor = int(arch[3:-1]), int(arch[-1])
     return dataclasses.replace(device, name=f"an {arch} GPU", compute_capability=(major, minor),
-                               shared_memory_per_block_optin=L.shared_per_block_optin, resident_clusters=())
+                               shared_memory_per_block_optin=L.shared_per_block_optin,
+                               resident_clusters=())
 
 
 def launch_shape(version, C: int, block_size: int | None = None, kernel: str | None = None,
                  device=None) -> tuple[str, int, int]:
-    """``(kernel, threads per block, dynamic shared memory bytes)`` of one kernel of a version, read from
-    the version's plan at (a large N, ``C``): the block and the shared memory its launch asks for.
+    """``(kernel, threads per block, dynamic shared memory bytes)`` of one kernel of a version, read
+    from the version's plan at (a large N, ``C``): the block and the shared memory its launch asks
+    for.
 
-    ``kernel`` defaults to the main kernel the plan launches at this C (its first launch: v7_fast has
-    three, for short, staged and split rows); ``block_size`` is handed to the plan (it may launch fewer
-    threads: v7_fast rounds a block down to whole row groups). A kernel the plan does not launch at that C
-    gets ``block_size`` (else the version's) and no dynamic shared memory.
+    ``kernel`` defaults to the main kernel the plan launches at this C (its first launch: v7_fast
+    has three, for short, staged and split rows); ``block_size`` is handed to the plan (it may
+    launch fewer threads: v7_fast rounds a block down to whole row groups). A kernel the plan does
+    not launch at that C gets ``block_size`` (else the version's) and no dynamic shared memory.
     """
     rung = ladder.get(version)
     if kernel is not None and kernel not in rung.kernels:
@@ -268,66 +211,74 @@ def launch_shape(version, C: int, block_size: int | None = None, kernel: str | N
 
 
 def plan_blocks_per_sm(version, C: int, block_size: int | None = None, device=None) -> int | None:
-    """Blocks per SM the version's plan launches for a large N (:func:`rmsnorm_lessons.ladder.blocks_per_sm`),
-    or None where its grid grows with N (a block per few rows, as in v1 and v2: no fixed number per SM)."""
+    """Blocks per SM the version's plan launches for a large N
+    (:func:`rmsnorm_lessons.ladder.blocks_per_sm`), or None where its grid grows with N (a block per
+    few rows, as in v1 and v2: no fixed number per SM)."""
     device = device if device is not None else gpu.facts_or_fallback()[0]
     per_sm = ladder.blocks_per_sm(version, C, device, block_size=block_size)
-    more = ladder.plan(version, 2 * _LARGE_N, C, device, block_size=block_size)[0].grid / device.multiprocessors
+    more = ladder.plan(version, 2 * _LARGE_N, C, device,
+                       block_size=block_size)[0].grid / device.multiprocessors
     return int(per_sm) if more == per_sm and per_sm == int(per_sm) else None
 
 
 def occupancy(version, C: int, arch: str = DEFAULT_ARCH, block_size: int | None = None, *,
-              kernel: str | None = None, registers: int | None = None, opt_in: bool = True) -> Occupancy:
+              kernel: str | None = None, registers: int | None = None,
+              opt_in: bool = True) -> Occupancy:
     """Occupancy of one kernel of ``version`` at width ``C`` on ``arch``, computed on the CPU.
 
-    Registers and static shared memory come from ptxas (nvcc compiles the version for ``arch``), the block
-    and the dynamic shared memory from the version's plan (:func:`launch_shape`). ``block_size`` defaults
-    to the version's. ``registers`` overrides ptxas's figure, to ask "what if". ``kernel`` picks another
-    kernel of the version (its main kernel, the first, by default).
+    Registers and static shared memory come from ptxas (nvcc compiles the version for ``arch``), the
+    block and the dynamic shared memory from the version's plan (:func:`launch_shape`).
+    ``block_size`` defaults to the version's. ``registers`` overrides ptxas's figure, to ask "what
+    if". ``kernel`` picks another kernel of the version (its main kernel, the first, by default).
     """
     rung = ladder.get(version)
     kernel, block, dynamic = launch_shape(rung, C, block_size, kernel, device=_device_like(arch))
     res = build.resources(rung, arch)[kernel]
     bound = sass.max_threads_per_block(rung, kernel, arch)
-    return from_resources(registers if registers is not None else res.registers, res.shared_bytes, block,
-                          dynamic, arch, kernel=kernel, barriers=res.barriers, max_threads_per_block=bound,
+    return from_resources(registers if registers is not None else res.registers, res.shared_bytes,
+                          block,
+                          dynamic, arch, kernel=kernel, barriers=res.barriers,
+                          max_threads_per_block=bound,
                           opt_in=opt_in)
 
 
 def table(versions=None, C: int = 4096, arch: str = DEFAULT_ARCH) -> str:
-    """One line per version: registers, shared memory, blocks and warps per SM, the limiter. A version
-    that nvcc cannot compile for ``arch`` gets a line saying so (the rest of the table is still made)."""
-    rows = [f"{'version':<15} {'block':>5} {'regs':>4} {'smem/block':>10} {'blocks/SM':>9} {'warps/SM':>8}  limiter"]
+    """One line per version: registers, shared memory, blocks and warps per SM, the limiter. A
+    version that nvcc cannot compile for ``arch`` gets a line saying so (the rest of the table is
+    still made)."""
+    rows = [f"{'version':<15} {'block':>5} {'regs':>4} {'smem/block':>10} {'blocks/SM':>9} "
+            f"{'warps/SM':>8}  limiter"]
     for v in versions or ladder.VERSIONS:
         try:
             o = occupancy(v, C, arch)
         except build.CompileError as exc:
-            rows.append(f"{ladder.get(v).name:<15} cannot be compiled for {arch}: {_first_error(exc)}")
+            rows.append(f"{ladder.get(v).name:<15} cannot be compiled for {arch}: "
+                        f"{exc.summary(keep=1)[:120]}")
             continue
-        rows.append(f"{ladder.get(v).name:<15} {o.block_size:>5} {o.registers:>4} {o.smem_per_block:>10} "
-                    f"{o.blocks_per_sm:>9} {o.warps_per_sm:>5}/{o.max_warps_per_sm:<2}  {o.limiter}")
+        rows.append(f"{ladder.get(v).name:<15} {o.block_size:>5} {o.registers:>4} "
+                    f"{o.smem_per_block:>10} {o.blocks_per_sm:>9} "
+                    f"{o.warps_per_sm:>5}/{o.max_warps_per_sm:<2}  {o.limiter}")
     return "\n".join(rows)
 
 
-def _first_error(exc: Exception) -> str:
-    lines = [l.strip() for l in str(exc).splitlines() if "error" in l.lower() and l.strip()]
-    return (lines[1] if len(lines) > 1 else lines[0] if lines else str(exc).splitlines()[0])[:120]
-
-
-def across_archs(version, C: int = 4096, arches=LESSON_ARCHES, block_size: int | None = None) -> str:
-    """One line per architecture for one version at width ``C``: its GPUs, the registers ptxas gives that
-    arch, shared memory per block, blocks and warps per SM and the limiter (no GPU needed). An arch that
-    nvcc cannot compile the version for gets a line saying so instead of an error."""
+def across_archs(version, C: int = 4096, arches=LESSON_ARCHES,
+                 block_size: int | None = None) -> str:
+    """One line per architecture for one version at width ``C``: its GPUs, the registers ptxas gives
+    that arch, shared memory per block, blocks and warps per SM and the limiter (no GPU needed). An
+    arch that nvcc cannot compile the version for gets a line saying so instead of an error."""
     rung = ladder.get(version)
-    rows = [f"{'arch':<7} {'GPUs':<23} {'regs':>4} {'smem/block':>10} {'blocks/SM':>9} {'warps/SM':>8}  limiter"]
+    rows = [f"{'arch':<7} {'GPUs':<23} {'regs':>4} {'smem/block':>10} {'blocks/SM':>9} "
+            f"{'warps/SM':>8}  limiter"]
     for arch in arches:
         try:
             o = occupancy(rung, C, arch, block_size=block_size)
         except build.CompileError as exc:
-            rows.append(f"{arch:<7} {GPUS.get(arch, ''):<23} cannot be compiled for {arch}: {_first_error(exc)}")
+            rows.append(f"{arch:<7} {GPUS.get(arch, ''):<23} cannot be compiled for {arch}: "
+                        f"{exc.summary(keep=1)[:120]}")
             continue
         rows.append(f"{arch:<7} {GPUS.get(arch, ''):<23} {o.registers:>4} {o.smem_per_block:>10} "
-                    f"{o.blocks_per_sm:>9} {o.warps_per_sm:>5}/{o.max_warps_per_sm:<2}  {o.limiter}")
+                    f"{o.blocks_per_sm:>9} {o.warps_per_sm:>5}/{o.max_warps_per_sm:<2}  "
+                    f"{o.limiter}")
     return "\n".join(rows)
 
 
@@ -337,44 +288,51 @@ def limits_text(arch: str) -> str:
     return "\n".join([
         f"  warps per SM:         {L.max_warps_per_sm} ({L.max_threads_per_sm} threads)",
         f"  blocks per SM:        {L.max_blocks_per_sm}",
-        f"  registers per SM:     {L.registers_per_sm} (at most {L.max_registers_per_thread} a thread)",
-        f"  shared memory per SM: {L.shared_per_sm // KIB} KiB (a block: {L.shared_per_block // KIB} KiB, "
-        f"{L.shared_per_block_optin // KIB} KiB after opting in; {L.reserved_shared_per_block} B reserved a block)",
+        f"  registers per SM:     {L.registers_per_sm} (at most {L.max_registers_per_thread} a "
+        "thread)",
+        f"  shared memory per SM: {L.shared_per_sm // KIB} KiB (a block: "
+        f"{L.shared_per_block // KIB} KiB, {L.shared_per_block_optin // KIB} KiB after opting in; "
+        f"{L.reserved_shared_per_block} B reserved a block)",
     ])
 
 
 def device_limits_text() -> str:
-    """This GPU's own limits, read from the driver (``cuDeviceGetAttribute``); without a GPU, the H200's
-    (sm_90's row of :data:`LIMITS`), labelled as the fallback."""
+    """This GPU's own limits, read from the driver (``cuDeviceGetAttribute``); without a GPU, the
+    H200's (sm_90's row of :data:`LIMITS`), labelled as the fallback."""
     if not gpu.available():
         f, label = gpu.facts_or_fallback()
-        return f"{label}, {f.arch}, {f.multiprocessors} SMs (the sm_90 table, no driver asked):\n" + limits_text(f.arch)
+        return (f"{label}, {f.arch}, {f.multiprocessors} SMs (the sm_90 table, no driver asked):\n"
+                + limits_text(f.arch))
     f, label = gpu.facts_or_fallback()
     try:
         d = device_limits()
     except Exception as exc:  # a driver without one of the attributes: the table, said so
         if f.arch.rstrip("a") not in LIMITS:
-            return f"{label}, {f.arch}: the driver's limits could not be read ({exc}) and there is no table for it"
-        return (f"{label}, {f.arch}, {f.multiprocessors} SMs (the {f.arch} table: the driver's limits could not "
-                f"be read: {exc}):\n" + limits_text(f.arch))
+            return (f"{label}, {f.arch}: the driver's limits could not be read ({exc}) and there "
+                    "is no table for it")
+        return (f"{label}, {f.arch}, {f.multiprocessors} SMs (the {f.arch} table: the driver's "
+                f"limits could not be read: {exc}):\n" + limits_text(f.arch))
     lines = [f"{label}, {f.arch}, {d['multiprocessor_count']} SMs (read from the driver):",
              f"  warps per SM:         {d['max_threads_per_multiprocessor'] // 32} "
              f"({d['max_threads_per_multiprocessor']} threads)",
              f"  blocks per SM:        {d['max_blocks_per_multiprocessor']}",
              f"  registers per SM:     {d['max_registers_per_multiprocessor']}",
-             f"  shared memory per SM: {d['max_shared_memory_per_multiprocessor'] // KIB} KiB (a block: "
-             f"{d['max_shared_memory_per_block'] // KIB} KiB, {d['max_shared_memory_per_block_optin'] // KIB} KiB "
-             f"after opting in; {d['reserved_shared_memory_per_block']} B reserved a block)"]
+             f"  shared memory per SM: {d['max_shared_memory_per_multiprocessor'] // KIB} KiB (a "
+             f"block: {d['max_shared_memory_per_block'] // KIB} KiB, "
+             f"{d['max_shared_memory_per_block_optin'] // KIB} KiB after opting in; "
+             f"{d['reserved_shared_memory_per_block']} B reserved a block)"]
     if f.arch.rstrip("a") not in LIMITS:
-        lines.append(f"  (no occupancy table for {f.arch} here: the tables below are computed for the listed arches)")
+        lines.append(f"  (no occupancy table for {f.arch} here: the tables below are computed for "
+                     "the listed arches)")
     return "\n".join(lines)
 
 
-def report(name, arch: str = DEFAULT_ARCH, C: int | None = 4096, block_size: int | None = None) -> str:
-    """What ``python -m rmsnorm_lessons inspect`` prints, no GPU needed: :func:`rmsnorm_lessons.sass.report`
-    (resources and instruction counts of every kernel) and, for a version at width ``C``, its main
-    kernel's launch (block, dynamic shared memory, from the plan) and occupancy with the arithmetic
-    (:meth:`Occupancy.explain`)."""
+def report(name, arch: str = DEFAULT_ARCH, C: int | None = 4096,
+           block_size: int | None = None) -> str:
+    """What ``python -m rmsnorm_lessons inspect`` prints, no GPU needed:
+    :func:`rmsnorm_lessons.sass.report` (resources and instruction counts of every kernel) and, for
+    a version at width ``C``, its main kernel's launch (block, dynamic shared memory, from the plan)
+    and occupancy with the arithmetic (:meth:`Occupancy.explain`)."""
     target = sass.resolve(name)
     lines = [sass.report(target, arch)]
     if C is None or not isinstance(target, ladder.Rung):
@@ -391,68 +349,10 @@ def report(name, arch: str = DEFAULT_ARCH, C: int | None = 4096, block_size: int
     return "\n".join(lines)
 
 
-# ----------------------------------------------------------------------------------------------------
+# --------------------------------------------------------------------------------------------------
 # the driver's own answer (GPU only)
 
-_CU_FUNC_ATTRIBUTE_SHARED_SIZE_BYTES = 1
-_CU_FUNC_ATTRIBUTE_NUM_REGS = 4
-_CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES = 8
-DEVICE_ATTRIBUTES = {  # CUdevice_attribute values (cuda.h)
-    "max_threads_per_block": 1,
-    "max_shared_memory_per_block": 8,
-    "max_registers_per_block": 12,
-    "multiprocessor_count": 16,
-    "max_threads_per_multiprocessor": 39,
-    "compute_capability_major": 75,
-    "compute_capability_minor": 76,
-    "max_shared_memory_per_multiprocessor": 81,
-    "max_registers_per_multiprocessor": 82,
-    "max_shared_memory_per_block_optin": 97,
-    "max_blocks_per_multiprocessor": 106,
-    "reserved_shared_memory_per_block": 111,
-}
-
-
-class _Driver:
-    """The few CUDA driver calls PyCUDA does not offer, through ctypes on libcuda.so.1.
-
-    PyCUDA's ``Function`` keeps its ``CUfunction`` handle to itself, so the cubin is loaded a second
-    time, as a module of its own, into the context PyCUDA made current (:func:`rmsnorm_lessons.gpu.require`).
-    """
-
-    def __init__(self):
-        gpu.require()  # the primary context, current on this thread
-        self.c = ctypes
-        lib = ctypes.CDLL("libcuda.so.1")
-        P, I, S, V = ctypes.POINTER, ctypes.c_int, ctypes.c_size_t, ctypes.c_void_p
-        sig = {
-            "cuGetErrorString": [I, P(ctypes.c_char_p)],
-            "cuCtxGetDevice": [P(I)],
-            "cuDeviceGetAttribute": [P(I), I, I],
-            "cuModuleLoadData": [P(V), V],
-            "cuModuleGetFunction": [P(V), V, ctypes.c_char_p],
-            "cuModuleUnload": [V],
-            "cuFuncGetAttribute": [P(I), I, V],
-            "cuFuncSetAttribute": [V, I, I],
-            "cuOccupancyMaxActiveBlocksPerMultiprocessor": [P(I), V, I, S],
-        }
-        for name, args in sig.items():
-            fn = getattr(lib, name)
-            fn.argtypes, fn.restype = args, I
-        self.lib = lib
-
-    def check(self, result: int, what: str) -> None:
-        if result != 0:
-            msg = self.c.c_char_p()
-            self.lib.cuGetErrorString(result, self.c.byref(msg))
-            raise RuntimeError(f"{what} failed: CUDA error {result} ({(msg.value or b'?').decode()})")
-
-    def device_attribute(self, name: str) -> int:
-        dev, value = self.c.c_int(), self.c.c_int()
-        self.check(self.lib.cuCtxGetDevice(self.c.byref(dev)), "cuCtxGetDevice")
-        self.check(self.lib.cuDeviceGetAttribute(self.c.byref(value), DEVICE_ATTRIBUTES[name], dev.value),
-                   f"cuDeviceGetAttribute({name})")
-        return value.value
+DEVICE_ATTRIBUTES = libcuda.DEVICE_ATTRIBUTES
 
 
 @dataclass(frozen=True)
@@ -465,52 +365,48 @@ class DriverOccupancy:
     static_smem: int
 
 
-def _driver() -> _Driver:
-    global _DRIVER
-    if _DRIVER is None:
-        _DRIVER = _Driver()
-    return _DRIVER
-
-
-_DRIVER: _Driver | None = None
-
-
 def device_limits() -> dict[str, int]:
     """The device's own figures for what :class:`Limits` tabulates (GPU)."""
-    d = _driver()
+    gpu.require()  # the primary context, current on this thread
+    d = libcuda.get()
     return {name: d.device_attribute(name) for name in DEVICE_ATTRIBUTES}
 
 
-def driver_blocks_per_sm(version, C: int, block_size: int | None = None, *, kernel: str | None = None,
+def driver_blocks_per_sm(version, C: int, block_size: int | None = None, *,
+                         kernel: str | None = None,
                          arch: str | None = None) -> DriverOccupancy:
-    """The driver's ``cuOccupancyMaxActiveBlocksPerMultiprocessor`` for ``version`` at ``C`` (GPU only).
+    """The driver's ``cuOccupancyMaxActiveBlocksPerMultiprocessor`` for ``version`` at ``C`` (GPU
+    only).
 
-    The version is compiled with nvcc for the device's target (the flags and defines of every build),
-    loaded with ``cuModuleLoadData``, given the opt-in shared memory limit where the launch needs more than
-    the device's default, and asked, for the block and shared memory of :func:`launch_shape` (the same
-    launch :func:`occupancy` computes).
+    The version is compiled with nvcc for the device's target (the flags and defines of every
+    build), loaded with ``cuModuleLoadData``, given the opt-in shared memory limit where the launch
+    needs more than the device's default, and asked, for the block and shared memory of
+    :func:`launch_shape` (the same launch :func:`occupancy` computes).
     """
     rung = ladder.get(version)
     kernel, block, dynamic = launch_shape(rung, C, block_size, kernel)
     arch = arch or gpu.facts().arch
-    d = _driver()
-    c = d.c
-    default_limit = d.device_attribute("max_shared_memory_per_block")  # a block's shared memory without opting in
+    gpu.require()  # the primary context, current on this thread
+    d = libcuda.get()
+    c = ctypes
+    # a block's shared memory without opting in
+    default_limit = d.device_attribute("max_shared_memory_per_block")
     image = c.create_string_buffer(build.compile_file(rung, arch).binary)
     module, function = c.c_void_p(), c.c_void_p()
-    d.check(d.lib.cuModuleLoadData(c.byref(module), c.cast(image, c.c_void_p)), "cuModuleLoadData")
+    d.call("cuModuleLoadData", c.byref(module), c.cast(image, c.c_void_p))
     try:
-        d.check(d.lib.cuModuleGetFunction(c.byref(function), module, kernel.encode()), "cuModuleGetFunction")
+        d.call("cuModuleGetFunction", c.byref(function), module, kernel.encode())
         regs, static = c.c_int(), c.c_int()
-        d.check(d.lib.cuFuncGetAttribute(c.byref(regs), _CU_FUNC_ATTRIBUTE_NUM_REGS, function), "cuFuncGetAttribute")
-        d.check(d.lib.cuFuncGetAttribute(c.byref(static), _CU_FUNC_ATTRIBUTE_SHARED_SIZE_BYTES, function),
-                "cuFuncGetAttribute")
+        d.call("cuFuncGetAttribute", c.byref(regs), libcuda.CU_FUNC_ATTRIBUTE_NUM_REGS, function)
+        d.call("cuFuncGetAttribute", c.byref(static), libcuda.CU_FUNC_ATTRIBUTE_SHARED_SIZE_BYTES,
+               function)
         if static.value + dynamic > default_limit:  # the launch opts in above the default limit
-            d.check(d.lib.cuFuncSetAttribute(function, _CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, dynamic),
-                    "cuFuncSetAttribute(MAX_DYNAMIC_SHARED_SIZE_BYTES)")
+            d.call("cuFuncSetAttribute", function,
+                   libcuda.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+                   dynamic)
         blocks = c.c_int()
-        d.check(d.lib.cuOccupancyMaxActiveBlocksPerMultiprocessor(c.byref(blocks), function, block, dynamic),
-                "cuOccupancyMaxActiveBlocksPerMultiprocessor")
+        d.call("cuOccupancyMaxActiveBlocksPerMultiprocessor", c.byref(blocks), function, block,
+               dynamic)
     finally:
         d.lib.cuModuleUnload(module)
     return DriverOccupancy(kernel, block, dynamic, blocks.value, regs.value, static.value)

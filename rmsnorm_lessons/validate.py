@@ -9,12 +9,11 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from . import ladder, occupancy
+from . import devices, ladder
 
 FP32 = np.dtype(np.float32)
 MAX_C = 1 << 30  # kernels index a row's columns with int, stepping by up to 1024 past the last one
 MAX_N = (1 << 31) - 1  # kernels take N as int
-INPUTS = ("dout", "inp", "weight", "rstd")
 OUTPUTS = ("dinp", "dweight")
 
 
@@ -38,47 +37,47 @@ def _dtype_name(dt: np.dtype) -> str:
     return f"{order}{dt.name}"
 
 
-def rung(version) -> ladder.Rung:
-    """The version as a :class:`Rung`: a name of the ladder or a Rung, else TypeError/ValueError."""
-    return ladder.get(version)
-
-
 def block_size(rung_: ladder.Rung, value) -> int:
-    """The block size to launch: the rung's default for None, else an int multiple of 32 in the rung's range."""
+    """The block size to launch: the rung's default for None, else an int multiple of 32 in the
+    rung's range."""
     if value is None:
         return rung_.block_size
     if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, np.integer)):
-        raise TypeError(f"block_size must be an int (threads per block) or None, got {type(value).__name__} "
-                        f"{value!r}")
+        raise TypeError("block_size must be an int (threads per block) or None, got "
+                        f"{type(value).__name__} {value!r}")
     value = int(value)
     if value % 32 or not 32 <= value <= rung_.max_block:
-        raise ValueError(f"block_size for {rung_.name} must be a multiple of 32 from 32 to {rung_.max_block}"
-                         f"{' (its __launch_bounds__)' if rung_.max_block < 1024 else ''}, got {value}")
+        bounds = " (its __launch_bounds__)" if rung_.max_block < 1024 else ""
+        raise ValueError(f"block_size for {rung_.name} must be a multiple of 32 from 32 to "
+                         f"{rung_.max_block}{bounds}, got {value}")
     return value
 
 
 def size(spec: ladder.Rung, N: int, C: int) -> None:
-    """N and C within what the kernels index, and C by the version's rule (ValueError naming the rule)."""
+    """N and C within what the kernels index, and C by the version's rule (ValueError naming the
+    rule)."""
     if C < 1:
         raise ValueError(f"C (the last dim of inp) must be at least 1, got {C}")
     if C > MAX_C:
-        raise ValueError(f"C (the last dim of inp) must be at most 2**30 (kernels index columns with int), got {C}")
+        raise ValueError("C (the last dim of inp) must be at most 2**30 (kernels index columns "
+                         f"with int), got {C}")
     if C % spec.c_multiple:
-        raise ValueError(f"{spec.name} needs C to be a multiple of {spec.c_multiple} (128-bit loads of "
-                         f"{spec.c_multiple} values), got C={C}")
+        raise ValueError(f"{spec.name} needs C to be a multiple of {spec.c_multiple} (128-bit "
+                         f"loads of {spec.c_multiple} values), got C={C}")
     if N > MAX_N:
         raise ValueError(f"N (rows) must be below 2**31 (kernels take it as int), got {N}")
 
 
 def shared_memory(spec: ladder.Rung, C: int, block: int) -> int:
-    """The dynamic shared memory ``spec`` asks for at width ``C`` in blocks of ``block``; a ValueError where no
-    GPU the course knows (occupancy.LIMITS, sm_80 to sm_120) gives a block that much, so a C that cannot run
-    anywhere is refused without asking the device. The device's own limit is the launcher's check."""
+    """The dynamic shared memory ``spec`` asks for at width ``C`` in blocks of ``block``; a
+    ValueError where no GPU the course knows (devices.LIMITS, sm_80 to sm_120) gives a block that
+    much, so a C that cannot run anywhere is refused without asking the device. The device's own
+    limit is the launcher's check."""
     need = spec.shared_memory(C, block)
-    most = max(limits.shared_per_block_optin for limits in occupancy.LIMITS.values())
+    most = max(limits.shared_per_block_optin for limits in devices.LIMITS.values())
     if need > most:
-        raise ValueError(f"{spec.name} at C={C} needs {need} bytes of dynamic shared memory per block (block of "
-                         f"{block}); no GPU allows a block more than {most} bytes")
+        raise ValueError(f"{spec.name} at C={C} needs {need} bytes of dynamic shared memory per "
+                         f"block (block of {block}); no GPU allows a block more than {most} bytes")
     return need
 
 
@@ -88,23 +87,39 @@ def flag(name: str, value) -> bool:
     return bool(value)
 
 
+def options(spec: ladder.Rung, block, overwrite, config) -> tuple[int, bool]:
+    """The launch options of one call, checked against the rung: ``(block, overwrite)``. A
+    ``config`` is refused here where the rung takes none; whether it fits a width C the rung itself
+    judges (:meth:`~rmsnorm_lessons.ladder.Rung.check_config`, once C is known)."""
+    block = block_size(spec, block)
+    overwrite = flag("overwrite", overwrite)
+    if overwrite and not spec.overwrite_mode:
+        raise ValueError(f"overwrite=True (dinp = instead of +=) is not offered by {spec.name}")
+    spec.check_config(config)
+    return block, overwrite
+
+
 def check_inputs(version, dout, inp, weight, rstd, dinp=None, dweight=None) -> Shape:
-    """Check kinds, shapes, dtypes, layout, alignment, overlaps and the version's C rule; return N and C."""
-    spec = rung(version)
+    """Check kinds, shapes, dtypes, layout, alignment, overlaps and the version's C rule; return N
+    and C."""
+    spec = ladder.get(version)
     arrays = dict(dout=dout, inp=inp, weight=weight, rstd=rstd, dinp=dinp, dweight=dweight)
     for name, a in arrays.items():
         if a is None and name in OUTPUTS:
             continue
         if not (isinstance(a, np.ndarray) or is_gpuarray(a)):
-            raise TypeError(f"{name} must be a NumPy array or a PyCUDA GPUArray, got {_describe(a)}")
+            raise TypeError(f"{name} must be a NumPy array or a PyCUDA GPUArray, got "
+                            f"{_describe(a)}")
     given = [n for n, a in arrays.items() if a is not None]
     kinds = {n: is_gpuarray(arrays[n]) for n in given}
     if len(set(kinds.values())) > 1:
         on_gpu = [n for n in given if kinds[n]]
-        raise TypeError(f"arrays must all be NumPy or all GPUArrays; GPUArrays: {', '.join(on_gpu)}")
+        raise TypeError("arrays must all be NumPy or all GPUArrays; GPUArrays: "
+                        f"{', '.join(on_gpu)}")
 
     if inp.ndim not in (2, 3):
-        raise ValueError(f"inp must have 2 dims (N, C) or 3 dims (B, T, C), got shape {tuple(inp.shape)}")
+        raise ValueError("inp must have 2 dims (N, C) or 3 dims (B, T, C), got shape "
+                         f"{tuple(inp.shape)}")
     shape = tuple(int(s) for s in inp.shape)
     C = shape[-1]
     N = int(np.prod(shape[:-1]))
@@ -112,7 +127,8 @@ def check_inputs(version, dout, inp, weight, rstd, dinp=None, dweight=None) -> S
     for name, want in expect.items():
         a = arrays[name]
         if a is not None and tuple(a.shape) != want:
-            raise ValueError(f"{name} must have shape {want} to match inp {shape}, got {tuple(a.shape)}")
+            raise ValueError(f"{name} must have shape {want} to match inp {shape}, got "
+                             f"{tuple(a.shape)}")
 
     for name in ("dout", "inp", "weight", "dinp", "dweight"):
         a = arrays[name]
@@ -136,16 +152,18 @@ def check_inputs(version, dout, inp, weight, rstd, dinp=None, dweight=None) -> S
 
 
 def _check_host_overlaps(arrays: dict) -> None:
-    """NumPy outputs are written back in place after the launch: one sharing memory with another tensor
-    would be overwritten by it (or overwrite it) in an order nobody chose."""
+    """NumPy outputs are written back in place after the launch: one sharing memory with another
+    tensor would be overwritten by it (or overwrite it) in an order nobody chose."""
     for out in OUTPUTS:
         if out not in arrays:
             continue
         for other, a in arrays.items():
-            if other != out and not (other == "dinp" and out == "dweight") and np.shares_memory(arrays[out], a):
+            both_outputs = other == "dinp" and out == "dweight"
+            if other != out and not both_outputs and np.shares_memory(arrays[out], a):
                 kind = "is the same memory as" if arrays[out] is a else "overlaps"
-                raise ValueError(f"{out} {kind} {other}: an output may not share memory with another "
-                                 f"tensor (outputs are copied back into it after the launch)")
+                raise ValueError(f"{out} {kind} {other}: an output may not share memory with "
+                                 "another tensor (outputs are copied back into it after the "
+                                 "launch)")
 
 
 def _check_device_arrays(spec: ladder.Rung, arrays: dict) -> None:
@@ -158,15 +176,18 @@ def _check_device_arrays(spec: ladder.Rung, arrays: dict) -> None:
         address = int(a.gpudata)
         if address % align:
             raise ValueError(f"{name} must start on a {align}-byte boundary for {spec.name} "
-                             f"({'128-bit loads' if align == 16 else 'its element size'}); its address ends in "
-                             f"{address % 16:#x}")
-    spans = {n: (int(a.gpudata), int(a.gpudata) + int(a.nbytes)) for n, a in arrays.items() if a.nbytes}
+                             f"({'128-bit loads' if align == 16 else 'its element size'}); its "
+                             f"address ends in {address % 16:#x}")
+    spans = {n: (int(a.gpudata), int(a.gpudata) + int(a.nbytes)) for n, a in arrays.items()
+             if a.nbytes}
     for out in OUTPUTS:
         if out not in spans:
             continue
         lo, hi = spans[out]
         for other, (olo, ohi) in spans.items():
-            if other != out and lo < ohi and olo < hi and not (other == "dinp" and out == "dweight"):
+            both_outputs = other == "dinp" and out == "dweight"
+            if other != out and lo < ohi and olo < hi and not both_outputs:
                 kind = "is the same memory as" if (lo, hi) == (olo, ohi) else "overlaps"
-                raise ValueError(f"{out} {kind} {other}: an output may not share memory with another "
-                                 f"tensor (the kernels read and write them in different orders)")
+                raise ValueError(f"{out} {kind} {other}: an output may not share memory with "
+                                 "another tensor (the kernels read and write them in different "
+                                 "orders)")

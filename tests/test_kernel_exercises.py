@@ -1,9 +1,10 @@
-"""The kernel exercises of lessons 02..09 and their harness (rmsnorm_lessons/exercises/kernel_check.py).
+"""The kernel exercises of lessons 02..09 and their harness
+(rmsnorm_lessons/exercises/kernel_check.py).
 
-Here (no GPU): every solution compiles and says NOT VERIFIED, every skeleton says NOT YET, the mistakes
-the SASS shows say NOT YET with their own message, and the diagnosis of a wrong result names its kind
-(tried on made-up results). On a GPU (marker ``gpu``): every solution PASSes, every skeleton and every
-mistake fails, each with its own message.
+Here (no GPU): every solution compiles and says NOT VERIFIED, every skeleton says NOT YET, the
+mistakes the SASS shows say NOT YET with their own message, and the diagnosis of a wrong result
+names its kind (tried on made-up results). On a GPU (marker ``gpu``): every solution PASSes, every
+skeleton and every mistake fails, each with its own message.
 """
 from __future__ import annotations
 
@@ -15,95 +16,123 @@ import numpy as np
 import pytest
 
 from rmsnorm_lessons import build, gpu, ladder, reference, student
-from rmsnorm_lessons.exercises import (Verdict, kernel_check, lesson02, lesson03, lesson04, lesson05, lesson06,
+from rmsnorm_lessons.exercises import (Verdict, kernel_check, lesson02, lesson03, lesson04,
+                                       lesson05, lesson06,
                                        lesson07, lesson08, lesson09, lesson10)
 
 NOTEBOOKS = Path(__file__).resolve().parent.parent / "notebooks"
 needs_nvcc = pytest.mark.skipif(build.find_nvcc() is None, reason="nvcc not found")
-needs_sass = pytest.mark.skipif(build.find_tool("nvdisasm") is None and build.find_tool("cuobjdump") is None,
+needs_sass = pytest.mark.skipif(build.find_tool("nvdisasm") is None
+                                and build.find_tool("cuobjdump") is None,
                                 reason="no SASS tools (cuobjdump/nvdisasm)")
-no_gpu_here = pytest.mark.skipif(gpu.available(), reason="checks what is said where there is no GPU")
+no_gpu_here = pytest.mark.skipif(gpu.available(),
+                                 reason="checks what is said where there is no GPU")
 
 CHECKS = {"02_naive": lesson02.check_v1_kernel, "03_warp_per_row": lesson03.check_v2_kernel,
-          "04_shared_memory": lesson04.check_v3_kernel, "05_bf16_vectorized": lesson05.check_v4_kernel,
+          "04_shared_memory": lesson04.check_v3_kernel,
+          "05_bf16_vectorized": lesson05.check_v4_kernel,
           "06_two_pass": lesson06.check_v5_kernel, "07_last_block": lesson07.check_v6_kernel,
-          "08_bytes_in_flight": lesson08.check_scale_kernel, "09_v7_step_by_step": lesson09.check_v7_kernel,
+          "08_bytes_in_flight": lesson08.check_scale_kernel,
+          "09_v7_step_by_step": lesson09.check_v7_kernel,
           "10_finding_bugs": lesson10.check_v3_fix}
 
-#: (lesson, mistake, text of the solution, replaced by, words its message holds, caught without running)
+#: (lesson, mistake, text of the solution, replaced by, words its message holds, caught without
+#: running)
 MISTAKES = [
-    ("02_naive", "= for +=", "dinp_row[c] += r * (dnorm", "dinp_row[c] = r * (dnorm", ("dinp", "+="), False),
-    ("02_naive", "no atomic", "atomicAdd(&dweight[c], norm * dout_row[c]);", "dweight[c] += norm * dout_row[c];",
+    ("02_naive", "= for +=", "dinp_row[c] += r * (dnorm", "dinp_row[c] = r * (dnorm",
+     ("dinp", "+="), False),
+    ("02_naive", "no atomic", "atomicAdd(&dweight[c], norm * dout_row[c]);",
+     "dweight[c] += norm * dout_row[c];",
      ("atomicAdd",), True),
     ("03_warp_per_row", "the wrong shuffle", "__shfl_xor_sync(0xffffffff, partial, offset)",
      "__shfl_down_sync(0xffffffff, partial, offset)", ("__shfl_down_sync", "lane 0"), True),
-    ("03_warp_per_row", "four steps", "int offset = 16; offset > 0;", "int offset = 16; offset > 1;",
+    ("03_warp_per_row", "four steps", "int offset = 16; offset > 0;",
+     "int offset = 16; offset > 1;",
      ("5 __shfl_xor_sync steps", "4 SHFL.BFLY"), True),
     ("04_shared_memory", "missing __syncthreads",
      "    __syncthreads();\n    for (int c = threadIdx.x; c < C; c += blockDim.x) atomicAdd(",
-     "    for (int c = threadIdx.x; c < C; c += blockDim.x) atomicAdd(", ("__syncthreads", "1 BAR"), True),
+     "    for (int c = threadIdx.x; c < C; c += blockDim.x) atomicAdd(", ("__syncthreads", "1 BAR"),
+     True),
     ("04_shared_memory", "no shared atomic", "atomicAdd(&dweight_shared[c], norm * dout_row[c]);",
      "dweight_shared[c] += norm * dout_row[c];", ("dweight_shared", "0 ATOMS"), True),
     ("05_bf16_vectorized", "stores one by one", "            store128cg(dinp_row + c, d);\n",
-     "            for (int k = 0; k < x128::size; k++) dinp_row[c + k] = d[k];\n", ("128-bit store",), True),
+     "            for (int k = 0; k < x128::size; k++) dinp_row[c + k] = d[k];\n",
+     ("128-bit store",), True),
     ("05_bf16_vectorized", "= for +=", "d[k] = __float2bfloat16((float)d[k] + r * (dnorm",
      "d[k] = __float2bfloat16(r * (dnorm", ("dinp", "+="), False),
     ("05_bf16_vectorized", "the interleaved slot",
      "    return (c % x128::size) * (C / x128::size) + c / x128::size;\n    // ### END SOLUTION",
      "    return c;\n    // ### END SOLUTION", ("staged() returns c", "8-way conflict"), True),
-    ("05_bf16_vectorized", "32 chunks a plane, not C / 8", "(c % x128::size) * (C / x128::size) + c / x128::size;",
-     "(c % x128::size) * WARP_SIZE + c / x128::size;", ("dweight", "a slot of its own", "staged(c, C)"), False),
+    ("05_bf16_vectorized", "32 chunks a plane, not C / 8",
+     "(c % x128::size) * (C / x128::size) + c / x128::size;",
+     "(c % x128::size) * WARP_SIZE + c / x128::size;",
+     ("dweight", "a slot of its own", "staged(c, C)"), False),
     ("06_two_pass", "off-by-one: the last block", "for (int b = 0; b < blocks; b++) sum +=",
      "for (int b = 0; b < blocks - 1; b++) sum +=", ("dweight", "missing", "blocks"), False),
     ("06_two_pass", "= for +=", "dweight[c] = __float2bfloat16((float)dweight[c] + sum);",
      "dweight[c] = __float2bfloat16(sum);", ("dweight", "+="), False),
-    ("06_two_pass", "an atomic", "for (int b = 0; b < blocks; b++) sum += partials[(size_t)b * C + c];",
+    ("06_two_pass", "an atomic",
+     "for (int b = 0; b < blocks; b++) sum += partials[(size_t)b * C + c];",
      "for (int b = 0; b < blocks; b++) sum += partials[(size_t)b * C + c];\n"
      "    atomicAdd((float*)partials + c, 0.0f);", ("atomic", "block order"), True),
-    ("07_last_block", "no fence", "    // ### BEGIN SOLUTION\n    __threadfence();\n", "    // ### BEGIN SOLUTION\n",
+    ("07_last_block", "no fence", "    // ### BEGIN SOLUTION\n    __threadfence();\n",
+     "    // ### BEGIN SOLUTION\n",
      ("no fence", "MEMBAR"), True),
-    ("07_last_block", "no acquire fence", "        if (ticket == gridDim.x - 1) __threadfence();\n", "",
+    ("07_last_block", "no acquire fence", "        if (ticket == gridDim.x - 1) __threadfence();\n",
+     "",
      ("acquire", "1 MEMBAR"), True),
     ("07_last_block", "the seed's limit", "atomicInc(ticket_counter, gridDim.x - 1)",
      "atomicInc(ticket_counter, gridDim.x)", ("dweight", "starting values", "ticket"), False),
     # lesson 08: y = a * x with 128-bit loads, all of a thread's issued before the first store
     ("08_bytes_in_flight", "a store after each load",
-     "        if (i < n4) v[k] = x[i];\n    }\n    #pragma unroll\n    for (int k = 0; k < UNROLL; k++) {  // ... before "
-     "the first is used\n        const int i = base + k * blockDim.x;\n", "        if (i < n4) v[k] = x[i];\n",
+     "        if (i < n4) v[k] = x[i];\n    }\n    #pragma unroll\n    for (int k = 0; k < UNROLL; "
+     "k++) {  // ... before the first is used\n        const int i = base + k * blockDim.x;\n",
+     "        if (i < n4) v[k] = x[i];\n",
      ("only 1 LDG.E.128 before the first store",), True),
     ("08_bytes_in_flight", "four 4-byte loads", "if (i < n4) v[k] = x[i];",
-     "if (i < n4) { const float* f = (const float*)x; v[k] = make_float4(f[4 * i], f[4 * i + 1], f[4 * i + 2], "
-     "f[4 * i + 3]); }", ("no 128-bit loads", "0 LDG.128"), True),
-    ("08_bytes_in_flight", "no guard on the store", "if (i < n4) y[i] = make_float4(", "y[i] = make_float4(",
+     "if (i < n4) { const float* f = (const float*)x; v[k] = make_float4(f[4 * i], f[4 * i + 1], "
+     "f[4 * i + 2], f[4 * i + 3]); }", ("no 128-bit loads", "0 LDG.128"), True),
+    ("08_bytes_in_flight", "no guard on the store", "if (i < n4) y[i] = make_float4(",
+     "y[i] = make_float4(",
      ("wrote past the end", "if (i < n4)"), False),
-    ("08_bytes_in_flight", "a thread's chunks side by side", "const int i = base + k * blockDim.x;\n        if (i < n4) y",
-     "const int i = base + k;\n        if (i < n4) y", ("never written", "base + k * blockDim.x"), False),
+    ("08_bytes_in_flight", "a thread's chunks side by side",
+     "const int i = base + k * blockDim.x;\n        if (i < n4) y",
+     "const int i = base + k;\n        if (i < n4) y", ("never written", "base + k * blockDim.x"),
+     False),
     # lesson 09: the learner's row_pass, spliced into v7_fast.cu
-    ("09_v7_step_by_step", "a barrier in the row pass", "            sum[k] += inp_k * r * dout_k;\n        }\n",
+    ("09_v7_step_by_step", "a barrier in the row pass",
+     "            sum[k] += inp_k * r * dout_k;\n        }\n",
      "            sum[k] += inp_k * r * dout_k;\n        }\n        __syncthreads();\n",
      ("__syncthreads", "BAR", "v7_fast's"), True),
     ("09_v7_step_by_step", "the lanes summed in the row pass", "    return dot;\n}",
      "    return warp_reduce_sum(dot);\n}", ("exchange()", "SHFL", "32 times"), True),
-    ("09_v7_step_by_step", "= for +=", "sum[k] += inp_k * r * dout_k;", "sum[k] = inp_k * r * dout_k;",
+    ("09_v7_step_by_step", "= for +=", "sum[k] += inp_k * r * dout_k;",
+     "sum[k] = inp_k * r * dout_k;",
      ("dweight", "+=", "right at 129x1600"), False),
     ("09_v7_step_by_step", "no weight in the dot product", "dot += widen(wj, k) * dout_k * inp_k;",
      "dot += dout_k * inp_k;", ("dinp", "weight * dout * inp"), False),
     ("09_v7_step_by_step", "the sums never written back",
-     "        if (chunk < p.chunks) {\n            sums(p, 0, chunk) = make_float4(sum[0], sum[1], sum[2], sum[3]);\n"
-     "            sums(p, 1, chunk) = make_float4(sum[4], sum[5], sum[6], sum[7]);\n        }\n", "",
+     "        if (chunk < p.chunks) {\n            sums(p, 0, chunk) = make_float4(sum[0], sum[1], "
+     "sum[2], sum[3]);\n            sums(p, 1, chunk) = make_float4(sum[4], sum[5], sum[6], "
+     "sum[7]);\n        }\n", "",
      ("dweight", "starting values", "never stores the sums"), False),
     ("09_v7_step_by_step", "weight not loaded where it is not in registers",
      "            if (!WEIGHT_IN_REGISTERS) wj = __ldg(weight4 + chunk);\n", "",
      ("WEIGHT_IN_REGISTERS", "__ldg(weight4 + chunk)"), True),
-    # lesson 10: the fourth bug (an early return before the block's barrier and flush) and two wrong fixes
-    ("10_finding_bugs", "the bug left in", "    // no early return: the loop's condition already skips",
-     "    if (first_row >= N) return;\n    // the loop's condition already skips", ("dweight", "flush"), False),
+    # lesson 10: the fourth bug (an early return before the block's barrier and flush) and two wrong
+    # fixes
+    ("10_finding_bugs", "the bug left in",
+     "    // no early return: the loop's condition already skips",
+     "    if (first_row >= N) return;\n    // the loop's condition already skips",
+     ("dweight", "flush"), False),
     ("10_finding_bugs", "the barrier removed too",
      "    __syncthreads();\n    for (int c = threadIdx.x; c < C; c += blockDim.x) atomicAdd(",
-     "    for (int c = threadIdx.x; c < C; c += blockDim.x) atomicAdd(", ("__syncthreads", "1 BAR"), True),
+     "    for (int c = threadIdx.x; c < C; c += blockDim.x) atomicAdd(", ("__syncthreads", "1 BAR"),
+     True),
     ("10_finding_bugs", "every warp flushes every channel",
      "    for (int c = threadIdx.x; c < C; c += blockDim.x) atomicAdd(&dweight[c]",
-     "    for (int c = lane; c < C; c += WARP_SIZE) atomicAdd(&dweight[c]", ("dweight", "more than once"), False),
+     "    for (int c = lane; c < C; c += WARP_SIZE) atomicAdd(&dweight[c]",
+     ("dweight", "more than once"), False),
 ]
 
 
@@ -116,7 +145,8 @@ def _forget_learners_rungs():
 
 
 def kernel_text(lesson: str) -> str:
-    """The instructor's CUDA text of the lesson's kernel-exercise cell (``yours_vN = r'''...'''``)."""
+    """The instructor's CUDA text of the lesson's kernel-exercise cell (``yours_vN =
+    r'''...'''``)."""
     nb = json.loads((NOTEBOOKS / f"{lesson}.ipynb").read_text())
     cells = [c for c in nb["cells"] if "kernel-exercise" in c.get("metadata", {}).get("tags", [])]
     assert len(cells) == 1, f"{lesson}: one cell tagged kernel-exercise"
@@ -131,7 +161,8 @@ def mistaken(lesson, old, new) -> str:
     return text.replace(old, new)
 
 
-# --- the cells and the markers ----------------------------------------------------------------------
+# --- the cells and the markers
+# ----------------------------------------------------------------------
 
 
 @pytest.mark.parametrize("lesson", CHECKS)
@@ -141,7 +172,8 @@ def test_exercise_cell_is_a_skeleton_plus_a_solution(lesson):
     skeleton = student.strip_solutions(text)
     assert "SOLUTION" not in skeleton and "SKELETON" not in skeleton
     assert kernel_check.todo_lines(skeleton), "the skeleton marks what to write with // TODO"
-    assert not kernel_check.todo_lines(text), "the instructor's text has no TODO outside its skeleton blocks"
+    assert not kernel_check.todo_lines(text), ("the instructor's text has no TODO outside its "
+                                               "skeleton blocks")
     # a check cell calls the lesson's check on the cell's name
     nb = json.loads((NOTEBOOKS / f"{lesson}.ipynb").read_text())
     sources = ["".join(c["source"]) for c in nb["cells"] if c["cell_type"] == "code"]
@@ -150,7 +182,8 @@ def test_exercise_cell_is_a_skeleton_plus_a_solution(lesson):
 
 def test_todo_lines_skip_the_skeleton_blocks():
     text = ("int a;\n#if 0 // ### BEGIN SKELETON\n    // TODO: hidden\n#endif // ### END SKELETON\n"
-            "    // TODO: shown\n#if 0 // ### BEGIN SKELETON\n// TODO: hidden too\n#endif // ### END SKELETON\n")
+            "    // TODO: shown\n#if 0 // ### BEGIN SKELETON\n// TODO: hidden too\n#endif // ### "
+            "END SKELETON\n")
     assert kernel_check.todo_lines(text) == [5]
 
 
@@ -163,7 +196,8 @@ def test_verdict_has_three_states():
         Verdict(True, "x", verified=False)
 
 
-# --- without running: compile, inspect, static checks ------------------------------------------------
+# --- without running: compile, inspect, static checks
+# ------------------------------------------------
 
 
 @needs_nvcc
@@ -173,7 +207,8 @@ def test_verdict_has_three_states():
 def test_solution_is_not_verified_here(lesson):
     verdict = CHECKS[lesson](kernel_text(lesson))
     assert verdict.status == "NOT VERIFIED", verdict.message
-    assert "no GPU here" in verdict.message and "registers" in verdict.message and "Checked in the SASS" in verdict.message
+    for words in ("no GPU here", "registers", "Checked in the SASS"):
+        assert words in verdict.message, verdict.message
 
 
 @needs_nvcc
@@ -204,7 +239,8 @@ def test_compile_errors_point_at_the_line_of_the_cell():
     lines[at] = lines[at].replace("weight[c]", "weights[c]")  # an undefined name
     verdict = lesson04.check_v3_kernel("\n".join(lines))
     assert verdict.status == "NOT YET", verdict.message
-    # line k of the text is line k of the cell `yours_v3 = r'''<newline>...`: the text starts with that newline
+    # line k of the text is line k of the cell `yours_v3 = r'''<newline>...`: the text starts with
+    # that newline
     assert f"line {at + 1}: identifier \"weights\" is undefined" in verdict.message, verdict.message
     assert "nvcc does not accept it" in verdict.message
 
@@ -218,20 +254,24 @@ def test_lesson09_errors_point_at_the_cell_or_at_v7_fast():
     verdict = lesson09.check_v7_kernel("\n".join(lines))
     assert verdict.status == "NOT YET" and f"line {at + 1}: " in verdict.message, verdict.message
     # the learner's function renamed: v7's own call to row_pass fails, at v7_fast.cu's line
-    verdict = lesson09.check_v7_kernel(text.replace("float row_pass(", "float my_row_pass(") + "\nint row_pass;")
-    assert verdict.status == "NOT YET" and "v7_fast.cu line " in verdict.message, verdict.message
+    verdict = lesson09.check_v7_kernel(text.replace("float row_pass(",
+                                                    "float my_row_pass(") + "\nint row_pass;")
+    assert verdict.status == "NOT YET" and "v7_fast.cu(" in verdict.message, verdict.message
     verdict = lesson09.check_v7_kernel(text.replace("row_pass", "pass_one"))
-    assert verdict.status == "NOT YET" and "keep the function row_pass" in verdict.message, verdict.message
+    assert verdict.status == "NOT YET", verdict.message
+    assert "keep the function row_pass" in verdict.message, verdict.message
 
 
 def test_lesson09_solution_is_v7s_own_row_pass():
-    """The instructor's row_pass is v7_fast.cu's, so a PASS on the GPU checks the harness, not a variant."""
+    """The instructor's row_pass is v7_fast.cu's, so a PASS on the GPU checks the harness, not a
+    variant."""
     def code(t):
         return [ln.strip() for ln in kernel_check.strip_comments(t).splitlines() if ln.strip()]
 
     before, after, line = lesson09.v7_around_row_pass()
     shipped = build.kernel_source("v7_fast")
-    assert shipped.splitlines()[line - 1:] == after.splitlines()  # the #line after the text is v7_fast.cu's
+    # the #line after the text is v7_fast.cu's
+    assert shipped.splitlines()[line - 1:] == after.splitlines()
     own = shipped[len(before):len(shipped) - len(after)]
     assert code(student.solution_only(kernel_text("09_v7_step_by_step"))) == code(own)
     spliced = lesson09.splice_row_pass('#line 1 "yours_v7"\n' + own)
@@ -239,8 +279,9 @@ def test_lesson09_solution_is_v7s_own_row_pass():
 
 
 def test_lesson09_times_the_learner_against_v7s_register_path(monkeypatch):
-    """The learner's row_pass runs on v7's register path at every C, so it is timed against that path, not
-    against v7's default (rows staged in shared memory at the timing shape, which never runs row_pass)."""
+    """The learner's row_pass runs on v7's register path at every C, so it is timed against that
+    path, not against v7's default (rows staged in shared memory at the timing shape, which never
+    runs row_pass)."""
     from rmsnorm_lessons import bench
 
     timed = []
@@ -259,13 +300,14 @@ def test_lesson09_times_the_learner_against_v7s_register_path(monkeypatch):
     monkeypatch.setattr(bench, "DeviceProblem", Problem)
     monkeypatch.setattr(bench, "bench_version", bench_version)
     staged_off = ladder.v7_fast.Config(staged=False)
-    line = kernel_check.time_against(ladder.get("v7_fast"), "v7_fast", config=staged_off, label="the register path")
+    line = kernel_check.time_against(ladder.get("v7_fast"), "v7_fast", config=staged_off,
+                                     label="the register path")
     assert timed == [("v7_fast", None), ("v7_fast", staged_off)]
     assert line.endswith("the register path 0.050 ms")
     seen = {}
     monkeypatch.setattr(kernel_check, "check_kernel", lambda source, **kw: seen.update(kw))
     lesson09.check_v7_kernel("float row_pass() {}")
-    assert seen["compare_with"] == "v7_fast" and seen["compare_config"] == staged_off
+    assert seen["like"] == "v7_fast" and seen["compare_config"] == staged_off
     assert "register path" in seen["compare_label"]
 
 
@@ -289,7 +331,8 @@ def test_lesson03_warp_sum_never_passes_without_a_gpu(body, expect):
     assert lesson03.check_warp_sum(body).status == expect
 
 
-# --- diagnosing wrong results (made-up results: no GPU needed) ---------------------------------------
+# --- diagnosing wrong results (made-up results: no GPU needed)
+# ---------------------------------------
 
 
 def _problem(N=129, C=200, seed=3):
@@ -301,7 +344,8 @@ def _problem(N=129, C=200, seed=3):
 
 def _describe(name, got, p, ref, delta, **kw):
     i = 0 if name == "dinp" else 1
-    return kernel_check.describe_output(name, got, ref[i], p[name], delta[i], 1e-3, 1.2e-7, problem=p, **kw)
+    return kernel_check.describe_output(name, got, ref[i], p[name], delta[i], 1e-3, 1.2e-7,
+                                        problem=p, **kw)
 
 
 def test_diagnosis_overwritten_unchanged_factor():
@@ -339,7 +383,8 @@ def test_diagnosis_names_missing_blocks():
     assert "+=" in text, text
 
 
-# --- on the GPU ---------------------------------------------------------------------------------------
+# --- on the GPU
+# ---------------------------------------------------------------------------------------
 
 
 @pytest.mark.gpu
@@ -369,6 +414,8 @@ def test_mistakes_fail_on_the_gpu_with_their_own_message(lesson, name, old, new,
 
 def test_race_check_says_so_where_compute_sanitizer_is_missing(monkeypatch):
     monkeypatch.setattr(build, "find_tool", lambda tool: None)
-    rung = kernel_check.register("x", name="yours_sanitize", kernels=("k",), plan=ladder.v1_naive.plan,
+    rung = kernel_check.register("x", name="yours_sanitize", kernels=("k",),
+                                 plan=ladder.v1_naive.plan,
                                  dtype=ladder.FP32)
-    assert kernel_check.sanitize(rung) == "compute-sanitizer is not installed here, so no race check was run"
+    assert kernel_check.sanitize(rung) == ("compute-sanitizer is not installed here, so no race "
+                                           "check was run")

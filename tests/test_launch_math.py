@@ -1,10 +1,11 @@
-"""Launch arithmetic (CPU): ceil_div, shared memory per version, bytes moved, the grid of every plan, and
-the launcher executing a plan against a fake driver.
+"""Launch arithmetic (CPU): ceil_div, shared memory per version, bytes moved, the grid of every
+plan, and the launcher executing a plan against a fake driver.
 
-Plans are data (``ladder.plan`` on ``gpu.H200`` or a made-up device): the grids, blocks and scratch are
-read from them. The launcher (:class:`rmsnorm_lessons.launch.Launcher`) is the real one, with the driver,
-the device and the compiler replaced by recording fakes (``_gpu_support.install_fake_cuda``): how it packs
-arguments, gives shared memory, zeroes and keeps scratch, and names a failed launch.
+Plans are data (``ladder.plan`` on ``gpu.H200`` or a made-up device): the grids, blocks and scratch
+are read from them. The launcher (:class:`rmsnorm_lessons.launch.Launcher`) is the real one, with
+the driver, the device and the compiler replaced by recording fakes
+(``_gpu_support.install_fake_cuda``): how it packs arguments, gives shared memory, zeroes and keeps
+scratch, and names a failed launch.
 """
 import dataclasses
 
@@ -38,8 +39,10 @@ def test_the_saved_h200_facts():
     assert H200.multiprocessors == H200_SMS and H200.shared_memory_per_block_optin == 227 * 1024
 
 
-@pytest.mark.parametrize("a,b,q", [(0, 4, 0), (1, 4, 1), (4, 4, 1), (5, 4, 2), (1000, 256, 4), (1024, 256, 4),
-                                   (1025, 256, 5), (2**31, 8192, 2**18), (2**40 + 1, 2**20, 2**20 + 1)])
+@pytest.mark.parametrize("a,b,q", [(0, 4, 0), (1, 4, 1), (4, 4, 1), (5, 4, 2), (1000, 256, 4),
+                                   (1024, 256, 4),
+                                   (1025, 256, 5), (2**31, 8192, 2**18),
+                                   (2**40 + 1, 2**20, 2**20 + 1)])
 def test_ceil_div(a, b, q):
     assert ceil_div(a, b) == q
 
@@ -58,7 +61,8 @@ def test_dynamic_smem_formulas_at_known_C():
     assert smem("v6_last_block", 768, 512) == (2 * 768 + 3840) * 4 == 21504
     assert smem("v6_last_block", 776, 512) == (2 * 1024 + 3840) * 4
     # C > 4096 passes the 48 KiB a launch gets without opting in
-    assert smem("v6_last_block", 4096, 512) <= launch.DEFAULT_SMEM_LIMIT < smem("v6_last_block", 4352, 512)
+    assert smem("v6_last_block", 4096,
+                512) <= launch.DEFAULT_SMEM_LIMIT < smem("v6_last_block", 4352, 512)
     # the default block is the rung's
     assert ladder.shared_memory("v6_last_block", 1024) == smem("v6_last_block", 1024, 512)
     assert ladder.shared_memory("v6_last_block", 1024, 128) == (2 * 1024 + 2 * 96 * 4) * 4
@@ -102,7 +106,8 @@ def test_v1_and_v2_grids(N):
     assert _kgb(plan) == [("rmsnorm_backward_v1", ceil_div(N, 256), 256)]
     assert [v for _, v in plan[0].args[-2:]] == [N, 768]
     assert _kgb(_plan("v2_warp", N, 768)) == [("rmsnorm_backward_v2", ceil_div(N, 8), 256)]
-    assert _kgb(_plan("v2_warp", N, 768, block_size=128)) == [("rmsnorm_backward_v2", ceil_div(N, 4), 128)]
+    assert _kgb(_plan("v2_warp", N, 768,
+                      block_size=128)) == [("rmsnorm_backward_v2", ceil_div(N, 4), 128)]
 
 
 @pytest.mark.parametrize("N", [1, 8, 9, 100, 4224, 4225, 70000])
@@ -112,18 +117,23 @@ def test_persistent_grids(N):
     assert _kgb(_plan("v3_smem", N, C)) == [("rmsnorm_backward_v3", want4, 256)]
 
     plan = _plan("v4_vec_bf16", N, C)
-    assert _kgb(plan) == [("rmsnorm_backward_v4", want4, 256), ("add_dweight_v4", ceil_div(C, 256), 256)]
+    assert _kgb(plan) == [("rmsnorm_backward_v4", want4, 256),
+                          ("add_dweight_v4", ceil_div(C, 256), 256)]
     accum = _scratch(plan)["dweight_accum"]
     assert accum.nbytes == C * 4
     assert accum.zero == "each"  # the fp32 accumulator is zeroed before every launch
-    assert dict(plan[0].args)["dweight_accum"] is accum and dict(plan[1].args)["dweight_accum"] is accum
+    assert dict(plan[0].args)["dweight_accum"] is accum
+    assert dict(plan[1].args)["dweight_accum"] is accum
 
     want2 = max(1, min(H200_SMS * 2, ceil_div(N, 16)))  # 512 threads = 16 warps, 2 blocks per SM
     plan = _plan("v5_two_pass", N, C)
-    assert _kgb(plan) == [("rmsnorm_backward_v5", want2, 512), ("reduce_dweight_v5", ceil_div(C, 256), 256)]
+    assert _kgb(plan) == [("rmsnorm_backward_v5", want2, 512),
+                          ("reduce_dweight_v5", ceil_div(C, 256), 256)]
     assert _scratch(plan)["partials"].nbytes == want2 * C * 4
-    assert _scratch(plan)["partials"].zero == "none"  # every partial row is written before it is read
-    assert [v for _, v in plan[1].args[-2:]] == [want2, C]  # the reducer is told how many partial rows there are
+    # every partial row is written before it is read
+    assert _scratch(plan)["partials"].zero == "none"
+    # the reducer is told how many partial rows there are
+    assert [v for _, v in plan[1].args[-2:]] == [want2, C]
 
     plan = _plan("v6_last_block", N, C)
     assert _kgb(plan) == [("rmsnorm_backward_v6", 2 * H200_SMS, 512)]
@@ -149,20 +159,22 @@ def test_every_plan_launches_its_kernels_with_legal_configurations(version, N, C
         pytest.skip(f"{version} needs C % {spec.c_multiple} == 0")
     plan = _plan(version, N, C)
     assert plan, f"{version} launched nothing"
-    # the first launch is a main kernel (it gets the shared memory): the version's first, or for v7_fast one
-    # of its other row paths; the final sums come after it
-    assert plan[0].kernel in spec.kernels and not plan[0].kernel.startswith("reduce"), plan[0].kernel
+    # the first launch is a main kernel (it gets the shared memory): the version's first, or for
+    # v7_fast one of its other row paths; the final sums come after it
+    first = plan[0].kernel
+    assert first in spec.kernels and not first.startswith("reduce"), first
     for L in plan:
         assert L.kernel in spec.kernels
         assert 1 <= L.grid < 2**31
         assert 32 <= L.block <= 1024 and L.block % 32 == 0
         for name, a in L.args:
-            # the launcher passes ints as the kernels' 32-bit int parameters and Tensors/Scratch as 64-bit
-            # addresses: a pointer given as an int would be truncated
+            # the launcher passes ints as the kernels' 32-bit int parameters and Tensors/Scratch as
+            # 64-bit addresses: a pointer given as an int would be truncated
             if isinstance(a, int):
                 assert not isinstance(a, bool) and 0 <= a < 2**31, f"{L.kernel}: {name}={a!r}"
             else:
-                assert isinstance(a, (Tensor, Scratch)), f"{L.kernel}: unexpected argument {name}={a!r}"
+                assert isinstance(a, (Tensor,
+                                      Scratch)), f"{L.kernel}: unexpected argument {name}={a!r}"
 
 
 def test_tensors_hold_device_pointers():
@@ -171,13 +183,14 @@ def test_tensors_hold_device_pointers():
     assert t.rstd == 2**40 and t.dinp == 1
 
 
-# ------------------------------------------------------------------------------------------------------
+# --------------------------------------------------------------------------------------------------
 # the launcher, against a fake driver
 
 
 @pytest.fixture
 def fake_cuda(monkeypatch):
-    """A fake driver (and the H200's facts) for the launcher; the launcher cache is emptied around it."""
+    """A fake driver (and the H200's facts) for the launcher; the launcher cache is emptied around
+    it."""
     launch.release()
     made = []
 
@@ -227,8 +240,10 @@ def test_a_failed_launch_is_a_launch_error_naming_the_version(fake_cuda):
 
 
 def test_a_plan_naming_a_kernel_the_module_lacks(fake_cuda):
-    fake_cuda(kernels_in_module=("rmsnorm_backward_v4",))  # add_dweight_v4 missing from the "compiled" module
-    with pytest.raises(ValueError, match=r"v4_vec_bf16: no entry point 'add_dweight_v4' in its CUDA "
+    # add_dweight_v4 missing from the "compiled" module
+    fake_cuda(kernels_in_module=("rmsnorm_backward_v4",))
+    with pytest.raises(ValueError,
+                       match=r"v4_vec_bf16: no entry point 'add_dweight_v4' in its CUDA "
                                          r"\(is it extern \"C\" __global__\?\)"):
         launch.Launcher("v4_vec_bf16", 1024)
 
@@ -249,7 +264,8 @@ def test_scratch_zeroed_before_each_call(fake_cuda):
     (accum,) = drv.allocations
     memsets = [e for e in drv.log if e[0] == "memset"]
     # once before every call, on its stream, and before that call's launches (not between them)
-    assert [e[0] for e in drv.log if e[0] in ("memset", "launch")] == ["memset", "launch", "launch"] * 3
+    assert [e[0] for e in drv.log
+            if e[0] in ("memset", "launch")] == ["memset", "launch", "launch"] * 3
     assert memsets == [("memset", accum.address, 0, 1024 * 4, s)] * 3
 
 
@@ -261,7 +277,8 @@ def test_scratch_zeroed_once_when_made(fake_cuda):
         v6(5000, launch.Tensors(1, 2, 3, 4, 5, 6), s)
     allocs = [e for e in drv.log if e[0] == "alloc"]
     memsets = [e for e in drv.log if e[0] == "memset"]
-    assert len(allocs) == 1 and memsets == [("memset", allocs[0][1], 0, allocs[0][2], s)]  # zeroed once, when made
+    # zeroed once, when made
+    assert len(allocs) == 1 and memsets == [("memset", allocs[0][1], 0, allocs[0][2], s)]
     assert allocs[0][2] == (32 + 2 * 1024 * 2 * H200_SMS) * 4
     assert [e[0] for e in drv.log] == ["alloc", "memset", "launch", "launch", "launch"]
 
@@ -297,7 +314,8 @@ def test_each_stream_gets_its_own_scratch(fake_cuda):
     assert a != b, "two streams share one scratch (v6's ticket counter)"
     L(100, t, streams[0])
     assert int(drv.launches()[-1][5][2]) == a  # the same stream: the same scratch
-    for s in streams[2:]:  # more streams than kept: the oldest's scratch is freed, after waiting for it
+    # more streams than kept: the oldest's scratch is freed, after waiting for it
+    for s in streams[2:]:
         L(100, t, s)
     assert len(drv.live()) == launch.STREAMS_KEPT
     assert streams[0].synchronized >= 1 or streams[1].synchronized >= 1
@@ -314,7 +332,8 @@ def test_more_than_48k_of_shared_memory_is_opted_in_once(fake_cuda):
     opted = [e for e in drv.log if e[0] == "set_attribute"]
     assert opted == [("set_attribute", "rmsnorm_backward_v6", "MAX_DYNAMIC_SHARED_SIZE_BYTES",
                       H200.shared_memory_per_block_optin - 16)]  # the device's whole limit
-    assert drv.launches()[-1][6] == ladder.shared_memory("v6_last_block", 8192) > launch.DEFAULT_SMEM_LIMIT
+    need = ladder.shared_memory("v6_last_block", 8192)
+    assert drv.launches()[-1][6] == need > launch.DEFAULT_SMEM_LIMIT
     small(100, launch.Tensors(1, 2, 3, 4, 5, 6))
 
 
@@ -332,21 +351,26 @@ def test_more_shared_memory_than_the_device_has_is_refused(fake_cuda, version):
     launch.Launcher(version, largest)  # fits
     too_big = largest + rung.c_multiple
     need = ladder.shared_memory(version, too_big)
-    with pytest.raises(ValueError, match=rf"^C={too_big} needs {need} bytes of dynamic shared memory per block for "
-                                         rf"{version} \(\+ {static} static\), more than this device allows "
-                                         rf"\({limit} bytes\); the largest C it can run is {largest}$"):
+    with pytest.raises(ValueError,
+                       match=rf"^C={too_big} needs {need} bytes of dynamic shared memory per block "
+                                         rf"for {version} \(\+ {static} static\), more than this "
+                                         rf"device allows \({limit} bytes\); the largest C it can "
+                                         rf"run is {largest}$"):
         launch.Launcher(version, too_big)
 
 
 @pytest.mark.parametrize("version", ["v3_smem", "v4_vec_bf16", "v5_two_pass", "v6_last_block"])
 def test_a_device_of_48k_refuses_what_needs_more(fake_cuda, version):
     rung = ladder.get(version)
-    small = dataclasses.replace(H200, name="48 KiB GPU", shared_memory_per_block_optin=launch.DEFAULT_SMEM_LIMIT)
+    small = dataclasses.replace(H200, name="48 KiB GPU",
+                                shared_memory_per_block_optin=launch.DEFAULT_SMEM_LIMIT)
     fake_cuda(device=small)
     C = next(C for C in range(rung.c_multiple, 1 << 18, rung.c_multiple)
              if ladder.shared_memory(version, C) > launch.DEFAULT_SMEM_LIMIT)
     launch.Launcher(version, C - rung.c_multiple)
-    with pytest.raises(ValueError, match=rf"^C={C} needs \d+ bytes of dynamic shared memory per block for {version}"):
+    with pytest.raises(ValueError,
+                       match=rf"^C={C} needs \d+ bytes of dynamic shared memory per block for "
+                             rf"{version}"):
         launch.Launcher(version, C)
 
 
@@ -355,7 +379,8 @@ def test_the_launcher_cache_is_bounded_and_keyed(fake_cuda):
     a = launch.launcher("v7_fast", 1024)
     assert launch.launcher("v7_fast", 1024) is a
     assert launch.launcher(ladder.get("v7_fast"), 1024) is a
-    for other in (launch.launcher("v7_fast", 1024, overwrite=True), launch.launcher("v7_fast", 2048),
+    for other in (launch.launcher("v7_fast", 1024, overwrite=True),
+                  launch.launcher("v7_fast", 2048),
                   launch.launcher("v7_fast", 1024, block_size=256),
                   launch.launcher("v7_fast", 1024, config=ladder.v7_fast.Config(K=1))):
         assert other is not a

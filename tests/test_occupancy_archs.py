@@ -1,6 +1,6 @@
-"""Occupancy on the architectures the lessons compare (sm_80, sm_89, sm_90, sm_100, sm_120), no GPU needed:
-the limits tables hold the CUDA programming guide's figures, hand-worked cases come out right, and the
-per-arch table of a rung renders for every arch (compiled by nvcc for each)."""
+"""Occupancy on the architectures the lessons compare (sm_80, sm_89, sm_90, sm_100, sm_120), no GPU
+needed: the limits tables hold the CUDA programming guide's figures, hand-worked cases come out
+right, and the per-arch table of a rung renders for every arch (compiled by nvcc for each)."""
 import pytest
 
 from rmsnorm_lessons import build, gpu, ladder, occupancy
@@ -22,7 +22,8 @@ def test_limits_of_the_lesson_arches(arch, warps, blocks, per_sm, optin):
     assert (L.max_warps_per_sm, L.max_blocks_per_sm) == (warps, blocks)
     assert (L.shared_per_sm, L.shared_per_block_optin) == (per_sm * KIB, optin * KIB)
     assert L.shared_per_sm == max(L.carveouts_kib) * KIB  # the largest carveout is the default
-    assert (L.registers_per_sm, L.registers_per_block, L.max_registers_per_thread) == (65536, 65536, 255)
+    assert (L.registers_per_sm, L.registers_per_block,
+            L.max_registers_per_thread) == (65536, 65536, 255)
     assert L.reserved_shared_per_block == 1 * KIB and L.shared_per_block == 48 * KIB
     assert occupancy.limits(arch + "a") == L  # sm_100a, sm_120a: the same SM
     assert arch in occupancy.LESSON_ARCHES and occupancy.GPUS[arch]
@@ -30,8 +31,9 @@ def test_limits_of_the_lesson_arches(arch, warps, blocks, per_sm, optin):
 
 def test_hand_worked_cases_on_blackwell():
     # 32 registers a thread, 256 threads, no shared memory of its own (1 KiB reserved):
-    # registers: 32 x 32 = 1024 a warp; a quarter's 16384 hold 16 warps, 64 an SM: 8 blocks of 8 warps.
-    # sm_100 has 64 warp slots (8 blocks), sm_120 only 48 (6 blocks): the warps limit it there.
+    # registers: 32 x 32 = 1024 a warp; a quarter's 16384 hold 16 warps, 64 an SM: 8 blocks of 8
+    # warps. sm_100 has 64 warp slots (8 blocks), sm_120 only 48 (6 blocks): the warps limit it
+    # there.
     o = occupancy.from_resources(32, 0, 256, 0, "sm_100")
     assert (o.blocks_per_sm, o.warps_per_sm, o.limiter) == (8, 64, "registers and warps")
     o = occupancy.from_resources(32, 0, 256, 0, "sm_120")
@@ -54,7 +56,8 @@ def test_hand_worked_cases_on_blackwell():
     # above 48 KiB without opting in: refused on both
     assert occupancy.from_resources(32, 0, 128, 60 * KIB, "sm_120", opt_in=False).blocks_per_sm == 0
     # sm_90 models named-barrier slots, the Blackwell rows do not (no published figure)
-    assert "barriers" not in occupancy.from_resources(128, 672, 512, 0, "sm_100", barriers=16).blocks_by
+    assert "barriers" not in occupancy.from_resources(128, 672, 512, 0, "sm_100",
+                                                      barriers=16).blocks_by
 
 
 def test_limits_text_and_the_fallback_label():
@@ -72,7 +75,8 @@ def test_every_rung_renders_on_every_lesson_arch(version):
     lines = table.splitlines()
     assert len(lines) == 1 + len(occupancy.LESSON_ARCHES)
     for arch, line in zip(occupancy.LESSON_ARCHES, lines[1:]):
-        assert line.startswith(arch) and "cannot be compiled" not in line  # all rungs build for all five
+        # all rungs build for all five
+        assert line.startswith(arch) and "cannot be compiled" not in line
         o = occupancy.occupancy(version, 4096, arch)
         assert 1 <= o.blocks_per_sm <= occupancy.limits(arch).max_blocks_per_sm
         assert f"{o.warps_per_sm:>5}/{o.max_warps_per_sm:<2}" in line and o.limiter in line
@@ -80,7 +84,8 @@ def test_every_rung_renders_on_every_lesson_arch(version):
 
 @needs_nvcc
 def test_v3_across_arches_at_a_wide_row():
-    # the lesson 04 table: at C = 16384 shared memory limits every arch, and the 100 KiB SMs hold one block
+    # the lesson 04 table: at C = 16384 shared memory limits every arch, and the 100 KiB SMs hold
+    # one block
     o = {a: occupancy.occupancy("v3_smem", 16384, a) for a in occupancy.LESSON_ARCHES}
     assert {a: x.blocks_per_sm for a, x in o.items()} == \
         {"sm_80": 2, "sm_89": 1, "sm_90": 3, "sm_100": 3, "sm_120": 1}
@@ -93,7 +98,8 @@ def test_a_rung_that_cannot_compile_gets_a_line(monkeypatch):
 
     def refuse(name, arch=build.DEFAULT_ARCH):
         if arch == "sm_120":
-            raise build.CompileError("nvcc failed for v3_smem (sm_120):\nx.cu(1): error: not on this arch")
+            raise build.CompileError("nvcc failed for v3_smem (sm_120):\nx.cu(1): error: not on "
+                                     "this arch")
         return real(name, arch)
 
     monkeypatch.setattr(build, "resources", refuse)
@@ -104,15 +110,21 @@ def test_a_rung_that_cannot_compile_gets_a_line(monkeypatch):
 
 
 def test_device_limits_text_reads_the_driver_on_a_gpu(monkeypatch):
-    # the GPU branch, on a fake device (an RTX PRO 6000-like sm_120): figures come from the driver, not the table
+    # the GPU branch, on a fake device (an RTX PRO 6000-like sm_120): figures come from the driver,
+    # not the table
     fake = gpu.DeviceFacts(name="Fake Blackwell", compute_capability=(12, 0), multiprocessors=188,
                            shared_memory_per_block=48 * KIB, shared_memory_per_block_optin=99 * KIB,
-                           shared_memory_per_multiprocessor=100 * KIB, max_threads_per_multiprocessor=1536,
-                           registers_per_multiprocessor=65536, l2_bytes=128 << 20, total_memory=96 << 30,
+                           shared_memory_per_multiprocessor=100 * KIB,
+                           max_threads_per_multiprocessor=1536,
+                           registers_per_multiprocessor=65536, l2_bytes=128 << 20,
+                           total_memory=96 << 30,
                            driver_version=13000)
-    driver = {"multiprocessor_count": 188, "max_threads_per_multiprocessor": 1536, "max_blocks_per_multiprocessor": 24,
-              "max_registers_per_multiprocessor": 65536, "max_shared_memory_per_multiprocessor": 100 * KIB,
-              "max_shared_memory_per_block": 48 * KIB, "max_shared_memory_per_block_optin": 99 * KIB,
+    driver = {"multiprocessor_count": 188, "max_threads_per_multiprocessor": 1536,
+              "max_blocks_per_multiprocessor": 24,
+              "max_registers_per_multiprocessor": 65536,
+              "max_shared_memory_per_multiprocessor": 100 * KIB,
+              "max_shared_memory_per_block": 48 * KIB,
+              "max_shared_memory_per_block_optin": 99 * KIB,
               "reserved_shared_memory_per_block": 1024}
     monkeypatch.setattr(gpu, "available", lambda: True)
     monkeypatch.setattr(gpu, "facts_or_fallback", lambda: (fake, "Fake Blackwell (this GPU)"))

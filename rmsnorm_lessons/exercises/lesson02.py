@@ -1,8 +1,8 @@
 """Lesson 02: count what v1_naive asks of the memory system.
 
-Two checks, no GPU needed: :func:`check_atomics` (how many ``atomicAdd`` v1 issues on ``dweight`` and how
-many land on each address) and :func:`check_sectors` (how many 32-byte sectors one warp's load of ``inp``
-touches at one loop step, in v1 and in v2).
+Two checks, no GPU needed: :func:`check_atomics` (how many ``atomicAdd`` v1 issues on ``dweight``
+and how many land on each address) and :func:`check_sectors` (how many 32-byte sectors one warp's
+load of ``inp`` touches at one loop step, in v1 and in v2).
 """
 from __future__ import annotations
 
@@ -13,9 +13,11 @@ ANSWER = "of {name} with your answer (a number, or an expression in N and C)"
 
 
 def check_atomics(N: int, C: int, total, per_address) -> Verdict:
-    """``total``: atomicAdds v1 issues on dweight for an (N, C) problem; ``per_address``: how many hit one
+    """``total``: atomicAdds v1 issues on dweight for an (N, C) problem; ``per_address``: how many
+    hit one
     ``dweight[c]``."""
-    answers, verdict = read_numbers(((total, "total"), (per_address, "per_address")), ANSWER, whole=True)
+    answers, verdict = read_numbers(((total, "total"), (per_address, "per_address")), ANSWER,
+                                    whole=True)
     if verdict is not None:
         return verdict
     total, per_address = answers
@@ -23,29 +25,31 @@ def check_atomics(N: int, C: int, total, per_address) -> Verdict:
     problems = []
     if total != N * C:
         if total == N:
-            problems.append(f"total = {total} is one atomic per row, but each row adds to every one of its C "
-                            f"channels: one atomicAdd per element")
+            problems.append(f"total = {total} is one atomic per row, but each row adds to every "
+                            f"one of its C channels: one atomicAdd per element")
         elif total == C:
-            problems.append(f"total = {total} is one per channel; every row adds its own contribution to each "
-                            f"channel")
+            problems.append(f"total = {total} is one per channel; every row adds its own "
+                            f"contribution to each channel")
         elif total == N * C // 32:
-            problems.append(f"total = {total} counts warp instructions; count the atomic operations, one per "
-                            f"thread and element")
+            problems.append(f"total = {total} counts warp instructions; count the atomic "
+                            f"operations, one per thread and element")
         else:
-            problems.append(f"total = {total} is not right: look at where atomicAdd sits (inside the loop over "
-                            f"C, run by each of the N threads)")
+            problems.append(f"total = {total} is not right: look at where atomicAdd sits (inside "
+                            f"the loop over C, run by each of the N threads)")
     if per_address != N:
         if per_address == C:
-            problems.append(f"per_address = {per_address}: dweight[c] receives one add from each row, so count "
-                            f"rows, not channels")
+            problems.append(f"per_address = {per_address}: dweight[c] receives one add from each "
+                            f"row, so count rows, not channels")
         elif per_address == N * C:
-            problems.append(f"per_address = {per_address} is the total; the total is spread over the C addresses")
+            problems.append(f"per_address = {per_address} is the total; the total is spread over "
+                            "the C addresses")
         else:
-            problems.append(f"per_address = {per_address} is not right: which threads add to dweight[0]?")
+            problems.append(f"per_address = {per_address} is not right: which threads add to "
+                            "dweight[0]?")
     if problems:
         return failed("; ".join(problems))
-    return passed(f"v1 issues N*C = {N * C:,} atomicAdds onto C = {C:,} addresses: {N:,} on each dweight[c], "
-                  f"done one after another by the L2 cache that owns that address")
+    return passed(f"v1 issues N*C = {N * C:,} atomicAdds onto C = {C:,} addresses: {N:,} on each "
+                  f"dweight[c], done one after another by the L2 cache that owns that address")
 
 
 def _expected_sectors(C: int):
@@ -53,7 +57,8 @@ def _expected_sectors(C: int):
 
 
 def check_sectors(v1, v2, C: int = 1024) -> Verdict:
-    """``v1``/``v2``: 32-byte sectors touched by one warp's load of ``inp`` at one loop step (fp32, row C)."""
+    """``v1``/``v2``: 32-byte sectors touched by one warp's load of ``inp`` at one loop step (fp32,
+    row C)."""
     answers, verdict = read_numbers(((v1, "v1"), (v2, "v2")), ANSWER, whole=True)
     if verdict is not None:
         return verdict
@@ -62,38 +67,43 @@ def check_sectors(v1, v2, C: int = 1024) -> Verdict:
     problems = []
     if v1 != want1:
         if v1 == 1:
-            problems.append("v1 = 1: the 32 threads of a warp read 32 different rows, C floats apart")
+            problems.append("v1 = 1: the 32 threads of a warp read 32 different rows, C floats "
+                            "apart")
         elif v1 == 4:
-            problems.append("v1 = 4 would be 32 neighbouring floats; in v1 the lanes are a whole row apart")
+            problems.append("v1 = 4 would be 32 neighbouring floats; in v1 the lanes are a whole "
+                            "row apart")
         else:
             problems.append(f"v1 = {v1} is not right: lane t reads inp[t*C + c]; with C={C} floats "
                             f"({4 * C} bytes) between lanes, how many share a 32-byte sector?")
     if v2 != want2:
         if v2 == 32:
-            problems.append("v2 = 32: in v2 the lanes read neighbouring floats, which share sectors")
+            problems.append("v2 = 32: in v2 the lanes read neighbouring floats, which share "
+                            "sectors")
         elif v2 == 1:
             problems.append("v2 = 1: 32 floats are 128 bytes, more than one 32-byte sector")
         else:
-            problems.append(f"v2 = {v2} is not right: 32 lanes x 4 bytes = 128 contiguous bytes, in sectors of 32 B")
+            problems.append(f"v2 = {v2} is not right: 32 lanes x 4 bytes = 128 contiguous bytes, "
+                            "in sectors of 32 B")
     if problems:
         return failed("; ".join(problems))
-    return passed(f"v1's warp needs {want1} sectors for 32 useful floats (4 useful bytes in each 32), v2's needs "
-                  f"{want2} (every byte used): {want1 // want2}x fewer sectors per load instruction")
+    return passed(f"v1's warp needs {want1} sectors for 32 useful floats (4 useful bytes in each "
+                  f"32), v2's needs {want2} (every byte used): {want1 // want2}x fewer sectors per "
+                  "load instruction")
 
 
-# --- the kernel exercise: v1's loops, written by the learner ----------------------------------------
+# --- the kernel exercise: v1's loops, written by the learner
+# ----------------------------------------
 
 def check_v1_kernel(source: str, sanitize: bool = False) -> Verdict:
-    """Lesson 02's kernel exercise: the learner's ``rmsnorm_backward_v1`` (one thread per row), checked as
-    the rung ``yours_v1`` with v1_naive's plan, and timed beside v1_naive."""
-    from .. import ladder
+    """Lesson 02's kernel exercise: the learner's ``rmsnorm_backward_v1`` (one thread per row),
+    checked as the rung ``yours_v1`` with v1_naive's plan, and timed beside v1_naive."""
     from . import kernel_check as kc
 
     kernel = "rmsnorm_backward_v1"
     return kc.check_kernel(
-        source, name="yours_v1", kernels=(kernel,), plan=ladder.v1_naive.plan, dtype=ladder.FP32,
-        compare_with="v1_naive", block_size=256, rows_per_block=256, sanitize_it=sanitize,
+        source, name="yours_v1", like="v1_naive", rows_per_block=256, sanitize_it=sanitize,
         static=(kc.sass_has(kc.GLOBAL_ATOMICS, "a global atomic adds to dweight (REDG/ATOMG)",
-                            "dweight[c] is added to by every thread at once: use atomicAdd(&dweight[c], ...), "
-                            "a plain += loses most of the additions", kernel=kernel),
+                            "dweight[c] is added to by every thread at once: use "
+                            "atomicAdd(&dweight[c], ...), a plain += loses most of the additions",
+                            kernel=kernel),
                 kc.no_local_memory(kernel)))

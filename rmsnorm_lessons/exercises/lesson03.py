@@ -1,14 +1,14 @@
 """Lesson 03: write the warp reduction yourself.
 
 The learner writes the body of ``__device__ float warp_sum(float value)``: every lane passes its own
-number and every lane must get back the sum of all 32. :func:`check_warp_sum` always compiles it with
-nvcc (no GPU needed, errors point at the learner's lines). Without a GPU it reads the SASS
-(:func:`static_check`: five ``SHFL.BFLY``, or one-way shuffles followed by a broadcast) and says NOT YET or
-NOT VERIFIED, never PASS. Where a GPU works it launches it with PyCUDA's ``SourceModule`` on two inputs
-and compares every lane with NumPy:
+number and every lane must get back the sum of all 32. :func:`check_warp_sum` always compiles it
+with nvcc (no GPU needed, errors point at the learner's lines). Without a GPU it reads the SASS
+(:func:`static_check`: five ``SHFL.BFLY``, or one-way shuffles followed by a broadcast) and says NOT
+YET or NOT VERIFIED, never PASS. Where a GPU works it launches it with PyCUDA's ``SourceModule`` on
+two inputs and compares every lane with NumPy:
 
-* one-hot warps (warp ``w`` holds 1 in lane ``w``, 0 elsewhere), which show whose values reach each lane:
-  that is how "only 4 steps" or "only lane 0 holds the sum" are told apart and named;
+* one-hot warps (warp ``w`` holds 1 in lane ``w``, 0 elsewhere), which show whose values reach each
+  lane: that is how "only 4 steps" or "only lane 0 holds the sum" are told apart and named;
 * random numbers, compared with the float64 sum.
 """
 from __future__ import annotations
@@ -35,7 +35,8 @@ SOLUTION = """\
     return value;
 """
 
-_HEADER = "#define WARP_SIZE 32\n\n__device__ float warp_sum(float value) {\n#line 1 \"your_warp_sum\"\n"
+_HEADER = ("#define WARP_SIZE 32\n\n__device__ float warp_sum(float value) {\n#line 1 "
+           "\"your_warp_sum\"\n")
 _FOOTER = """}
 #line 1 "lesson03_harness"
 extern "C" __global__ void run_warp_sum(float* out, const float* in) {
@@ -62,18 +63,14 @@ def _strip_comments(code: str) -> str:
     return re.sub(r"//[^\n]*", " ", code)
 
 
-def _nvcc_errors(message: str, keep: int = 6) -> str:
-    lines = [ln.strip() for ln in message.splitlines() if "error:" in ln]
-    return "\n  ".join(lines[:keep]) or message.strip()[-800:]
-
-
 def compile_body(body: str, arch: str | None = None):
     """Compile the learner's body with nvcc; return ``(Compiled, None)`` or ``(None, Verdict)``."""
     try:
         return build.compile_source(source(body), arch or build.DEFAULT_ARCH, name="warp_sum"), None
     except build.CompileError as exc:
-        return None, failed("nvcc does not accept it (line 1 is the first line of text of your body):\n  "
-                            + _nvcc_errors(str(exc)))
+        return None, failed("nvcc does not accept it (line 1 is the first line of text of your "
+                            "body):\n  "
+                            + exc.summary(keep=6))
 
 
 def one_hot_input(warps: int = WARP) -> np.ndarray:
@@ -95,46 +92,51 @@ def _lanes(lanes) -> str:
 
 
 def judge(one_hot_out, random_in, random_out) -> Verdict:
-    """Judge a reduction from what it returned on :func:`one_hot_input` (32 warps) and on random data.
+    """Judge a reduction from what it returned on :func:`one_hot_input` (32 warps) and on random
+    data.
 
-    ``M[w, l]`` = lane ``l``'s result when only lane ``w`` holds 1: how often lane ``w``'s value is counted
-    in lane ``l``'s sum. A right reduction gives all ones.
+    ``M[w, l]`` = lane ``l``'s result when only lane ``w`` holds 1: how often lane ``w``'s value is
+    counted in lane ``l``'s sum. A right reduction gives all ones.
     """
     M = np.asarray(one_hot_out, np.float64).reshape(-1, WARP)[:WARP]
     if M.shape != (WARP, WARP):
-        raise ValueError(f"one_hot_out must hold at least 32 warps of 32 lanes, got {np.size(one_hot_out)} values")
+        raise ValueError("one_hot_out must hold at least 32 warps of 32 lanes, got "
+                         f"{np.size(one_hot_out)} values")
     if not np.all(np.isfinite(M)):
         bad = np.flatnonzero(~np.all(np.isfinite(M), axis=0))
-        return failed(f"lanes {_lanes(bad)} returned NaN or inf: read only values that every lane has set")
+        return failed(f"lanes {_lanes(bad)} returned NaN or inf: read only values that every lane "
+                      "has set")
     if not np.allclose(M, 1.0, atol=1e-6):
         right = np.all(np.abs(M - 1.0) <= 1e-6, axis=0)  # lanes holding the whole sum
         if np.allclose(M, np.eye(WARP), atol=1e-6):
-            return failed("every lane returned its own value: the lanes never exchanged anything. Add "
-                          "value += __shfl_xor_sync(0xffffffff, value, offset) for offset = 16, 8, 4, 2, 1")
+            return failed("every lane returned its own value: the lanes never exchanged anything. "
+                          "Add value += __shfl_xor_sync(0xffffffff, value, offset) for offset = "
+                          "16, 8, 4, 2, 1")
         if right[0] and not right.all():
             wrong = np.flatnonzero(~right)
-            return failed(f"lane 0 holds the sum of all 32 lanes, but lanes {_lanes(wrong)} do not. In v2 every "
-                          f"lane uses the row's sum for its own columns, so every lane must hold it: use "
-                          f"__shfl_xor_sync (the butterfly), or finish with "
+            return failed(f"lane 0 holds the sum of all 32 lanes, but lanes {_lanes(wrong)} do "
+                          "not. In v2 every lane uses the row's sum for its own columns, so every "
+                          f"lane must hold it: use __shfl_xor_sync (the butterfly), or finish with "
                           f"value = __shfl_sync(0xffffffff, value, 0) to broadcast lane 0's sum")
         if M.max() > 1.0 + 1e-6:
             w, l = np.unravel_index(np.argmax(M), M.shape)
-            return failed(f"some values are counted more than once: lane {w}'s value is in lane {l}'s result "
-                          f"{M[w, l]:g} times. Each step must add the partner's current value once, with "
-                          f"offsets 16, 8, 4, 2, 1 (each exactly once)")
+            return failed(f"some values are counted more than once: lane {w}'s value is in lane "
+                          f"{l}'s result {M[w, l]:g} times. Each step must add the partner's "
+                          f"current value once, with offsets 16, 8, 4, 2, 1 (each exactly once)")
         binary = np.all((np.abs(M) <= 1e-6) | (np.abs(M - 1.0) <= 1e-6))
         counts = np.rint(M.sum(axis=0)).astype(int)
         if binary and len(set(counts)) == 1 and counts[0] in (2, 4, 8, 16):
             k = int(counts[0])
-            return failed(f"every lane's result holds the values of {k} lanes, not 32: {k.bit_length() - 1} "
-                          f"exchange step(s) reach {k} lanes, the butterfly needs log2(32) = 5 "
-                          f"(offsets 16, 8, 4, 2, 1)")
+            return failed(f"every lane's result holds the values of {k} lanes, not 32: "
+                          f"{k.bit_length() - 1} exchange step(s) reach {k} lanes, the butterfly "
+                          f"needs log2(32) = 5 (offsets 16, 8, 4, 2, 1)")
         wrong = np.flatnonzero(~right)
         l = int(wrong[0])
         missing = np.flatnonzero(np.abs(M[:, l]) <= 1e-6)
         detail = f"it misses the values of lanes {_lanes(missing)}" if missing.size else \
             f"it counts them with weights {np.round(M[:, l], 3).tolist()[:8]}..."
-        return failed(f"lanes {_lanes(wrong)} do not hold the sum of all 32; in lane {l}'s result {detail}")
+        return failed(f"lanes {_lanes(wrong)} do not hold the sum of all 32; in lane {l}'s result "
+                      f"{detail}")
     x = np.asarray(random_in, np.float64).reshape(-1, WARP)
     got = np.asarray(random_out, np.float64).reshape(-1, WARP)
     want = np.broadcast_to(x.sum(axis=1, keepdims=True), x.shape)
@@ -142,41 +144,46 @@ def judge(one_hot_out, random_in, random_out) -> Verdict:
     bad = ~(np.abs(got - want) <= allowed)
     if bad.any():
         w, l = np.argwhere(bad)[0]
-        return failed(f"on random numbers warp {w}, lane {l} returned {got[w, l]:.6g} but the sum is "
-                      f"{want[w, l]:.6g} ({int(bad.sum())} lanes wrong); the one-hot test passed, so look "
-                      f"for something other than a plain sum")
-    return passed(f"every lane of {x.shape[0]} random warps holds its warp's sum (to float32 rounding), and "
-                  f"every lane's result contains every lane's value exactly once")
+        return failed(f"on random numbers warp {w}, lane {l} returned {got[w, l]:.6g} but the sum "
+                      f"is {want[w, l]:.6g} ({int(bad.sum())} lanes wrong); the one-hot test "
+                      f"passed, so look for something other than a plain sum")
+    return passed(f"every lane of {x.shape[0]} random warps holds its warp's sum (to float32 "
+                  f"rounding), and every lane's result contains every lane's value exactly once")
 
 
 def static_check(body: str, arch: str):
-    """What the SASS of the test kernel tells without running it: ``(problem or None, what was checked)``.
+    """What the SASS of the test kernel tells without running it: ``(problem or None, what was
+    checked)``.
 
-    Every lane needs the sum, so a reduction that shuffles one way (``SHFL.DOWN``/``UP``) must end with a
-    broadcast (``SHFL.IDX``, ``__shfl_sync``); a butterfly needs five ``SHFL.BFLY``. Without cuobjdump only
-    the compile is reported.
+    Every lane needs the sum, so a reduction that shuffles one way (``SHFL.DOWN``/``UP``) must end
+    with a broadcast (``SHFL.IDX``, ``__shfl_sync``); a butterfly needs five ``SHFL.BFLY``. Without
+    cuobjdump only the compile is reported.
     """
     from .. import ladder, sass
 
-    # the test file as an unregistered rung: what rmsnorm_lessons.sass lists (the same nvcc build, cached)
+    # the test file as an unregistered rung: what rmsnorm_lessons.sass lists (the same nvcc build,
+    # cached)
     rung = ladder.rung_from_source(name="warp_sum", source=source(body), plan=lambda *a, **k: [],
                                    kernels=("run_warp_sum",), dtype=ladder.FP32, register_it=False)
     try:
         functions = sass.listing(rung, arch).functions
     except sass.ToolMissing as exc:
         return None, f"the SASS was not checked ({str(exc).split('. ')[0]})"
-    ops = [i.opcode for f in functions.values() for i in f.instructions if i.opcode.startswith("SHFL")]
-    kinds = {k: sum(op.startswith(f"SHFL.{k}") for op in ops) for k in ("BFLY", "DOWN", "UP", "IDX")}
+    ops = [i.opcode for f in functions.values() for i in f.instructions
+           if i.opcode.startswith("SHFL")]
+    kinds = {k: sum(op.startswith(f"SHFL.{k}") for op in ops)
+             for k in ("BFLY", "DOWN", "UP", "IDX")}
     seen = ", ".join(f"{n} SHFL.{k}" for k, n in kinds.items() if n) or "no shuffle"
     if kinds["DOWN"] + kinds["UP"] and not kinds["IDX"] and not kinds["BFLY"]:
-        return (f"the SASS has {seen}: a one-way shuffle (__shfl_down_sync) leaves the sum in lane 0 only, but "
-                f"every lane must hold it: use __shfl_xor_sync, or broadcast lane 0's sum with __shfl_sync"), seen
+        return (f"the SASS has {seen}: a one-way shuffle (__shfl_down_sync) leaves the sum in lane "
+                "0 only, but every lane must hold it: use __shfl_xor_sync, or broadcast lane 0's "
+                "sum with __shfl_sync"), seen
     if kinds["BFLY"] and not (kinds["DOWN"] or kinds["UP"] or kinds["IDX"]) and kinds["BFLY"] < 5:
-        return (f"the SASS has {seen}: {kinds['BFLY']} exchange step(s) reach {2 ** kinds['BFLY']} lanes; the "
-                f"butterfly needs log2(32) = 5 (offsets 16, 8, 4, 2, 1)"), seen
+        return (f"the SASS has {seen}: {kinds['BFLY']} exchange step(s) reach {2 ** kinds['BFLY']} "
+                f"lanes; the butterfly needs log2(32) = 5 (offsets 16, 8, 4, 2, 1)"), seen
     if len(ops) < 5:
-        return (f"the SASS has {seen}: summing 32 lanes by shuffles takes at least 5 exchanges (offsets 16, 8, "
-                f"4, 2, 1)"), seen
+        return (f"the SASS has {seen}: summing 32 lanes by shuffles takes at least 5 exchanges "
+                f"(offsets 16, 8, 4, 2, 1)"), seen
     return None, f"checked in the SASS: {seen}"
 
 
@@ -199,17 +206,20 @@ def _launch(body: str):
 
 
 def check_warp_sum(body: str) -> Verdict:
-    """Compile the learner's body of ``warp_sum`` (always) and, where a GPU works, run and judge it."""
+    """Compile the learner's body of ``warp_sum`` (always) and, where a GPU works, run and judge
+    it."""
     if not isinstance(body, str):
         return failed(f"pass the body as a string (r'''...'''), not {type(body).__name__}")
     code = _strip_comments(body)
     if "__device__" in code or "__global__" in code:
-        return failed("write only the body of warp_sum (the lines between its braces), not a whole function")
+        return failed("write only the body of warp_sum (the lines between its braces), not a whole "
+                      "function")
     if not code.strip():
         return failed("the body is empty: it must at least return a float")
     if "__shfl" not in code and "__shared__" not in code:
-        return failed("the lanes never exchange values (no __shfl_*_sync in your code), so no lane can know "
-                      "the others' numbers: use value += __shfl_xor_sync(0xffffffff, value, offset)")
+        return failed("the lanes never exchange values (no __shfl_*_sync in your code), so no lane "
+                      "can know the others' numbers: use value += __shfl_xor_sync(0xffffffff, "
+                      "value, offset)")
     reason = gpu.why_unavailable()
     arch = gpu.facts().arch if reason is None else build.DEFAULT_ARCH
     compiled, verdict = compile_body(body, arch)
@@ -221,34 +231,37 @@ def check_warp_sum(body: str) -> Verdict:
         static, checked = static_check(body, arch)
         if static is not None:
             return failed(f"{built}; {static}")
-        return not_verified(f"no GPU here, so it was compiled and inspected but not run. {built}; {checked}. On a "
-                            f"GPU this check also runs it and compares every lane with NumPy.")
+        return not_verified(f"no GPU here, so it was compiled and inspected but not run. {built}; "
+                            f"{checked}. On a GPU this check also runs it and compares every lane "
+                            "with NumPy.")
     try:
         one_hot_out, random_out = _launch(body)
     except Exception as exc:  # a CUDA error from the learner's kernel, reported as one line
-        return failed(f"{built}, but running it failed: {type(exc).__name__}: {str(exc).strip()[:300]} "
-                      f"(after an illegal address or a similar error, restart the Python kernel)")
+        return failed(f"{built}, but running it failed: {type(exc).__name__}: "
+                      f"{str(exc).strip()[:300]} (after an illegal address or a similar error, "
+                      "restart the Python kernel)")
     verdict = judge(one_hot_out, random_input(), random_out)
     return Verdict(verdict.passed, f"{built} and ran it on the GPU: {verdict.message}")
 
 
-# --- the kernel exercise: v2's coalesced loops and the butterfly ------------------------------------
+# --- the kernel exercise: v2's coalesced loops and the butterfly
+# ------------------------------------
 
 def check_v2_kernel(source: str, sanitize: bool = False) -> Verdict:
-    """Lesson 03's kernel exercise: the learner's ``rmsnorm_backward_v2`` (one warp per row), checked as the
-    rung ``yours_v2`` with v2_warp's plan, and timed beside v2_warp."""
-    from .. import ladder
+    """Lesson 03's kernel exercise: the learner's ``rmsnorm_backward_v2`` (one warp per row),
+    checked as the rung ``yours_v2`` with v2_warp's plan, and timed beside v2_warp."""
     from . import kernel_check as kc
 
     kernel = "rmsnorm_backward_v2"
     return kc.check_kernel(
-        source, name="yours_v2", kernels=(kernel,), plan=ladder.v2_warp.plan, dtype=ladder.FP32,
-        compare_with="v2_warp", block_size=256, sanitize_it=sanitize,
+        source, name="yours_v2", like="v2_warp", sanitize_it=sanitize,
         static=(kc.sass_lacks(("SHFL.DOWN", "SHFL.UP"), "no one-way shuffle (SHFL.DOWN/UP)",
-                              "__shfl_down_sync leaves the row's sum in lane 0 only, but every lane needs it "
-                              "for its own columns: use __shfl_xor_sync (the butterfly)", kernel=kernel),
+                              "__shfl_down_sync leaves the row's sum in lane 0 only, but every "
+                              "lane needs it for its own columns: use __shfl_xor_sync (the "
+                              "butterfly)", kernel=kernel),
                 kc.sass_has("SHFL.BFLY", "five butterfly shuffles (SHFL.BFLY)",
-                            "the butterfly needs log2(32) = 5 __shfl_xor_sync steps, offsets 16, 8, 4, 2, 1",
+                            "the butterfly needs log2(32) = 5 __shfl_xor_sync steps, offsets 16, "
+                            "8, 4, 2, 1",
                             kernel=kernel, at_least=5),
                 kc.sass_has(kc.GLOBAL_ATOMICS, "a global atomic adds to dweight",
                             "dweight[c] takes one addition per row: use atomicAdd", kernel=kernel),

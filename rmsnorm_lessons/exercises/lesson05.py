@@ -25,7 +25,8 @@ def _test_values() -> np.ndarray:
 
 
 def check_bf16_round(fn) -> Verdict:
-    """``fn(x)`` takes a float32 array and returns the bf16 bit patterns as uint16 (round to nearest even)."""
+    """``fn(x)`` takes a float32 array and returns the bf16 bit patterns as uint16 (round to nearest
+    even)."""
     x = _test_values()
     got, verdict = call_answer(fn, x.copy())
     if verdict is not None:
@@ -39,7 +40,8 @@ def check_bf16_round(fn) -> Verdict:
         if np.issubdtype(got.dtype, np.integer) and got.min() >= 0 and got.max() <= 0xFFFF:
             got = got.astype(np.uint16)
         else:
-            return failed(f"return the 16-bit patterns as np.uint16 (e.g. .astype(np.uint16)); got {got.dtype}")
+            return failed("return the 16-bit patterns as np.uint16 (e.g. .astype(np.uint16)); got "
+                          f"{got.dtype}")
     want = bits(to_bf16(x))
     bad = got != want
     if not bad.any():
@@ -48,13 +50,14 @@ def check_bf16_round(fn) -> Verdict:
     truncated = (u >> 16).astype(np.uint16)
     i = int(np.flatnonzero(bad)[0])
     if np.array_equal(got, truncated):
-        return failed("that truncates (drops the low 16 bits); bf16 conversion rounds to the nearest value")
+        return failed("that truncates (drops the low 16 bits); bf16 conversion rounds to the "
+                      "nearest value")
     tie = (u & 0xFFFF) == 0x8000
     if bad[~tie].sum() == 0:
-        return failed(f"right except on exact ties ({int(bad.sum())} values): a tie goes to the even "
-                      f"neighbour (add 0x7FFF plus the lowest kept bit)")
-    return failed(f"{int(bad.sum())} of {x.size} values differ; e.g. x = {float(x[i])!r} (bits {int(u[i]):#010x}): "
-                  f"you gave {int(got[i]):#06x}, it is {int(want[i]):#06x}")
+        return failed(f"right except on exact ties ({int(bad.sum())} values): a tie goes to the "
+                      f"even neighbour (add 0x7FFF plus the lowest kept bit)")
+    return failed(f"{int(bad.sum())} of {x.size} values differ; e.g. x = {float(x[i])!r} (bits "
+                  f"{int(u[i]):#010x}): you gave {int(got[i]):#06x}, it is {int(want[i]):#06x}")
 
 
 def _half_spacing(lo: float) -> float:
@@ -69,46 +72,50 @@ def check_half_ulp(answer, lo: float = 32.0) -> Verdict:
         return verdict
     want = _half_spacing(lo)
     if value == want:
-        return passed(f"bf16 numbers in [{lo:g}, {2 * lo:g}) are {2 * want:g} apart, so rounding moves a "
-                      f"value by at most {want:g}")
+        return passed(f"bf16 numbers in [{lo:g}, {2 * lo:g}) are {2 * want:g} apart, so rounding "
+                      f"moves a value by at most {want:g}")
     if value == 2 * want:
-        return failed("that is the spacing (one ulp); rounding to the nearest moves a value at most half of it")
+        return failed("that is the spacing (one ulp); rounding to the nearest moves a value at "
+                      "most half of it")
     if value in (want / 2 ** 16, 2 * want / 2 ** 16):  # float32's half spacing or spacing
         return failed("that is float32's rounding; bf16 keeps 8 significant bits, float32 24")
-    return failed(f"not {value:g}: bf16 keeps 8 significant bits (7 stored), so between {lo:g} and {2 * lo:g} "
-                  f"there are 2**7 evenly spaced values")
+    return failed(f"not {value:g}: bf16 keeps 8 significant bits (7 stored), so between {lo:g} and "
+                  f"{2 * lo:g} there are 2**7 evenly spaced values")
 
 
-# --- the kernel exercise: v4's 128-bit loads and stores, the bf16 round trip, the planar staging ----------
+# --- the kernel exercise: v4's 128-bit loads and stores, the bf16 round trip, the planar staging
+# ----------
 
-#: staged() left as the interleaved slot (c): right results, an 8-way bank conflict on every shared atomic
+#: staged() left as the interleaved slot (c): right results, an 8-way bank conflict on every shared
+#: atomic
 INTERLEAVED_SLOT = r"int\s+staged\s*\([^)]*\)\s*\{\s*return\s+c\s*;\s*\}"
 #: when dweight alone is wrong: the slots are where to look
-SLOT_HINT = ("where dinp is right, look at the staging: staged() must give each channel 0..C-1 a slot of its own "
-             "in 0..C-1 (channel 8q + k at k * (C / 8) + q, with C / 8 chunks, not 32), and the last loop "
-             "reads channel c back from staged(c, C)")
+SLOT_HINT = ("where dinp is right, look at the staging: staged() must give each channel 0..C-1 a "
+             "slot of its own in 0..C-1 (channel 8q + k at k * (C / 8) + q, with C / 8 chunks, not "
+             "32), and the last loop reads channel c back from staged(c, C)")
 
 
 def check_v4_kernel(source: str, sanitize: bool = False) -> Verdict:
-    """Lesson 05's kernel exercise: the learner's ``rmsnorm_backward_v4`` and ``add_dweight_v4`` (bf16 storage,
-    Packed128, channel-planar staging), checked as the rung ``yours_v4`` with v4_vec_bf16's plan, and timed
-    beside v4_vec_bf16."""
-    from .. import ladder
+    """Lesson 05's kernel exercise: the learner's ``rmsnorm_backward_v4`` and ``add_dweight_v4``
+    (bf16 storage, Packed128, channel-planar staging), checked as the rung ``yours_v4`` with
+    v4_vec_bf16's plan, and timed beside v4_vec_bf16."""
     from . import kernel_check as kc
 
     kernel = "rmsnorm_backward_v4"
     return kc.check_kernel(
-        source, name="yours_v4", kernels=(kernel, "add_dweight_v4"), plan=ladder.v4_vec_bf16.plan,
-        dtype=ladder.BF16, c_multiple=8, shared_memory=ladder.v4_vec_bf16.shared_memory,
-        compare_with="v4_vec_bf16", block_size=256, sanitize_it=sanitize, hints={"dweight wrong": SLOT_HINT},
+        source, name="yours_v4", like="v4_vec_bf16", sanitize_it=sanitize,
+                           hints={"dweight wrong": SLOT_HINT},
         static=(kc.sass_has("LDG.128", "128-bit loads (LDG.E.128) of dout, inp, weight and dinp",
-                            "load 8 bf16 values at once with load128 / load128cs (Packed128)", kernel=kernel,
+                            "load 8 bf16 values at once with load128 / load128cs (Packed128)",
+                            kernel=kernel,
                             at_least=7),
                 kc.sass_has("STG.128", "a 128-bit store (STG.E.128) of dinp",
-                            "store the 8 new dinp values with one 128-bit store (store128cg), not one by one",
+                            "store the 8 new dinp values with one 128-bit store (store128cg), not "
+                            "one by one",
                             kernel=kernel),
                 kc.source_lacks(INTERLEAVED_SLOT, "staged() is not the interleaved slot c",
-                                "staged() returns c, the interleaved slot: for one k the 32 lanes then hit banks "
-                                "(8 * lane + k) % 32, 4 banks with 8 lanes each, an 8-way conflict on every "
-                                "shared atomic; return the planar slot of channel c = 8q + k, k * (C / 8) + q"),
+                                "staged() returns c, the interleaved slot: for one k the 32 lanes "
+                                "then hit banks (8 * lane + k) % 32, 4 banks with 8 lanes each, an "
+                                "8-way conflict on every shared atomic; return the planar slot of "
+                                "channel c = 8q + k, k * (C / 8) + q"),
                 kc.no_local_memory(kernel)))

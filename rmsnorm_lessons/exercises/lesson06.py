@@ -13,7 +13,8 @@ def _partials(blocks: int = 264, C: int = 64, seed: int = 6) -> np.ndarray:
 
 
 def block_order_sum(partials: np.ndarray) -> np.ndarray:
-    """What reduce_dweight_v5 computes: for each channel, a float32 sum from block 0 to the last block."""
+    """What reduce_dweight_v5 computes: for each channel, a float32 sum from block 0 to the last
+    block."""
     p = np.asarray(partials, np.float32)
     total = np.zeros(p.shape[1], np.float32)
     for row in p:
@@ -22,7 +23,8 @@ def block_order_sum(partials: np.ndarray) -> np.ndarray:
 
 
 def check_block_order_sum(fn) -> Verdict:
-    """``fn(partials)`` (float32, shape (blocks, C)) -> float32 (C,) bit-identical to the kernel's sum."""
+    """``fn(partials)`` (float32, shape (blocks, C)) -> float32 (C,) bit-identical to the kernel's
+    sum."""
     p = _partials()
     got, verdict = call_answer(fn, p.copy())
     if verdict is not None:
@@ -34,28 +36,33 @@ def check_block_order_sum(fn) -> Verdict:
     got32 = got.astype(np.float32)
     same = got32.view(np.uint32) == want.view(np.uint32)
     if same.all() and got.dtype == np.float32:
-        return passed(f"bit-identical in all {p.shape[1]} channels: same order, same float32 roundings")
+        return passed(f"bit-identical in all {p.shape[1]} channels: same order, same float32 "
+                      "roundings")
     if same.all():
-        return failed(f"the values match but come back as {got.dtype}; return float32 like the kernel")
+        return failed(f"the values match but come back as {got.dtype}; return float32 like the "
+                      "kernel")
     in64 = p.astype(np.float64).sum(axis=0).astype(np.float32)
     hint = ""
     if np.array_equal(got32.view(np.uint32), in64.view(np.uint32)):
-        hint = ": you summed in float64; the kernel adds float32 numbers, rounding after each addition"
+        hint = (": you summed in float64; the kernel adds float32 numbers, rounding after each "
+                "addition")
     elif np.array_equal(got32.view(np.uint32), block_order_sum(p[::-1]).view(np.uint32)):
         hint = ": you went from the last block to the first; the kernel starts at block 0"
     diff = np.abs(got32.astype(np.float64) - want.astype(np.float64))
-    return failed(f"{int((~same).sum())} of {p.shape[1]} channels differ in their bits (largest difference "
-                  f"{diff.max():.3g}){hint}")
+    return failed(f"{int((~same).sum())} of {p.shape[1]} channels differ in their bits (largest "
+                  f"difference {diff.max():.3g}){hint}")
 
 
 def check_scratch_bytes(answer, blocks: int = 264, C: int = 4096) -> Verdict:
-    """Bytes of v5's partials buffer for a grid of ``blocks`` blocks at C channels (fp32 partials)."""
+    """Bytes of v5's partials buffer for a grid of ``blocks`` blocks at C channels (fp32
+    partials)."""
     value, verdict = read_number(answer, "with a number of bytes", whole=True)
     if verdict is not None:
         return verdict
     want = blocks * C * 4
     if value == want:
-        return passed(f"{blocks} blocks x {C} channels x 4 bytes = {want} bytes ({want / 2**20:.1f} MiB)")
+        return passed(f"{blocks} blocks x {C} channels x 4 bytes = {want} bytes "
+                      f"({want / 2**20:.1f} MiB)")
     if value == blocks * C * 2:
         return failed("the partials are float32 (4 bytes), even though dweight itself is bf16")
     if value == blocks * C:
@@ -63,23 +70,22 @@ def check_scratch_bytes(answer, blocks: int = 264, C: int = 4096) -> Verdict:
     return failed(f"not {value}: one float32 per block and channel")
 
 
-# --- the kernel exercise: v5's per-block partials and the second kernel ------------------------------
+# --- the kernel exercise: v5's per-block partials and the second kernel
+# ------------------------------
 
 def check_v5_kernel(source: str, sanitize: bool = False) -> Verdict:
-    """Lesson 06's kernel exercise: the learner's ``rmsnorm_backward_v5`` (partials written per block) and
-    ``reduce_dweight_v5`` (summed in block order), checked as the rung ``yours_v5`` (deterministic: two
-    runs must agree bit for bit) with v5_two_pass's plan, and timed beside v5_two_pass."""
-    from .. import ladder
+    """Lesson 06's kernel exercise: the learner's ``rmsnorm_backward_v5`` (partials written per
+    block) and
+    ``reduce_dweight_v5`` (summed in block order), checked as the rung ``yours_v5`` (deterministic:
+    two runs must agree bit for bit) with v5_two_pass's plan, and timed beside v5_two_pass."""
     from . import kernel_check as kc
 
     atomics = kc.GLOBAL_ATOMICS + ("ATOMS",)
     return kc.check_kernel(
-        source, name="yours_v5", kernels=("rmsnorm_backward_v5", "reduce_dweight_v5"),
-        plan=ladder.v5_two_pass.plan, dtype=ladder.BF16, c_multiple=8,
-        shared_memory=ladder.v5_two_pass.shared_memory, compare_with="v5_two_pass", block_size=512,
-        max_block=512, deterministic=True, rows_per_block=16, sanitize_it=sanitize,
+        source, name="yours_v5", like="v5_two_pass", rows_per_block=16, sanitize_it=sanitize,
         hints={"dweight unchanged": "Does reduce_dweight_v5 add its sum into dweight[c]?"},
         static=(kc.sass_lacks(atomics, "no atomics in either kernel (the sums keep one order)",
-                              "an atomic adds in whatever order the hardware serves it, so the result changes "
-                              "from run to run: write partials, then sum them in block order"),
+                              "an atomic adds in whatever order the hardware serves it, so the "
+                              "result changes from run to run: write partials, then sum them in "
+                              "block order"),
                 kc.no_local_memory()))

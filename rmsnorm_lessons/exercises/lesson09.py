@@ -20,13 +20,16 @@ def _close(got: float, want: float, rel: float = 0.01) -> bool:
 
 
 def partials_fraction(N: int, C: int, grid: int) -> float:
-    """Extra traffic of the partials (written once, read once, fp32) over the accumulate-mode bytes."""
+    """Extra traffic of the partials (written once, read once, fp32) over the accumulate-mode
+    bytes."""
     return 2 * grid * C * 4 / bytes_moved(N, C)
 
 
-def check_partials_fraction(answer, N: int = 4096, C: int = 16384, grid: int | None = None) -> Verdict:
-    """``answer``: the partials' traffic as a fraction of the kernel's bytes (e.g. 0.05 for 5 %), for a grid
-    of ``grid`` blocks (default: what v7_fast's plan launches at (N, C) on this GPU, else on the H200)."""
+def check_partials_fraction(answer, N: int = 4096, C: int = 16384,
+                            grid: int | None = None) -> Verdict:
+    """``answer``: the partials' traffic as a fraction of the kernel's bytes (e.g. 0.05 for 5 %),
+    for a grid of ``grid`` blocks (default: what v7_fast's plan launches at (N, C) on this GPU, else
+    on the H200)."""
     got, verdict = read_number(answer, "with a fraction, e.g. 0.05 for 5 %")
     if verdict is not None:
         return verdict
@@ -35,31 +38,33 @@ def check_partials_fraction(answer, N: int = 4096, C: int = 16384, grid: int | N
         grid = ladder.plan("v7_fast", N, C, device)[0].grid
     want = partials_fraction(N, C, grid)
     if _close(got, want, 0.03):
-        return passed(f"{100 * want:.2f} %: {grid} blocks x {C} floats, written and read back, against "
-                      f"{bytes_moved(N, C) / 1e6:.0f} MB. It grows as grid / N: fewer rows per block, more "
-                      f"partials per row")
+        return passed(f"{100 * want:.2f} %: {grid} blocks x {C} floats, written and read back, "
+                      f"against {bytes_moved(N, C) / 1e6:.0f} MB. It grows as grid / N: fewer rows "
+                      f"per block, more partials per row")
     if _close(got, 100 * want, 0.03):
         return failed("that is a percentage: give the fraction (divide by 100)")
     if _close(got, want / 2, 0.03):
-        return failed("half of it: the partials are fp32 (4 bytes each) and move twice, written by every "
-                      "block and read back by the final sum")
+        return failed("half of it: the partials are fp32 (4 bytes each) and move twice, written by "
+                      "every block and read back by the final sum")
     if _close(got, 2 * want, 0.03):
-        return failed("twice too much: the partials move once each way, and the kernel's row tensors are "
-                      "bf16 (2 bytes a value)")
-    return failed(f"{got:g} is off: partial bytes = 2 * grid * C * 4; the kernel's bytes = 4 * N * C * 2 + "
-                  f"4 * N + 3 * C * 2")
+        return failed("twice too much: the partials move once each way, and the kernel's row "
+                      "tensors are bf16 (2 bytes a value)")
+    return failed(f"{got:g} is off: partial bytes = 2 * grid * C * 4; the kernel's bytes = 4 * N * "
+                  f"C * 2 + 4 * N + 3 * C * 2")
 
 
-# --- the kernel exercise: v7's row pass ---------------------------------------------------------------
+# --- the kernel exercise: v7's row pass
+# ---------------------------------------------------------------
 
 #: where v7's own row_pass starts in kernels/v7_fast.cu (its template line and signature)
-ROW_PASS_START = "template <int K, bool WEIGHT_IN_REGISTERS>\n__device__ __forceinline__ float row_pass("
+ROW_PASS_START = ("template <int K, bool WEIGHT_IN_REGISTERS>\n__device__ __forceinline__ float "
+                  "row_pass(")
 V7_FILE = "v7_fast.cu"
 
 
 def v7_around_row_pass() -> tuple[str, str, int]:
-    """kernels/v7_fast.cu cut around its ``row_pass``: the text before it, the text after it, and the line
-    of v7_fast.cu the text after it starts at."""
+    """kernels/v7_fast.cu cut around its ``row_pass``: the text before it, the text after it, and
+    the line of v7_fast.cu the text after it starts at."""
     from .. import build
 
     source = build.kernel_source("v7_fast")
@@ -69,21 +74,24 @@ def v7_around_row_pass() -> tuple[str, str, int]:
 
 
 def splice_row_pass(text: str) -> str:
-    """v7_fast.cu with ``text`` (the learner's row_pass, ``#line 1`` in front) in place of its own row_pass.
+    """v7_fast.cu with ``text`` (the learner's row_pass, ``#line 1`` in front) in place of its own
+    row_pass.
     ``#line`` directives keep nvcc's line numbers those of v7_fast.cu before and after it."""
     before, after, line = v7_around_row_pass()
     return f'#line 1 "{V7_FILE}"\n{before}{text}\n#line {line} "{V7_FILE}"\n{after}'
 
 
 def _at_most_v7(prefix: str, what: str, hint: str, kernel: str = "rmsnorm_backward_v7"):
-    """A static check: the learner's v7 has no more ``prefix`` instructions than v7_fast itself (row_pass
-    needs none of them: v7's own come from the other steps)."""
+    """A static check: the learner's v7 has no more ``prefix`` instructions than v7_fast itself
+    (row_pass needs none of them: v7's own come from the other steps)."""
     from .. import sass
     from . import kernel_check as kc
 
     def test(c):
         mine = len(kc._matching(c.instructions(kernel), prefix))
-        theirs = len(kc._matching(sass.listing("v7_fast", c.listing.arch).functions[kernel].instructions, prefix))
+        theirs = len(kc._matching(sass.listing("v7_fast",
+                                               c.listing.arch).functions[kernel].instructions,
+                                  prefix))
         if mine <= theirs:
             return None
         return f"{hint} (the SASS of {kernel} has {mine} {kc._name(prefix)}, v7_fast's {theirs})"
@@ -92,9 +100,10 @@ def _at_most_v7(prefix: str, what: str, hint: str, kernel: str = "rmsnorm_backwa
 
 
 def _reads_weight4():
-    """A source check: the body uses ``weight4`` (the signature names it once). Where the plan prefetches,
-    WEIGHT_IN_REGISTERS is false and w[j] holds zeros: weight must come from memory. On the GPU the slip is
-    hard to see, since the dot product's term in dinp is small beside bf16's tolerance at random data."""
+    """A source check: the body uses ``weight4`` (the signature names it once). Where the plan
+    prefetches, WEIGHT_IN_REGISTERS is false and w[j] holds zeros: weight must come from memory. On
+    the GPU the slip is hard to see, since the dot product's term in dinp is small beside bf16's
+    tolerance at random data."""
     import re
 
     from . import kernel_check as kc
@@ -102,58 +111,65 @@ def _reads_weight4():
     def test(c):
         if len(re.findall(r"\bweight4\b", c.text)) >= 2:
             return None
-        return ("weight is in w[j] only when WEIGHT_IN_REGISTERS is true; where the plan prefetches (accumulate "
-                "mode, C = 1024..8192) w[j] holds zeros and row_pass loads weight's chunk itself: "
-                "if (!WEIGHT_IN_REGISTERS) wj = __ldg(weight4 + chunk); (your text uses weight4 only in the "
-                "signature)")
+        return ("weight is in w[j] only when WEIGHT_IN_REGISTERS is true; where the plan "
+                "prefetches (accumulate mode, C = 1024..8192) w[j] holds zeros and row_pass loads "
+                "weight's chunk itself: if (!WEIGHT_IN_REGISTERS) wj = __ldg(weight4 + chunk); "
+                "(your text uses weight4 only in the signature)")
 
     return kc.Static("weight loaded from weight4 where it is not in registers", test, sass=False)
 
 
 def check_v7_kernel(source: str, sanitize: bool = False) -> Verdict:
-    """Lesson 09's kernel exercise: the learner's ``row_pass`` (pass 1 over a row held in registers: this
-    thread's part of the dot product, and dweight's sums in its own slice of shared memory), spliced into
-    kernels/v7_fast.cu in place of v7's own, checked as the rung ``yours_v7`` with v7_fast's plan and
-    defines, and timed beside v7_fast's own register path (the staged rows would not run row_pass)."""
+    """Lesson 09's kernel exercise: the learner's ``row_pass`` (pass 1 over a row held in registers:
+    this thread's part of the dot product, and dweight's sums in its own slice of shared memory),
+    spliced into kernels/v7_fast.cu in place of v7's own, checked as the rung ``yours_v7`` with
+    v7_fast's plan and defines, and timed beside v7_fast's own register path (the staged rows would
+    not run row_pass)."""
     from .. import ladder
     from . import kernel_check as kc
 
     if isinstance(source, str) and "row_pass" not in kc.strip_comments(source):
-        return failed("keep the function row_pass (its template line and signature, as given): the rest of v7 "
-                      "calls it")
+        return failed("keep the function row_pass (its template line and signature, as given): the "
+                      "rest of v7 calls it")
     kernel = "rmsnorm_backward_v7"
     v7 = ladder.v7_fast
 
-    def register_path(N, C, device, *, block, overwrite=False, config=None):  # where row_pass runs, at every C
-        return v7.plan(N, C, device, block=block, overwrite=overwrite, config=config or v7.Config(staged=False))
+    # where row_pass runs, at every C
+    def register_path(N, C, device, *, block, overwrite=False, config=None):
+        return v7.plan(N, C, device, block=block, overwrite=overwrite, config=config
+                       or v7.Config(staged=False))
 
     return kc.check_kernel(
-        source, name="yours_v7", kernels=(kernel, "reduce_dweight_v7"), plan=register_path, dtype=ladder.BF16,
-        c_multiple=8, shared_memory=v7.shared_memory, defines=v7.DEFINES, compare_with="v7_fast",
+        source, name="yours_v7", like="v7_fast", kernels=(kernel, "reduce_dweight_v7"),
+                           plan=register_path,
         compare_config=v7.Config(staged=False), compare_label="v7_fast's register path",
-        block_size=v7.MAX_BLOCK, max_block=v7.MAX_BLOCK, deterministic=True,
         rows_per_block=1,  # v7 deals rows round-robin: row % grid is the block that took it
         sanitize_it=sanitize, embed=splice_row_pass,
-        hints={"dweight unchanged": "Your row pass never stores the sums: write sum[0..3] back to sums(p, 0, chunk) "
-                                    "and sum[4..7] to sums(p, 1, chunk) (only where chunk < p.chunks)",
-               "dweight wrong": "dweight comes from the sums alone (the rest of v7 is given): each row must add "
-                                "into what is already there (read sums(p, 0/1, chunk), sum[k] += inp * r * dout, "
-                                "write them back), not replace it (= where += belongs), and norm is inp * r",
-               "dweight nonfinite": "the sums of a chunk past the end of the row (chunk >= p.chunks) belong to "
-                                    "no one: read and write sums(...) only where chunk < p.chunks",
-               "dinp wrong": "in dinp your part is the dot product (the rest of v7 is given): dot sums "
-                             "weight * dout * inp over this thread's 8 K channels; weight is w[j] when "
-                             "WEIGHT_IN_REGISTERS, else __ldg(weight4 + chunk) (the prefetching shapes, accumulate "
-                             "mode at C = 1024..8192)"},
+        hints={"dweight unchanged": "Your row pass never stores the sums: write sum[0..3] back to "
+                                    "sums(p, 0, chunk) and sum[4..7] to sums(p, 1, chunk) (only "
+                                    "where chunk < p.chunks)",
+               "dweight wrong": "dweight comes from the sums alone (the rest of v7 is given): each "
+                                "row must add into what is already there (read sums(p, 0/1, "
+                                "chunk), sum[k] += inp * r * dout, write them back), not replace "
+                                "it (= where += belongs), and norm is inp * r",
+               "dweight nonfinite": "the sums of a chunk past the end of the row (chunk >= "
+                                    "p.chunks) belong to no one: read and write sums(...) only "
+                                    "where chunk < p.chunks",
+               "dinp wrong": "in dinp your part is the dot product (the rest of v7 is given): dot "
+                             "sums weight * dout * inp over this thread's 8 K channels; weight is "
+                             "w[j] when WEIGHT_IN_REGISTERS, else __ldg(weight4 + chunk) (the "
+                             "prefetching shapes, accumulate mode at C = 1024..8192)"},
         static=(_reads_weight4(),
                 kc.no_local_memory(kernel),
                 _at_most_v7("BAR", "no barrier of its own (as many BAR as v7_fast)",
-                            "a barrier in the row pass: the sums are this thread's alone, so nothing needs "
-                            "__syncthreads here, and a barrier in the row loop waits for row groups that have "
-                            "fewer rows (a hang)"),
+                            "a barrier in the row pass: the sums are this thread's alone, so "
+                            "nothing needs __syncthreads here, and a barrier in the row loop waits "
+                            "for row groups that have fewer rows (a hang)"),
                 _at_most_v7("SHFL", "no shuffle of its own (as many SHFL as v7_fast)",
-                            "row_pass returns this thread's part of the dot product only: exchange() sums the "
-                            "lanes and the warps; a warp_reduce_sum here counts every part 32 times"),
+                            "row_pass returns this thread's part of the dot product only: "
+                            "exchange() sums the lanes and the warps; a warp_reduce_sum here "
+                            "counts every part 32 times"),
                 kc.sass_lacks("ATOMS", "no shared-memory atomic (no ATOMS)",
-                              "no atomicAdd on the sums: no other thread touches this thread's slice",
+                              "no atomicAdd on the sums: no other thread touches this thread's "
+                              "slice",
                               kernel=kernel)))

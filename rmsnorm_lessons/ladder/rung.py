@@ -1,7 +1,9 @@
-"""What every rung is made of: its record (:class:`Rung`) and its plan's vocabulary (:class:`Launch`).
+"""What every rung is made of: its record (:class:`Rung`) and its plan's vocabulary
+(:class:`Launch`).
 
-A plan is data: the kernels to launch, in order, each with its grid, block, dynamic shared memory and
-arguments by name. The launcher (:mod:`rmsnorm_lessons.launch`) executes it; a notebook prints it.
+A plan is data: the kernels to launch, in order, each with its grid, block, dynamic shared memory
+and arguments by name. The launcher (:mod:`rmsnorm_lessons.launch`) executes it; a notebook prints
+it.
 """
 from __future__ import annotations
 
@@ -24,13 +26,15 @@ def ceil_div(a: int, b: int) -> int:
 
 @dataclass(frozen=True)
 class Tensor:
-    """An argument that is one of the call's tensors (``dinp``, ``dweight``, ``dout``, ``inp``, ...)."""
+    """An argument that is one of the call's tensors (``dinp``, ``dweight``, ``dout``, ``inp``,
+    ...)."""
 
     name: str
 
     def __post_init__(self):
         if self.name not in TENSOR_NAMES:
-            raise ValueError(f"Tensor name must be one of {', '.join(TENSOR_NAMES)}, got {self.name!r}")
+            raise ValueError(f"Tensor name must be one of {', '.join(TENSOR_NAMES)}, got "
+                             f"{self.name!r}")
 
     def __repr__(self) -> str:
         return self.name
@@ -40,8 +44,8 @@ class Tensor:
 class Scratch:
     """A device buffer the launcher owns and reuses across calls.
 
-    ``zero``: ``"none"`` (the plan writes it before reading it), ``"once"`` (zeroed when allocated: the
-    kernel leaves it at zero, like v6's ticket counter) or ``"each"`` (zeroed before every
+    ``zero``: ``"none"`` (the plan writes it before reading it), ``"once"`` (zeroed when allocated:
+    the kernel leaves it at zero, like v6's ticket counter) or ``"each"`` (zeroed before every
     call, on the call's stream).
     """
 
@@ -54,13 +58,15 @@ class Scratch:
             raise ValueError(f"Scratch zero must be 'none', 'once' or 'each', got {self.zero!r}")
 
     def __repr__(self) -> str:
-        return f"scratch {self.name!r} ({self.nbytes} B{', zeroed ' + self.zero if self.zero != 'none' else ''})"
+        return (f"scratch {self.name!r} ({self.nbytes} "
+                f"B{', zeroed ' + self.zero if self.zero != 'none' else ''})")
 
 
 @dataclass(frozen=True)
 class Launch:
-    """One kernel launch of a plan: ``args`` are (parameter name, value) pairs in the kernel's order;
-    a value is a :class:`Tensor`, a :class:`Scratch` or an ``int`` (passed as a 32-bit int)."""
+    """One kernel launch of a plan: ``args`` are (parameter name, value) pairs in the kernel's
+    order; a value is a :class:`Tensor`, a :class:`Scratch` or an ``int`` (passed as a 32-bit
+    int)."""
 
     kernel: str
     grid: int
@@ -87,8 +93,14 @@ def standard_args(N: int, C: int) -> tuple:
 
 
 def persistent_grid(N: int, block: int, multiprocessors: int, per_sm: int) -> int:
-    """A grid of ``per_sm`` blocks per SM whose warps take a row each, never more blocks than rows need."""
+    """A grid of ``per_sm`` blocks per SM whose warps take a row each, never more blocks than rows
+    need."""
     return max(1, min(multiprocessors * per_sm, ceil_div(N, block // 32)))
+
+
+#: the shipped rungs that take a ``config``, named where another rung refuses one (the ladder fills
+#: it)
+CONFIG_TAKERS: list[str] = []
 
 
 def _no_shared_memory(C: int, block: int) -> int:
@@ -100,9 +112,10 @@ class Rung:
     """One version of the kernel: what it adds, what it stores, how it is launched.
 
     ``plan(N, C, device, *, block, overwrite, config) -> list[Launch]`` and
-    ``shared_memory(C, block) -> bytes`` are the rung module's functions. ``source`` holds the CUDA text
-    of a rung made from a notebook cell; shipped rungs read ``kernels/<name>.cu``. ``defines`` are passed
-    as ``-DNAME=value`` to every build of the rung, so a constant shared by Python and CUDA lives once.
+    ``shared_memory(C, block) -> bytes`` are the rung module's functions. ``source`` holds the CUDA
+    text of a rung made from a notebook cell; shipped rungs read ``kernels/<name>.cu``. ``defines``
+    are passed as ``-DNAME=value`` to every build of the rung, so a constant shared by Python and
+    CUDA lives once.
     """
 
     name: str
@@ -118,8 +131,11 @@ class Rung:
     overwrite_mode: bool = False  # offers dinp = (instead of +=)
     source: str | None = None
     defines: dict = field(default_factory=dict)
-    file: str | None = None  # the kernels/<file>.cu it is built from (default: its name), where source is None
-    lesson: str | None = None  # the notebook that builds it
+    # the kernels/<file>.cu it is built from (default: its name), where source is None
+    file: str | None = None
+    #: ``config_check(config, C, block, overwrite)`` raises where ``config`` is not one of this
+    #: rung's variants at that launch; None: the rung takes no ``config``
+    config_check: Callable | None = None
 
     def __post_init__(self):
         object.__setattr__(self, "dtype", np.dtype(self.dtype))
@@ -128,7 +144,28 @@ class Rung:
         if not self.kernels:
             raise ValueError(f"rung {self.name!r}: kernels must name at least one entry point")
         if self.dtype not in (FP32, BF16):
-            raise ValueError(f"rung {self.name!r}: dtype must be float32 or bfloat16, got {self.dtype}")
+            raise ValueError(f"rung {self.name!r}: dtype must be float32 or bfloat16, got "
+                             f"{self.dtype}")
+
+    @property
+    def lesson(self) -> str | None:
+        """The notebook that builds this rung, read from the lesson registry (None: no lesson
+        does)."""
+        from ..lessons import LESSONS
+
+        return next((lesson.stem for lesson in LESSONS if lesson.rung == self.name), None)
+
+    def check_config(self, config, C: int | None = None, block: int = 0,
+                     overwrite: bool = False) -> None:
+        """A ValueError where ``config`` is not a variant of this rung (None always is); with ``C``,
+        also where it is not one this rung launches at (C, block, overwrite)."""
+        if config is None:
+            return
+        if self.config_check is None:
+            takers = " and ".join(CONFIG_TAKERS) or "other rungs"
+            raise ValueError(f"config is for {takers}'s variants; {self.name} takes none")
+        if C is not None:
+            self.config_check(config, int(C), int(block), bool(overwrite))
 
     @property
     def stem(self) -> str:

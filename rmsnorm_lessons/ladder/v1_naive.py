@@ -1,4 +1,5 @@
-"""v1_naive (kernels/v1_naive.cu): one thread per row, two loops over C, dweight by global atomicAdd."""
+"""v1_naive (kernels/v1_naive.cu): one thread per row, two loops over C, dweight by global
+atomicAdd."""
 from .rung import FP32, Launch, Rung, ceil_div, standard_args
 
 
@@ -6,6 +7,8 @@ def plan(N, C, device, *, block, overwrite=False, config=None):
     return [Launch("rmsnorm_backward_v1", ceil_div(N, block), block, 0, standard_args(N, C))]
 
 
-RUNG = Rung(name="v1_naive", adds="one thread per row, two loops over C, dweight by global atomicAdd",
-            dtype=FP32, c_multiple=1, deterministic=False, block_size=256, kernels=("rmsnorm_backward_v1",),
-            plan=plan, lesson="02_naive")
+RUNG = Rung(name="v1_naive",
+            adds="one thread per row, two loops over C, dweight by global atomicAdd",
+            dtype=FP32, c_multiple=1, deterministic=False, block_size=256,
+            kernels=("rmsnorm_backward_v1",),
+            plan=plan)

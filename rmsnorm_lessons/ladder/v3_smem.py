@@ -10,9 +10,11 @@ def shared_memory(C, block):
 
 def plan(N, C, device, *, block, overwrite=False, config=None):
     grid = persistent_grid(N, block, device.multiprocessors, BLOCKS_PER_SM)
-    return [Launch("rmsnorm_backward_v3", grid, block, shared_memory(C, block), standard_args(N, C))]
+    return [Launch("rmsnorm_backward_v3", grid, block, shared_memory(C, block),
+                   standard_args(N, C))]
 
 
-RUNG = Rung(name="v3_smem", adds="dweight summed per block in shared memory, one global atomic per block and "
+RUNG = Rung(name="v3_smem",
+            adds="dweight summed per block in shared memory, one global atomic per block and "
             "channel", dtype=FP32, c_multiple=1, deterministic=False, block_size=256,
-            kernels=("rmsnorm_backward_v3",), plan=plan, shared_memory=shared_memory, lesson="04_shared_memory")
+            kernels=("rmsnorm_backward_v3",), plan=plan, shared_memory=shared_memory)

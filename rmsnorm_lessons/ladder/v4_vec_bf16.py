@@ -1,10 +1,10 @@
 """v4_vec_bf16 (kernels/v4_vec_bf16.cu): bf16 storage, fp32 math, 128-bit loads and stores.
 
-bf16 has no cheap float atomics, so the blocks add into an fp32 accumulator (zeroed before every call)
-and a second, tiny kernel adds it into the bf16 dweight. A block stages its sums in shared memory
-channel-planar (:func:`staged` is the kernel's ``staged()``); :data:`INTERLEAVED_RUNG` is the same
-kernel built with ``-DV4_INTERLEAVED=1`` (channel c at slot c, an 8-way bank conflict), so lesson 05
-can time both.
+bf16 has no cheap float atomics, so the blocks add into an fp32 accumulator (zeroed before every
+call) and a second, tiny kernel adds it into the bf16 dweight. A block stages its sums in shared
+memory channel-planar (:func:`staged` is the kernel's ``staged()``); :data:`INTERLEAVED_RUNG` is the
+same kernel built with ``-DV4_INTERLEAVED=1`` (channel c at slot c, an 8-way bank conflict), so
+lesson 05 can time both.
 """
 import dataclasses
 
@@ -25,14 +25,16 @@ def shared_memory(C, block):
 
 
 def staged(c, C, interleaved=False):
-    """The shared-memory slot (a 4-byte word) of channel ``c``, as the kernel's ``staged()`` computes it."""
+    """The shared-memory slot (a 4-byte word) of channel ``c``, as the kernel's ``staged()``
+    computes it."""
     c = np.asarray(c)
     return c if interleaved else (c % VEC) * (C // VEC) + c // VEC
 
 
 def lane_slots(C, k=0, step=0, interleaved=False):
-    """The slots the 32 lanes of a warp add element ``k`` of their chunk into at ``step`` of the loop
-    (lane l holds chunk q = l + 32 * step, channels 8q .. 8q + 7); lanes past the row's end are left out."""
+    """The slots the 32 lanes of a warp add element ``k`` of their chunk into at ``step`` of the
+    loop (lane l holds chunk q = l + 32 * step, channels 8q .. 8q + 7); lanes past the row's end are
+    left out."""
     c = VEC * (np.arange(WARP) + WARP * step) + k
     return staged(c[c < C], C, interleaved)
 
@@ -56,14 +58,18 @@ def plan(N, C, device, *, block, overwrite=False, config=None):
     ]
 
 
-RUNG = Rung(name="v4_vec_bf16", adds="bf16 storage, fp32 math, 128-bit Packed128 loads/stores, cache hints, "
-            "channel-planar dweight staging", dtype=BF16, c_multiple=8, deterministic=False, block_size=256,
-            kernels=("rmsnorm_backward_v4", "add_dweight_v4"), plan=plan, shared_memory=shared_memory,
-            lesson="05_bf16_vectorized")
+RUNG = Rung(name="v4_vec_bf16",
+            adds="bf16 storage, fp32 math, 128-bit Packed128 loads/stores, cache hints, "
+            "channel-planar dweight staging", dtype=BF16, c_multiple=8, deterministic=False,
+            block_size=256,
+            kernels=("rmsnorm_backward_v4", "add_dweight_v4"), plan=plan,
+            shared_memory=shared_memory)
 
 
-#: v4 with its dweight staged at slot c, the layout v4 first shipped with: the same file and plan, built with
-#: ``-DV4_INTERLEAVED=1``. Not on the ladder until ``rmsnorm_lessons.ladder.v4_interleaved()`` registers it.
-INTERLEAVED_RUNG = dataclasses.replace(RUNG, name=INTERLEAVED, file=RUNG.name, defines={"V4_INTERLEAVED": 1},
-                                       adds="v4 with its dweight staged interleaved (channel c at slot c: an "
-                                       "8-way bank conflict)", lesson=None)
+#: v4 with its dweight staged at slot c, the layout v4 first shipped with: the same file and plan,
+#: built with ``-DV4_INTERLEAVED=1``. Not on the ladder until
+#: ``rmsnorm_lessons.ladder.v4_interleaved()`` registers it.
+INTERLEAVED_RUNG = dataclasses.replace(RUNG, name=INTERLEAVED, file=RUNG.name,
+                                       defines={"V4_INTERLEAVED": 1},
+                                       adds="v4 with its dweight staged interleaved (channel c at "
+                                       "slot c: an 8-way bank conflict)")

@@ -1,5 +1,6 @@
-"""v6_last_block (kernels/v6_last_block.cu): the seed's kernel10; an atomicInc ticket, the last block sums."""
-from .rung import BF16, Launch, Rung, Scratch, Tensor, ceil_div, tensor_args
+"""v6_last_block (kernels/v6_last_block.cu): the seed's kernel10; an atomicInc ticket, the last
+block sums."""
+from .rung import BF16, Launch, Rung, Scratch, ceil_div, tensor_args
 
 BLOCKS_PER_SM = 2  # the seed's: two 512-thread blocks per SM
 SCRATCH_HEADER = 32  # floats before the partials: the ticket counter, alone in one 128-byte line
@@ -20,7 +21,8 @@ def plan(N, C, device, *, block, overwrite=False, config=None):
                     *tensor_args("dout", "inp", "weight", "rstd"), ("N", N), ("C", C)))]
 
 
-RUNG = Rung(name="v6_last_block", adds="the seed's kernel10: one kernel, atomicInc ticket, the last block sums",
+RUNG = Rung(name="v6_last_block",
+            adds="the seed's kernel10: one kernel, atomicInc ticket, the last block sums",
             dtype=BF16, c_multiple=8, deterministic=True, block_size=512, max_block=512,
-            kernels=("rmsnorm_backward_v6",), plan=plan, shared_memory=shared_memory, defines=DEFINES,
-            lesson="07_last_block")
+            kernels=("rmsnorm_backward_v6",), plan=plan, shared_memory=shared_memory,
+            defines=DEFINES)

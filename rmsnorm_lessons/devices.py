@@ -1,0 +1,93 @@
+"""What one SM of each GPU generation offers: the table occupancy's arithmetic and the argument
+checks read.
+
+Data only (no compiler, no GPU): :mod:`rmsnorm_lessons.validate` refuses a C whose shared memory no
+GPU here gives a block, and :mod:`rmsnorm_lessons.occupancy` computes blocks per SM from the same
+rows.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+DEFAULT_ARCH = "sm_90"
+KIB = 1024
+
+
+@dataclass(frozen=True)
+class Limits:
+    """What one SM of a target offers (the CUDA programming guide's table, compute capability
+    x.y)."""
+
+    arch: str
+    shared_per_sm: int  # bytes: the largest shared-memory carveout, the default for occupancy
+    # bytes a block may use after opting in (cudaFuncAttributeMaxDynamicSharedMemorySize)
+    shared_per_block_optin: int
+    carveouts_kib: tuple  # the shared-memory sizes an SM can be configured to
+    max_warps_per_sm: int = 64
+    max_blocks_per_sm: int = 32
+    registers_per_sm: int = 65536
+    registers_per_block: int = 65536
+    register_unit: int = 256  # a warp's registers are allocated in multiples of this
+    sub_partitions: int = 4  # SM quarters; each holds registers_per_sm / 4 and its own warps
+    max_registers_per_thread: int = 255
+    max_threads_per_block: int = 1024
+    shared_per_block: int = 48 * KIB  # without opting in
+    # taken by the driver for every block (sm_80 and later)
+    reserved_shared_per_block: int = 1 * KIB
+    shared_unit: int = 128  # shared memory is allocated in multiples of this
+    # sm_90: 2 sets of named barriers per block slot
+    barrier_slots_per_block_slot: int | None = None
+
+    @property
+    def max_threads_per_sm(self) -> int:
+        return 32 * self.max_warps_per_sm
+
+
+# Per compute capability, from the CUDA C++ Programming Guide, "Compute Capabilities", table
+# "Technical Specifications per Compute Capability" (maximum resident blocks, warps and threads per
+# SM, registers per SM, per block and per thread, shared memory per SM and per block) and the
+# guide's per-architecture sections (the carveouts):
+#   https://docs.nvidia.com/cuda/cuda-programming-guide/05-appendices/compute-capabilities.html
+# The sm_100 and sm_120 rows were checked against NVIDIA's own copy of that table in CCCL (libcu++,
+# libcudacxx/include/cuda/__device/arch_traits.h: arch_traits<arch_id::sm_100> and
+# <arch_id::sm_120>):
+#   sm_100: 228 KiB shared memory per SM, 227 KiB per block (opt-in), 1 KiB reserved per block,
+#           32 blocks and 2048 threads (64 warps) per SM, 64 Ki registers per SM and per block, 255
+# per thread;
+#   sm_120: 100 KiB shared memory per SM, 99 KiB per block (opt-in), 1 KiB reserved per block,
+#           24 blocks and 1536 threads (48 warps) per SM, 64 Ki registers per SM and per block, 255
+# per thread. Their carveout lists are those of the same shared-memory size one generation earlier
+# (sm_90's for 228 KiB, sm_89's for 100 KiB); only the largest, the default that occupancy uses,
+# enters the arithmetic. Named-barrier slots are modelled for sm_90 only (no published figure for
+# the others). On a GPU, tests/test_occupancy.py::test_limits_match_the_device compares the row of
+# the device's arch with what the driver reports (device_limits()).
+LIMITS = {
+    "sm_80": Limits("sm_80", 164 * KIB, 163 * KIB, (0, 8, 16, 32, 64, 100, 132, 164)),  # A100
+    "sm_86": Limits("sm_86", 100 * KIB, 99 * KIB, (0, 8, 16, 32, 64, 100), max_warps_per_sm=48,
+                    max_blocks_per_sm=16),  # RTX 30xx, A10, A40
+    "sm_89": Limits("sm_89", 100 * KIB, 99 * KIB, (0, 8, 16, 32, 64, 100), max_warps_per_sm=48,
+                    max_blocks_per_sm=24),  # RTX 40xx, L4, L40
+    "sm_90": Limits("sm_90", 228 * KIB, 227 * KIB, (0, 8, 16, 32, 64, 100, 132, 164, 196, 228),
+                    barrier_slots_per_block_slot=2),  # H100, H200
+    # B200, GB200
+    "sm_100": Limits("sm_100", 228 * KIB, 227 * KIB, (0, 8, 16, 32, 64, 100, 132, 164, 196, 228)),
+    "sm_120": Limits("sm_120", 100 * KIB, 99 * KIB, (0, 8, 16, 32, 64, 100), max_warps_per_sm=48,
+                     max_blocks_per_sm=24),  # RTX 50xx, RTX PRO 6000 Blackwell
+}
+
+#: GPUs of each arch, for tables that a reader matches to a card
+GPUS = {
+    "sm_80": "A100", "sm_86": "RTX 30xx, A10, A40", "sm_89": "RTX 40xx, L4, L40",
+        "sm_90": "H100, H200",
+    "sm_100": "B200, GB200", "sm_120": "RTX 50xx, RTX PRO 6000",
+}
+#: the architectures the lessons compare (one per generation a learner is likely to hold)
+LESSON_ARCHES = ("sm_80", "sm_89", "sm_90", "sm_100", "sm_120")
+
+
+def limits(arch: str = DEFAULT_ARCH) -> Limits:
+    """The row of ``arch`` (``sm_90a`` reads ``sm_90``'s); ValueError naming the known ones."""
+    try:
+        return LIMITS[arch.rstrip("a")]
+    except KeyError:
+        raise ValueError(f"no occupancy limits for {arch}; known: {', '.join(LIMITS)}") from None

@@ -1,0 +1,42 @@
+"""``import rmsnorm_lessons`` loads the core only: the inspection, profiling, plotting and timing
+tools load when first asked for (checked in a fresh interpreter, CPU)."""
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import rmsnorm_lessons as rl
+
+ROOT = Path(__file__).resolve().parent.parent
+HEAVY = ("sass", "sass_parse", "occupancy", "nsight", "plots", "bench", "peers", "widgets",
+         "sanitizer", "libcuda")
+
+
+def _loaded_after(code: str) -> set:
+    script = f"import json, sys\n{code}\nprint(json.dumps(sorted(sys.modules)))"
+    out = subprocess.run([sys.executable, "-c", script], cwd=ROOT, capture_output=True, text=True,
+                         timeout=120, check=True, env={"PYTHONPATH": str(ROOT),
+                                                       "PATH": "/usr/bin:/bin"})
+    return set(json.loads(out.stdout.splitlines()[-1]))
+
+
+def test_the_core_loads_none_of_the_tools():
+    loaded = _loaded_after("import rmsnorm_lessons")
+    heavy = sorted(m for m in loaded if m.split(".")[-1] in HEAVY
+                   and m.startswith("rmsnorm_lessons"))
+    assert heavy == [], f"import rmsnorm_lessons loaded {heavy}"
+    assert {"rmsnorm_lessons.kernels", "rmsnorm_lessons.devices",
+            "rmsnorm_lessons.ladder.v7_fast"} <= loaded
+    assert "matplotlib" not in loaded and "pycuda" not in loaded
+
+
+def test_the_tools_load_on_first_use():
+    loaded = _loaded_after("import rmsnorm_lessons as rl\nrl.occupancy")
+    assert {"rmsnorm_lessons.occupancy", "rmsnorm_lessons.sass"} <= loaded
+
+
+def test_validate_and_occupancy_read_one_table():
+    from rmsnorm_lessons import devices, occupancy
+
+    assert occupancy.LIMITS is devices.LIMITS and occupancy.limits is devices.limits
+    assert rl.validate.devices is devices
