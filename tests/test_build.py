@@ -43,8 +43,8 @@ def test_every_kernel_file_compiles(name, arch):
         # v7's wide rows need clusters: not built below sm_90
         if int(arch.removeprefix("sm_")) < 90:
             missing -= set(ladder.v7_fast.WIDE_KERNELS)
-        assert not missing, \
-            f"{name}: the launch plan names kernels the file does not define: {missing}"
+        assert not missing, (f"{name}: the launch plan names kernels the file does not define: "
+                             f"{missing}")
 
 
 def test_ptx_output():
@@ -77,12 +77,12 @@ def test_parse_ptxas_sample():
     found = build.parse_ptxas(SAMPLE_LOG)
     assert list(found) == ["reduce_dweight_v5", "rmsnorm_backward_v6", "tiny"]
     r = found["reduce_dweight_v5"]
-    got = (r.arch, r.registers, r.barriers, r.constant_bytes, r.shared_bytes)
-    assert got == ("sm_80", 24, 0, 376, 0)
+    assert (r.arch, r.registers, r.barriers, r.constant_bytes,
+            r.shared_bytes) == ("sm_80", 24, 0, 376, 0)
     assert not r.spills
     r = found["rmsnorm_backward_v6"]
-    got = (r.arch, r.registers, r.barriers, r.shared_bytes, r.stack_bytes)
-    assert got == ("sm_90", 64, 1, 16, 8)
+    assert (r.arch, r.registers, r.barriers, r.shared_bytes,
+            r.stack_bytes) == ("sm_90", 64, 1, 16, 8)
     assert (r.spill_stores, r.spill_loads) == (4, 12) and r.spills
     r = found["tiny"]
     assert (r.registers, r.barriers, r.shared_bytes, r.constant_bytes) == (6, 0, 0, 0)
@@ -124,3 +124,81 @@ def test_kernel_source_is_the_file():
     path = build.kernel_path("v1_naive")
     assert build.kernel_source("v1_naive") == path.read_text()
     assert build.kernel_path("common.cuh").name == "common.cuh"
+
+
+def test_compile_errors_are_summed_up_in_one_place():
+    exc = build.CompileError("nvcc failed for yours (sm_90):\n"
+                             "yours(12): error: identifier \"weights\" is undefined\n"
+                             "/k/v7_fast.cu(40): warning: unused\n"
+                             "/k/v7_fast.cu(41): error: no instance of row_pass\n"
+                             "nvcc fatal   : Unsupported gpu architecture 'sm_11'\n"
+                             "2 errors detected in the compilation of \"yours.cu\".\n")
+    assert exc.errors("yours") == ["line 12: identifier \"weights\" is undefined",
+                                   "v7_fast.cu(41): no instance of row_pass",
+                                   "nvcc fatal   : Unsupported gpu architecture 'sm_11'"]
+    assert exc.errors()[0] == "yours(12): identifier \"weights\" is undefined"
+    assert exc.summary(keep=2, stem="yours", sep=" | ") == (
+        "line 12: identifier \"weights\" is undefined | v7_fast.cu(41): no instance of row_pass")
+    assert exc.first() == ("nvcc failed for yours (sm_90): yours(12): identifier \"weights\" is "
+                           "undefined")
+    bare = build.CompileError("nvcc failed for x (sm_90):\nsomething odd")
+    assert bare.errors() == [] and bare.summary().endswith("something "
+                                                           "odd") and bare.first() == bare.headline
+
+
+def test_included_files_follow_quoted_includes(tmp_path):
+    (tmp_path / "a.cuh").write_text('#pragma once\n#include "b.cuh"\n')
+    (tmp_path / "b.cuh").write_text("// b\n")
+    main = tmp_path / "main.cu"
+    main.write_text('#include "a.cuh"\n#include <cuda_bf16.h>\n#include "common.cuh"\n#include '
+                    '"nowhere.h"\n')
+    found = build.included_files(main.read_text(), main)
+    names = sorted(name.rsplit("/", 1)[-1] for name in found)
+    assert names == ["<missing> nowhere.h", "a.cuh", "b.cuh", "common.cuh"]
+    assert found[str((tmp_path / "b.cuh").resolve())] == "// b\n"
+
+
+def test_the_disk_cache_is_shared_and_keyed_by_every_included_file(tmp_path, monkeypatch):
+    kernel_dir = tmp_path / "kernels"
+    kernel_dir.mkdir()
+    (kernel_dir / "common.cuh").write_text("#define SCALE 2.0f\n")
+    (kernel_dir / "tiny.cu").write_text('#include "common.cuh"\n'
+                                        'extern "C" __global__ void tiny(float *x) { x[0] *= '
+                                        'SCALE; }\n')
+    monkeypatch.setenv("RMSNORM_LESSONS_KERNELS", str(kernel_dir))
+    monkeypatch.setenv("RMSNORM_CACHE_DIR", str(tmp_path / "cache"))
+    assert build.cache_dir() == tmp_path / "cache"
+    runs = []
+    real = build._run_nvcc
+    monkeypatch.setattr(build, "_run_nvcc", lambda *a: runs.append(a[1]) or real(*a))
+    first = build.compile_file("tiny", "sm_90")
+    build._compile_keyed.cache_clear()  # as a second process would start: nothing in memory
+    second = build.compile_file("tiny", "sm_90")
+    assert runs == ["tiny"] and second.binary == first.binary
+    assert second.resources == first.resources
+    assert sorted(p.suffix for p in (tmp_path / "cache" / "nvcc").iterdir()) == [".cubin", ".log"]
+    build.compile_file("tiny", "sm_80")  # another arch: another entry
+    # a header changed: compiled again
+    (kernel_dir / "common.cuh").write_text("#define SCALE 3.0f\n")
+    third = build.compile_file("tiny", "sm_90")
+    assert runs == ["tiny"] * 3 and third.binary != first.binary
+
+
+def test_a_second_process_reads_the_cache(tmp_path):
+    import subprocess
+    import sys
+    import time
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parent.parent
+    env = {**__import__("os").environ, "RMSNORM_CACHE_DIR": str(tmp_path), "PYTHONPATH": str(root)}
+    code = ("import time; from rmsnorm_lessons import build; t = time.perf_counter(); "
+            "build.compile_file('v5_two_pass', 'sm_80'); print(time.perf_counter() - t)")
+    times = []
+    for _ in range(2):
+        start = time.perf_counter()
+        out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
+                             timeout=300, check=True)
+        times.append((float(out.stdout), time.perf_counter() - start))
+    assert len(list((tmp_path / "nvcc").glob("*.cubin"))) == 1
+    assert times[1][0] < times[0][0] / 5, times  # nvcc ran in the first process only
