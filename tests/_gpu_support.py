@@ -130,10 +130,15 @@ def _split_top_level(text: str) -> list:
     return parts
 
 
+_INCLUDE = re.compile(r'^#include "([^"]+)"', re.M)
+
+
 def rung_signatures(version) -> dict:
-    """The signatures of a rung's kernels, from its CUDA (``kernels/<name>.cu`` or its registered source)."""
+    """The signatures of a rung's kernels, from its CUDA (``kernels/<name>.cu`` or its registered source)
+    and the headers of kernels/ it includes (v7_fast's staged and wide kernels are in its headers)."""
     _, text, _ = build.kernel_text(ladder.get(version))
-    return kernel_signatures(text)
+    headers = [build.kernel_source(name) for name in _INCLUDE.findall(text)]
+    return kernel_signatures("\n".join([text, *headers]))
 
 
 # ------------------------------------------------------------------------------------------------------
