@@ -126,7 +126,7 @@ def time_scale(variant: str, copy_gbps: float, blocks_per_sm: int | None = None,
     ``blocks_per_sm``: a grid of SMs x that many blocks of :data:`BLOCK` threads (at most 8: 2048 threads
     per SM on sm_80..sm_90); None: one block per :data:`BLOCK` x loads elements, so each thread does its
     loads once and exits (for ``scale_f32_x1`` that is lesson 00's ``scale``)."""
-    from . import bench
+    from . import timing
 
     width, loads = width_and_loads(variant)
     facts = gpu.facts()
@@ -152,7 +152,7 @@ def time_scale(variant: str, copy_gbps: float, blocks_per_sm: int | None = None,
         drv.memcpy_dtoh(got, y)
         if not np.array_equal(got, np.float32(2.5) * host):
             raise AssertionError(f"{variant} computed a wrong y (blocks_per_sm={blocks_per_sm})")
-        ms = float(np.median(bench.time_ms(launch, repeats=repeats)))
+        ms = float(np.median(timing.time_ms(launch, repeats=repeats)))
     finally:
         x.free()
         y.free()

@@ -2,10 +2,11 @@
 
 :func:`profile` starts ``ncu --clock-control none --csv --page raw --metrics ... --kernel-name K
 --launch-skip 1 --launch-count 1 python -m rmsnorm_lessons.nsight --launch VERSION N C``: the child
-launches the rung twice on device buffers (the first launch compiles and warms up; ncu profiles the second)
-and ncu prints one CSV row per profiled kernel. :func:`parse_csv` reads that CSV (the raw page: a header of
+calls the rung twice (the first call compiles and warms up; ncu profiles the second) and ncu prints
+one CSV row per profiled kernel. :func:`parse_csv` reads that CSV (the raw page: a header of
 metric names, a row of units, a row per kernel; the details page's long form too) and :func:`profile`
-returns a :class:`Profile`: the few numbers lesson 10 needs.
+returns a :class:`Profile`: the few numbers lesson 10 needs. The child is started by
+:mod:`rmsnorm_lessons.child`, which also runs the rung there.
 
 ``--clock-control none`` keeps the GPU's own clocks (ncu otherwise locks them to base clocks, and on some
 virtual machines it may not). ncu needs a GPU and permission to read its performance counters; without
@@ -16,12 +17,11 @@ from __future__ import annotations
 import csv
 import io
 import re
-import subprocess
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from . import build
+from . import build, child
 
 DRAM = "dram__throughput.avg.pct_of_peak_sustained_elapsed"  # DRAM throughput, % of its peak
 OCCUPANCY = "sm__warps_active.avg.pct_of_peak_sustained_active"  # achieved occupancy, % of the SM's warps
@@ -31,27 +31,6 @@ DURATION = "gpu__time_duration.sum"  # the kernel's time
 STALLS = "regex:smsp__average_warps_issue_stalled_.*_per_issue_active\\.ratio"
 _STALL = re.compile(r"^smsp__average_warps_issue_stalled_(?P<reason>.+)_per_issue_active\.ratio$")
 METRICS = (DRAM, OCCUPANCY, DURATION, STALLS)
-#: what each stall reason means (Nsight Compute's Profiling Guide, "Warp Scheduler States")
-REASONS = {
-    "long_scoreboard": "waiting for a global/local memory load (L1TEX)",
-    "short_scoreboard": "waiting for shared memory or a special math result (MIO)",
-    "barrier": "waiting at __syncthreads for the block's other warps",
-    "membar": "waiting at a memory fence",
-    "lg_throttle": "the global/local memory instruction queue is full",
-    "mio_throttle": "the shared-memory/special-instruction queue is full",
-    "wait": "a fixed-latency dependency",
-    "math_pipe_throttle": "the math pipe is busy",
-    "not_selected": "ready, but another warp was picked",
-    "selected": "issuing",
-    "no_instruction": "no instruction fetched yet",
-    "branch_resolving": "waiting for a branch target",
-    "dispatch_stall": "the dispatcher stalled",
-    "drain": "draining memory writes at exit",
-    "sleeping": "sleeping (__nanosleep)",
-    "tex_throttle": "the texture queue is full",
-    "imc_miss": "waiting for an immediate-constant cache miss",
-    "misc": "other",
-}
 
 
 class ProfileError(RuntimeError):
@@ -191,9 +170,9 @@ def command(ncu: str, version: str, N: int, C: int, kernel: str | None = None) -
         kernel = ladder.plan(rung, N, C)[0].kernel
     if kernel not in rung.kernels:
         raise ValueError(f"{version} has no kernel {kernel!r}; its kernels: {', '.join(rung.kernels)}")
-    return [ncu, "--clock-control", "none", "--csv", "--page", "raw", "--metrics", ",".join(METRICS),
-            "--kernel-name", kernel, "--launch-skip", "1", "--launch-count", "1",
-            sys.executable, "-m", "rmsnorm_lessons.nsight", "--launch", rung.name, str(N), str(C)]
+    wrapper = [ncu, "--clock-control", "none", "--csv", "--page", "raw", "--metrics", ",".join(METRICS),
+               "--kernel-name", kernel, "--launch-skip", "1", "--launch-count", "1"]
+    return child.command(["-m", "rmsnorm_lessons.nsight", "--launch", rung.name, N, C], wrapper)
 
 
 def explain_failure(output: str, returncode) -> str:
@@ -216,33 +195,21 @@ def profile(version: str, N: int, C: int, kernel: str | None = None, timeout: fl
     if ncu is None:
         raise ProfileError("ncu (Nsight Compute) was not found on PATH, under CUDA_HOME or in /usr/local/cuda/bin; "
                            "it comes with the CUDA toolkit, and profiling needs a GPU")
-    cmd = command(ncu, version, N, C, kernel)
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
-    output = proc.stdout + "\n" + proc.stderr
-    found = parse_csv(proc.stdout)
-    if proc.returncode != 0 or not found:
-        raise ProfileError(explain_failure(output, proc.returncode))
+    done = child.run(command(ncu, version, N, C, kernel), timeout=timeout)
+    if done.timed_out:
+        raise ProfileError(f"ncu did not finish within {timeout} s on {version} at {N}x{C}")
+    found = parse_csv(done.stdout)
+    if done.returncode != 0 or not found:
+        raise ProfileError(explain_failure(done.stdout + "\n" + done.stderr, done.returncode))
     return to_profile(found[-1], version, (N, C))
 
 
 # ------------------------------------------------------------------------------------------------------
-# the child: launches one rung twice on device buffers
+# the child: calls one rung twice (the first call compiles and warms up; ncu profiles the second)
 
 
 def launch(version: str, N: int, C: int, launches: int = 2) -> None:
-    from . import bench, gpu, ladder
-    from . import launch as launch_module
-
-    gpu.require()
-    rung = ladder.get(version)
-    problem = bench.DeviceProblem(N, C, rung.dtype, sets=1)
-    try:
-        L = launch_module.launcher(rung.name, C)
-        for _ in range(launches):
-            L(N, problem.buffers[0])
-        gpu.synchronize()
-    finally:
-        problem.free()
+    child.run_rung(version, N, C, calls=launches)
 
 
 def main(argv=None) -> int:
@@ -253,7 +220,7 @@ def main(argv=None) -> int:
     parser.add_argument("version")
     parser.add_argument("N", type=int)
     parser.add_argument("C", type=int)
-    parser.add_argument("--launch", action="store_true", help="the child: launch the rung twice, print nothing")
+    parser.add_argument("--launch", action="store_true", help="the child: call the rung twice")
     args = parser.parse_args(argv)
     if args.launch:
         launch(args.version, args.N, args.C)

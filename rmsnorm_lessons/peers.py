@@ -18,10 +18,10 @@ a CuTe DSL compile take minutes):
 
 Every peer computes the gradient alone (dinp =, dweight =), so each moves ``3 * N * C * 2`` bytes plus
 rstd, weight and dweight (:func:`bytes_moved`). Each is checked against the float64 reference on its own
-outputs before it is timed, and timed as :mod:`rmsnorm_lessons.bench` times the versions: CUDA events
-(``torch.cuda.Event``) around a burst of backward calls queued behind a sleeping kernel, warm-up first,
-the median of many bursts, consecutive calls on different tensor sets together larger than L2. Only the
-backward is timed: the forward graph is built once per tensor set beforehand.
+outputs before it is timed, and timed by the versions' own loop (:func:`rmsnorm_lessons.timing.time_ms`):
+PyCUDA's events on PyTorch's default stream around a burst of backward calls queued behind a sleeping
+kernel, warm-up first, the median of many bursts, consecutive calls on different tensor sets together
+larger than L2. Only the backward is timed: the forward graph is built once per tensor set beforehand.
 
 PyTorch shares the CUDA context with PyCUDA (both use the device's primary context; :mod:`gpu` is started
 first). A peer that is not installed is skipped with one line saying so.
@@ -34,7 +34,7 @@ import time
 
 import numpy as np
 
-from . import bench, check, gpu, reference
+from . import bench, check, gpu, reference, timing
 from .bf16 import bfloat16
 
 EPS = 1e-5
@@ -301,15 +301,15 @@ _CLASSES = {c.name: c for c in (_Eager, _Compiled, _Liger, _CompiledMaxAutotune,
 
 def burst_of(peer: _Peer, burst: int | None = None) -> int:
     """Calls timed back to back per figure: one for a peer that must run something before each call."""
-    return 1 if peer.before else (burst or bench.BURST)
+    return 1 if peer.before else (burst or timing.BURST)
 
 
 def time_ms(peer: _Peer, sets: int, warmup: int = 5, repeats: int = 50, burst: int | None = None) -> list[float]:
-    """Milliseconds per backward call, timed as the versions are (:func:`bench.time_ms`: bursts of ``burst``
-    calls, default :data:`bench.BURST`, each behind one untimed call and a sleeping kernel), on PyTorch's
+    """Milliseconds per backward call, timed as the versions are (:func:`timing.time_ms`: bursts of ``burst``
+    calls, default :data:`timing.BURST`, each behind one untimed call and a sleeping kernel), on PyTorch's
     default stream, which is the one PyCUDA's events and sleep use. A peer that must run something before
     each call (``before``) is timed one call at a time, after it."""
-    return bench.time_ms(peer.backward, sets, warmup, repeats, burst=burst_of(peer, burst),
+    return timing.time_ms(peer.backward, sets, warmup, repeats, burst=burst_of(peer, burst),
                          name=peer.name, before=peer.before, sleep_us=SLEEP_US)
 
 
@@ -322,11 +322,11 @@ def check_peer(peer: _Peer, problem: dict, ref=None) -> check.CheckReport:
 
 
 def bench_peer(name: str, N: int, C: int, copy_gbps: float, repeats: int = 50, problem=None, ref=None,
-               seed: int = 0, log=sys.stderr) -> bench.Timing:
+               seed: int = 0, log=sys.stderr) -> timing.Timing:
     """Check one peer at one shape, then time it; raises AssertionError (with the report) when it is wrong.
 
     ``problem`` (from ``reference.random_problem``) and ``ref`` (its float64 gradients) may be shared by
-    several peers at one shape. A noisy timing is timed once more (:func:`bench.steady`) on the peer
+    several peers at one shape. A noisy timing is timed once more (:func:`timing.steady`) on the peer
     already built: compiling or autotuning it again would take minutes and change nothing measured."""
     gpu.require()  # PyCUDA's context first: PyTorch then finds the primary context current and shares it
     reason = why_unavailable(name)
@@ -336,13 +336,13 @@ def bench_peer(name: str, N: int, C: int, copy_gbps: float, repeats: int = 50, p
     problem = problem or reference.random_problem(N, C, bfloat16, seed=seed, accumulate=False)
     per_set = 4 * N * C * 2 + N * 4  # inp, dout, the forward's output and the new dinp
     free, _ = torch.cuda.mem_get_info(_device(torch))
-    sets = bench.sets_for(per_set, gpu.facts().l2_bytes, free)
+    sets = timing.sets_for(per_set, gpu.facts().l2_bytes, free)
     peer = _CLASSES[name](problem, sets)
     try:
         report = check_peer(peer, problem, ref)
         if not report.ok:
             raise AssertionError(f"{name} is wrong at N={N} C={C}; not timing it:\n{report}")
-        return bench.steady(lambda: bench._timing(name, N, C, time_ms(peer, sets, repeats=repeats),
+        return timing.steady(lambda: timing._timing(name, N, C, time_ms(peer, sets, repeats=repeats),
                                                   bytes_moved(N, C), copy_gbps, burst_of(peer)), log=log)
     finally:
         del peer

@@ -343,20 +343,22 @@ def run_in_child(code: str, timeout: float = 600) -> str:
     """Run Python ``code`` in a fresh interpreter (the repository and tests/ on its path); fail the test,
     with the child's output, unless it exits with status 0 and prints ``CHILD OK`` last. Returns stdout."""
     import os
-    import subprocess
-    import sys
     import textwrap
     from pathlib import Path
 
+    from rmsnorm_lessons import child
+
     here = Path(__file__).resolve().parent
-    env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join([str(here.parent), str(here), env.get("PYTHONPATH", "")]).rstrip(os.pathsep)
-    env["PYTHONUNBUFFERED"] = "1"
-    proc = subprocess.run([sys.executable, "-c", textwrap.dedent(code)], capture_output=True, text=True,
-                          timeout=timeout, cwd=str(here.parent), env=env)
-    lines = proc.stdout.strip().splitlines()
-    if proc.returncode != 0 or not lines or lines[-1] != "CHILD OK":
-        raise AssertionError(f"the child process exited with status {proc.returncode}"
-                             f"{' (killed by signal %d)' % -proc.returncode if proc.returncode < 0 else ''}\n"
-                             f"--- stdout (end) ---\n{proc.stdout[-3000:]}\n--- stderr (end) ---\n{proc.stderr[-5000:]}")
-    return proc.stdout
+    path = os.pathsep.join([str(here.parent), str(here), os.environ.get("PYTHONPATH", "")])
+    done = child.run(child.command(["-c", textwrap.dedent(code)]), timeout=timeout, cwd=here.parent,
+                     env={"PYTHONPATH": path.rstrip(os.pathsep)})
+    lines = done.stdout.strip().splitlines()
+    if done.returncode != 0 or not lines or lines[-1] != "CHILD OK":
+        if done.timed_out:
+            status = f"did not finish within {timeout} s"
+        else:
+            signal = f" (killed by signal {-done.returncode})" if done.returncode < 0 else ""
+            status = f"exited with status {done.returncode}{signal}"
+        raise AssertionError(f"the child process {status}\n--- stdout (end) ---\n{done.stdout[-3000:]}\n"
+                             f"--- stderr (end) ---\n{done.stderr[-5000:]}")
+    return done.stdout

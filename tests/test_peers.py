@@ -8,7 +8,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from rmsnorm_lessons import bench, gpu, peers
+from rmsnorm_lessons import gpu, peers, timing
 
 
 class FakePeer:
@@ -118,7 +118,7 @@ class _TimedPeer:
 def _timeline(monkeypatch, late=()):
     clock = _Clock(late)
     monkeypatch.setattr(gpu, "driver", clock.driver)
-    monkeypatch.setattr(bench, "_sleep", lambda us, stream=None: clock.slept.append(us))
+    monkeypatch.setattr(timing, "_sleep", lambda us, stream=None: clock.slept.append(us))
     return clock
 
 
@@ -134,7 +134,7 @@ def test_a_peer_is_timed_in_bursts_after_one_untimed_call(monkeypatch):
 
 
 def test_a_peer_queued_too_late_gets_a_longer_sleep_and_is_reported_once(monkeypatch, capsys):
-    monkeypatch.setattr(bench, "MAX_SLEEP_US", 4 * peers.SLEEP_US * 2)  # twice the first sleep
+    monkeypatch.setattr(timing, "MAX_SLEEP_US", 4 * peers.SLEEP_US * 2)  # twice the first sleep
     clock = _timeline(monkeypatch, late=[True, True, True])
     peer = _TimedPeer(clock)
     times = peers.time_ms(peer, sets=4, warmup=0, repeats=2, burst=3)

@@ -5,7 +5,7 @@ import io
 import numpy as np
 import pytest
 
-from rmsnorm_lessons import bench, check, ladder
+from rmsnorm_lessons import bench, check, ladder, timing
 
 GB = 10**9
 
@@ -157,8 +157,8 @@ class _FakeEvent:
 
 
 def test_interleaved_rounds_take_turns_and_consecutive_sets(monkeypatch):
-    monkeypatch.setattr(bench.gpu, "driver", lambda: type("Driver", (), {"Event": _FakeEvent}))
-    monkeypatch.setattr(bench, "_sleep", lambda us, stream=None: None)
+    monkeypatch.setattr(timing.gpu, "driver", lambda: type("Driver", (), {"Event": _FakeEvent}))
+    monkeypatch.setattr(timing, "_sleep", lambda us, stream=None: None)
     calls = []
 
     def launcher(name, cost):
@@ -191,8 +191,8 @@ def test_rotation_shares_no_factor_with_the_launches():
 
 
 def test_every_interleaved_launch_visits_every_set(monkeypatch):
-    monkeypatch.setattr(bench.gpu, "driver", lambda: type("Driver", (), {"Event": _FakeEvent}))
-    monkeypatch.setattr(bench, "_sleep", lambda us, stream=None: None)
+    monkeypatch.setattr(timing.gpu, "driver", lambda: type("Driver", (), {"Event": _FakeEvent}))
+    monkeypatch.setattr(timing, "_sleep", lambda us, stream=None: None)
     seen = {name: set() for name in "ABCD"}
 
     def launcher(name):
@@ -207,8 +207,8 @@ def test_every_interleaved_launch_visits_every_set(monkeypatch):
 
 
 def test_bursts_are_timed_together_and_divided(monkeypatch):
-    monkeypatch.setattr(bench.gpu, "driver", lambda: type("Driver", (), {"Event": _FakeEvent}))
-    monkeypatch.setattr(bench, "_sleep", lambda us, stream=None: None)
+    monkeypatch.setattr(timing.gpu, "driver", lambda: type("Driver", (), {"Event": _FakeEvent}))
+    monkeypatch.setattr(timing, "_sleep", lambda us, stream=None: None)
     calls = []
 
     def launch(i):
@@ -224,9 +224,9 @@ def test_bursts_are_timed_together_and_divided(monkeypatch):
 
 
 def test_a_burst_queued_too_late_is_timed_again_with_a_longer_sleep(monkeypatch, capsys):
-    monkeypatch.setattr(bench.gpu, "driver", lambda: type("Driver", (), {"Event": _FakeEvent}))
+    monkeypatch.setattr(timing.gpu, "driver", lambda: type("Driver", (), {"Event": _FakeEvent}))
     slept = []
-    monkeypatch.setattr(bench, "_sleep", lambda us, stream=None: slept.append(us))
+    monkeypatch.setattr(timing, "_sleep", lambda us, stream=None: slept.append(us))
     monkeypatch.setattr(_FakeEvent, "late", [True, True, False])  # late twice, then in time
 
     def launch(i):
@@ -236,7 +236,7 @@ def test_a_burst_queued_too_late_is_timed_again_with_a_longer_sleep(monkeypatch,
     assert slept == [300, 600, 1200, 1200]  # 100 us a launch, doubled until in time, kept for the next round
     assert capsys.readouterr().err == ""
 
-    monkeypatch.setattr(bench, "MAX_SLEEP_US", 1000)
+    monkeypatch.setattr(timing, "MAX_SLEEP_US", 1000)
     monkeypatch.setattr(_FakeEvent, "late", [True] * 10)  # never in time: stops doubling, says so once
     slept.clear()
     assert bench.time_ms(launch, warmup=0, repeats=2, burst=2) == [1.0, 1.0]

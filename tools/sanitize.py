@@ -16,7 +16,6 @@ and exits 1 on any error or failed run, 2 when there is no compute-sanitizer or 
 from __future__ import annotations
 
 import argparse
-import subprocess
 import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -26,7 +25,8 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from rmsnorm_lessons import check, gpu, kernels, ladder, reference, sanitizer  # noqa: E402 (after the path)
+from rmsnorm_lessons import (check, child, gpu, kernels, ladder,  # noqa: E402 (after the path)
+                             reference, sanitizer)
 
 TOOLS = sanitizer.TOOLS
 NO_GPU_EXIT = 3  # the driver's exit code when no GPU is usable
@@ -74,8 +74,13 @@ def drive(version: str) -> int:
 parse_summary = sanitizer.parse_summary  # the one reader of the report
 
 
+def driver(version: str) -> list[str]:
+    """This script's driver for ``version`` (or "all") as a child command line."""
+    return child.command([Path(__file__).resolve(), "--launch", version])
+
+
 def command(exe: str, tool: str, version: str) -> list[str]:
-    return sanitizer.command(exe, tool, [sys.executable, str(Path(__file__).resolve()), "--launch", version])
+    return child.command([Path(__file__).resolve(), "--launch", version], sanitizer.wrapper(exe, tool))
 
 
 def _versions(arg):
@@ -117,9 +122,12 @@ def main(argv=None) -> int:
 
     # a plain run first: it checks the GPU, compiles every version once (PyCUDA caches the cubins, so
     # the sanitized runs do not compile) and shows that the driver itself passes
-    plain = subprocess.run([sys.executable, str(Path(__file__).resolve()), "--launch", "all"],
-                           capture_output=True, text=True)
+    plain = child.run(driver("all"), timeout=args.timeout * len(versions))
     print(plain.stdout, end="")
+    if plain.timed_out:
+        print(f"sanitize: the driver did not finish without the sanitizer in "
+              f"{args.timeout * len(versions):.0f} s", file=sys.stderr)
+        return 1
     if plain.returncode == NO_GPU_EXIT:
         print("sanitize: no usable GPU here, nothing to sanitize.", file=sys.stderr)
         return 2
