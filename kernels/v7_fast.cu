@@ -68,6 +68,24 @@ __device__ __forceinline__ unsigned pack(float low, float high) {
     return *reinterpret_cast<unsigned*>(&p);
 }
 
+// Pass 2 of a row staged in shared memory (v7_staged.cuh, v7_wide.cuh) for chunk c: dinp[c] =
+// value(e, g, x) for its 8 channels e, plus dinp's own where ACC (dinp +=), one streaming store.
+template <bool ACC, class Value>
+__device__ __forceinline__ void store_dinp_chunk(uint4* dinp, const uint4* g_row, const uint4* x_row,
+                                                 const uint4* d_row, int c, Value value) {
+    const uint4 g = g_row[c], x = x_row[c];
+    uint4 d = make_uint4(0u, 0u, 0u, 0u);
+    if (ACC) d = d_row[c];
+    float out[8];
+    #pragma unroll
+    for (int e = 0; e < 8; e++) {
+        const float v = value(e, g, x);
+        out[e] = ACC ? widen(d, e) + v : v;
+    }
+    __stcs(dinp + c, make_uint4(pack(out[0], out[1]), pack(out[2], out[3]), pack(out[4], out[5]),
+                                pack(out[6], out[7])));
+}
+
 // An empty asm that claims to change v, so the compiler cannot keep v's values widened to fp32 (8
 // registers per chunk instead of 4) across it: weight's out of the row loop, dout's and inp's
 // across the dot product's exchange. It emits no instruction; without it K = 4 spills (ptxas -v).

@@ -157,18 +157,10 @@ __device__ __forceinline__ void backward(__nv_bfloat16* dinp, float* partials,
         for (int j = 0; j < K; j++) {  // pass 2: dinp, reading the row from shared memory again
             const int c = t + j * G;
             if (c < chunks) {
-                const uint4 g = g_row[c], x = x_row[c];
-                uint4 d = make_uint4(0u, 0u, 0u, 0u);
-                if (ACC) d = d_row[c];
-                float out[8];
-                #pragma unroll
-                for (int e = 0; e < 8; e++) {
-                    const float v = fmaf(w[j][e] * widen(g, e), r, -widen(x, e) * scale_inp);
-                    out[e] = ACC ? widen(d, e) + v : v;
-                }
-                __stcs(dinp_row + c, make_uint4(pack(out[0], out[1]), pack(out[2], out[3]),
-                                                pack(out[4], out[5]),
-                                                pack(out[6], out[7])));
+                store_dinp_chunk<ACC>(dinp_row, g_row, x_row, d_row, c,
+                                      [&](int e, const uint4& g, const uint4& x) {
+                    return fmaf(w[j][e] * widen(g, e), r, -widen(x, e) * scale_inp);
+                });
             }
         }
     }

@@ -175,18 +175,10 @@ __device__ __forceinline__ void backward(__nv_bfloat16* dinp, float* partials,
         for (int k = 0; k < K; k++) {
             const int c = t + k * G;
             if (c < mine) {
-                const uint4 g = g_part[c], x = x_part[c];
-                uint4 d = make_uint4(0u, 0u, 0u, 0u);
-                if (ACCUMULATE) d = d_part[c];
-                float out[8];
-                #pragma unroll
-                for (int e = 0; e < 8; e++) {
-                    const float v = widen(w[k], e) * widen(g, e) * r - widen(x, e) * scale_inp;
-                    out[e] = ACCUMULATE ? widen(d, e) + v : v;
-                }
-                __stcs(dinp_part + c, make_uint4(pack(out[0], out[1]), pack(out[2], out[3]),
-                                                 pack(out[4], out[5]),
-                                                 pack(out[6], out[7])));
+                store_dinp_chunk<ACCUMULATE>(dinp_part, g_part, x_part, d_part, c,
+                                             [&](int e, const uint4& g, const uint4& x) {
+                    return widen(w[k], e) * widen(g, e) * r - widen(x, e) * scale_inp;
+                });
             }
         }
         // slot s and warp_dots are read: thread 0 refills the slot with the row `stages` ahead
