@@ -2,9 +2,9 @@
 
 The timing itself (bursts behind a sleeping kernel, buffer sets larger than L2, the median) is
 :mod:`rmsnorm_lessons.timing`; its names are importable from here too. Bandwidth is the bytes a rung
-must move (:meth:`rmsnorm_lessons.ladder.rung.Rung.bytes_moved`) over the median time, reported against
-the copy bandwidth measured in the same process (:func:`copy_yardstick`) and, where timed, against the
-same-bytes ceiling (:func:`stream_ceiling`).
+must move (:meth:`rmsnorm_lessons.ladder.rung.Rung.bytes_moved`) over the median time, reported
+against the copy bandwidth measured in the same process (:func:`copy_yardstick`) and, where timed,
+against the same-bytes ceiling (:func:`stream_ceiling`).
 """
 from __future__ import annotations
 
@@ -15,12 +15,14 @@ import numpy as np
 
 from . import bf16, build, gpu, ladder, launch, validate
 from . import check as checking  # sweep() has a parameter called check
-from .timing import (BURST, MAX_SLEEP_US, MIN_SETS, NOISY_SPREAD, SLEEP_US,  # noqa: F401 (re-exported)
+# noqa: F401 (re-exported)
+from .timing import (BURST, MAX_SLEEP_US, MIN_SETS, NOISY_SPREAD, SLEEP_US,
                      DeviceProblem, Timing, _raw, _sleep, _timing, rotation, sets_for, steady,
                      time_interleaved, time_ms)
 
 #: the shapes of the issue's benchmark (N, C): six above L2, two latency-bound
-LARGE_SHAPES = [(32768, 768), (32768, 1024), (16384, 2048), (16384, 4096), (8192, 8192), (4096, 16384)]
+LARGE_SHAPES = [(32768, 768), (32768, 1024), (16384, 2048), (16384, 4096), (8192, 8192), (4096,
+        16384)]
 SMALL_SHAPES = [(8192, 768), (1024, 4096)]
 #: rows wider than one block of v7 can hold (issue 16): versions that cannot run them are skipped
 WIDE_SHAPES = [(4096, 32768), (2048, 65536)]
@@ -50,9 +52,9 @@ def bench_version(version, N: int, C: int, copy_gbps: float, repeats: int = 50, 
                   name: str | None = None) -> Timing:
     """Time one version at one shape (inputs rotated among buffer sets larger than L2).
 
-    ``overwrite``: time the overwrite mode (dinp =), counting the bytes that mode moves; ``config``: v7's
-    variants (:class:`~rmsnorm_lessons.ladder.v7_fast.Config`); ``name``: the row's name (default: the
-    version's, with `` (dinp=)`` in overwrite mode).
+    ``overwrite``: time the overwrite mode (dinp =), counting the bytes that mode moves; ``config``:
+    v7's variants (:class:`~rmsnorm_lessons.ladder.v7_fast.Config`); ``name``: the row's name
+    (default: the version's, with `` (dinp=)`` in overwrite mode).
     """
     spec = ladder.get(version)
     own = problem is None
@@ -69,22 +71,24 @@ def bench_version(version, N: int, C: int, copy_gbps: float, repeats: int = 50, 
 
 
 def check_overwrite(version, N: int, C: int, seed=0):
-    """Run ``version`` in overwrite mode on random inputs (dinp starting non-zero) and compare with the
-    float64 gradient alone (dinp) and the accumulated dweight: a :class:`check.CheckReport`."""
+    """Run ``version`` in overwrite mode on random inputs (dinp starting non-zero) and compare with
+    the float64 gradient alone (dinp) and the accumulated dweight: a :class:`check.CheckReport`."""
     return checking.check_version(version, N, C, seed=seed, overwrite=True)
 
 
-def sweep(versions=None, shapes=None, repeats: int = 50, check: bool = True, copy_gbps: float | None = None,
+def sweep(versions=None, shapes=None, repeats: int = 50, check: bool = True,
+          copy_gbps: float | None = None,
           overwrite: bool = False, ceiling: bool = False):
     """Check (optionally) and time every version at every shape; the copy yardstick measured first.
 
-    Returns a list of :class:`Timing`, shape by shape; a version that cannot run a shape (its C rule, its
-    shared memory) is left out and reported on stderr. With ``overwrite``, versions that offer the
-    overwrite mode get a second row in that mode (named by :func:`overwrite_name`), checked in that mode
-    first. With ``ceiling``, each shape also gets the same-bytes ceiling (:func:`stream_ceiling`'s kernel)
-    in each mode timed there, as rows of its own (``percent_of_ceiling`` in :func:`records` reads them).
-    The rows of a shape are timed interleaved (:func:`time_interleaved`) on shared buffer sets; a row
-    whose spread is above :data:`NOISY_SPREAD` is then timed again alone (:func:`steady`).
+    Returns a list of :class:`Timing`, shape by shape; a version that cannot run a shape (its C
+    rule, its shared memory) is left out and reported on stderr. With ``overwrite``, versions that
+    offer the overwrite mode get a second row in that mode (named by :func:`overwrite_name`),
+    checked in that mode first. With ``ceiling``, each shape also gets the same-bytes ceiling
+    (:func:`stream_ceiling`'s kernel) in each mode timed there, as rows of its own
+    (``percent_of_ceiling`` in :func:`records` reads them). The rows of a shape are timed
+    interleaved (:func:`time_interleaved`) on shared buffer sets; a row whose spread is above
+    :data:`NOISY_SPREAD` is then timed again alone (:func:`steady`).
     """
     versions = list(versions or ladder.VERSIONS)
     shapes = list(shapes or SHAPES)
@@ -104,18 +108,22 @@ def sweep(versions=None, shapes=None, repeats: int = 50, check: bool = True, cop
                     report = (check_overwrite(spec, N, C, seed=N + C + 1) if mode
                               else checking.check_version(spec, N, C, seed=N + C))
                     if not report.ok:
-                        raise AssertionError(f"{report.version} is wrong at N={N} C={C}; not timing it:\n{report}")
+                        raise AssertionError(f"{report.version} is wrong at N={N} C={C}; not "
+                                             f"timing it:\n{report}")
                 rows.append((spec, mode))
-        modes = tuple(dict.fromkeys(mode for _, mode in rows)) if ceiling and (N * C) % 8 == 0 else ()
+        modes = tuple(dict.fromkeys(mode for _,
+                                    mode in rows)) if ceiling and (N * C) % 8 == 0 else ()
         results += time_shape(N, C, rows, modes, copy_gbps, repeats)
     return results
 
 
-def time_shape(N: int, C: int, rows, ceiling_modes=(), copy_gbps: float = float("nan"), repeats: int = 50):
-    """Time ``rows`` ((rung, overwrite) pairs, or (rung, overwrite, config, name) for a v7_fast variant
-    under its own name) at one shape, interleaved: the rows of one dtype share one :class:`DeviceProblem`,
-    and the same-bytes ceiling in each of ``ceiling_modes`` joins the bf16 rows on the same buffers. A
-    noisy row is timed again alone (:func:`steady`). Returns their Timings."""
+def time_shape(N: int, C: int, rows, ceiling_modes=(), copy_gbps: float = float("nan"),
+               repeats: int = 50):
+    """Time ``rows`` ((rung, overwrite) pairs, or (rung, overwrite, config, name) for a v7_fast
+    variant under its own name) at one shape, interleaved: the rows of one dtype share one
+    :class:`DeviceProblem`, and the same-bytes ceiling in each of ``ceiling_modes`` joins the bf16
+    rows on the same buffers. A noisy row is timed again alone (:func:`steady`). Returns their
+    Timings."""
     bf16_dtype = np.dtype(bf16.bfloat16)
     rows = [tuple(row) + (None, None) if len(row) == 2 else tuple(row) for row in rows]
     dtypes = list(dict.fromkeys(row[0].dtype for row in rows))
@@ -132,14 +140,17 @@ def time_shape(N: int, C: int, rows, ceiling_modes=(), copy_gbps: float = float(
                     name = (label + (OVERWRITE_SUFFIX if mode else "")) if label else (
                         overwrite_name(spec) if mode else spec.name)
                     if name in timed:
-                        raise ValueError(f"time_shape: two rows are named {name!r}; give a variant its own name")
-                    timed[name] = (spec.bytes_moved(N, C, overwrite=mode), lambda i, L=L: L(N, problem.buffers[i]))
+                        raise ValueError(f"time_shape: two rows are named {name!r}; give a variant "
+                                         "its own name")
+                    timed[name] = (spec.bytes_moved(N, C, overwrite=mode), lambda i, L=L: L(N,
+                            problem.buffers[i]))
             if dtype == bf16_dtype:
                 for mode in ceiling_modes:
                     stream = _stream_launcher(accumulate=not mode)
                     timed[STREAM_NAME + (OVERWRITE_SUFFIX if mode else "")] = (
                         ladder.get("v7_fast").bytes_moved(N, C, overwrite=mode),
-                        lambda i, stream=stream: stream(problem.buffers[i].dinp, problem.buffers[i].dout,
+                        lambda i, stream=stream: stream(problem.buffers[i].dinp,
+                                                        problem.buffers[i].dout,
                                                         problem.buffers[i].inp, N * C))
             if not timed:
                 continue
@@ -155,8 +166,8 @@ def time_shape(N: int, C: int, rows, ceiling_modes=(), copy_gbps: float = float(
 
 
 def runnable(version, N: int, C: int) -> None:
-    """Raise ValueError (saying why) when ``version`` cannot run (N, C) on this GPU: its C rule, or more
-    shared memory than the device has (static shared memory counted)."""
+    """Raise ValueError (saying why) when ``version`` cannot run (N, C) on this GPU: its C rule, or
+    more shared memory than the device has (static shared memory counted)."""
     spec = ladder.get(version)
     validate.size(spec, N, C)
     validate.shared_memory(spec, C, spec.block_size)
@@ -179,8 +190,10 @@ def _stream_launcher(accumulate: bool, stream=None):
 
     def launch(out, a, b, n):
         n16 = n // 8
-        function(*(np.uintp(int(p)) for p in (out, a, b)), np.int64(n16), np.int32(bool(accumulate)),
-                 block=(STREAM_THREADS, 1, 1), grid=(-(-n16 // STREAM_THREADS), 1, 1), stream=stream)
+        function(*(np.uintp(int(p)) for p in (out, a, b)), np.int64(n16),
+                 np.int32(bool(accumulate)),
+                 block=(STREAM_THREADS, 1, 1), grid=(-(-n16 // STREAM_THREADS), 1, 1),
+                 stream=stream)
     return launch
 
 
@@ -192,10 +205,11 @@ def stream_elementwise(out, a, b, n: int, accumulate: bool = True, stream=None):
     _stream_launcher(accumulate, stream)(out, a, b, n)
 
 
-def stream_ceiling(N: int, C: int, copy_gbps: float, overwrite: bool = False, repeats: int = 50) -> Timing:
-    """Time the elementwise kernel on (N, C) bf16 tensors rotated through sets larger than L2, counted with
-    v7_fast's bytes for the mode: the fraction of copy that no RMSNorm backward with these bytes can beat
-    by much (it has no reduction, no barrier, no rows)."""
+def stream_ceiling(N: int, C: int, copy_gbps: float, overwrite: bool = False,
+                   repeats: int = 50) -> Timing:
+    """Time the elementwise kernel on (N, C) bf16 tensors rotated through sets larger than L2,
+    counted with v7_fast's bytes for the mode: the fraction of copy that no RMSNorm backward with
+    these bytes can beat by much (it has no reduction, no barrier, no rows)."""
     if (N * C) % 8:
         raise ValueError(f"N * C must be a multiple of 8 (16-byte chunks), got {N} * {C}")
     drv = gpu.driver()
@@ -220,8 +234,9 @@ def stream_ceiling(N: int, C: int, copy_gbps: float, overwrite: bool = False, re
 
 @dataclass(frozen=True)
 class Yardstick:
-    """The copy bandwidth the bench reports against: the faster of ``cuMemcpyDtoD`` and a plain copy kernel
-    (kernels/stream_ceiling.cu's ``stream_copy``), both measured now, bytes read + written."""
+    """The copy bandwidth the bench reports against: the faster of ``cuMemcpyDtoD`` and a plain copy
+    kernel (kernels/stream_ceiling.cu's ``stream_copy``), both measured now, bytes read +
+    written."""
 
     dtod_gbps: float
     kernel_gbps: float
@@ -254,8 +269,8 @@ def copy_yardstick() -> Yardstick:
 
 
 def fit_fixed_cost(ns, ms) -> tuple[float, float]:
-    """Least squares ``ms = fixed + N * per_row`` over a sweep of N at one C: (fixed in us, ns per row).
-    The fixed part is what a launch costs whatever its size (ramp, tail, final sum)."""
+    """Least squares ``ms = fixed + N * per_row`` over a sweep of N at one C: (fixed in us, ns per
+    row). The fixed part is what a launch costs whatever its size (ramp, tail, final sum)."""
     ns, ms = np.asarray(ns, float), np.asarray(ms, float)
     if len(ns) < 2 or np.ptp(ns) == 0:
         raise ValueError("fit_fixed_cost needs at least two different N")
@@ -264,16 +279,18 @@ def fit_fixed_cost(ns, ms) -> tuple[float, float]:
 
 
 def table(results, baseline: str | None = None, overwriting=()) -> str:
-    """A text table: time, GB/s, % of copy, % of the same-bytes ceiling (where ``results`` hold ceiling
-    rows: :func:`ceiling_for`) and (optionally) speedup over ``baseline`` at each shape. A noisy row
-    (:attr:`Timing.noisy`) is marked ``~``."""
+    """A text table: time, GB/s, % of copy, % of the same-bytes ceiling (where ``results`` hold
+    ceiling rows: :func:`ceiling_for`) and (optionally) speedup over ``baseline`` at each shape. A
+    noisy row (:attr:`Timing.noisy`) is marked ``~``."""
     base = {(r.N, r.C): r.ms for r in results if r.name == baseline}
     ceilings = any(r.name.startswith(STREAM_NAME) for r in results)
-    width = max([16] + [len(r.name) + 1 for r in results])  # a long name ("stream ceiling (dinp=)") widens it
-    lines = [f"{'version':<{width}}{'N x C':>14}{'ms':>10}{'GB/s':>9}{'% copy':>8}" + ("  % ceil" if ceilings else "")
-             + ("  speedup" if base else "")]
+    # a long name ("stream ceiling (dinp=)") widens it
+    width = max([16] + [len(r.name) + 1 for r in results])
+    lines = [f"{'version':<{width}}{'N x C':>14}{'ms':>10}{'GB/s':>9}{'% copy':>8}"
+             + ("  % ceil" if ceilings else "") + ("  speedup" if base else "")]
     for r in results:
-        row = f"{r.name:<{width}}{f'{r.N}x{r.C}':>14}{r.ms:>10.4f}{r.gbps:>9.0f}{100 * r.fraction_of_copy:>7.1f}%"
+        row = (f"{r.name:<{width}}{f'{r.N}x{r.C}':>14}{r.ms:>10.4f}{r.gbps:>9.0f}"
+               f"{100 * r.fraction_of_copy:>7.1f}%")
         if ceilings:
             top = ceiling_for(results, r, overwriting)
             row += f"  {100 * r.gbps / top.gbps:5.1f}%" if top is not None else " " * 8
@@ -286,9 +303,9 @@ def table(results, baseline: str | None = None, overwriting=()) -> str:
 
 
 def ceiling_for(results, row: Timing, overwriting=()) -> Timing | None:
-    """The same-bytes ceiling row (:func:`stream_ceiling`) among ``results`` at ``row``'s shape and mode:
-    overwrite mode for rows named ``... (dinp=)`` and for the names in ``overwriting`` (the peers, which
-    write dinp), accumulate mode for the others; None where there is none."""
+    """The same-bytes ceiling row (:func:`stream_ceiling`) among ``results`` at ``row``'s shape and
+    mode: overwrite mode for rows named ``... (dinp=)`` and for the names in ``overwriting`` (the
+    peers, which write dinp), accumulate mode for the others; None where there is none."""
     if row.name.startswith(STREAM_NAME):
         return None
     overwrite = row.name.endswith(OVERWRITE_SUFFIX) or row.name in overwriting
@@ -299,8 +316,8 @@ def ceiling_for(results, row: Timing, overwriting=()) -> Timing | None:
 def records(results, baseline: str | None = "v6_last_block", overwriting=()) -> list[dict]:
     """Every row as a dict (for JSON): the :class:`Timing` fields, ``percent_of_copy``,
     ``percent_of_ceiling`` (its GB/s over the same-bytes ceiling's at its shape and mode, where
-    ``results`` hold one: :func:`ceiling_for`; else None), ``noisy`` and ``speedup_over_<baseline>`` (the
-    baseline's time over the row's at the same shape; None without one)."""
+    ``results`` hold one: :func:`ceiling_for`; else None), ``noisy`` and ``speedup_over_<baseline>``
+    (the baseline's time over the row's at the same shape; None without one)."""
     base = {(r.N, r.C): r.ms for r in results if r.name == baseline}
     rows = []
     for r in results:
@@ -325,7 +342,8 @@ def by_shape(results) -> list:
 
 
 def against(results, name: str, others) -> str:
-    """One line per shape: ``name``'s time against the fastest of ``others`` (time ratio > 1: faster)."""
+    """One line per shape: ``name``'s time against the fastest of ``others`` (time ratio > 1:
+    faster)."""
     others = list(others)
     lines = []
     for N, C in dict.fromkeys((r.N, r.C) for r in results):

@@ -1,4 +1,5 @@
-"""A child Python process: the one way the package and its tools start one, and the rung it runs there.
+"""A child Python process: the one way the package and its tools start one, and the rung it runs
+there.
 
 Parent side: :func:`command` is ``[*wrapper, python, *args]`` (the wrapper a tool that runs a whole
 program: ``compute-sanitizer --tool memcheck``, ``ncu ...``) and :func:`run` runs it with a timeout,
@@ -6,9 +7,10 @@ unbuffered, its output captured (:class:`Finished`). :mod:`rmsnorm_lessons.sanit
 :mod:`rmsnorm_lessons.nsight`, ``tools/sanitize.py`` and the tests' ``run_in_child`` use them.
 
 Child side: :func:`run_rung` runs a rung ``calls`` times on one random problem at a shape, through
-``rl.kernels.run`` (every input initialised on the host, as initcheck wants), and says so in one line.
-``python -m rmsnorm_lessons.child SPEC`` rebuilds a rung from a JSON spec (:func:`rung_spec`: its CUDA
-text in a file, its shipped plan) and runs it: a learner's rung exists only in the parent's ladder.
+``rl.kernels.run`` (every input initialised on the host, as initcheck wants), and says so in one
+line. ``python -m rmsnorm_lessons.child SPEC`` rebuilds a rung from a JSON spec (:func:`rung_spec`:
+its CUDA text in a file, its shipped plan) and runs it: a learner's rung exists only in the parent's
+ladder.
 """
 from __future__ import annotations
 
@@ -43,7 +45,8 @@ def command(args, wrapper=()) -> list[str]:
 
 def run(cmd: list[str], timeout: float = 600, env: dict | None = None, cwd=None) -> Finished:
     """Run ``cmd`` (from :func:`command`) to its end or ``timeout`` seconds, Python unbuffered (so a
-    child killed at the timeout has printed what it had), ``env`` added to this process's environment."""
+    child killed at the timeout has printed what it had), ``env`` added to this process's
+    environment."""
     if not isinstance(timeout, (int, float)) or timeout <= 0:
         raise ValueError(f"timeout must be a positive number of seconds, got {timeout!r}")
     full_env = {**os.environ, "PYTHONUNBUFFERED": "1", **(env or {})}
@@ -59,13 +62,13 @@ def _text(out) -> str:
     return out.decode(errors="replace") if isinstance(out, bytes) else (out or "")
 
 
-# ------------------------------------------------------------------------------------------------------
+# --------------------------------------------------------------------------------------------------
 # the child's side
 
 
 def run_rung(rung, N: int, C: int, calls: int = 1, seed: int = 0) -> str:
-    """Run ``rung`` ``calls`` times (each call's gradients added to the last's) on one random problem
-    of shape (N, C); return (and print) the line that says it ran."""
+    """Run ``rung`` ``calls`` times (each call's gradients added to the last's) on one random
+    problem of shape (N, C); return (and print) the line that says it ran."""
     from . import gpu, kernels, ladder, reference
 
     if not isinstance(calls, int) or calls < 1:
@@ -75,7 +78,8 @@ def run_rung(rung, N: int, C: int, calls: int = 1, seed: int = 0) -> str:
     p = reference.random_problem(N, C, rung.dtype, seed=seed)
     dinp, dweight = p["dinp"], p["dweight"]
     for _ in range(calls):
-        dinp, dweight = kernels.run(rung, p["dout"], p["inp"], p["weight"], p["rstd"], dinp, dweight)
+        dinp, dweight = kernels.run(rung, p["dout"], p["inp"], p["weight"], p["rstd"], dinp,
+                                    dweight)
     line = f"child: {rung.name} N={N} C={C}: {'one call' if calls == 1 else f'{calls} calls'} done"
     print(line, flush=True)
     return line
@@ -86,7 +90,8 @@ def rung_spec(rung, shape, source_path: str) -> dict:
     name, its shape (C rounded down to the rung's multiple)."""
     module = getattr(rung.plan, "__module__", "")
     if not module.startswith("rmsnorm_lessons.ladder."):
-        raise ValueError("the child needs a plan from rmsnorm_lessons.ladder (a shipped rung's plan)")
+        raise ValueError("the child needs a plan from rmsnorm_lessons.ladder (a shipped rung's "
+                         "plan)")
     shared_module = getattr(rung.shared_memory, "__module__", "").rsplit(".", 1)[-1]
     N, C = shape
     # a shipped rung's name is taken in the child's ladder: its copy there gets another
@@ -119,7 +124,8 @@ def rebuild(spec: dict):
 
 
 def main(argv=None) -> int:
-    """``python -m rmsnorm_lessons.child SPEC``: rebuild the rung of the JSON ``SPEC`` and call it once."""
+    """``python -m rmsnorm_lessons.child SPEC``: rebuild the rung of the JSON ``SPEC`` and call it
+    once."""
     args = sys.argv[1:] if argv is None else argv
     if len(args) != 1:
         print("usage: python -m rmsnorm_lessons.child SPEC (a JSON rung spec: child.rung_spec)",

@@ -1,12 +1,12 @@
 """compute-sanitizer on one call of a rung, in a child Python process, and what its report says.
 
-compute-sanitizer runs a whole program, so :func:`run` starts a child Python
-(``python -m rmsnorm_lessons.child SPEC``, :mod:`rmsnorm_lessons.child`) under it. The child rebuilds
-the rung from its CUDA text and its shipped plan (a learner's rung lives only in the parent) and calls
-it once through ``rl.kernels.run`` on random inputs. The parent reads the report:
-:func:`parse_summary` for the totals, :func:`entries` for the findings (an error line and its details,
-the host backtrace dropped). ``kernel_check.sanitize`` (a learner's kernel) and ``tools/sanitize.py`` (every
-version) use this module; lesson 10 shows its reports.
+compute-sanitizer runs a whole program, so :func:`run` starts a child Python (``python -m
+rmsnorm_lessons.child SPEC``, :mod:`rmsnorm_lessons.child`) under it. The child rebuilds the rung
+from its CUDA text and its shipped plan (a learner's rung lives only in the parent) and calls it
+once through ``rl.kernels.run`` on random inputs. The parent reads the report: :func:`parse_summary`
+for the totals, :func:`entries` for the findings (an error line and its details, the host backtrace
+dropped). ``kernel_check.sanitize`` (a learner's kernel) and ``tools/sanitize.py`` (every version)
+use this module; lesson 10 shows its reports.
 
 Kernels are built with ``-lineinfo`` (``build.NVCC_FLAGS``), so a finding names the source line.
 """
@@ -24,16 +24,19 @@ TOOLS = ("memcheck", "racecheck", "synccheck", "initcheck")
 #: what each tool looks for (lesson 10's table)
 FINDS = {
     "memcheck": "out-of-bounds and misaligned accesses to global, shared and local memory",
-    "racecheck": "shared-memory hazards: two threads of a block touch one address, at least one writes, and "
+    "racecheck": "shared-memory hazards: two threads of a block touch one address, at least one "
+                 "writes, and "
                  "no barrier orders them",
-    "synccheck": "barriers and warp syncs that not all the threads they need reach (divergent barriers)",
+    "synccheck": "barriers and warp syncs that not all the threads they need reach (divergent "
+                 "barriers)",
     "initcheck": "reads of device memory nothing has written",
 }
 ERROR_EXIT = 86  # the exit code compute-sanitizer returns when it found errors (--error-exitcode)
 PREFIX = "========="
 
 _ERRORS = re.compile(r"ERROR SUMMARY:\s*(\d+)\s+errors?")
-_RACES = re.compile(r"RACECHECK SUMMARY:\s*(\d+)\s+hazards?\s+displayed\s+\((\d+)\s+errors?,\s*(\d+)\s+warnings?\)")
+_RACES = re.compile(r"RACECHECK SUMMARY:\s*(\d+)\s+hazards?\s+displayed\s+"
+                    r"\((\d+)\s+errors?,\s*(\d+)\s+warnings?\)")
 
 
 class ToolMissing(RuntimeError):
@@ -48,8 +51,8 @@ def find() -> str | None:
 def parse_summary(output: str):
     """``(errors, warnings)`` from compute-sanitizer's output, or None when it printed no summary.
 
-    errors is the last ``ERROR SUMMARY`` count (at least racecheck's error count); warnings is racecheck's
-    warning count (hazards it judges benign), else 0.
+    errors is the last ``ERROR SUMMARY`` count (at least racecheck's error count); warnings is
+    racecheck's warning count (hazards it judges benign), else 0.
     """
     found = _ERRORS.findall(output)
     races = _RACES.findall(output)
@@ -63,14 +66,16 @@ def parse_summary(output: str):
     return errors, warnings
 
 
-_SKIP = re.compile(r"^(COMPUTE-SANITIZER|ERROR SUMMARY|RACECHECK SUMMARY|Saved host backtrace|Host Frame|"
-                   r"Target application returned|Program hit|LEAK SUMMARY|Process did not terminate)")
+_SKIP = re.compile(r"^(COMPUTE-SANITIZER|ERROR SUMMARY|RACECHECK SUMMARY|Saved host backtrace|Host "
+                   r"Frame|"
+                   r"Target application returned|Program hit|LEAK SUMMARY|Process did not "
+                   r"terminate)")
 
 
 def entries(output: str) -> list[list[str]]:
-    """The findings of a report, each a list of lines without the ``=========`` prefix: the line that
-    names the error, then its indented details (where, which thread, which address); host frames and
-    summaries left out."""
+    """The findings of a report, each a list of lines without the ``=========`` prefix: the line
+    that names the error, then its indented details (where, which thread, which address); host
+    frames and summaries left out."""
     found: list[list[str]] = []
     skipping = False
     for raw in output.splitlines():
@@ -93,7 +98,8 @@ def entries(output: str) -> list[list[str]]:
 
 
 def _shape_of(entry: list[str]) -> str:
-    """An entry's first line with numbers and addresses blanked: entries that differ only in where group."""
+    """An entry's first line with numbers and addresses blanked: entries that differ only in where
+    group."""
     return re.sub(r"0x[0-9a-fA-F]+|\(\d+,\d+,\d+\)|\d+", "#", entry[0])
 
 
@@ -153,14 +159,15 @@ class Report:
         return self.sentence() + (("\n" + lines) if lines else "")
 
 
-# ------------------------------------------------------------------------------------------------------
+# --------------------------------------------------------------------------------------------------
 # the run: the rung rebuilt in a child (rmsnorm_lessons.child), under compute-sanitizer
 
 child_spec = child.rung_spec  # what the child needs to rebuild a rung
 
 
 def wrapper(exe: str, tool: str, print_limit: int = 50) -> list[str]:
-    """``compute-sanitizer --tool TOOL ...``: errors exit with ERROR_EXIT, only the child is checked."""
+    """``compute-sanitizer --tool TOOL ...``: errors exit with ERROR_EXIT, only the child is
+    checked."""
     if tool not in TOOLS:
         raise ValueError(f"tool must be one of {', '.join(TOOLS)}, not {tool!r}")
     return [exe, "--tool", tool, "--error-exitcode", str(ERROR_EXIT), "--target-processes",
@@ -188,7 +195,8 @@ def run(rung, tool: str, shape=(129, 776), timeout: float = 600) -> Report:
                           "/usr/local/cuda/bin; it comes with the CUDA toolkit (and needs a GPU)")
     with tempfile.TemporaryDirectory(prefix="rmsnorm-sanitize-") as tmp:
         src = Path(tmp) / f"{rung.name}.cu"
-        src.write_text(build.kernel_text(rung)[1])  # a registered rung's text, or a shipped rung's file
+        # a registered rung's text, or a shipped rung's file
+        src.write_text(build.kernel_text(rung)[1])
         spec = child_spec(rung, shape, str(src))
         cmd = child.command(["-m", "rmsnorm_lessons.child", json.dumps(spec)], wrapper(exe, tool))
         return run_command(cmd, tool, f"{rung.name} at N={spec['N']}, C={spec['C']}", timeout)

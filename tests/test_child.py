@@ -1,5 +1,6 @@
-"""rmsnorm_lessons.child (CPU): the command line, the run (exit code, output, timeout, environment), the
-rung spec a child rebuilds a rung from, and the child's refusal without a GPU; gpu.copy_bandwidth's hook."""
+"""rmsnorm_lessons.child (CPU): the command line, the run (exit code, output, timeout, environment),
+the rung spec a child rebuilds a rung from, and the child's refusal without a GPU;
+gpu.copy_bandwidth's hook."""
 import json
 import sys
 
@@ -16,7 +17,8 @@ def test_command_puts_the_wrapper_in_front_of_this_python():
 
 
 def test_run_captures_both_streams_the_exit_code_and_the_environment(tmp_path):
-    code = ("import os, sys; print('out', os.environ['CHILD_TEST'], os.environ['PYTHONUNBUFFERED']); "
+    code = ("import os, sys; print('out', os.environ['CHILD_TEST'], "
+            "os.environ['PYTHONUNBUFFERED']); "
             "print('err', file=sys.stderr); print(os.getcwd()); sys.exit(3)")
     done = child.run(child.command(["-c", code]), env={"CHILD_TEST": "yes"}, cwd=tmp_path)
     assert done.returncode == 3 and not done.timed_out
@@ -25,7 +27,8 @@ def test_run_captures_both_streams_the_exit_code_and_the_environment(tmp_path):
 
 
 def test_a_child_past_its_timeout_is_killed_and_keeps_what_it_printed():
-    done = child.run(child.command(["-c", "import time; print('started'); time.sleep(30)"]), timeout=2)
+    done = child.run(child.command(["-c", "import time; print('started'); time.sleep(30)"]),
+                     timeout=2)
     assert done.timed_out and done.returncode is None
     assert "started" in done.stdout
 
@@ -42,7 +45,8 @@ def test_the_spec_rebuilds_the_rung_it_was_made_from(tmp_path):
     source.write_text(build.kernel_source("v6_last_block"))
     spec = child.rung_spec(rung, (129, 777), str(source))
     assert json.loads(json.dumps(spec)) == spec and spec["C"] == 776  # rounded down to the multiple
-    assert spec["name"] == "v6_last_block_as_built"  # the shipped name is taken in the child's ladder
+    # the shipped name is taken in the child's ladder
+    assert spec["name"] == "v6_last_block_as_built"
     copy = child.rebuild(spec)
     try:
         assert copy.name == "v6_last_block_as_built" and copy.kernels == rung.kernels
@@ -79,10 +83,12 @@ def test_the_child_without_a_gpu_says_so_and_its_usage_is_checked():
 
 def test_nsight_and_the_sanitizer_build_their_commands_on_the_child_command():
     cmd = nsight.command("ncu", "v3_smem", 64, 256)
-    assert cmd[cmd.index(sys.executable):] == [sys.executable, "-m", "rmsnorm_lessons.nsight", "--launch",
+    assert cmd[cmd.index(sys.executable):] == [sys.executable, "-m", "rmsnorm_lessons.nsight",
+                                               "--launch",
                                                "v3_smem", "64", "256"]
     wrapped = sanitizer.command("compute-sanitizer", "memcheck", child.command(["-c", "pass"]))
-    assert wrapped == sanitizer.wrapper("compute-sanitizer", "memcheck") + [sys.executable, "-c", "pass"]
+    assert wrapped == sanitizer.wrapper("compute-sanitizer", "memcheck") + [sys.executable, "-c",
+            "pass"]
     assert not hasattr(nsight, "REASONS") and "bench" not in vars(nsight)
 
 
@@ -123,8 +129,10 @@ def test_copy_bandwidth_with_a_timing_hook_times_the_copy_its_way(monkeypatch):
 def test_the_copy_kernel_is_timed_through_the_one_copy_bandwidth(monkeypatch):
     calls = []
     monkeypatch.setattr(bench.build, "source_module", lambda name: type(
-        "M", (), {"get_function": staticmethod(lambda fn: calls.append((name, fn)) or (lambda *a, **k: None))})())
+        "M", (), {"get_function": staticmethod(lambda fn: calls.append((name, fn)) or (lambda *a,
+                **k: None))})())
     monkeypatch.setattr(bench, "time_ms", lambda launch, warmup, repeats: [float(repeats)] * 3)
-    monkeypatch.setattr(gpu, "copy_bandwidth", lambda nbytes, timed: (nbytes, np.median(timed(1, 2))))
+    monkeypatch.setattr(gpu, "copy_bandwidth", lambda nbytes, timed: (nbytes, np.median(timed(1,
+            2))))
     assert bench.copy_kernel_bandwidth(1 << 20, repeats=7) == (1 << 20, 7.0)
     assert calls == [("stream_ceiling", "stream_copy")]

@@ -1,5 +1,6 @@
-"""rmsnorm_lessons.plots (CPU): every figure is reachable as ``rl.plots.X`` from its lesson's module, the
-figures of the bench and of lessons 09-10 draw from made-up rows, and both ways of making a figure agree."""
+"""rmsnorm_lessons.plots (CPU): every figure is reachable as ``rl.plots.X`` from its lesson's
+module, the figures of the bench and of lessons 09-10 draw from made-up rows, and both ways of
+making a figure agree."""
 import importlib
 
 import pytest
@@ -12,7 +13,8 @@ MODULES = ("figure", "lessons_00_03", "lessons_04_07", "lesson08", "lesson09", "
 
 def _rows():
     return [bench._timing(name, N, C, [ms] * 3, 6 * N * C, 4000.0)
-            for name, ms in (("v6_last_block", 0.2), ("v7_fast", 0.1)) for N, C in ((8192, 1024), (4096, 4096))]
+            for name, ms in (("v6_last_block", 0.2), ("v7_fast", 0.1)) for N, C in ((8192, 1024),
+                    (4096, 4096))]
 
 
 def test_every_public_name_comes_from_one_lesson_module():
@@ -20,9 +22,11 @@ def test_every_public_name_comes_from_one_lesson_module():
     for name in MODULES:
         module = importlib.import_module(f"rmsnorm_lessons.plots.{name}")
         for attr, value in vars(module).items():
-            if callable(value) and getattr(value, "__module__", "") == module.__name__ and attr[0] != "_":
+            if callable(value) and getattr(value, "__module__",
+                                           "") == module.__name__ and attr[0] != "_":
                 homes.setdefault(attr, []).append(name)
-    assert sorted(homes) == sorted(n for n in plots.__all__ if n not in ("COPY_COLOR", "DPI", "FIGSIZE"))
+    assert sorted(homes) == sorted(n for n in plots.__all__ if n not in ("COPY_COLOR", "DPI",
+            "FIGSIZE"))
     assert all(len(where) == 1 for where in homes.values()), homes
     for name in plots.__all__:
         assert getattr(plots, name) is not None

@@ -8,7 +8,8 @@ or by ``plt.show()``. What the pictures show (lanes, sectors, banks, the butterf
 """
 from .figure import COPY_COLOR, DPI, FIGSIZE, bandwidth_bars
 from .lessons_00_03 import access_pattern, butterfly, gradient_check, speedup_bars, thread_indices
-from .lessons_04_07 import (bank_conflicts, bf16_error_histogram, partials_reduction, shared_memory_chart,
+from .lessons_04_07 import (bank_conflicts, bf16_error_histogram, partials_reduction,
+                            shared_memory_chart,
                             ticket_timeline, v4_staging_banks)
 from .lesson08 import bytes_in_flight
 from .lesson09 import fixed_cost, floor_and_fixed, speed_of_light, v7_row_layout

@@ -1,4 +1,5 @@
-"""What every figure shares: its size, its resolution, the copy line's colour, and two ways to make one."""
+"""What every figure shares: its size, its resolution, the copy line's colour, and two ways to make
+one."""
 from __future__ import annotations
 
 import matplotlib.pyplot as plt
@@ -22,7 +23,8 @@ def _outside_pyplot(figsize=FIGSIZE, **subplots):
     return fig, fig.subplots(**subplots)
 
 
-def bandwidth_bars(results, copy_gbps: float | None = None, title: str = "bandwidth against the copy line"):
+def bandwidth_bars(results, copy_gbps: float | None = None, title: str = "bandwidth against the "
+                                                                         "copy line"):
     """Bars of GB/s per version (grouped by shape when several), with the copy bandwidth as a line.
 
     ``results``: a list of :class:`rmsnorm_lessons.bench.Timing` (or dicts with name, N, C, gbps).
@@ -35,7 +37,8 @@ def bandwidth_bars(results, copy_gbps: float | None = None, title: str = "bandwi
     width = 0.8 / max(1, len(names))
     x = np.arange(len(shapes))
     for i, name in enumerate(names):
-        vals = [next((r["gbps"] for r in rows if r["name"] == name and (r["N"], r["C"]) == s), np.nan) for s in shapes]
+        vals = [next((r["gbps"] for r in rows if r["name"] == name and (r["N"], r["C"]) == s),
+                     np.nan) for s in shapes]
         ax.bar(x + (i - (len(names) - 1) / 2) * width, vals, width, label=name)
     if copy_gbps:
         ax.axhline(copy_gbps, color=COPY_COLOR, ls="--", lw=1.2, label=f"copy {copy_gbps:.0f} GB/s")

@@ -10,9 +10,10 @@ from .figure import FIGSIZE, _figure
 
 
 def seed_loop_rows(N: int = 8200, C: int = 768, version: str = "v6_last_block", device=None):
-    """Lesson 10: rows each warp takes in the seed's per-warp loop (row = warp's first, then + warps in the
-    grid), per block of ``version``'s plan. A block whose warps take different numbers of rows meets a
-    ``__syncthreads`` inside that loop with some of its warps gone: synccheck's divergent barrier."""
+    """Lesson 10: rows each warp takes in the seed's per-warp loop (row = warp's first, then + warps
+    in the grid), per block of ``version``'s plan. A block whose warps take different numbers of
+    rows meets a ``__syncthreads`` inside that loop with some of its warps gone: synccheck's
+    divergent barrier."""
     launch = ladder.plan(version, N, C, device)[0]
     warps = launch.block // 32
     stride = launch.grid * warps
@@ -29,15 +30,17 @@ def seed_loop_rows(N: int = 8200, C: int = 768, version: str = "v6_last_block", 
     fig.colorbar(image, ax=ax, label="rows")
     ax.set_xlabel(f"block (the last {len(shown)} of {launch.grid})")
     ax.set_ylabel("warp")
-    ax.set_title(f"{version} with the seed's row loop at N = {N}: {launch.grid} blocks x {warps} warps = {stride} "
-                 f"warps\nred: a block whose warps take different numbers of rows ({len(uneven)} block(s))",
+    ax.set_title(f"{version} with the seed's row loop at N = {N}: {launch.grid} blocks x {warps} "
+                 f"warps = {stride} "
+                 f"warps\nred: a block whose warps take different numbers of rows ({len(uneven)} "
+                 "block(s))",
                  fontsize=8)
     return fig
 
 
 def profile_bars(profiles, title: str = "what Nsight Compute measured"):
-    """Lesson 10: DRAM throughput (% of peak) and achieved occupancy (% of the SM's warps) per profiled rung
-    (a list of :class:`rmsnorm_lessons.nsight.Profile`)."""
+    """Lesson 10: DRAM throughput (% of peak) and achieved occupancy (% of the SM's warps) per
+    profiled rung (a list of :class:`rmsnorm_lessons.nsight.Profile`)."""
     fig, ax = _figure()
     labels = [f"{p.version}\n{p.shape[0]}x{p.shape[1]}" for p in profiles]
     x = np.arange(len(profiles))

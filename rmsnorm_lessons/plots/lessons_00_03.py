@@ -16,8 +16,9 @@ def access_pattern(layout: str = "thread_per_row", rows: int = 32, C: int = 64, 
                    block_size: int = 64, max_cols: int = 96, itemsize: int = 4):
     """The elements of ``inp`` (rows x columns) that the threads load at one step, coloured by lane.
 
-    Thin marks inside each row are the 32-byte sector boundaries; thick horizontal lines separate the
-    thread blocks. The title counts the sectors the first warp touches (:func:`access.warp_sectors`).
+    Thin marks inside each row are the 32-byte sector boundaries; thick horizontal lines separate
+    the thread blocks. The title counts the sectors the first warp touches
+    (:func:`access.warp_sectors`).
     ``layout``: ``"thread_per_row"`` (v1) or ``"warp_per_row"`` (v2).
     """
     layout = access.layout_name(layout)
@@ -25,7 +26,8 @@ def access_pattern(layout: str = "thread_per_row", rows: int = 32, C: int = 64, 
     if rows < 1 or C < 1:
         raise ValueError(f"rows and C must be at least 1, got rows={rows} C={C}")
     if block_size % access.WARP or not access.WARP <= block_size <= 1024:
-        raise ValueError(f"block_size must be a multiple of 32 between 32 and 1024, got {block_size}")
+        raise ValueError("block_size must be a multiple of 32 between 32 and 1024, got "
+                         f"{block_size}")
     steps = access.loop_steps(layout, C)
     step = int(min(max(step, 0), steps - 1))
     touched = access.touched_elements(layout, rows, C, step)
@@ -60,14 +62,16 @@ def access_pattern(layout: str = "thread_per_row", rows: int = 32, C: int = 64, 
                 ax.axhline(w - 0.5, color="black", lw=0.6, ls=":")
     ax.set_xlim(start - 0.5, start + width - 0.5)
     ax.set_ylim(rows - 0.5, -0.5)
-    ax.set_xlabel(f"column c (of C={C})" + (f", columns {start}..{start + width - 1} shown" if width < C else ""),
-                  fontsize=8)
+    shown = f", columns {start}..{start + width - 1} shown" if width < C else ""
+    ax.set_xlabel(f"column c (of C={C})" + shown, fontsize=8)
     ax.set_ylabel("row", fontsize=8)
     ax.yaxis.set_major_locator(MaxNLocator(integer=True))
     ax.tick_params(labelsize=7)
     n_sec = access.warp_sectors(layout, C, step, 0, itemsize)
-    ax.set_title(f"{access.LAYOUTS[layout]}, loop step {step}: warp 0's load touches {n_sec} sector(s) of 32 B\n"
-                 f"grey marks: sector boundaries; thick lines: blocks of {block_size} threads", fontsize=8)
+    ax.set_title(f"{access.LAYOUTS[layout]}, loop step {step}: warp 0's load touches {n_sec} "
+                 "sector(s) of 32 B\n"
+                 f"grey marks: sector boundaries; thick lines: blocks of {block_size} threads",
+                 fontsize=8)
     bar = fig.colorbar(mesh, ax=ax, pad=0.01, fraction=0.04)
     bar.set_label("lane", fontsize=7)
     bar.ax.tick_params(labelsize=6)
@@ -77,16 +81,19 @@ def access_pattern(layout: str = "thread_per_row", rows: int = 32, C: int = 64, 
 def butterfly(offsets=(16, 8, 4, 2, 1), highlight: int | None = 0):
     """The shuffle butterfly: 32 lanes (x) by steps (y, top to bottom), one line per value received.
 
-    At a step with offset ``o`` lane ``i`` receives the value of lane ``i ^ o`` and adds it to its own.
-    Lanes of one colour hold the same partial sum; the label at the right says how many lanes' inputs
-    that sum contains. ``highlight`` draws in black the lines that feed lane ``highlight``'s result.
+    At a step with offset ``o`` lane ``i`` receives the value of lane ``i ^ o`` and adds it to its
+    own. Lanes of one colour hold the same partial sum; the label at the right says how many lanes'
+    inputs that sum contains. ``highlight`` draws in black the lines that feed lane ``highlight``'s
+    result.
     """
     offsets = tuple(int(o) for o in offsets)
     fig, ax = _outside_pyplot((FIGSIZE[0], 1.0 + 0.55 * (len(offsets) + 1)))
     lanes = np.arange(access.WARP)
-    contains = access.butterfly_contents(offsets)  # which inputs each lane's value holds, step by step
+    # which inputs each lane's value holds, step by step
+    contains = access.butterfly_contents(offsets)
     needed = (access.butterfly_feeders(offsets, highlight) if highlight is not None
-              else np.zeros((len(offsets) + 1, access.WARP), bool))  # lanes whose value reaches the highlight
+              # lanes whose value reaches the highlight
+              else np.zeros((len(offsets) + 1, access.WARP), bool))
     faint, strong = [], []
     for k, o in enumerate(offsets, start=1):
         for i in lanes:
@@ -96,18 +103,22 @@ def butterfly(offsets=(16, 8, 4, 2, 1), highlight: int | None = 0):
                 strong.append([(i, k - 1), (i, k)])  # the lane's own value, kept
         ax.text(access.WARP - 0.2, k - 0.5, f"xor {o}", fontsize=7, va="center", color="#08519c")
     # plain (not antialiased) faint lines keep the PNG small
-    ax.add_collection(LineCollection(faint, colors="#9ecae1", linewidths=0.6, antialiaseds=False, zorder=1))
+    ax.add_collection(LineCollection(faint, colors="#9ecae1", linewidths=0.6, antialiaseds=False,
+                                     zorder=1))
     ax.add_collection(LineCollection(strong, colors="black", linewidths=1.1, zorder=2))
     cmap = matplotlib.colormaps["tab20"]
     for k, m in enumerate(contains):
         groups = {}
         colour_of = [groups.setdefault(tuple(m[:, i]), len(groups)) for i in lanes]
-        ax.scatter(lanes, np.full(access.WARP, k), c=[cmap(g % 20) for g in colour_of], s=18, zorder=3,
+        ax.scatter(lanes, np.full(access.WARP, k), c=[cmap(g % 20) for g in colour_of], s=18,
+                   zorder=3,
                    edgecolors="black", linewidths=0.3)
         counts = sorted({int(m[:, i].sum()) for i in lanes})
         label = "/".join(str(c) for c in counts)
-        ax.text(access.WARP + 2.6, k, f"{label} lane{'s' if counts != [1] else ''}", fontsize=7, va="center")
-    ax.set_yticks(range(len(offsets) + 1), ["input"] + [f"step {k}" for k in range(1, len(offsets) + 1)],
+        ax.text(access.WARP + 2.6, k, f"{label} lane{'s' if counts != [1] else ''}", fontsize=7,
+                va="center")
+    ax.set_yticks(range(len(offsets) + 1), ["input"] + [f"step {k}" for k in range(1,
+            len(offsets) + 1)],
                   fontsize=7)
     ax.set_xticks(range(0, access.WARP, 4))
     ax.tick_params(axis="x", labelsize=7)
@@ -126,8 +137,8 @@ def butterfly(offsets=(16, 8, 4, 2, 1), highlight: int | None = 0):
 def thread_indices(n: int = 20, block_size: int = 8):
     """How ``i = blockIdx.x * blockDim.x + threadIdx.x`` numbers the threads of a 1-D launch.
 
-    One box per thread, coloured by block; threads with ``i >= n`` (greyed) exist because the grid is
-    rounded up to whole blocks, which is why kernels test ``if (i < n)``.
+    One box per thread, coloured by block; threads with ``i >= n`` (greyed) exist because the grid
+    is rounded up to whole blocks, which is why kernels test ``if (i < n)``.
     """
     n, block_size = int(n), int(block_size)
     if n < 1 or block_size < 1:
@@ -150,7 +161,8 @@ def thread_indices(n: int = 20, block_size: int = 8):
     ax.set_xlim(-6, total + 0.5)
     ax.set_ylim(-0.1, 1.4)
     ax.axis("off")
-    ax.set_title(f"n = {n}, blockDim.x = {block_size}: {blocks} blocks, {total - n} idle thread(s) (grey)",
+    ax.set_title(f"n = {n}, blockDim.x = {block_size}: {blocks} blocks, {total - n} idle thread(s) "
+                 "(grey)",
                  fontsize=8)
     return fig
 
@@ -188,7 +200,8 @@ def speedup_bars(results, baseline: str = "v1_naive", title: str | None = None):
     width = 0.8 / len(names)
     x = np.arange(len(shapes))
     for i, name in enumerate(names):
-        vals = [next((base[s] / r["ms"] for r in rows if r["name"] == name and (r["N"], r["C"]) == s), np.nan)
+        vals = [next((base[s] / r["ms"] for r in rows if r["name"] == name and (r["N"],
+                r["C"]) == s), np.nan)
                 for s in shapes]
         bars = ax.bar(x + (i - (len(names) - 1) / 2) * width, vals, width, label=name)
         ax.bar_label(bars, [f"{v:.1f}x" if np.isfinite(v) else "" for v in vals], fontsize=7)
