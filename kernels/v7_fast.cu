@@ -71,8 +71,9 @@ __device__ __forceinline__ unsigned pack(float low, float high) {
 // Pass 2 of a row staged in shared memory (v7_staged.cuh, v7_wide.cuh) for chunk c: dinp[c] =
 // value(e, g, x) for its 8 channels e, plus dinp's own where ACC (dinp +=), one streaming store.
 template <bool ACC, class Value>
-__device__ __forceinline__ void store_dinp_chunk(uint4* dinp, const uint4* g_row, const uint4* x_row,
-                                                 const uint4* d_row, int c, Value value) {
+__device__ __forceinline__ void store_dinp_chunk(uint4* dinp, const uint4* g_row,
+                                                 const uint4* x_row, const uint4* d_row, int c,
+                                                 Value value) {
     const uint4 g = g_row[c], x = x_row[c];
     uint4 d = make_uint4(0u, 0u, 0u, 0u);
     if (ACC) d = d_row[c];

@@ -51,12 +51,13 @@ BUGS = {b.name: b for b in (
         "    for (int c = lane; c <= C; c += WARP_SIZE) {\n",
         True, "memcheck", (129, 776), "the update loop runs one element past the end of the row"),
     Bug("bug_seed_loop_v6", "v6_last_block",
-        "    for (long long first = (long long)blockIdx.x * warps; first < N; "
-        "first += (long long)gridDim.x * warps) {\n"
+        "    for (long long first = (long long)blockIdx.x * warps; first < N;\n"
+        "         first += (long long)gridDim.x * warps) {\n"
         "        const long long row = first + warp;\n"
         "        const bool active = row < N;  // warp-uniform\n",
-        "    for (long long row = (long long)blockIdx.x * warps + warp; row < N; "
-        "row += (long long)gridDim.x * warps) {\n"
+        "    for (long long first = (long long)blockIdx.x * warps; first + warp < N;\n"
+        "         first += (long long)gridDim.x * warps) {\n"
+        "        const long long row = first + warp;\n"
         "        const bool active = true;\n",
         False, "synccheck", (8200, 768), "the seed's per-warp row loop, with a __syncthreads "
                                          "inside it"),
