@@ -45,20 +45,11 @@ __device__ __forceinline__ void scale_loop(T* y, const T* x, float a, long long 
 // n: elements of T (floats, or float4s). __launch_bounds__(256, 8): at most 32 registers, so 8
 // blocks of 256 (2048 threads) fit on an SM of sm_80..sm_90 (65536 registers) and the lesson's
 // threads per SM are real.
-#define SCALE_BOUNDS __launch_bounds__(256, 8)
-extern "C" __global__ void SCALE_BOUNDS
-scale_f32_x1(float* y, const float* x, float a, long long n) {
-    scale_loop<float, 1>(y, x, a, n);
-}
-extern "C" __global__ void SCALE_BOUNDS
-scale_f32_x4(float* y, const float* x, float a, long long n) {
-    scale_loop<float, 4>(y, x, a, n);
-}
-extern "C" __global__ void SCALE_BOUNDS
-scale_f128_x1(float4* y, const float4* x, float a, long long n) {
-    scale_loop<float4, 1>(y, x, a, n);
-}
-extern "C" __global__ void SCALE_BOUNDS
-scale_f128_x4(float4* y, const float4* x, float a, long long n) {
-    scale_loop<float4, 4>(y, x, a, n);
-}
+// SCALE(name, T, U): the extern "C" kernel `name`, scale_loop<T, U> with those launch bounds.
+#define SCALE(NAME, T, U)                                                                          \
+    extern "C" __global__ void __launch_bounds__(256, 8)                                           \
+    NAME(T* y, const T* x, float a, long long n) { scale_loop<T, U>(y, x, a, n); }
+SCALE(scale_f32_x1, float, 1)
+SCALE(scale_f32_x4, float, 4)
+SCALE(scale_f128_x1, float4, 1)
+SCALE(scale_f128_x4, float4, 4)

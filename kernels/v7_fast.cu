@@ -68,6 +68,18 @@ __device__ __forceinline__ unsigned pack(float low, float high) {
     return *reinterpret_cast<unsigned*>(&p);
 }
 
+// Pass 1 over chunk c of a row staged in shared memory (v7_staged.cuh, v7_wide.cuh), if c < chunks:
+// add(e, dout, inp) for each of its 8 channels e, the values widened to fp32.
+template <class Add>
+__device__ __forceinline__ void for_each_value(const uint4* g_row, const uint4* x_row, int c,
+                                               int chunks, Add add) {
+    if (c < chunks) {
+        const uint4 g = g_row[c], x = x_row[c];
+        #pragma unroll
+        for (int e = 0; e < 8; e++) add(e, widen(g, e), widen(x, e));
+    }
+}
+
 // Pass 2 of a row staged in shared memory (v7_staged.cuh, v7_wide.cuh) for chunk c: dinp[c] =
 // value(e, g, x) for its 8 channels e, plus dinp's own where ACC (dinp +=), one streaming store.
 template <bool ACC, class Value>

@@ -130,16 +130,11 @@ __device__ __forceinline__ void backward(__nv_bfloat16* dinp, float* partials,
         float dot = 0.0f;  // pass 1: the dot product and dweight, from shared memory
         #pragma unroll
         for (int j = 0; j < K; j++) {
-            const int c = t + j * G;
-            if (c < chunks) {
-                const uint4 g = g_row[c], x = x_row[c];
-                #pragma unroll
-                for (int e = 0; e < 8; e++) {
-                    const float gx = widen(g, e) * widen(x, e);
-                    dot = fmaf(w[j][e], gx, dot);
-                    sum[j][e] = fmaf(r, gx, sum[j][e]);
-                }
-            }
+            for_each_value(g_row, x_row, t + j * G, chunks, [&](int e, float dout, float inp) {
+                const float gx = dout * inp;
+                dot = fmaf(w[j][e], gx, dot);
+                sum[j][e] = fmaf(r, gx, sum[j][e]);
+            });
         }
         dot = warp_reduce_sum(dot);
         if (row + stride < N) r_next = __ldg(rstd + row + stride);

@@ -142,16 +142,10 @@ __device__ __forceinline__ void backward(__nv_bfloat16* dinp, float* partials,
         float dot = 0.0f;
         #pragma unroll
         for (int k = 0; k < K; k++) {
-            const int c = t + k * G;
-            if (c < mine) {
-                const uint4 g = g_part[c], x = x_part[c];
-                #pragma unroll
-                for (int e = 0; e < 8; e++) {
-                    const float dout_e = widen(g, e), inp_e = widen(x, e);
-                    dot += widen(w[k], e) * dout_e * inp_e;
-                    sum[k][e] += inp_e * r * dout_e;
-                }
-            }
+            for_each_value(g_part, x_part, t + k * G, mine, [&](int e, float dout, float inp) {
+                dot += widen(w[k], e) * dout * inp;
+                sum[k][e] += inp * r * dout;
+            });
         }
         dot = warp_reduce_sum(dot);
         if (lane == 0) warp_dots[t / WARP_SIZE] = dot;
