@@ -16,8 +16,8 @@ import numpy as np
 from . import bf16, build, gpu, ladder, launch, validate
 from . import check as checking  # sweep() has a parameter called check
 from .timing import (  # noqa: F401 (the timing loop's names, re-exported for bench.X callers)
-    BURST, MAX_SLEEP_US, MIN_SETS, NOISY_SPREAD, SLEEP_US, DeviceProblem, Timing, _raw, _sleep, _timing,
-    rotation, sets_for, steady, time_interleaved, time_ms)
+    BURST, MAX_SLEEP_US, MIN_SETS, NOISY_SPREAD, SLEEP_US, DeviceProblem, Timing, _raw, _sleep,
+    _timing, rotation, sets_for, steady, time_interleaved, time_ms)
 
 #: the shapes of the issue's benchmark (N, C): six above L2, two latency-bound
 LARGE_SHAPES = [(32768, 768), (32768, 1024), (16384, 2048), (16384, 4096), (8192, 8192),
