@@ -1,9 +1,9 @@
-// RMSNorm forward, fp32, one warp per row: out = inp * rstd * weight, rstd = 1/sqrt(mean(inp^2) + eps).
-// It exists to produce the rstd that every backward kernel of the course reads.
+// RMSNorm forward, fp32, one warp per row: out = inp * rstd * weight, rstd = 1/sqrt(mean(inp^2) +
+// eps). It exists to produce the rstd that every backward kernel of the course reads.
 #include "common.cuh"
 
-extern "C" __global__ void rmsnorm_forward(float* out, float* rstd, const float* inp, const float* weight,
-                                           int N, int C, float eps) {
+extern "C" __global__ void rmsnorm_forward(float* out, float* rstd, const float* inp,
+                                           const float* weight, int N, int C, float eps) {
     int lane = threadIdx.x % WARP_SIZE;
     long long row = (long long)blockIdx.x * (blockDim.x / WARP_SIZE) + threadIdx.x / WARP_SIZE;
     if (row >= N) return;

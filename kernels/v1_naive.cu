@@ -4,8 +4,8 @@
 // Neighbouring threads read addresses C floats apart, so no load is coalesced.
 #include "common.cuh"
 
-extern "C" __global__ void rmsnorm_backward_v1(float* dinp, float* dweight,
-                                               const float* dout, const float* inp, const float* weight,
+extern "C" __global__ void rmsnorm_backward_v1(float* dinp, float* dweight, const float* dout,
+                                               const float* inp, const float* weight,
                                                const float* rstd, int N, int C) {
     long long row = (long long)blockIdx.x * blockDim.x + threadIdx.x;
     if (row >= N) return;

@@ -1,12 +1,11 @@
-// v2_warp: one warp (32 threads) per row.
-// Over v1: the 32 lanes of a warp read 32 neighbouring floats at each step, so every load is one
-// coalesced 128-byte transaction, and the row's dot product is summed across the lanes with the
-// __shfl_xor_sync butterfly instead of by one thread alone. dweight still takes one global atomicAdd
-// per element: N*C atomics in all.
+// v2_warp: one warp (32 threads) per row. Over v1: the 32 lanes of a warp read 32 neighbouring
+// floats at each step, so every load is one coalesced 128-byte transaction, and the row's dot
+// product is summed across the lanes with the __shfl_xor_sync butterfly instead of by one thread
+// alone. dweight still takes one global atomicAdd per element: N*C atomics in all.
 #include "common.cuh"
 
-extern "C" __global__ void rmsnorm_backward_v2(float* dinp, float* dweight,
-                                               const float* dout, const float* inp, const float* weight,
+extern "C" __global__ void rmsnorm_backward_v2(float* dinp, float* dweight, const float* dout,
+                                               const float* inp, const float* weight,
                                                const float* rstd, int N, int C) {
     int lane = threadIdx.x % WARP_SIZE;
     long long row = (long long)blockIdx.x * (blockDim.x / WARP_SIZE) + threadIdx.x / WARP_SIZE;

@@ -1,13 +1,13 @@
-// v3_smem: dweight summed per block in shared memory.
-// Over v2: a fixed grid of blocks walks all rows (a grid-stride loop), and each block adds its rows'
-// dweight contributions into a C-float array in shared memory with shared-memory atomics: on chip,
-// and a warp's 32 lanes hit 32 different banks (on sm_90 a float atomicAdd on shared memory compiles
-// to a compare-and-swap loop, ATOMS.CAST.SPIN). Only at the end does the block add its C sums to
-// global memory: one global atomic per block and channel instead of one per row and channel.
+// v3_smem: dweight summed per block in shared memory. Over v2: a fixed grid of blocks walks all
+// rows (a grid-stride loop), and each block adds its rows' dweight contributions into a C-float
+// array in shared memory with shared-memory atomics: on chip, and a warp's 32 lanes hit 32
+// different banks (on sm_90 a float atomicAdd on shared memory compiles to a compare-and-swap loop,
+// ATOMS.CAST.SPIN). Only at the end does the block add its C sums to global memory: one global
+// atomic per block and channel instead of one per row and channel.
 #include "common.cuh"
 
-extern "C" __global__ void rmsnorm_backward_v3(float* dinp, float* dweight,
-                                               const float* dout, const float* inp, const float* weight,
+extern "C" __global__ void rmsnorm_backward_v3(float* dinp, float* dweight, const float* dout,
+                                               const float* inp, const float* weight,
                                                const float* rstd, int N, int C) {
     extern __shared__ float dweight_shared[];  // C floats, sized at launch
     for (int c = threadIdx.x; c < C; c += blockDim.x) dweight_shared[c] = 0.0f;

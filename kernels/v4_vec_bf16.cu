@@ -1,12 +1,12 @@
-// v4_vec_bf16: bf16 storage, fp32 arithmetic, 128-bit loads and stores, cache hints.
-// Over v3: tensors are bf16 (half the bytes of fp32), and each lane moves 8 of them with one 128-bit
-// instruction (Packed128), so a warp covers 256 channels per step with 4x fewer instructions.
-// dout and inp are read for the last time in the second loop, so they are loaded as streaming
-// (__ldcs); dinp is stored with __stcg (st.global.cg; lesson 05 times each hint). All arithmetic is fp32.
+// v4_vec_bf16: bf16 storage, fp32 arithmetic, 128-bit loads and stores, cache hints. Over v3:
+// tensors are bf16 (half the bytes of fp32), and each lane moves 8 of them with one 128-bit
+// instruction (Packed128), so a warp covers 256 channels per step with 4x fewer instructions. dout
+// and inp are read for the last time in the second loop, so they are loaded as streaming (__ldcs);
+// dinp is stored with __stcg (st.global.cg; lesson 05 times each hint). All arithmetic is fp32.
 // bf16 has no cheap float atomics, so the per-block sums go to an fp32 accumulator with global
-// atomics, and a tiny second kernel adds the accumulator into the bf16 dweight.
-// The block stages its dweight sums in shared memory channel-planar (staged() below): a lane adds 8
-// channels per step, and v3's layout (channel c at c) would put the 32 lanes on 4 banks.
+// atomics, and a tiny second kernel adds the accumulator into the bf16 dweight. The block stages
+// its dweight sums in shared memory channel-planar (staged() below): a lane adds 8 channels per
+// step, and v3's layout (channel c at c) would put the 32 lanes on 4 banks.
 #include "common.cuh"
 
 #ifndef V4_INTERLEAVED
@@ -15,9 +15,9 @@
 
 // The shared-memory slot of channel c = 8q + k (q: its 128-bit chunk, k: its place in the chunk).
 // Planar (the default): slot k * (C / 8) + q. For one k the 32 lanes of a warp hold 32 consecutive
-// chunks q, so they hit 32 consecutive words: 32 banks, no conflict.
-// -DV4_INTERLEAVED=1 (how v4 first shipped; lesson 05 times both): slot c. For one k, lane l hits
-// bank (8l + k) % 32: 4 banks with 8 lanes each, an 8-way conflict on every shared access of the loop.
+// chunks q, so they hit 32 consecutive words: 32 banks, no conflict. -DV4_INTERLEAVED=1 (how v4
+// first shipped; lesson 05 times both): slot c. For one k, lane l hits bank (8l + k) % 32: 4 banks
+// with 8 lanes each, an 8-way conflict on every shared access of the loop.
 __host__ __device__ __forceinline__ int staged(int c, int C) {
 #if V4_INTERLEAVED
     return c;
@@ -28,7 +28,8 @@ __host__ __device__ __forceinline__ int staged(int c, int C) {
 
 extern "C" __global__ void rmsnorm_backward_v4(__nv_bfloat16* dinp, float* dweight_accum,
                                                const __nv_bfloat16* dout, const __nv_bfloat16* inp,
-                                               const __nv_bfloat16* weight, const float* rstd, int N, int C) {
+                                               const __nv_bfloat16* weight, const float* rstd,
+                                               int N, int C) {
     extern __shared__ float dweight_shared[];
     for (int c = threadIdx.x; c < C; c += blockDim.x) dweight_shared[c] = 0.0f;
     __syncthreads();
@@ -65,11 +66,14 @@ extern "C" __global__ void rmsnorm_backward_v4(__nv_bfloat16* dinp, float* dweig
         }
     }
     __syncthreads();
-    for (int c = threadIdx.x; c < C; c += blockDim.x) atomicAdd(&dweight_accum[c], dweight_shared[staged(c, C)]);
+    for (int c = threadIdx.x; c < C; c += blockDim.x) {
+        atomicAdd(&dweight_accum[c], dweight_shared[staged(c, C)]);
+    }
 }
 
 // dweight (bf16) += the fp32 sums of all blocks, rounded once.
-extern "C" __global__ void add_dweight_v4(__nv_bfloat16* dweight, const float* dweight_accum, int C) {
+extern "C" __global__ void add_dweight_v4(__nv_bfloat16* dweight, const float* dweight_accum,
+                                          int C) {
     int c = blockIdx.x * blockDim.x + threadIdx.x;
     if (c < C) dweight[c] = __float2bfloat16((float)dweight[c] + dweight_accum[c]);
 }

@@ -1,17 +1,18 @@
 // v5_two_pass: the same result on every run.
 // v3/v4 add floats with atomics, in whatever order the hardware serves them; float addition is not
 // associative, so dweight's last bits change from run to run. v5 fixes the order of every sum:
-// 1. inside a block, for each 256-channel step, warps 1.. stage their contributions in shared memory
-//    and warp 0 adds them in warp order into the block's dweight (no shared atomics);
+// 1. inside a block, for each 256-channel step, warps 1.. stage their contributions in shared
+//    memory and warp 0 adds them in warp order into the block's dweight (no shared atomics);
 // 2. each block writes its C sums to its own row of a scratch buffer (no global atomics);
 // 3. a second kernel sums the scratch rows, block 0 first, and adds the result into dweight.
-// The row loop runs the same number of times in every warp of a block (idle warps contribute zeros),
-// because __syncthreads inside it must be reached by all threads of the block.
+// The row loop runs the same number of times in every warp of a block (idle warps contribute
+// zeros), because __syncthreads inside it must be reached by all threads of the block.
 #include "common.cuh"
 
 extern "C" __global__ void __launch_bounds__(512, 2)
 rmsnorm_backward_v5(__nv_bfloat16* dinp, float* partials, const __nv_bfloat16* dout,
-                    const __nv_bfloat16* inp, const __nv_bfloat16* weight, const float* rstd, int N, int C) {
+                    const __nv_bfloat16* inp, const __nv_bfloat16* weight, const float* rstd,
+                    int N, int C) {
     extern __shared__ float shared[];
     const int warps = blockDim.x / WARP_SIZE;
     const int warp = threadIdx.x / WARP_SIZE;
@@ -27,7 +28,8 @@ rmsnorm_backward_v5(__nv_bfloat16* dinp, float* partials, const __nv_bfloat16* d
     }
     __syncthreads();
 
-    for (long long first = (long long)blockIdx.x * warps; first < N; first += (long long)gridDim.x * warps) {
+    for (long long first = (long long)blockIdx.x * warps; first < N;
+         first += (long long)gridDim.x * warps) {
         const long long row = first + warp;
         const bool active = row < N;  // warp-uniform
         const __nv_bfloat16* dout_row = dout + row * C;
@@ -40,7 +42,9 @@ rmsnorm_backward_v5(__nv_bfloat16* dinp, float* partials, const __nv_bfloat16* d
             for (int c = lane * x128::size; c < C; c += step) {
                 x128 g = load128(dout_row + c), x = load128(inp_row + c), w = load128(weight + c);
                 #pragma unroll
-                for (int k = 0; k < x128::size; k++) partial += (float)w[k] * (float)g[k] * (float)x[k];
+                for (int k = 0; k < x128::size; k++) {
+                    partial += (float)w[k] * (float)g[k] * (float)x[k];
+                }
             }
             dnorm_norm_mean = warp_reduce_sum(partial) * r / C;
         }
@@ -62,7 +66,8 @@ rmsnorm_backward_v5(__nv_bfloat16* dinp, float* partials, const __nv_bfloat16* d
                     const int k = half * f128::size + i;
                     float norm = (float)x[k] * r;
                     contrib[i] = norm * (float)g[k];
-                    d[k] = __float2bfloat16((float)d[k] + r * ((float)w[k] * (float)g[k] - norm * dnorm_norm_mean));
+                    const float dnorm = (float)w[k] * (float)g[k];
+                    d[k] = __float2bfloat16((float)d[k] + r * (dnorm - norm * dnorm_norm_mean));
                 }
                 if (warp != 0) store128(staging + threadIdx.x * f128::size, contrib);
                 __syncthreads();
@@ -90,8 +95,10 @@ rmsnorm_backward_v5(__nv_bfloat16* dinp, float* partials, const __nv_bfloat16* d
     }
 }
 
-// One thread per channel sums the blocks' partials in block order, then adds once into bf16 dweight.
-extern "C" __global__ void reduce_dweight_v5(__nv_bfloat16* dweight, const float* partials, int blocks, int C) {
+// One thread per channel sums the blocks' partials in block order, then adds once into bf16
+// dweight.
+extern "C" __global__ void reduce_dweight_v5(__nv_bfloat16* dweight, const float* partials,
+                                             int blocks, int C) {
     int c = blockIdx.x * blockDim.x + threadIdx.x;
     if (c >= C) return;
     float sum = 0.0f;

@@ -4,12 +4,13 @@
 // sums the partials itself. What the seed leaves implicit, made right here:
 //  * __threadfence() between writing the partials and taking the ticket (release), and in the last
 //    block between seeing its ticket and reading the partials (acquire), so it reads every partial;
-//  * atomicInc(counter, gridDim.x - 1) wraps to 0 on the last ticket: no host reset between launches;
+//  * atomicInc(counter, gridDim.x - 1) wraps to 0 on the last ticket: no host reset between
+//    launches;
 //  * row offsets in 64 bits (row * C overflows int once N*C >= 2^31);
 //  * the unused dnorm_mean is gone. The shared memory (2 * rounded_C + ...) and the scratch stride
 //    (2 * C) are still the seed's, twice what RMSNorm needs: v7 halves them.
-// The row loop runs the same number of times in every warp of a block (idle warps contribute zeros),
-// because __syncthreads inside it must be reached by all threads of the block.
+// The row loop runs the same number of times in every warp of a block (idle warps contribute
+// zeros), because __syncthreads inside it must be reached by all threads of the block.
 #include "common.cuh"
 
 #ifndef V6_SCRATCH_HEADER
@@ -17,17 +18,20 @@
 #endif
 
 extern "C" __global__ void __launch_bounds__(512, 2)
-rmsnorm_backward_v6(__nv_bfloat16* dinp, __nv_bfloat16* dweight, float* scratch, const __nv_bfloat16* dout,
-                    const __nv_bfloat16* inp, const __nv_bfloat16* weight, const float* rstd, int N, int C) {
+rmsnorm_backward_v6(__nv_bfloat16* dinp, __nv_bfloat16* dweight, float* scratch,
+                    const __nv_bfloat16* dout, const __nv_bfloat16* inp,
+                    const __nv_bfloat16* weight, const float* rstd, int N, int C) {
     extern __shared__ float shared[];
     const int warps = blockDim.x / WARP_SIZE;
     const int warp = threadIdx.x / WARP_SIZE;
     const int lane = threadIdx.x % WARP_SIZE;
     const int step = WARP_SIZE * x128::size;  // channels a warp covers per iteration: 256
     const int rounded_C = ceil_div(C, step) * step;
-    float* dweight_shared = shared + rounded_C;  // rounded_C floats; the first rounded_C were layernorm's dbias
+    // rounded_C floats; the first rounded_C were layernorm's dbias
+    float* dweight_shared = shared + rounded_C;
     // staging for warps 1..warps-1, four floats per lane; shifted so thread 32 lands at its start
-    // (the seed reserves 2 * (blockDim.x - 32) * 4 floats after dweight_shared: staging is their second half)
+    // (the seed reserves 2 * (blockDim.x - 32) * 4 floats after dweight_shared: staging is their
+    // second half)
     float* staging = shared + 2 * rounded_C + f128::size * blockDim.x - 2 * WARP_SIZE * f128::size;
 
     for (int c = threadIdx.x * f128::size; c < rounded_C; c += blockDim.x * f128::size) {
@@ -35,7 +39,8 @@ rmsnorm_backward_v6(__nv_bfloat16* dinp, __nv_bfloat16* dweight, float* scratch,
     }
     __syncthreads();
 
-    for (long long first = (long long)blockIdx.x * warps; first < N; first += (long long)gridDim.x * warps) {
+    for (long long first = (long long)blockIdx.x * warps; first < N;
+         first += (long long)gridDim.x * warps) {
         const long long row = first + warp;
         const bool active = row < N;  // warp-uniform
         const __nv_bfloat16* dout_row = dout + row * C;
@@ -48,9 +53,12 @@ rmsnorm_backward_v6(__nv_bfloat16* dinp, __nv_bfloat16* dweight, float* scratch,
             for (int c = lane * x128::size; c < C; c += step) {
                 x128 g = load128(dout_row + c), x = load128(inp_row + c), w = load128(weight + c);
                 #pragma unroll
-                for (int k = 0; k < x128::size; k++) partial += (float)w[k] * (float)g[k] * (float)x[k];
+                for (int k = 0; k < x128::size; k++) {
+                    partial += (float)w[k] * (float)g[k] * (float)x[k];
+                }
             }
-            dnorm_norm_mean = warp_reduce_sum(partial) / C * r;  // the seed's order: v5 rounds * r / C
+            // the seed's order: v5 rounds * r / C
+            dnorm_norm_mean = warp_reduce_sum(partial) / C * r;
         }
 
         for (int base = 0; base < C; base += step) {
@@ -70,7 +78,8 @@ rmsnorm_backward_v6(__nv_bfloat16* dinp, __nv_bfloat16* dweight, float* scratch,
                     const int k = half * f128::size + i;
                     float norm = (float)x[k] * r;
                     contrib[i] = norm * (float)g[k];
-                    d[k] = __float2bfloat16((float)d[k] + r * ((float)w[k] * (float)g[k] - norm * dnorm_norm_mean));
+                    const float dnorm = (float)w[k] * (float)g[k];
+                    d[k] = __float2bfloat16((float)d[k] + r * (dnorm - norm * dnorm_norm_mean));
                 }
                 if (warp != 0) store128(staging + threadIdx.x * f128::size, contrib);
                 __syncthreads();
@@ -92,35 +101,40 @@ rmsnorm_backward_v6(__nv_bfloat16* dinp, __nv_bfloat16* dweight, float* scratch,
         }
     }
     __syncthreads();
-    // scratch: a header of V6_SCRATCH_HEADER floats (the ticket counter, alone in its cache line), then the
-    // seed's layout: block b's C sums at partials + 2 * C * b (the C floats before each were layernorm's dbias)
+    // scratch: a header of V6_SCRATCH_HEADER floats (the ticket counter, alone in its cache line),
+    // then the seed's layout: block b's C sums at partials + 2 * C * b (the C floats before each
+    // were layernorm's dbias)
     unsigned int* ticket_counter = (unsigned int*)scratch;
     float* partials = scratch + V6_SCRATCH_HEADER + C;
     float* my_partials = partials + 2 * (size_t)C * blockIdx.x;
     for (int c = threadIdx.x * f128::size; c < C; c += blockDim.x * f128::size) {
         store128(my_partials + c, load128(dweight_shared + c));
     }
-    // release: make this block's partials visible to every other block before announcing that they are done
+    // release: make this block's partials visible to every other block before announcing that they
+    // are done
     __threadfence();
     __syncthreads();
     __shared__ unsigned int ticket;
     if (threadIdx.x == 0) {
-        ticket = atomicInc(ticket_counter, gridDim.x - 1);  // the last ticket wraps the counter to 0
-        // acquire: the last ticket alone does not order this block's reads after the others' writes (PTX
-        // ISA memory consistency model, release/acquire patterns): this fence pairs with theirs
-        // (fence-fence synchronization), and the __syncthreads below extends it to the whole block
+        // the last ticket wraps the counter to 0
+        ticket = atomicInc(ticket_counter, gridDim.x - 1);
+        // acquire: the last ticket alone does not order this block's reads after the others' writes
+        // (PTX ISA memory consistency model, release/acquire patterns): this fence pairs with
+        // theirs (fence-fence synchronization), and the __syncthreads below extends it to the whole
+        // block
         if (ticket == gridDim.x - 1) __threadfence();
     }
     __syncthreads();
     if (ticket != gridDim.x - 1) return;
 
-    // the last block: v5's second kernel, four channels a thread (one block here; v7 spreads it out):
-    // sums the blocks' partials in block order, then adds once into bf16 dweight
+    // the last block: v5's second kernel, four channels a thread (one block here; v7 spreads it
+    // out): sums the blocks' partials in block order, then adds once into bf16 dweight
     for (int c = threadIdx.x * f128::size; c < C; c += blockDim.x * f128::size) {
         f128 sum = f128::zeros();
         for (int b = 0; b < gridDim.x; b++) {
             const float* p = partials + c + 2 * (size_t)C * b;
-            float4 v = __ldcg(reinterpret_cast<const float4*>(p));  // from L2 (a cache hint; the fences order)
+            // from L2 (a cache hint; the fences order)
+            float4 v = __ldcg(reinterpret_cast<const float4*>(p));
             sum[0] += v.x; sum[1] += v.y; sum[2] += v.z; sum[3] += v.w;
         }
         store128(dweight_shared + c, sum);

@@ -1,13 +1,15 @@
-"""Bytes in flight (lesson 08): Little's law, a pointer chase for the latency, and ``y = a * x`` four ways.
+"""Bytes in flight (lesson 08): Little's law, a pointer chase for the latency, and ``y = a * x``
+four ways.
 
 Little's law: a memory system that answers each request after ``latency`` seconds delivers at most
 ``bytes in flight / latency`` bytes per second. To stream at a bandwidth B a kernel must keep
 ``B x latency`` bytes of loads outstanding. The kernels are in ``kernels/bytes_in_flight.cu``:
 
-- ``pointer_chase``: one thread, one load in flight at a time: time per hop = the latency of one access;
-- ``scale_f32_x1`` .. ``scale_f128_x4``: ``y = a * x`` with 4- or 16-byte loads, 1 or 4 loads issued per
-  thread before the first is used. A grid-stride loop, so the grid (blocks per SM) sets the threads each
-  SM holds, and with it the bytes in flight per SM: threads x width x loads.
+- ``pointer_chase``: one thread, one load in flight at a time: time per hop = the latency of one
+  access;
+- ``scale_f32_x1`` .. ``scale_f128_x4``: ``y = a * x`` with 4- or 16-byte loads, 1 or 4 loads issued
+  per thread before the first is used. A grid-stride loop, so the grid (blocks per SM) sets the
+  threads each SM holds, and with it the bytes in flight per SM: threads x width x loads.
 
 The arithmetic needs no GPU; :func:`latency_ns` and :func:`time_scale` do.
 """
@@ -22,9 +24,11 @@ from . import build, gpu
 
 KERNEL_FILE = "bytes_in_flight"
 #: variant -> (bytes per load, loads issued per thread before the first use)
-VARIANTS = {"scale_f32_x1": (4, 1), "scale_f32_x4": (4, 4), "scale_f128_x1": (16, 1), "scale_f128_x4": (16, 4)}
+VARIANTS = {"scale_f32_x1": (4, 1), "scale_f32_x4": (4, 4), "scale_f128_x1": (16, 1),
+            "scale_f128_x4": (16, 4)}
 BLOCK = 256  # threads per block of every scale launch
-#: the pointer chase: one node per 128-byte line (a new line each hop), in a buffer far larger than L2
+#: the pointer chase: one node per 128-byte line (a new line each hop), in a buffer far larger than
+#: L2
 CHASE_STRIDE = 128
 CHASE_DRAM_BYTES = 512 * 2**20
 CHASE_L2_BYTES = 8 * 2**20
@@ -40,7 +44,8 @@ def width_and_loads(variant: str) -> tuple[int, int]:
 
 
 def in_flight_per_sm(variant: str, threads_per_sm: int) -> int:
-    """Bytes of loads a scale variant asks for per SM when each SM holds ``threads_per_sm`` threads."""
+    """Bytes of loads a scale variant asks for per SM when each SM holds ``threads_per_sm``
+    threads."""
     width, loads = width_and_loads(variant)
     return threads_per_sm * width * loads
 
@@ -51,40 +56,46 @@ def needed_in_flight(gbps: float, latency_ns: float) -> float:
 
 
 def predicted_fraction(per_sm_bytes: float, sms: int, latency_ns: float, copy_gbps: float) -> float:
-    """Little's law for ``y = a * x``: the loads bring ``sms x per_sm_bytes`` per latency, and as many bytes
-    are written as read, so the kernel moves twice its read rate; as a fraction of the copy bandwidth
-    (bytes read plus written), at most 1."""
+    """Little's law for ``y = a * x``: the loads bring ``sms x per_sm_bytes`` per latency, and as
+    many bytes are written as read, so the kernel moves twice its read rate; as a fraction of the
+    copy bandwidth (bytes read plus written), at most 1."""
     read_gbps = sms * per_sm_bytes / latency_ns  # bytes per ns = GB/s
     return min(1.0, 2 * read_gbps / copy_gbps)
 
 
 def chase_chain(nbytes: int, stride: int = CHASE_STRIDE, seed: int = 0) -> np.ndarray:
-    """The pointer chase's buffer: ``nbytes / 4`` uint32, one node every ``stride`` bytes; node k holds the
-    index (in uint32) of the next node, in a random order that visits every node once before it repeats
-    (one cycle), so no prefetcher can guess the next line."""
+    """The pointer chase's buffer: ``nbytes / 4`` uint32, one node every ``stride`` bytes; node k
+    holds the index (in uint32) of the next node, in a random order that visits every node once
+    before it repeats (one cycle), so no prefetcher can guess the next line."""
     if stride % 4 or stride <= 0 or nbytes < 2 * stride:
-        raise ValueError(f"need stride a positive multiple of 4 and nbytes >= 2 * stride, got {stride}, {nbytes}")
+        raise ValueError("need stride a positive multiple of 4 and nbytes >= 2 * stride, got "
+                         f"{stride}, {nbytes}")
     words, step = nbytes // 4, stride // 4
     nodes = words // step
     order = np.random.default_rng(seed).permutation(nodes)
-    order = np.concatenate([[0], order[order != 0]]).astype(np.uint64)  # start at node 0 (the kernel's j = 0)
+    # start at node 0 (the kernel's j = 0)
+    order = np.concatenate([[0], order[order != 0]]).astype(np.uint64)
     chain = np.zeros(words, np.uint32)
-    chain[order * step] = np.roll(order, -1) * step  # each node points at the next; the last at node 0
+    # each node points at the next; the last at node 0
+    chain[order * step] = np.roll(order, -1) * step
     return chain
 
 
-def latency_ns(nbytes: int = CHASE_DRAM_BYTES, steps: int = CHASE_STEPS, stride: int = CHASE_STRIDE) -> float:
+def latency_ns(nbytes: int = CHASE_DRAM_BYTES, steps: int = CHASE_STEPS,
+               stride: int = CHASE_STRIDE) -> float:
     """The time of one dependent load, in ns, following a random chain over ``nbytes`` (GPU).
 
     Far larger than L2 (the default, 512 MiB), nearly every hop goes to DRAM (address translation
-    included: 512 MiB is 256 pages of 2 MiB); a chain of at most half of L2 is walked once first, and then
-    measures L2. ``steps`` should stay below the chain's nodes, so no line is visited twice."""
+    included: 512 MiB is 256 pages of 2 MiB); a chain of at most half of L2 is walked once first,
+    and then measures L2. ``steps`` should stay below the chain's nodes, so no line is visited
+    twice."""
     drv = gpu.driver()
     chase = build.source_module(KERNEL_FILE).get_function("pointer_chase")
     chain = drv.to_device(chase_chain(nbytes, stride))
     out = drv.mem_alloc(4)
-    # warm-up: a chain that fits in L2 is walked once whole, so the timed walk (from node 0 again) finds every
-    # line there; a larger one only a few steps (those few lines are all the timed walk finds in L2)
+    # warm-up: a chain that fits in L2 is walked once whole, so the timed walk (from node 0 again)
+    # finds every line there; a larger one only a few steps (those few lines are all the timed walk
+    # finds in L2)
     warm = nbytes // stride if 2 * nbytes <= gpu.facts().l2_bytes else 16
     try:
         chase(chain, np.int64(warm), out, block=(1, 1, 1), grid=(1, 1))
@@ -118,15 +129,16 @@ class ScaleTiming:
         return self.gbps / self.copy_gbps
 
 
-def time_scale(variant: str, copy_gbps: float, blocks_per_sm: int | None = None, n_floats: int = 64 * 2**20,
+def time_scale(variant: str, copy_gbps: float, blocks_per_sm: int | None = None,
+               n_floats: int = 64 * 2**20,
                repeats: int = 20) -> ScaleTiming:
-    """Time ``y = a * x`` on ``n_floats`` floats (256 MiB each way) with a scale variant; the result is
-    checked against NumPy first (GPU).
+    """Time ``y = a * x`` on ``n_floats`` floats (256 MiB each way) with a scale variant; the result
+    is checked against NumPy first (GPU).
 
-    ``blocks_per_sm``: a grid of SMs x that many blocks of :data:`BLOCK` threads (at most 8: 2048 threads
-    per SM on sm_80..sm_90); None: one block per :data:`BLOCK` x loads elements, so each thread does its
-    loads once and exits (for ``scale_f32_x1`` that is lesson 00's ``scale``)."""
-    from . import bench
+    ``blocks_per_sm``: a grid of SMs x that many blocks of :data:`BLOCK` threads (at most 8: 2048
+    threads per SM on sm_80..sm_90); None: one block per :data:`BLOCK` x loads elements, so each
+    thread does its loads once and exits (for ``scale_f32_x1`` that is lesson 00's ``scale``)."""
+    from . import timing
 
     width, loads = width_and_loads(variant)
     facts = gpu.facts()
@@ -136,7 +148,8 @@ def time_scale(variant: str, copy_gbps: float, blocks_per_sm: int | None = None,
         threads = facts.max_threads_per_multiprocessor
     else:
         if not 1 <= blocks_per_sm <= facts.max_threads_per_multiprocessor // BLOCK:
-            raise ValueError(f"blocks_per_sm must be 1..{facts.max_threads_per_multiprocessor // BLOCK}")
+            raise ValueError("blocks_per_sm must be "
+                             f"1..{facts.max_threads_per_multiprocessor // BLOCK}")
         grid, threads = facts.multiprocessors * blocks_per_sm, blocks_per_sm * BLOCK
     function = build.source_module(KERNEL_FILE).get_function(variant)
     drv = gpu.driver()
@@ -152,9 +165,10 @@ def time_scale(variant: str, copy_gbps: float, blocks_per_sm: int | None = None,
         drv.memcpy_dtoh(got, y)
         if not np.array_equal(got, np.float32(2.5) * host):
             raise AssertionError(f"{variant} computed a wrong y (blocks_per_sm={blocks_per_sm})")
-        ms = float(np.median(bench.time_ms(launch, repeats=repeats)))
+        ms = float(np.median(timing.time_ms(launch, repeats=repeats)))
     finally:
         x.free()
         y.free()
     gbps = 2 * host.nbytes / (ms * 1e-3) / 1e9
-    return ScaleTiming(variant, blocks_per_sm, threads, in_flight_per_sm(variant, threads), ms, gbps, copy_gbps)
+    return ScaleTiming(variant, blocks_per_sm, threads, in_flight_per_sm(variant, threads), ms,
+                       gbps, copy_gbps)

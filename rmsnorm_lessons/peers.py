@@ -2,29 +2,31 @@
 
 * ``torch eager``: ``torch.nn.functional.rms_norm`` on bf16 tensors, its backward through autograd.
 * ``torch.compile``: the same function compiled (static shapes, forward and backward graphs).
-* ``Liger-Kernel``: ``liger_kernel.ops.rms_norm.rms_norm_backward`` (Triton), called directly with the
-  tensors its forward saved, as its autograd function does (``in_place=True``, its default: dinp is
-  written over dout).
+* ``Liger-Kernel``: ``liger_kernel.ops.rms_norm.rms_norm_backward`` (Triton), called directly with
+  the tensors its forward saved, as its autograd function does (``in_place=True``, its default: dinp
+  is written over dout).
 
-Opt-in peers (``sweep(names=...)``, ``bench --peer NAME``; not in the default sweep, since autotuning and
-a CuTe DSL compile take minutes):
+Opt-in peers (``sweep(names=...)``, ``bench --peer NAME``; not in the default sweep, since
+autotuning and a CuTe DSL compile take minutes):
 
-* ``torch.compile max-autotune``: the same function compiled with ``mode="max-autotune-no-cudagraphs"``.
-* ``Quack``: ``quack.rmsnorm.rmsnorm_bwd`` (quack-kernels, CuTe DSL), its whole call: the kernel, which
-  writes fp32 dweight partials per persistent block, then their sum in PyTorch.
-* ``Quack kernel``: the same kernel alone (``torch.ops.quack.rmsnorm_bwd_f``); its partials are summed
-  for the check only, outside the timed call.
+* ``torch.compile max-autotune``: the same function compiled with
+  ``mode="max-autotune-no-cudagraphs"``.
+* ``Quack``: ``quack.rmsnorm.rmsnorm_bwd`` (quack-kernels, CuTe DSL), its whole call: the kernel,
+  which writes fp32 dweight partials per persistent block, then their sum in PyTorch.
+* ``Quack kernel``: the same kernel alone (``torch.ops.quack.rmsnorm_bwd_f``); its partials are
+  summed for the check only, outside the timed call.
 * ``Quack tuned``: ``quack.rmsnorm.rmsnorm_bwd_tuned`` (its autotuned configuration), then the sum.
 
-Every peer computes the gradient alone (dinp =, dweight =), so each moves ``3 * N * C * 2`` bytes plus
-rstd, weight and dweight (:func:`bytes_moved`). Each is checked against the float64 reference on its own
-outputs before it is timed, and timed as :mod:`rmsnorm_lessons.bench` times the versions: CUDA events
-(``torch.cuda.Event``) around a burst of backward calls queued behind a sleeping kernel, warm-up first,
-the median of many bursts, consecutive calls on different tensor sets together larger than L2. Only the
-backward is timed: the forward graph is built once per tensor set beforehand.
+Every peer computes the gradient alone (dinp =, dweight =), so each moves ``3 * N * C * 2`` bytes
+plus rstd, weight and dweight (:func:`bytes_moved`). Each is checked against the float64 reference
+on its own outputs before it is timed, and timed by the versions' own loop
+(:func:`rmsnorm_lessons.timing.time_ms`): PyCUDA's events on PyTorch's default stream around a burst
+of backward calls queued behind a sleeping kernel, warm-up first, the median of many bursts,
+consecutive calls on different tensor sets together larger than L2. Only the backward is timed: the
+forward graph is built once per tensor set beforehand.
 
-PyTorch shares the CUDA context with PyCUDA (both use the device's primary context; :mod:`gpu` is started
-first). A peer that is not installed is skipped with one line saying so.
+PyTorch shares the CUDA context with PyCUDA (both use the device's primary context; :mod:`gpu` is
+started first). A peer that is not installed is skipped with one line saying so.
 """
 from __future__ import annotations
 
@@ -34,19 +36,21 @@ import time
 
 import numpy as np
 
-from . import bench, check, gpu, reference
+from . import bench, check, gpu, reference, timing
 from .bf16 import bfloat16
 
 EPS = 1e-5
 PEERS = ("torch eager", "torch.compile", "Liger-Kernel")  # the default sweep
-EXTRA_PEERS = ("torch.compile max-autotune", "Quack", "Quack kernel", "Quack tuned")  # asked for by name
+# asked for by name
+EXTRA_PEERS = ("torch.compile max-autotune", "Quack", "Quack kernel", "Quack tuned")
 ALL_PEERS = PEERS + EXTRA_PEERS
-SLEEP_US = 300  # per call of a burst: about what autograd's (or Triton's) host work takes; lengthened when short
+# per call of a burst: about what autograd's (or Triton's) host work takes; lengthened when short
+SLEEP_US = 300
 
 
 def bytes_moved(N: int, C: int, itemsize: int = 2) -> int:
-    """The fewest bytes a peer must move: dout and inp read, dinp written (overwritten, not read), rstd
-    read, weight read and dweight written (overwritten)."""
+    """The fewest bytes a peer must move: dout and inp read, dinp written (overwritten, not read),
+    rstd read, weight read and dweight written (overwritten)."""
     return 3 * N * C * itemsize + N * 4 + 2 * C * itemsize
 
 
@@ -100,7 +104,7 @@ def available() -> list[str]:
     return [p for p in PEERS if why_unavailable(p) is None]
 
 
-# ----------------------------------------------------------------------------------------------------
+# --------------------------------------------------------------------------------------------------
 # tensors
 
 
@@ -128,7 +132,7 @@ def to_numpy(t) -> np.ndarray:
     return t.numpy()
 
 
-# ----------------------------------------------------------------------------------------------------
+# --------------------------------------------------------------------------------------------------
 # the peers: each builds per-set state once and returns a call that runs one backward on set i
 
 
@@ -139,7 +143,8 @@ class _Peer:
         torch = _torch()
         self.torch = torch
         self.device = _device(torch)
-        torch.cuda.set_device(self.device)  # the events, the sleep and the tensors on rl.gpu's device
+        # the events, the sleep and the tensors on rl.gpu's device
+        torch.cuda.set_device(self.device)
         self.N, self.C = problem["inp"].shape
         self.weight = to_torch(problem["weight"], self.device)
         self.inp = [to_torch(problem["inp"], self.device) for _ in range(sets)]
@@ -170,7 +175,8 @@ class _Eager(_Peer):
         return lambda x, w: F.rms_norm(x, (C,), w, eps=EPS)
 
     def backward(self, i):
-        return self.torch.autograd.grad(self.out[i], (self.x[i], self.w), self.dout[i], retain_graph=True)
+        return self.torch.autograd.grad(self.out[i], (self.x[i], self.w), self.dout[i],
+                                        retain_graph=True)
 
 
 class _Compiled(_Eager):
@@ -179,13 +185,16 @@ class _Compiled(_Eager):
 
     def function(self):
         torch = self.torch
-        try:  # AOTAutograd donates saved buffers to the backward unless told not to; retain_graph needs them
+        # AOTAutograd donates saved buffers to the backward unless told not to; retain_graph needs
+        # them
+        try:
             import torch._functorch.config as functorch_config
 
             functorch_config.donated_buffer = False
         except (ImportError, AttributeError):
             pass
-        torch._dynamo.reset()  # a fresh cache for every shape: no recompile limit, no dynamic shapes
+        # a fresh cache for every shape: no recompile limit, no dynamic shapes
+        torch._dynamo.reset()
         options = {"mode": self.mode} if self.mode else {}
         return torch.compile(super().function(), dynamic=False, fullgraph=True, **options)
 
@@ -194,8 +203,10 @@ class _Compiled(_Eager):
         try:  # a second backward through the same graph: some versions refuse (freed saved tensors)
             self.backward(0)
         except RuntimeError as exc:
-            print(f"torch.compile: backward cannot run twice on one graph here ({str(exc).splitlines()[0]}); "
-                  f"timing a fresh forward before each backward, outside the timed region", file=sys.stderr)
+            print("torch.compile: backward cannot run twice on one graph here "
+                  f"({str(exc).splitlines()[0]}); "
+                  f"timing a fresh forward before each backward, outside the timed region",
+                  file=sys.stderr)
             self._refresh_each_call()
         return got
 
@@ -205,14 +216,17 @@ class _Compiled(_Eager):
 
         def before(i):
             self.out[i] = self.fn(self.x[i], self.w)
-            flush.sum()  # the forward just read inp: read past L2 (no dirty lines left) before the timed backward
+            # the forward just read inp: read past L2 (no dirty lines left) before the timed
+            # backward
+            flush.sum()
 
         self.before = before
 
 
 class _CompiledMaxAutotune(_Compiled):
     name = "torch.compile max-autotune"
-    mode = "max-autotune-no-cudagraphs"  # autotuned Triton kernels; no CUDA graphs (the timing sees each call)
+    # autotuned Triton kernels; no CUDA graphs (the timing sees each call)
+    mode = "max-autotune-no-cudagraphs"
 
 
 class _Quack(_Peer):
@@ -235,10 +249,12 @@ class _QuackKernel(_Quack):
 
     def __init__(self, problem, sets):
         super().__init__(problem, sets)
-        self.sm_count = self.quack.get_sm_count(self.C, self.device)  # the persistent grid rmsnorm_bwd uses
+        # the persistent grid rmsnorm_bwd uses
+        self.sm_count = self.quack.get_sm_count(self.C, self.device)
 
     def backward(self, i):  # the kernel alone: dx and the fp32 partials of dweight, not yet summed
-        return self.torch.ops.quack.rmsnorm_bwd_f(self.inp[i], self.weight, self.dout[i], self.rstd, None,
+        return self.torch.ops.quack.rmsnorm_bwd_f(self.inp[i], self.weight, self.dout[i], self.rstd,
+                                                  None,
                                                   self.sm_count)
 
     def check_call(self):
@@ -253,7 +269,8 @@ class _QuackTuned(_QuackKernel):
         super().__init__(problem, sets)
         torch = self.torch
         self.dx = [torch.empty_like(x) for x in self.inp]
-        self.partials = torch.empty((self.sm_count, self.C), device=self.device, dtype=torch.float32)
+        self.partials = torch.empty((self.sm_count, self.C), device=self.device,
+                                    dtype=torch.float32)
 
     def backward(self, i):  # the autotuned kernel (its search runs in the warm-up), then the sum
         self.quack.rmsnorm_bwd_tuned(self.inp[i], self.weight, self.dout[i], self.rstd, self.dx[i],
@@ -272,7 +289,8 @@ class _Liger(_Peer):
         self.liger = liger = _liger()
         self.saved = []
         for x in self.inp:
-            Y, X, RSTD, block, warps, mode = liger.rms_norm_forward(x, self.weight, EPS, 0.0, "llama", None)
+            Y, X, RSTD, block, warps, mode = liger.rms_norm_forward(x, self.weight, EPS, 0.0,
+                                                                    "llama", None)
             self.saved.append((X, RSTD, block, warps, mode))
         params = _inspect.signature(liger.rms_norm_backward).parameters
         self.extra = {k: v for k, v in (("row_mode", None),) if k in params}
@@ -280,55 +298,68 @@ class _Liger(_Peer):
 
     def _call(self, dY, i):
         X, RSTD, block, warps, mode = self.saved[i]
-        return self.liger.rms_norm_backward(dY=dY, X=X, W=self.weight, RSTD=RSTD, offset=0.0, casting_mode=mode,
-                                            BLOCK_SIZE=block, num_warps=warps, in_place=True, **self.extra)
+        return self.liger.rms_norm_backward(dY=dY, X=X, W=self.weight, RSTD=RSTD, offset=0.0,
+                                            casting_mode=mode,
+                                            BLOCK_SIZE=block, num_warps=warps, in_place=True,
+                                            **self.extra)
 
     def backward(self, i):
-        # in place: dinp is written over dout[i]. Later calls on the same set read that gradient as their
-        # dout: the values change, the work does not (the check runs on fresh tensors)
+        # in place: dinp is written over dout[i]. Later calls on the same set read that gradient as
+        # their dout: the values change, the work does not (the check runs on fresh tensors)
         return self._call(self.dout[i], i)
 
     def check_call(self):
         return self._call(self.dout[0].clone(), 0)
 
 
-_CLASSES = {c.name: c for c in (_Eager, _Compiled, _Liger, _CompiledMaxAutotune, _Quack, _QuackKernel, _QuackTuned)}
+_CLASSES = {c.name: c for c in (_Eager, _Compiled, _Liger, _CompiledMaxAutotune, _Quack,
+                                _QuackKernel, _QuackTuned)}
 
 
-# ----------------------------------------------------------------------------------------------------
+# --------------------------------------------------------------------------------------------------
 # checking and timing
 
 
 def burst_of(peer: _Peer, burst: int | None = None) -> int:
-    """Calls timed back to back per figure: one for a peer that must run something before each call."""
-    return 1 if peer.before else (burst or bench.BURST)
+    """Calls timed back to back per figure: one for a peer that must run something before each
+    call."""
+    return 1 if peer.before else (burst or timing.BURST)
 
 
-def time_ms(peer: _Peer, sets: int, warmup: int = 5, repeats: int = 50, burst: int | None = None) -> list[float]:
-    """Milliseconds per backward call, timed as the versions are (:func:`bench.time_ms`: bursts of ``burst``
-    calls, default :data:`bench.BURST`, each behind one untimed call and a sleeping kernel), on PyTorch's
-    default stream, which is the one PyCUDA's events and sleep use. A peer that must run something before
-    each call (``before``) is timed one call at a time, after it."""
-    return bench.time_ms(peer.backward, sets, warmup, repeats, burst=burst_of(peer, burst),
+def time_ms(peer: _Peer, sets: int, warmup: int = 5, repeats: int = 50,
+            burst: int | None = None) -> list[float]:
+    """Milliseconds per backward call, timed as the versions are (:func:`timing.time_ms`: bursts of
+    ``burst`` calls, default :data:`timing.BURST`, each behind one untimed call and a sleeping
+    kernel), on PyTorch's default stream, which is the one PyCUDA's events and sleep use. A peer
+    that must run something before each call (``before``) is timed one call at a time, after it."""
+    return timing.time_ms(peer.backward, sets, warmup, repeats, burst=burst_of(peer, burst),
                          name=peer.name, before=peer.before, sleep_us=SLEEP_US)
 
 
 def check_peer(peer: _Peer, problem: dict, ref=None) -> check.CheckReport:
-    """The peer's gradients on set 0 against the float64 reference (the gradient alone: no accumulation)."""
+    """The peer's gradients on set 0 against the float64 reference (the gradient alone: no
+    accumulation)."""
     dx, dw = peer.check_call()
-    if ref is None:  # (each peer computes rstd itself, in fp32 from the same bf16 inp: the same to ~1 ulp)
-        ref = reference.backward(problem["dout"], problem["inp"], problem["weight"], problem["rstd"])
-    return check.compare_outputs(bfloat16, peer.N, (to_numpy(dx), to_numpy(dw)), ref, name=peer.name, C=peer.C)
+    # (each peer computes rstd itself, in fp32 from the same bf16 inp: the same to ~1 ulp)
+    if ref is None:
+        ref = reference.backward(problem["dout"], problem["inp"], problem["weight"],
+                                 problem["rstd"])
+    return check.compare_outputs(bfloat16, peer.N, (to_numpy(dx), to_numpy(dw)), ref,
+                                 name=peer.name, C=peer.C)
 
 
-def bench_peer(name: str, N: int, C: int, copy_gbps: float, repeats: int = 50, problem=None, ref=None,
-               seed: int = 0, log=sys.stderr) -> bench.Timing:
-    """Check one peer at one shape, then time it; raises AssertionError (with the report) when it is wrong.
+def bench_peer(name: str, N: int, C: int, copy_gbps: float, repeats: int = 50, problem=None,
+               ref=None,
+               seed: int = 0, log=sys.stderr) -> timing.Timing:
+    """Check one peer at one shape, then time it; raises AssertionError (with the report) when it is
+    wrong.
 
-    ``problem`` (from ``reference.random_problem``) and ``ref`` (its float64 gradients) may be shared by
-    several peers at one shape. A noisy timing is timed once more (:func:`bench.steady`) on the peer
-    already built: compiling or autotuning it again would take minutes and change nothing measured."""
-    gpu.require()  # PyCUDA's context first: PyTorch then finds the primary context current and shares it
+    ``problem`` (from ``reference.random_problem``) and ``ref`` (its float64 gradients) may be
+    shared by several peers at one shape. A noisy timing is timed once more (:func:`timing.steady`)
+    on the peer already built: compiling or autotuning it again would take minutes and change
+    nothing measured."""
+    # PyCUDA's context first: PyTorch then finds the primary context current and shares it
+    gpu.require()
     reason = why_unavailable(name)
     if reason is not None:
         raise RuntimeError(f"{name} cannot run here: {reason}")
@@ -336,20 +367,23 @@ def bench_peer(name: str, N: int, C: int, copy_gbps: float, repeats: int = 50, p
     problem = problem or reference.random_problem(N, C, bfloat16, seed=seed, accumulate=False)
     per_set = 4 * N * C * 2 + N * 4  # inp, dout, the forward's output and the new dinp
     free, _ = torch.cuda.mem_get_info(_device(torch))
-    sets = bench.sets_for(per_set, gpu.facts().l2_bytes, free)
+    sets = timing.sets_for(per_set, gpu.facts().l2_bytes, free)
     peer = _CLASSES[name](problem, sets)
     try:
         report = check_peer(peer, problem, ref)
         if not report.ok:
             raise AssertionError(f"{name} is wrong at N={N} C={C}; not timing it:\n{report}")
-        return bench.steady(lambda: bench._timing(name, N, C, time_ms(peer, sets, repeats=repeats),
-                                                  bytes_moved(N, C), copy_gbps, burst_of(peer)), log=log)
+        return timing.steady(lambda: timing._timing(name, N, C, time_ms(peer, sets,
+                repeats=repeats),
+                                                  bytes_moved(N, C), copy_gbps, burst_of(peer)),
+                             log=log)
     finally:
         del peer
         torch.cuda.empty_cache()
 
 
-def sweep(shapes=None, names=None, repeats: int = 50, copy_gbps: float | None = None, log=sys.stderr,
+def sweep(shapes=None, names=None, repeats: int = 50, copy_gbps: float | None = None,
+          log=sys.stderr,
           wall_times: bool = False):
     """Check and time every available peer at every shape; a missing peer is skipped with one line.
     ``wall_times``: also say on ``log`` how long each peer took at each shape, building (compiling,
@@ -370,17 +404,21 @@ def sweep(shapes=None, names=None, repeats: int = 50, copy_gbps: float | None = 
         return results
     for N, C in bench.progress(shapes, total=len(shapes), desc="peers"):
         problem = reference.random_problem(N, C, bfloat16, seed=N * 7 + C, accumulate=False)
-        ref = reference.backward(problem["dout"], problem["inp"], problem["weight"], problem["rstd"])
+        ref = reference.backward(problem["dout"], problem["inp"], problem["weight"],
+                                 problem["rstd"])
         for name in runnable:
             started = time.perf_counter()
             try:
-                results.append(bench_peer(name, N, C, copy_gbps, repeats, problem=problem, ref=ref, log=log))
+                results.append(bench_peer(name, N, C, copy_gbps, repeats, problem=problem, ref=ref,
+                                          log=log))
             except AssertionError as exc:  # a wrong peer is not timed, and said so
                 print(f"peer NOT TIMED: {exc}", file=log)
-            except Exception as exc:  # a peer that fails to run is reported, not fatal to the benchmark
+            # a peer that fails to run is reported, not fatal to the benchmark
+            except Exception as exc:
                 first = (str(exc).splitlines() or [""])[0][:300]
                 print(f"peer {name} failed at {N}x{C}: {type(exc).__name__}: {first}", file=log)
             if wall_times:  # compiling and autotuning take minutes for some peers
-                print(f"peer {name} at {N}x{C}: {time.perf_counter() - started:.1f} s", file=log, flush=True)
+                print(f"peer {name} at {N}x{C}: {time.perf_counter() - started:.1f} s", file=log,
+                      flush=True)
     return results
 

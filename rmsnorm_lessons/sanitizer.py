@@ -1,41 +1,42 @@
 """compute-sanitizer on one call of a rung, in a child Python process, and what its report says.
 
-compute-sanitizer runs a whole program, so :func:`run` starts a child Python (``python -c CHILD_SCRIPT``)
-under it. The child rebuilds the rung from its CUDA text and its shipped plan (a learner's rung lives only
-in the parent) and calls it once through ``rl.kernels.run`` on random inputs. The parent reads the report:
-:func:`parse_summary` for the totals, :func:`entries` for the findings (an error line and its details,
-the host backtrace dropped). ``kernel_check.sanitize`` (a learner's kernel) and ``tools/sanitize.py`` (every
-version) use this module; lesson 10 shows its reports.
+compute-sanitizer runs a whole program, so :func:`run` starts a child Python (``python -m
+rmsnorm_lessons.child SPEC``, :mod:`rmsnorm_lessons.child`) under it. The child rebuilds the rung
+from its CUDA text and its shipped plan (a learner's rung lives only in the parent) and calls it
+once through ``rl.kernels.run`` on random inputs. The parent reads the report: :func:`parse_summary`
+for the totals, :func:`entries` for the findings (an error line and its details, the host backtrace
+dropped). ``kernel_check.sanitize`` (a learner's kernel) and ``tools/sanitize.py`` (every version)
+use this module; lesson 10 shows its reports.
 
 Kernels are built with ``-lineinfo`` (``build.NVCC_FLAGS``), so a finding names the source line.
 """
 from __future__ import annotations
 
 import json
-import os
 import re
-import subprocess
-import sys
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from . import build
+from . import build, child
 
 TOOLS = ("memcheck", "racecheck", "synccheck", "initcheck")
 #: what each tool looks for (lesson 10's table)
 FINDS = {
     "memcheck": "out-of-bounds and misaligned accesses to global, shared and local memory",
-    "racecheck": "shared-memory hazards: two threads of a block touch one address, at least one writes, and "
+    "racecheck": "shared-memory hazards: two threads of a block touch one address, at least one "
+                 "writes, and "
                  "no barrier orders them",
-    "synccheck": "barriers and warp syncs that not all the threads they need reach (divergent barriers)",
+    "synccheck": "barriers and warp syncs that not all the threads they need reach (divergent "
+                 "barriers)",
     "initcheck": "reads of device memory nothing has written",
 }
 ERROR_EXIT = 86  # the exit code compute-sanitizer returns when it found errors (--error-exitcode)
 PREFIX = "========="
 
 _ERRORS = re.compile(r"ERROR SUMMARY:\s*(\d+)\s+errors?")
-_RACES = re.compile(r"RACECHECK SUMMARY:\s*(\d+)\s+hazards?\s+displayed\s+\((\d+)\s+errors?,\s*(\d+)\s+warnings?\)")
+_RACES = re.compile(r"RACECHECK SUMMARY:\s*(\d+)\s+hazards?\s+displayed\s+"
+                    r"\((\d+)\s+errors?,\s*(\d+)\s+warnings?\)")
 
 
 class ToolMissing(RuntimeError):
@@ -50,8 +51,8 @@ def find() -> str | None:
 def parse_summary(output: str):
     """``(errors, warnings)`` from compute-sanitizer's output, or None when it printed no summary.
 
-    errors is the last ``ERROR SUMMARY`` count (at least racecheck's error count); warnings is racecheck's
-    warning count (hazards it judges benign), else 0.
+    errors is the last ``ERROR SUMMARY`` count (at least racecheck's error count); warnings is
+    racecheck's warning count (hazards it judges benign), else 0.
     """
     found = _ERRORS.findall(output)
     races = _RACES.findall(output)
@@ -65,14 +66,16 @@ def parse_summary(output: str):
     return errors, warnings
 
 
-_SKIP = re.compile(r"^(COMPUTE-SANITIZER|ERROR SUMMARY|RACECHECK SUMMARY|Saved host backtrace|Host Frame|"
-                   r"Target application returned|Program hit|LEAK SUMMARY|Process did not terminate)")
+_SKIP = re.compile(r"^(COMPUTE-SANITIZER|ERROR SUMMARY|RACECHECK SUMMARY|Saved host backtrace|Host "
+                   r"Frame|"
+                   r"Target application returned|Program hit|LEAK SUMMARY|Process did not "
+                   r"terminate)")
 
 
 def entries(output: str) -> list[list[str]]:
-    """The findings of a report, each a list of lines without the ``=========`` prefix: the line that
-    names the error, then its indented details (where, which thread, which address); host frames and
-    summaries left out."""
+    """The findings of a report, each a list of lines without the ``=========`` prefix: the line
+    that names the error, then its indented details (where, which thread, which address); host
+    frames and summaries left out."""
     found: list[list[str]] = []
     skipping = False
     for raw in output.splitlines():
@@ -95,7 +98,8 @@ def entries(output: str) -> list[list[str]]:
 
 
 def _shape_of(entry: list[str]) -> str:
-    """An entry's first line with numbers and addresses blanked: entries that differ only in where group."""
+    """An entry's first line with numbers and addresses blanked: entries that differ only in where
+    group."""
     return re.sub(r"0x[0-9a-fA-F]+|\(\d+,\d+,\d+\)|\d+", "#", entry[0])
 
 
@@ -155,59 +159,30 @@ class Report:
         return self.sentence() + (("\n" + lines) if lines else "")
 
 
-# ------------------------------------------------------------------------------------------------------
-# the child: rebuilds the rung from its text and its shipped plan, calls it once
+# --------------------------------------------------------------------------------------------------
+# the run: the rung rebuilt in a child (rmsnorm_lessons.child), under compute-sanitizer
 
-CHILD_SCRIPT = """
-import json, sys
-import rmsnorm_lessons as rl
-from rmsnorm_lessons import ladder
-spec = json.loads(sys.argv[1])
-plan = getattr(__import__("rmsnorm_lessons.ladder." + spec["plan_module"], fromlist=["plan"]), spec["plan_fn"])
-shared = spec["shared_module"] and getattr(__import__("rmsnorm_lessons.ladder." + spec["shared_module"],
-                                                      fromlist=["x"]), "shared_memory")
-rung = ladder.rung_from_source(name=spec["name"], source=open(spec["source"]).read(), plan=plan,
-                               kernels=spec["kernels"], dtype=spec["dtype"], c_multiple=spec["c_multiple"],
-                               block_size=spec["block_size"], max_block=spec["max_block"],
-                               shared_memory=shared or None, defines=spec["defines"])
-p = rl.reference.random_problem(spec["N"], spec["C"], rung.dtype, seed=0)
-rl.kernels.run(rung, p["dout"], p["inp"], p["weight"], p["rstd"], p["dinp"], p["dweight"])
-print(f"child: {rung.name} N={spec['N']} C={spec['C']}: one call done", flush=True)
-"""
+child_spec = child.rung_spec  # what the child needs to rebuild a rung
 
 
-def child_spec(rung, shape, source_path: str) -> dict:
-    """What the child needs to rebuild ``rung``: its text (in ``source_path``), its plan's module and name."""
-    module = getattr(rung.plan, "__module__", "")
-    if not module.startswith("rmsnorm_lessons.ladder."):
-        raise ValueError("the sanitizer's child needs a plan from rmsnorm_lessons.ladder (a shipped rung's plan)")
-    shared_module = getattr(rung.shared_memory, "__module__", "").rsplit(".", 1)[-1]
-    N, C = shape
-    # a shipped rung's name is taken in the child's ladder: its copy there gets another
-    name = rung.name if rung.source is not None else f"{rung.name}_as_built"
-    return dict(name=name, source=source_path, plan_module=module.rsplit(".", 1)[-1],
-                plan_fn=rung.plan.__name__, shared_module=shared_module if shared_module.startswith("v") else "",
-                kernels=list(rung.kernels), dtype=str(rung.dtype), c_multiple=rung.c_multiple,
-                block_size=rung.block_size, max_block=rung.max_block, defines=rung.defines,
-                N=N, C=C - C % rung.c_multiple)
-
-
-def command(exe: str, tool: str, child: list[str], print_limit: int = 50) -> list[str]:
-    """``compute-sanitizer --tool TOOL ... CHILD``: errors exit with ERROR_EXIT, only the child is checked."""
+def wrapper(exe: str, tool: str, print_limit: int = 50) -> list[str]:
+    """``compute-sanitizer --tool TOOL ...``: errors exit with ERROR_EXIT, only the child is
+    checked."""
     if tool not in TOOLS:
         raise ValueError(f"tool must be one of {', '.join(TOOLS)}, not {tool!r}")
-    return [exe, "--tool", tool, "--error-exitcode", str(ERROR_EXIT), "--target-processes", "application-only",
-            "--print-limit", str(print_limit), *child]
+    return [exe, "--tool", tool, "--error-exitcode", str(ERROR_EXIT), "--target-processes",
+            "application-only", "--print-limit", str(print_limit)]
+
+
+def command(exe: str, tool: str, child_argv: list[str], print_limit: int = 50) -> list[str]:
+    """``compute-sanitizer --tool TOOL ... CHILD`` (:func:`wrapper` in front of ``child_argv``)."""
+    return [*wrapper(exe, tool, print_limit), *child_argv]
 
 
 def run_command(cmd: list[str], tool: str, what: str, timeout: float = 600) -> Report:
-    try:
-        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout,
-                              env={**os.environ, "PYTHONUNBUFFERED": "1"})
-        return Report(tool, what, proc.returncode, proc.stdout + proc.stderr)
-    except subprocess.TimeoutExpired as exc:
-        out = exc.stdout.decode(errors="replace") if isinstance(exc.stdout, bytes) else (exc.stdout or "")
-        return Report(tool, what, None, out)
+    """Run a sanitizer command line (:func:`command`) as a child: its :class:`Report`."""
+    done = child.run(cmd, timeout=timeout)
+    return Report(tool, what, done.returncode, done.stdout if done.timed_out else done.output)
 
 
 def run(rung, tool: str, shape=(129, 776), timeout: float = 600) -> Report:
@@ -216,11 +191,12 @@ def run(rung, tool: str, shape=(129, 776), timeout: float = 600) -> Report:
     Raises :class:`ToolMissing` where compute-sanitizer is not installed."""
     exe = find()
     if exe is None:
-        raise ToolMissing("compute-sanitizer was not found on PATH, under CUDA_HOME or in /usr/local/cuda/bin; "
-                          "it comes with the CUDA toolkit (and needs a GPU)")
+        raise ToolMissing("compute-sanitizer was not found on PATH, under CUDA_HOME or in "
+                          "/usr/local/cuda/bin; it comes with the CUDA toolkit (and needs a GPU)")
     with tempfile.TemporaryDirectory(prefix="rmsnorm-sanitize-") as tmp:
         src = Path(tmp) / f"{rung.name}.cu"
-        src.write_text(build.kernel_text(rung)[1])  # a registered rung's text, or a shipped rung's file
+        # a registered rung's text, or a shipped rung's file
+        src.write_text(build.kernel_text(rung)[1])
         spec = child_spec(rung, shape, str(src))
-        cmd = command(exe, tool, [sys.executable, "-c", CHILD_SCRIPT, json.dumps(spec)])
+        cmd = child.command(["-m", "rmsnorm_lessons.child", json.dumps(spec)], wrapper(exe, tool))
         return run_command(cmd, tool, f"{rung.name} at N={spec['N']}, C={spec['C']}", timeout)

@@ -1,6 +1,6 @@
-"""The peers' bench loop (rmsnorm_lessons/peers.py) with a made-up peer in place of PyTorch (CPU): a noisy
-timing is timed again on the peer already built, a wrong peer is not timed, the sweep says how long
-each peer took when asked, and a peer is timed in bursts as the versions are."""
+"""The peers' bench loop (rmsnorm_lessons/peers.py) with a made-up peer in place of PyTorch (CPU): a
+noisy timing is timed again on the peer already built, a wrong peer is not timed, the sweep says how
+long each peer took when asked, and a peer is timed in bursts as the versions are."""
 from __future__ import annotations
 
 import io
@@ -8,7 +8,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from rmsnorm_lessons import bench, gpu, peers
+from rmsnorm_lessons import gpu, peers, timing
 
 
 class FakePeer:
@@ -22,7 +22,8 @@ class FakePeer:
 
 @pytest.fixture
 def fake(monkeypatch):
-    """A GPU-less stand-in for PyTorch and the device; yields the list of timings time_ms will return."""
+    """A GPU-less stand-in for PyTorch and the device; yields the list of timings time_ms will
+    return."""
     FakePeer.built = 0
     torch = SimpleNamespace(cuda=SimpleNamespace(mem_get_info=lambda device: (64 << 30, 80 << 30),
                                                  empty_cache=lambda: None))
@@ -44,7 +45,8 @@ PROBLEM = {"inp": None}  # bench_peer passes the problem to the peer and the che
 def test_a_noisy_peer_is_timed_again_without_being_built_again(fake):
     fake += [[1.0, 1.0, 9.0, 1.0, 0.1], [1.0] * 5]  # a spread of 890 % first, then none
     log = io.StringIO()
-    timing = peers.bench_peer("torch eager", 64, 256, 4000.0, problem=PROBLEM, ref=object(), log=log)
+    timing = peers.bench_peer("torch eager", 64, 256, 4000.0, problem=PROBLEM, ref=object(),
+                              log=log)
     assert FakePeer.built == 1 and not fake  # both timings used, one build
     assert timing.ms == 1.0 and timing.ms_spread == 0.0 and not timing.noisy
     assert log.getvalue() == ""
@@ -52,7 +54,8 @@ def test_a_noisy_peer_is_timed_again_without_being_built_again(fake):
 
 def test_a_steady_peer_is_timed_once(fake):
     fake += [[1.0] * 5, [2.0] * 5]
-    peers.bench_peer("torch eager", 64, 256, 4000.0, problem=PROBLEM, ref=object(), log=io.StringIO())
+    peers.bench_peer("torch eager", 64, 256, 4000.0, problem=PROBLEM, ref=object(),
+                     log=io.StringIO())
     assert FakePeer.built == 1 and len(fake) == 1
 
 
@@ -65,22 +68,26 @@ def test_a_wrong_peer_is_not_timed(fake, monkeypatch):
 
 
 def test_sweep_says_each_peers_wall_time_when_asked(fake, monkeypatch):
-    monkeypatch.setattr(peers.reference, "random_problem", lambda *a, **k: {"dout": 0, "inp": 0, "weight": 0,
+    monkeypatch.setattr(peers.reference, "random_problem", lambda *a, **k: {"dout": 0, "inp": 0,
+            "weight": 0,
                                                                             "rstd": 0})
     monkeypatch.setattr(peers.reference, "backward", lambda *a: None)
     fake += [[1.0] * 5, [1.0] * 5, [1.0] * 5, [1.0] * 5]
     quiet, said = io.StringIO(), io.StringIO()
     rows = peers.sweep([(64, 256), (32, 512)], names=["torch eager"], copy_gbps=4000.0, log=quiet)
     assert [(r.N, r.C) for r in rows] == [(64, 256), (32, 512)] and quiet.getvalue() == ""
-    peers.sweep([(64, 256), (32, 512)], names=["torch eager"], copy_gbps=4000.0, log=said, wall_times=True)
+    peers.sweep([(64, 256), (32, 512)], names=["torch eager"], copy_gbps=4000.0, log=said,
+                wall_times=True)
     lines = said.getvalue().splitlines()
-    assert [line.split(":")[0] for line in lines] == ["peer torch eager at 64x256", "peer torch eager at 32x512"]
+    assert [line.split(":")[0] for line in lines] == ["peer torch eager at 64x256",
+                                                      "peer torch eager at 32x512"]
     assert all(line.endswith(" s") for line in lines)
 
 
 class _Clock:
-    """A fake GPU timeline: each backward call advances it; PyCUDA's events stamp it; query says whether the
-    sleep ahead of a burst had already ended when the host asked (the answers are scripted)."""
+    """A fake GPU timeline: each backward call advances it; PyCUDA's events stamp it; query says
+    whether the sleep ahead of a burst had already ended when the host asked (the answers are
+    scripted)."""
 
     def __init__(self, late=()):
         self.now, self.late, self.slept = 0.0, list(late), []
@@ -118,7 +125,7 @@ class _TimedPeer:
 def _timeline(monkeypatch, late=()):
     clock = _Clock(late)
     monkeypatch.setattr(gpu, "driver", clock.driver)
-    monkeypatch.setattr(bench, "_sleep", lambda us, stream=None: clock.slept.append(us))
+    monkeypatch.setattr(timing, "_sleep", lambda us, stream=None: clock.slept.append(us))
     return clock
 
 
@@ -126,15 +133,16 @@ def test_a_peer_is_timed_in_bursts_after_one_untimed_call(monkeypatch):
     clock = _timeline(monkeypatch)
     peer = _TimedPeer(clock)
     times = peers.time_ms(peer, sets=4, warmup=1, repeats=2, burst=3)
-    # 4 calls a round share a factor with 4 sets: 3 rotate. Warm-up 0; round 1: untimed 1, timed 2 0 1;
-    # round 2: untimed 2, timed 0 1 2 (set 0 costs twice: the per-call figure averages the burst)
+    # 4 calls a round share a factor with 4 sets: 3 rotate. Warm-up 0; round 1: untimed 1, timed 2 0
+    # 1; round 2: untimed 2, timed 0 1 2 (set 0 costs twice: the per-call figure averages the burst)
     assert peer.calls == [0, 1, 2, 0, 1, 2, 0, 1, 2]
     assert times == [pytest.approx((0.5 + 1.0 + 0.5) / 3)] * 2
-    assert clock.slept == [peers.SLEEP_US * 4] * 2  # the peers' sleep per call, for the burst and its lead
+    # the peers' sleep per call, for the burst and its lead
+    assert clock.slept == [peers.SLEEP_US * 4] * 2
 
 
 def test_a_peer_queued_too_late_gets_a_longer_sleep_and_is_reported_once(monkeypatch, capsys):
-    monkeypatch.setattr(bench, "MAX_SLEEP_US", 4 * peers.SLEEP_US * 2)  # twice the first sleep
+    monkeypatch.setattr(timing, "MAX_SLEEP_US", 4 * peers.SLEEP_US * 2)  # twice the first sleep
     clock = _timeline(monkeypatch, late=[True, True, True])
     peer = _TimedPeer(clock)
     times = peers.time_ms(peer, sets=4, warmup=0, repeats=2, burst=3)
@@ -148,5 +156,6 @@ def test_a_peer_that_needs_a_call_before_each_backward_is_timed_one_call_at_a_ti
     before = []
     peer = _TimedPeer(clock, before=lambda i: before.append(i))
     times = peers.time_ms(peer, sets=3, warmup=0, repeats=3, burst=4)
-    assert peer.calls == [0, 1, 2] and before == [0, 1, 2]  # no untimed call, no burst: before, then one
+    # no untimed call, no burst: before, then one
+    assert peer.calls == [0, 1, 2] and before == [0, 1, 2]
     assert times == [pytest.approx(1.0), pytest.approx(0.5), pytest.approx(0.5)]

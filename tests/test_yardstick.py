@@ -1,11 +1,12 @@
-"""The benchmark's yardstick (CPU, the GPU replaced by fakes): enough rotated buffer sets, noisy rows timed
-again and flagged, the same-bytes ceiling measured beside the rows and each row's percent of it."""
+"""The benchmark's yardstick (CPU, the GPU replaced by fakes): enough rotated buffer sets, noisy
+rows timed again and flagged, the same-bytes ceiling measured beside the rows and each row's percent
+of it."""
 import io
 
 import numpy as np
 import pytest
 
-from rmsnorm_lessons import bench, check, ladder
+from rmsnorm_lessons import bench, check, ladder, timing
 
 GB = 10**9
 
@@ -46,19 +47,25 @@ def test_a_row_noisy_twice_is_flagged():
     log = io.StringIO()
     kept = bench.steady(lambda: next(runs), log=log)
     assert kept.ms_spread == 0.5 and kept.noisy
-    assert "noisy: torch.compile at 4096x1024: spread 50 % of the median after two runs" in log.getvalue()
+    assert ("noisy: torch.compile at 4096x1024: spread 50 % of the median after two runs"
+            in log.getvalue())
     text = bench.table([kept])
     assert text.splitlines()[1].endswith("  ~")
 
 
 def test_percent_of_ceiling_by_shape_and_mode():
-    rows = [_t("v7_fast", ms=1.0), _t("v7_fast (dinp=)", ms=0.8, nbytes=3 * GB), _t("Quack kernel", ms=0.7, nbytes=3 * GB),
-            _t(bench.STREAM_NAME, ms=0.9), _t(bench.STREAM_NAME + " (dinp=)", ms=0.75, nbytes=3 * GB),
+    rows = [_t("v7_fast", ms=1.0), _t("v7_fast (dinp=)", ms=0.8, nbytes=3 * GB), _t("Quack kernel",
+            ms=0.7, nbytes=3 * GB),
+            _t(bench.STREAM_NAME, ms=0.9), _t(bench.STREAM_NAME + " (dinp=)", ms=0.75,
+                                              nbytes=3 * GB),
             _t("v7_fast", C=2048, ms=1.0)]
-    recs = {(r["name"], r["C"]): r for r in bench.records(rows, baseline=None, overwriting=("Quack kernel",))}
-    assert recs[("v7_fast", 1024)]["percent_of_ceiling"] == pytest.approx(90.0)  # 0.9 ms / 1.0 ms, same bytes
+    recs = {(r["name"], r["C"]): r for r in bench.records(rows, baseline=None,
+                                                          overwriting=("Quack kernel",))}
+    # 0.9 ms / 1.0 ms, same bytes
+    assert recs[("v7_fast", 1024)]["percent_of_ceiling"] == pytest.approx(90.0)
     assert recs[("v7_fast (dinp=)", 1024)]["percent_of_ceiling"] == pytest.approx(93.75)
-    assert recs[("Quack kernel", 1024)]["percent_of_ceiling"] == pytest.approx(100 * 0.75 / 0.7)  # a peer: dinp=
+    # a peer: dinp=
+    assert recs[("Quack kernel", 1024)]["percent_of_ceiling"] == pytest.approx(100 * 0.75 / 0.7)
     assert recs[("v7_fast", 2048)]["percent_of_ceiling"] is None  # no ceiling timed at that shape
     assert recs[(bench.STREAM_NAME, 1024)]["percent_of_ceiling"] is None
     lines = bench.table(rows, overwriting=("Quack kernel",)).splitlines()
@@ -83,16 +90,20 @@ def test_sweep_times_a_shapes_rows_and_ceilings_interleaved(monkeypatch):
     _FakeProblem.made = []
     monkeypatch.setattr(bench, "runnable", lambda spec, N, C: None)
     monkeypatch.setattr(bench, "DeviceProblem", _FakeProblem)
-    monkeypatch.setattr(bench.checking, "check_version", lambda *a, **k: type("R", (), {"ok": True})())
+    monkeypatch.setattr(bench.checking, "check_version", lambda *a, **k: type("R", (),
+            {"ok": True})())
     monkeypatch.setattr(bench, "check_overwrite", lambda *a, **k: type("R", (), {"ok": True})())
-    monkeypatch.setattr(bench.launch, "launcher", lambda spec, C, overwrite=False, config=None: (lambda N, tensors: None))
-    monkeypatch.setattr(bench, "_stream_launcher", lambda accumulate, stream=None: (lambda *a: None))
+    monkeypatch.setattr(bench.launch, "launcher", lambda spec, C, overwrite=False,
+                        config=None: (lambda N, tensors: None))
+    monkeypatch.setattr(bench, "_stream_launcher", lambda accumulate,
+                        stream=None: (lambda *a: None))
 
     def fake_interleaved(launches, sets=1, warmup=5, repeats=50, stream=None):
         rounds.append((list(launches), sets))
         # the ceiling 0.9 ms, v7 (dinp=) noisy, the others 1 ms
         return {name: ([0.9] * 10 if name.startswith(bench.STREAM_NAME) else
-                       [0.5, 1.0, 2.0] * 4 if name == "v7_fast (dinp=)" else [1.0] * 10) for name in launches}
+                       [0.5, 1.0,
+                        2.0] * 4 if name == "v7_fast (dinp=)" else [1.0] * 10) for name in launches}
 
     def fake_time_ms(launch, sets=1, warmup=5, repeats=50, stream=None):
         alone.append(sets)
@@ -101,18 +112,24 @@ def test_sweep_times_a_shapes_rows_and_ceilings_interleaved(monkeypatch):
     monkeypatch.setattr(bench, "time_interleaved", fake_interleaved)
     monkeypatch.setattr(bench, "time_ms", fake_time_ms)
     shapes = [(64, 1024), (32, 2048)]
-    rows = bench.sweep(["v3_smem", "v6_last_block", "v7_fast"], shapes, copy_gbps=4000.0, overwrite=True,
+    rows = bench.sweep(["v3_smem", "v6_last_block", "v7_fast"], shapes, copy_gbps=4000.0,
+                       overwrite=True,
                        ceiling=True)
-    # per shape: the fp32 rung on its own buffers, then every bf16 row and both ceilings in one interleaved run
-    bf16_rows = ["v6_last_block", "v7_fast", "v7_fast (dinp=)", bench.STREAM_NAME, bench.STREAM_NAME + " (dinp=)"]
+    # per shape: the fp32 rung on its own buffers, then every bf16 row and both ceilings in one
+    # interleaved run
+    bf16_rows = ["v6_last_block", "v7_fast", "v7_fast (dinp=)", bench.STREAM_NAME,
+                 bench.STREAM_NAME + " (dinp=)"]
     assert rounds == [(["v3_smem"], 3), (bf16_rows, 3)] * 2
     assert [(N, C) for N, C, _ in _FakeProblem.made] == [(64, 1024)] * 2 + [(32, 2048)] * 2
     assert [r.name for r in rows] == ["v3_smem", *bf16_rows] * 2
     noisy = [r for r in rows if r.name == "v7_fast (dinp=)"]
-    assert alone == [3, 3] and all(r.ms == 0.8 and not r.noisy for r in noisy)  # timed again alone, steadier kept
+    # timed again alone, steadier kept
+    assert alone == [3, 3] and all(r.ms == 0.8 and not r.noisy for r in noisy)
     recs = bench.records(rows)
-    assert all(r["percent_of_ceiling"] == pytest.approx(90.0) for r in recs if r["name"] == "v7_fast")
-    assert bench.sweep(["v7_fast"], shapes[:1], copy_gbps=4000.0)[-1].name == "v7_fast"  # no ceiling unless asked
+    assert all(r["percent_of_ceiling"] == pytest.approx(90.0)
+               for r in recs if r["name"] == "v7_fast")
+    # no ceiling unless asked
+    assert bench.sweep(["v7_fast"], shapes[:1], copy_gbps=4000.0)[-1].name == "v7_fast"
     assert check  # the module the sweep checks with (imported by bench as checking)
 
 
@@ -123,18 +140,21 @@ def test_the_default_sweep_has_the_wide_rows():
 def test_the_yardstick_is_the_faster_copy():
     y = bench.Yardstick(dtod_gbps=4213.0, kernel_gbps=4302.0)
     assert y.gbps == 4302.0
-    assert str(y) == ("copy 4302 GB/s (bytes read + written): the faster of cuMemcpyDtoD 4213 GB/s and a copy "
+    assert str(y) == ("copy 4302 GB/s (bytes read + written): the faster of cuMemcpyDtoD 4213 GB/s "
+                      "and a copy "
                       "kernel 4302 GB/s")
     assert bench.Yardstick(4213.0, 4100.0).gbps == 4213.0
 
 
 def test_table_columns_stay_aligned_with_long_names():
     rows = [bench.Timing("v7_fast", 16384, 4096, 0.1479, 0.01, 537_000_000, 3631.0, 4230.0),
-            bench.Timing(bench.STREAM_NAME + bench.OVERWRITE_SUFFIX, 16384, 4096, 0.1024, 0.01, 403_000_000,
+            bench.Timing(bench.STREAM_NAME + bench.OVERWRITE_SUFFIX, 16384, 4096, 0.1024, 0.01,
+                         403_000_000,
                          3933.0, 4230.0)]
     header, *lines = bench.table(rows).splitlines()
     shape_end = header.index("N x C") + len("N x C")
-    assert all(line.index("16384x4096") + len("16384x4096") == shape_end for line in lines), (header, lines)
+    assert all(line.index("16384x4096") + len("16384x4096") == shape_end
+               for line in lines), (header, lines)
     assert len({line.index("%") for line in lines}) == 1  # the "% copy" column lines up too
 
 
@@ -147,7 +167,8 @@ class _FakeEvent:
     def synchronize(self):
         pass
 
-    late = []  # what query() answers, first to last (then False): whether the GPU had already got there
+    # what query() answers, first to last (then False): whether the GPU had already got there
+    late = []
 
     def query(self):
         return _FakeEvent.late.pop(0) if _FakeEvent.late else False
@@ -157,8 +178,8 @@ class _FakeEvent:
 
 
 def test_interleaved_rounds_take_turns_and_consecutive_sets(monkeypatch):
-    monkeypatch.setattr(bench.gpu, "driver", lambda: type("Driver", (), {"Event": _FakeEvent}))
-    monkeypatch.setattr(bench, "_sleep", lambda us, stream=None: None)
+    monkeypatch.setattr(timing.gpu, "driver", lambda: type("Driver", (), {"Event": _FakeEvent}))
+    monkeypatch.setattr(timing, "_sleep", lambda us, stream=None: None)
     calls = []
 
     def launcher(name, cost):
@@ -167,15 +188,19 @@ def test_interleaved_rounds_take_turns_and_consecutive_sets(monkeypatch):
             _FakeEvent.clock += cost
         return launch
 
-    times = bench.time_interleaved({"A": launcher("A", 1.0), "B": launcher("B", 2.0)}, sets=3, warmup=1, repeats=2,
+    times = bench.time_interleaved({"A": launcher("A", 1.0), "B": launcher("B", 2.0)}, sets=3,
+                                   warmup=1, repeats=2,
                                    burst=1)
-    # warm-up A0 B1, then rounds of (untimed, timed) pairs: (A2 A0 B1 B2) (A0 A1 B2 B0): every launch reads
-    # the set after the previous launch's, and only the second of each pair is inside the events
-    assert calls == [("A", 0), ("B", 1), ("A", 2), ("A", 0), ("B", 1), ("B", 2), ("A", 0), ("A", 1), ("B", 2), ("B", 0)]
+    # warm-up A0 B1, then rounds of (untimed, timed) pairs: (A2 A0 B1 B2) (A0 A1 B2 B0): every
+    # launch reads the set after the previous launch's, and only the second of each pair is inside
+    # the events
+    assert calls == [("A", 0), ("B", 1), ("A", 2), ("A", 0), ("B", 1), ("B", 2), ("A", 0), ("A", 1),
+                     ("B", 2), ("B", 0)]
     assert times == {"A": [1.0, 1.0], "B": [2.0, 2.0]}
     calls.clear()
     assert bench.time_ms(launcher("C", 0.5), sets=2, warmup=0, repeats=3, burst=1) == [0.5] * 3
-    assert calls == [("C", 0), ("C", 0), ("C", 0), ("C", 0), ("C", 0), ("C", 0)]  # 2 sets share a factor with 2
+    # 2 sets share a factor with 2
+    assert calls == [("C", 0), ("C", 0), ("C", 0), ("C", 0), ("C", 0), ("C", 0)]
 
 
 def test_rotation_shares_no_factor_with_the_launches():
@@ -191,8 +216,8 @@ def test_rotation_shares_no_factor_with_the_launches():
 
 
 def test_every_interleaved_launch_visits_every_set(monkeypatch):
-    monkeypatch.setattr(bench.gpu, "driver", lambda: type("Driver", (), {"Event": _FakeEvent}))
-    monkeypatch.setattr(bench, "_sleep", lambda us, stream=None: None)
+    monkeypatch.setattr(timing.gpu, "driver", lambda: type("Driver", (), {"Event": _FakeEvent}))
+    monkeypatch.setattr(timing, "_sleep", lambda us, stream=None: None)
     seen = {name: set() for name in "ABCD"}
 
     def launcher(name):
@@ -202,42 +227,47 @@ def test_every_interleaved_launch_visits_every_set(monkeypatch):
         return launch
 
     # 8 sets, 4 launches taking turns: without the rotation each would see 2 of the sets
-    bench.time_interleaved({name: launcher(name) for name in seen}, sets=8, warmup=0, repeats=7, burst=1)
+    bench.time_interleaved({name: launcher(name) for name in seen}, sets=8, warmup=0, repeats=7,
+                           burst=1)
     assert all(s == set(range(7)) for s in seen.values()), seen
 
 
 def test_bursts_are_timed_together_and_divided(monkeypatch):
-    monkeypatch.setattr(bench.gpu, "driver", lambda: type("Driver", (), {"Event": _FakeEvent}))
-    monkeypatch.setattr(bench, "_sleep", lambda us, stream=None: None)
+    monkeypatch.setattr(timing.gpu, "driver", lambda: type("Driver", (), {"Event": _FakeEvent}))
+    monkeypatch.setattr(timing, "_sleep", lambda us, stream=None: None)
     calls = []
 
     def launch(i):
         calls.append(i)
-        _FakeEvent.clock += 0.25 + 0.5 * (i == 0)  # set 0 is slower: the per-launch figure averages the burst
+        # set 0 is slower: the per-launch figure averages the burst
+        _FakeEvent.clock += 0.25 + 0.5 * (i == 0)
 
     times = bench.time_ms(launch, sets=8, warmup=0, repeats=2, burst=3)
     # an untimed launch and a burst of 3 make 4 a round, which shares a factor with 8 sets: 7 rotate
     assert calls == [0, 1, 2, 3, 4, 5, 6, 0]
-    assert times == [pytest.approx(0.25), pytest.approx((2 * 0.25 + 0.75) / 3)]  # set 0 in the second burst
+    # set 0 in the second burst
+    assert times == [pytest.approx(0.25), pytest.approx((2 * 0.25 + 0.75) / 3)]
     with pytest.raises(ValueError, match="burst must be at least 1"):
         bench.time_ms(launch, burst=0)
 
 
 def test_a_burst_queued_too_late_is_timed_again_with_a_longer_sleep(monkeypatch, capsys):
-    monkeypatch.setattr(bench.gpu, "driver", lambda: type("Driver", (), {"Event": _FakeEvent}))
+    monkeypatch.setattr(timing.gpu, "driver", lambda: type("Driver", (), {"Event": _FakeEvent}))
     slept = []
-    monkeypatch.setattr(bench, "_sleep", lambda us, stream=None: slept.append(us))
+    monkeypatch.setattr(timing, "_sleep", lambda us, stream=None: slept.append(us))
     monkeypatch.setattr(_FakeEvent, "late", [True, True, False])  # late twice, then in time
 
     def launch(i):
         _FakeEvent.clock += 1.0
 
     assert bench.time_ms(launch, warmup=0, repeats=2, burst=2) == [1.0, 1.0]  # one figure a round
-    assert slept == [300, 600, 1200, 1200]  # 100 us a launch, doubled until in time, kept for the next round
+    # 100 us a launch, doubled until in time, kept for the next round
+    assert slept == [300, 600, 1200, 1200]
     assert capsys.readouterr().err == ""
 
-    monkeypatch.setattr(bench, "MAX_SLEEP_US", 1000)
-    monkeypatch.setattr(_FakeEvent, "late", [True] * 10)  # never in time: stops doubling, says so once
+    monkeypatch.setattr(timing, "MAX_SLEEP_US", 1000)
+    # never in time: stops doubling, says so once
+    monkeypatch.setattr(_FakeEvent, "late", [True] * 10)
     slept.clear()
     assert bench.time_ms(launch, warmup=0, repeats=2, burst=2) == [1.0, 1.0]
     assert slept == [300, 600, 1000, 1000]

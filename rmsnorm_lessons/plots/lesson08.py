@@ -1,0 +1,49 @@
+"""Lesson 08: bytes in flight per SM against the copy line (Little's law)."""
+from __future__ import annotations
+
+import matplotlib
+import numpy as np
+
+from .figure import COPY_COLOR, _outside_pyplot
+
+
+def bytes_in_flight(points, latency_ns: float | None = None, sms: int | None = None,
+                    title: str = "bytes in flight per SM against the copy line"):
+    """Fraction of the copy bandwidth against the bytes of loads each SM keeps in flight (log
+    scale), one marker per kernel variant; with ``latency_ns`` and ``sms``, Little's law's
+    prediction as a line (:func:`rmsnorm_lessons.inflight.predicted_fraction`). ``points``:
+    :class:`rmsnorm_lessons.inflight.ScaleTiming` records or dicts with variant, in_flight_per_sm,
+    gbps and copy_gbps."""
+    from .. import inflight
+
+    rows = [p if isinstance(p, dict) else dict(variant=p.variant,
+                                               in_flight_per_sm=p.in_flight_per_sm,
+                                                  gbps=p.gbps,
+                                               copy_gbps=p.copy_gbps) for p in points]
+    if not rows:
+        raise ValueError("no points to draw")
+    fig, ax = _outside_pyplot((5.6, 3.0))
+    for i, variant in enumerate(dict.fromkeys(r["variant"] for r in rows)):
+        mine = sorted((r["in_flight_per_sm"],
+                       r["gbps"] / r["copy_gbps"]) for r in rows if r["variant"] == variant)
+        xs, ys = zip(*mine)
+        ax.plot(np.array(xs) / 1024, ys, "o-", ms=4, lw=0.8, color=f"C{i}", label=variant)
+    if latency_ns and sms:
+        copy = float(np.median([r["copy_gbps"] for r in rows]))
+        lo = min(r["in_flight_per_sm"] for r in rows) / 2
+        hi = max(r["in_flight_per_sm"] for r in rows) * 2
+        xs = np.geomspace(lo, hi, 100)
+        ax.plot(xs / 1024, [inflight.predicted_fraction(x, sms, latency_ns, copy) for x in xs],
+                "--", lw=1,
+                color="grey", label=f"Little's law, {latency_ns:.0f} ns")
+    ax.axhline(1.0, color=COPY_COLOR, ls="--", lw=1.2, label="copy")
+    ax.set_xscale("log", base=2)
+    ax.xaxis.set_major_formatter(matplotlib.ticker.FuncFormatter(lambda v, _: f"{v:g}"))
+    ax.set_xlabel("KiB of loads in flight per SM (threads x bytes per load x loads before use)",
+                  fontsize=8)
+    ax.set_ylabel("GB/s / copy GB/s", fontsize=8)
+    ax.set_ylim(0, 1.15)
+    ax.tick_params(labelsize=7)
+    ax.legend(fontsize=6, loc="lower right")
+    ax.set_title(title, fontsize=9)
+    return fig
