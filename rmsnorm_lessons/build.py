@@ -288,26 +288,39 @@ def resources(name, arch: str = DEFAULT_ARCH) -> dict[str, Resources]:
 
 
 def source_module(name, arch: str | None = None, defines: dict | None = None):
-    """A version (or a file of ``kernels/``) compiled for this GPU (or ``arch``) and loaded as a
-    PyCUDA module; the cubin is :func:`compile_file`'s, from the same caches."""
-    g = gpu.require()
+    """A version (or a file of ``kernels/``) compiled with PyCUDA's ``SourceModule`` for this GPU (or
+    ``arch``); kept in this process by its text, defines and every file it includes (PyCUDA keeps
+    the cubin on disk)."""
+    gpu.require()
     stem, text, own = kernel_text(name)
     merged = {**own, **(defines or {})}
-    arch = arch or gpu.facts().arch
     rung = _rung(name)
     here = None if rung is not None and rung.source is not None else kernel_path(stem)
-    compiled = _compile(text, stem, _check_arch(arch), "cubin", _define_flags(merged), here)
-    return _load_module(g.driver, compiled.binary)
+    includes = hashlib.sha256(repr(sorted(included_files(text, here).items())).encode())
+    return _module_cache((stem, text, arch, tuple(sorted(merged.items())), includes.hexdigest()))
 
 
 @functools.lru_cache(maxsize=64)
-def _load_module(drv, binary: bytes):
-    return drv.module_from_buffer(binary)
+def _module_cache(key):
+    from pycuda.compiler import SourceModule  # PyCUDA loads libcuda: only where a GPU is used
+
+    stem, text, arch, defines, digest = key
+    source = f"// includes {digest}\n" + text  # PyCUDA's disk cache is keyed by the text alone
+    options = list(NVCC_FLAGS) + list(_define_flags(dict(defines)))
+    try:
+        return SourceModule(source, nvcc=require_nvcc(), options=options, no_extern_c=True,
+                            arch=arch, include_dirs=_include_dirs())
+    except Exception as exc:  # pycuda.driver.CompileError, without importing pycuda.driver here
+        if type(exc).__name__ == "CompileError":
+            where = arch or gpu.facts().arch
+            raise CompileError(f"nvcc failed for {stem} ({where}):\n"
+                               f"{getattr(exc, 'stderr', '') or exc}") from exc
+        raise
 
 
 def clear_module_cache() -> None:
     """Forget loaded modules (they belong to a context; call before the context goes away)."""
-    _load_module.cache_clear()
+    _module_cache.cache_clear()
 
 
 gpu.on_shutdown(clear_module_cache)

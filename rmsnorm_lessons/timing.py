@@ -205,8 +205,7 @@ def steady(timed, log=sys.stderr, first: Timing | None = None) -> Timing:
 
 
 def _raw(a: np.ndarray) -> np.ndarray:
-    # PyCUDA copies through the buffer protocol, which ml_dtypes' bfloat16 does not export
-    return np.ascontiguousarray(a).view(np.uint8)
+    return gpu.as_bytes(np.ascontiguousarray(a))
 
 
 class DeviceProblem:

@@ -207,7 +207,7 @@ def test_no_block_waits_for_another():
     # the only wait of the old in-kernel final sum is gone from the source, and nothing can trap but
     # a K the plan never passes (results/NOTES.md: beside a kernel holding most SMs, that wait
     # lasted until it ended)
-    source = build.kernel_source("v7_fast")
+    source = "\n".join(build.kernel_source(f) for f in ("v7_fast", "v7_staged.cuh", "v7_wide.cuh"))
     for gone in ("ld.acquire", "__nanosleep", "globaltimer", "atomicInc", "ticket"):
         assert gone not in source
     assert source.count("__trap()") == 2

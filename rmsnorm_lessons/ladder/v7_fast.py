@@ -31,10 +31,10 @@ MAX_GROUPS = 15  # row groups of more than one warp each own a named barrier, 1.
 # accumulate mode prefetches the next row (K = 2) for C in this range (results/NOTES.md)
 PREFETCH_C = (1024, 8192)
 STAGED_BLOCK = 1024  # the staged kernel's __launch_bounds__(1024, 1): 64 registers a thread
-STAGED_K = 2  # chunks a thread on the staged path (kernels/v7_fast.cu: staged::K)
+STAGED_K = 2  # chunks a thread on the staged path (kernels/v7_staged.cuh: staged::K)
 # C staged by cp.async (results/NOTES.md, "v9"); shorter rows keep the register path
 STAGED_C = (1024, 16384)
-# row slots a group's ring has at most (kernels/v7_fast.cu: staged::MAX_STAGES)
+# row slots a group's ring has at most (kernels/v7_staged.cuh: staged::MAX_STAGES)
 STAGED_MAX_STAGES = 8
 # kept free for the staged kernel's static shared memory (256 B) in the ring's budget
 STAGED_STATIC_SHARED = 1024
@@ -46,7 +46,7 @@ WIDE_CLUSTERS = (2, 4)  # blocks a wider row is split over (a thread-block clust
 MAX_C = ROW_MAX_C * WIDE_CLUSTERS[-1]  # 65536
 #: the kernels of the wide rows, built for sm_90 and newer only (clusters, bulk copies)
 WIDE_KERNELS = tuple(f"rmsnorm_backward_v7_wide{cl}" for cl in WIDE_CLUSTERS)
-WIDE_MAX_STAGES = 8  # row slots in a wide block's ring (kernels/v7_fast.cu: wide::MAX_STAGES)
+WIDE_MAX_STAGES = 8  # row slots in a wide block's ring (kernels/v7_wide.cuh: wide::MAX_STAGES)
 # kept free for the wide kernels' static shared memory (160 B) in the slots' budget
 WIDE_STATIC_SHARED = 1024
 
