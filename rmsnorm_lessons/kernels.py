@@ -64,13 +64,11 @@ def run(version, dout, inp, weight, rstd, dinp=None, dweight=None, *, block_size
     # any thread: the context is pushed for this call and popped after it
     with gpu.in_context() as g:
         return _run_on_gpu(spec, g.driver, shp, dout, inp, weight, rstd, dinp, dweight, on_gpu,
-                           block_size,
-                           overwrite, config, stream)
+                           block_size, overwrite, config, stream)
 
 
 def _run_on_gpu(spec, drv, shp, dout, inp, weight, rstd, dinp, dweight, on_gpu, block_size,
-                overwrite, config,
-                stream):
+                overwrite, config, stream):
     L = launch.launcher(spec, shp.C, block_size=block_size, overwrite=overwrite, config=config)
     pstream, bridge = launch.resolve_stream(stream)
     if on_gpu:

@@ -114,8 +114,7 @@ class Launcher:
 
     def _plan_uncached(self, N: int) -> list[Launch]:
         return self.rung.plan(N, self.C, self.device, block=self.block_size,
-                              overwrite=self.overwrite,
-                              config=self.config)
+                              overwrite=self.overwrite, config=self.config)
 
     def plan(self, N: int) -> list[Launch]:
         """The launches of one call with N rows (kept for the last few N)."""
@@ -222,8 +221,8 @@ def held_bytes() -> int:
     memory the package keeps after ``run`` returns."""
     with _cache_lock:
         launchers = list(_cache.values())
-    return sum(n for L in launchers for scratch, _ in L._scratch.values() for _,
-               n in scratch.buffers.values())
+    return sum(n for L in launchers for scratch, _ in L._scratch.values()
+               for _, n in scratch.buffers.values())
 
 
 def largest_c(rung: ladder.Rung, budget: int, block: int) -> int:
