@@ -9,9 +9,9 @@
 //  * row offsets in 64 bits (row * C overflows int once N*C >= 2^31);
 //  * the unused dnorm_mean is gone. The shared memory (2 * rounded_C + ...) and the scratch stride
 //    (2 * C) are still the seed's, twice what RMSNorm needs: v7 halves them.
-// The row loop runs the same number of times in every warp of a block (idle warps contribute
-// zeros), because __syncthreads inside it must be reached by all threads of the block.
-#include "common.cuh"
+// The row pass (dinp and the block's dweight sums) is v5's, in bf16_row_pass.cuh, with the seed's
+// rounding order for dnorm_norm_mean (/ C * r).
+#include "bf16_row_pass.cuh"
 
 #ifndef V6_SCRATCH_HEADER
 #error "V6_SCRATCH_HEADER must be defined by the build (rmsnorm_lessons/ladder/v6_last_block.py)"
@@ -22,94 +22,24 @@ rmsnorm_backward_v6(__nv_bfloat16* dinp, __nv_bfloat16* dweight, float* scratch,
                     const __nv_bfloat16* dout, const __nv_bfloat16* inp,
                     const __nv_bfloat16* weight, const float* rstd, int N, int C) {
     extern __shared__ float shared[];
-    const int warps = blockDim.x / WARP_SIZE;
-    const int warp = threadIdx.x / WARP_SIZE;
-    const int lane = threadIdx.x % WARP_SIZE;
     const int step = WARP_SIZE * x128::size;  // channels a warp covers per iteration: 256
     const int rounded_C = ceil_div(C, step) * step;
-    // rounded_C floats; the first rounded_C were layernorm's dbias
-    float* dweight_shared = shared + rounded_C;
+    // rounded_C floats; the first rounded_C were layernorm's dbias. __restrict__ (no other pointer
+    // reaches these floats) is a hint: without it ptxas spills 4 bytes on sm_90 at 64 registers.
+    float* __restrict__ dweight_shared = shared + rounded_C;
     // staging for warps 1..warps-1, four floats per lane; shifted so thread 32 lands at its start
     // (the seed reserves 2 * (blockDim.x - 32) * 4 floats after dweight_shared: staging is their
     // second half)
     float* staging = shared + 2 * rounded_C + f128::size * blockDim.x - 2 * WARP_SIZE * f128::size;
 
-    for (int c = threadIdx.x * f128::size; c < rounded_C; c += blockDim.x * f128::size) {
-        store128(dweight_shared + c, f128::zeros());
-    }
-    __syncthreads();
-
-    for (long long first = (long long)blockIdx.x * warps; first < N;
-         first += (long long)gridDim.x * warps) {
-        const long long row = first + warp;
-        const bool active = row < N;  // warp-uniform
-        const __nv_bfloat16* dout_row = dout + row * C;
-        const __nv_bfloat16* inp_row = inp + row * C;
-        __nv_bfloat16* dinp_row = dinp + row * C;
-        float r = 0.0f, dnorm_norm_mean = 0.0f;
-        if (active) {
-            r = rstd[row];
-            float partial = 0.0f;
-            for (int c = lane * x128::size; c < C; c += step) {
-                x128 g = load128(dout_row + c), x = load128(inp_row + c), w = load128(weight + c);
-                #pragma unroll
-                for (int k = 0; k < x128::size; k++) {
-                    partial += (float)w[k] * (float)g[k] * (float)x[k];
-                }
-            }
-            // the seed's order: v5 rounds * r / C
-            dnorm_norm_mean = warp_reduce_sum(partial) / C * r;
-        }
-
-        for (int base = 0; base < C; base += step) {
-            const int c = base + lane * x128::size;
-            x128 g = x128::zeros(), x = x128::zeros(), w = x128::zeros(), d = x128::zeros();
-            if (active && c < C) {
-                g = load128cs(dout_row + c);
-                x = load128cs(inp_row + c);
-                w = load128(weight + c);
-                d = load128(dinp_row + c);
-            }
-            #pragma unroll
-            for (int half = 0; half < x128::size / f128::size; half++) {
-                f128 contrib;
-                #pragma unroll
-                for (int i = 0; i < f128::size; i++) {
-                    const int k = half * f128::size + i;
-                    float norm = (float)x[k] * r;
-                    contrib[i] = norm * (float)g[k];
-                    const float dnorm = (float)w[k] * (float)g[k];
-                    d[k] = __float2bfloat16((float)d[k] + r * (dnorm - norm * dnorm_norm_mean));
-                }
-                if (warp != 0) store128(staging + threadIdx.x * f128::size, contrib);
-                __syncthreads();
-                if (warp == 0) {
-                    for (int j = 1; j < warps; j++) {  // always in the same order
-                        f128 other = load128(staging + (j * WARP_SIZE + lane) * f128::size);
-                        #pragma unroll
-                        for (int i = 0; i < f128::size; i++) contrib[i] += other[i];
-                    }
-                    float* mine = dweight_shared + c + half * f128::size;
-                    f128 sum = load128(mine);
-                    #pragma unroll
-                    for (int i = 0; i < f128::size; i++) sum[i] += contrib[i];
-                    store128(mine, sum);
-                }
-                __syncthreads();
-            }
-            if (active && c < C) store128cg(dinp_row + c, d);
-        }
-    }
-    __syncthreads();
+    block_dweight_rows<true>(dweight_shared, staging, dinp, dout, inp, weight, rstd, N, C);
     // scratch: a header of V6_SCRATCH_HEADER floats (the ticket counter, alone in its cache line),
     // then the seed's layout: block b's C sums at partials + 2 * C * b (the C floats before each
     // were layernorm's dbias)
     unsigned int* ticket_counter = (unsigned int*)scratch;
     float* partials = scratch + V6_SCRATCH_HEADER + C;
     float* my_partials = partials + 2 * (size_t)C * blockIdx.x;
-    for (int c = threadIdx.x * f128::size; c < C; c += blockDim.x * f128::size) {
-        store128(my_partials + c, load128(dweight_shared + c));
-    }
+    store_block_partials(my_partials, dweight_shared, C);
     // release: make this block's partials visible to every other block before announcing that they
     // are done
     __threadfence();
@@ -126,6 +56,9 @@ rmsnorm_backward_v6(__nv_bfloat16* dinp, __nv_bfloat16* dweight, float* scratch,
     }
     __syncthreads();
     if (ticket != gridDim.x - 1) return;
+    const int warps = blockDim.x / WARP_SIZE;
+    const int warp = threadIdx.x / WARP_SIZE;
+    const int lane = threadIdx.x % WARP_SIZE;
 
     // the last block: v5's second kernel, four channels a thread (one block here; v7 spreads it
     // out): sums the blocks' partials in block order, then adds once into bf16 dweight

@@ -16,11 +16,14 @@ that finds it.
 
 Each is the shipped source with one text edit (:func:`source` stops if the edit does not apply
 exactly once, so a change to ``kernels/*.cu`` shows here), registered as a rung with the shipped
-rung's plan.
+rung's plan. Where the edited text lives in a header of kernels/ that the rung includes (v5's and
+v6's row pass is in ``bf16_row_pass.cuh``), the bug's source has that header's text in place of its
+``#include``, so the edit reaches only the bug's rung.
 """
 from __future__ import annotations
 
 import difflib
+import re
 from dataclasses import dataclass
 
 from . import build, ladder
@@ -70,22 +73,41 @@ def get(name: str) -> Bug:
     return BUGS[name]
 
 
+_INCLUDE = re.compile(r'^#include "([^"]+)"\n', re.M)
+
+
+def shipped_text(name: str) -> str:
+    """The shipped rung's text, with each header of kernels/ that holds the bug's edit pasted in
+    place of its ``#include`` (without its ``#pragma once``)."""
+    bug = get(name)
+    text = build.kernel_source(bug.shipped)
+    if bug.old in text:
+        return text
+    for match in _INCLUDE.finditer(text):
+        header = build.kernel_source(match.group(1))
+        if bug.old in header:
+            header = header.replace("#pragma once\n", "", 1)
+            return text[:match.start()] + header + text[match.end():]
+    return text
+
+
 def source(name: str) -> str:
     """The shipped kernel's text with the bug's edit applied (exactly once, else ValueError)."""
     bug = get(name)
-    text = build.kernel_source(bug.shipped)
+    text = shipped_text(name)
     count = text.count(bug.old)
     if count == 0 or (count > 1 and not bug.last):
         raise ValueError(f"{name}: the edit applies {count} times, not once: "
-                         f"kernels/{bug.shipped}.cu changed?")
+                         f"kernels/{bug.shipped}.cu or a header it includes changed?")
     at = text.rfind(bug.old)
     return text[:at] + bug.new + text[at + len(bug.old):]
 
 
 def diff(name: str, context: int = 2) -> str:
-    """The bug as a unified diff against the shipped ``kernels/<rung>.cu``."""
+    """The bug as a unified diff against the shipped ``kernels/<rung>.cu`` (with the header that
+    holds the edit pasted in, as :func:`shipped_text` does)."""
     bug = get(name)
-    before = build.kernel_source(bug.shipped).splitlines(keepends=True)
+    before = shipped_text(name).splitlines(keepends=True)
     after = source(name).splitlines(keepends=True)
     return "".join(difflib.unified_diff(before, after, f"kernels/{bug.shipped}.cu", f"{name}.cu",
                                         n=context))

@@ -242,22 +242,29 @@ def occupancy(version, C: int, arch: str = DEFAULT_ARCH, block_size: int | None 
                           opt_in=opt_in)
 
 
+_HEADER = f"{'regs':>4} {'smem/block':>10} {'blocks/SM':>9} {'warps/SM':>8}  limiter"
+
+
+def _row(label: str, arch: str, compute, with_block: bool = False) -> str:
+    """``label`` and the columns under _HEADER for the occupancy ``compute()`` returns, or a line
+    saying that nvcc cannot compile it for ``arch``."""
+    try:
+        o = compute()
+    except build.CompileError as exc:
+        return f"{label} cannot be compiled for {arch}: {exc.summary(keep=1)[:120]}"
+    block = f" {o.block_size:>5}" if with_block else ""
+    return (f"{label}{block} {o.registers:>4} {o.smem_per_block:>10} {o.blocks_per_sm:>9} "
+            f"{o.warps_per_sm:>5}/{o.max_warps_per_sm:<2}  {o.limiter}")
+
+
 def table(versions=None, C: int = 4096, arch: str = DEFAULT_ARCH) -> str:
     """One line per version: registers, shared memory, blocks and warps per SM, the limiter. A
     version that nvcc cannot compile for ``arch`` gets a line saying so (the rest of the table is
     still made)."""
-    rows = [f"{'version':<15} {'block':>5} {'regs':>4} {'smem/block':>10} {'blocks/SM':>9} "
-            f"{'warps/SM':>8}  limiter"]
+    rows = [f"{'version':<15} {'block':>5} {_HEADER}"]
     for v in versions or ladder.VERSIONS:
-        try:
-            o = occupancy(v, C, arch)
-        except build.CompileError as exc:
-            rows.append(f"{ladder.get(v).name:<15} cannot be compiled for {arch}: "
-                        f"{exc.summary(keep=1)[:120]}")
-            continue
-        rows.append(f"{ladder.get(v).name:<15} {o.block_size:>5} {o.registers:>4} "
-                    f"{o.smem_per_block:>10} {o.blocks_per_sm:>9} "
-                    f"{o.warps_per_sm:>5}/{o.max_warps_per_sm:<2}  {o.limiter}")
+        rows.append(_row(f"{ladder.get(v).name:<15}", arch, lambda: occupancy(v, C, arch),
+                         with_block=True))
     return "\n".join(rows)
 
 
@@ -267,18 +274,10 @@ def across_archs(version, C: int = 4096, arches=LESSON_ARCHES,
     that arch, shared memory per block, blocks and warps per SM and the limiter (no GPU needed). An
     arch that nvcc cannot compile the version for gets a line saying so instead of an error."""
     rung = ladder.get(version)
-    rows = [f"{'arch':<7} {'GPUs':<23} {'regs':>4} {'smem/block':>10} {'blocks/SM':>9} "
-            f"{'warps/SM':>8}  limiter"]
+    rows = [f"{'arch':<7} {'GPUs':<23} {_HEADER}"]
     for arch in arches:
-        try:
-            o = occupancy(rung, C, arch, block_size=block_size)
-        except build.CompileError as exc:
-            rows.append(f"{arch:<7} {GPUS.get(arch, ''):<23} cannot be compiled for {arch}: "
-                        f"{exc.summary(keep=1)[:120]}")
-            continue
-        rows.append(f"{arch:<7} {GPUS.get(arch, ''):<23} {o.registers:>4} {o.smem_per_block:>10} "
-                    f"{o.blocks_per_sm:>9} {o.warps_per_sm:>5}/{o.max_warps_per_sm:<2}  "
-                    f"{o.limiter}")
+        rows.append(_row(f"{arch:<7} {GPUS.get(arch, ''):<23}", arch,
+                         lambda: occupancy(rung, C, arch, block_size=block_size)))
     return "\n".join(rows)
 
 

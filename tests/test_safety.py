@@ -26,6 +26,13 @@ def _problem(version, N=6, C=None, seed=0):
     return reference.random_problem(N, C or 8 * spec.c_multiple, spec.dtype, seed=seed)
 
 
+def _refused(version, error, rule, N=6, C=None, **options):
+    """run(version, **options) on a small problem (N x C) raises ``error`` matching ``rule``."""
+    p = _problem(version, N, C)
+    with pytest.raises(error, match=rule):
+        kernels.run(version, *_args(p), **options)
+
+
 @pytest.fixture
 def no_gpu(monkeypatch):
     """Anything that would reach the GPU (or compile for it) fails the test."""
@@ -40,9 +47,7 @@ def no_gpu(monkeypatch):
 
 
 def test_the_guard_works(no_gpu):
-    p = _problem("v2_warp")
-    with pytest.raises(AssertionError, match="GPU touched"):
-        kernels.run("v2_warp", *_args(p))
+    _refused("v2_warp", AssertionError, "GPU touched")
 
 
 # --------------------------------------------------------------------------------------------------
@@ -51,11 +56,9 @@ def test_the_guard_works(no_gpu):
 
 @pytest.mark.parametrize("block", [0, 33, 2048, -32, 1000, 1056])
 def test_block_size_out_of_range(no_gpu, block):
-    p = _problem("v1_naive")
-    with pytest.raises(ValueError,
-                       match=rf"^block_size for v1_naive must be a multiple of 32 from 32 to 1024, "
-                             rf"got {block}$"):
-        kernels.run("v1_naive", *_args(p), block_size=block)
+    _refused("v1_naive", ValueError,
+             rf"^block_size for v1_naive must be a multiple of 32 from 32 to 1024, "
+             rf"got {block}$", block_size=block)
 
 
 @pytest.mark.parametrize("block,kind",
@@ -63,20 +66,16 @@ def test_block_size_out_of_range(no_gpu, block):
                           (np.float64(256), "float64"),
                                         ([256], "list")])
 def test_block_size_of_the_wrong_type(no_gpu, block, kind):
-    p = _problem("v1_naive")
-    with pytest.raises(TypeError,
-                       match=rf"^block_size must be an int \(threads per block\) or None, got "
-                             rf"{kind} "):
-        kernels.run("v1_naive", *_args(p), block_size=block)
+    _refused("v1_naive", TypeError,
+             rf"^block_size must be an int \(threads per block\) or None, got "
+             rf"{kind} ", block_size=block)
 
 
 @pytest.mark.parametrize("version", ["v5_two_pass", "v6_last_block", "v7_fast"])
 def test_block_size_past_the_launch_bounds(no_gpu, version):
-    p = _problem(version)
-    with pytest.raises(ValueError,
-                       match=rf"^block_size for {version} must be a multiple of 32 from 32 to 512 "
-                             rf"\(its __launch_bounds__\), got 1024$"):
-        kernels.run(version, *_args(p), block_size=1024)
+    _refused(version, ValueError,
+             rf"^block_size for {version} must be a multiple of 32 from 32 to 512 "
+             rf"\(its __launch_bounds__\), got 1024$", block_size=1024)
 
 
 def test_numpy_ints_are_block_sizes():
@@ -87,38 +86,31 @@ def test_numpy_ints_are_block_sizes():
 
 
 def test_v7_block_too_small_for_the_row(no_gpu):
-    p = _problem("v7_fast", N=2, C=4096)
-    with pytest.raises(ValueError,
-                       match=r"v7_fast keeps a row in one block's registers: at C=4096 .*more than "
-                             r"block_size=96; the largest C at this block size is \d+"):
-        kernels.run("v7_fast", *_args(p), block_size=96)
+    _refused("v7_fast", ValueError,
+             r"v7_fast keeps a row in one block's registers: at C=4096 .*more than "
+             r"block_size=96; the largest C at this block size is \d+", N=2, C=4096, block_size=96)
 
 
 def test_a_width_no_gpu_can_hold_is_refused_before_the_gpu(no_gpu):
     # v6 stages 2 * C floats per block: at C = 1,000,000 that is 8 MB, more than any GPU gives
     # a block
-    p = _problem("v6_last_block", N=1, C=1_000_000)
-    with pytest.raises(ValueError,
-                       match=r"^v6_last_block at C=1000000 needs \d+ bytes of dynamic shared "
-                             r"memory per block \(block of 512\); no GPU allows a block more "
-                             r"than 232448 bytes$"):
-        kernels.run("v6_last_block", *_args(p))
+    _refused("v6_last_block", ValueError,
+             r"^v6_last_block at C=1000000 needs \d+ bytes of dynamic shared "
+             r"memory per block \(block of 512\); no GPU allows a block more "
+             r"than 232448 bytes$", N=1, C=1_000_000)
 
 
 @pytest.mark.parametrize("value,kind",
                          [("no", "str"), (1, "int"), (None, "NoneType"), (0.0, "float")])
 def test_overwrite_must_be_a_bool(no_gpu, value, kind):
-    p = _problem("v7_fast")
-    with pytest.raises(TypeError, match=rf"^overwrite must be True or False, got {kind} "):
-        kernels.run("v7_fast", *_args(p), overwrite=value)
+    _refused("v7_fast", TypeError, rf"^overwrite must be True or False, got {kind} ",
+             overwrite=value)
 
 
 def test_overwrite_where_not_offered(no_gpu):
-    p = _problem("v6_last_block")
-    with pytest.raises(ValueError,
-                       match=r"^overwrite=True \(dinp = instead of \+=\) is not offered by "
-                             r"v6_last_block$"):
-        kernels.run("v6_last_block", *_args(p), overwrite=True)
+    _refused("v6_last_block", ValueError,
+             r"^overwrite=True \(dinp = instead of \+=\) is not offered by "
+             r"v6_last_block$", overwrite=True)
 
 
 @pytest.mark.parametrize("version", [["v1_naive"], ("v1_naive",), 1, None, np.float32])
@@ -167,10 +159,8 @@ def test_C_past_2_30_refused(no_gpu, version):
 
 @pytest.mark.parametrize("version", ["v1_naive", "v5_two_pass", "v6_last_block"])
 def test_config_is_only_for_v7(no_gpu, version):
-    p = _problem(version)
-    with pytest.raises(ValueError,
-                       match=rf"^config is for v7_fast's variants; {version} takes none$"):
-        kernels.run(version, *_args(p), config=Config())
+    _refused(version, ValueError, rf"^config is for v7_fast's variants; {version} takes none$",
+             config=Config())
 
 
 @pytest.mark.parametrize("config,rule", [
@@ -178,9 +168,7 @@ def test_config_is_only_for_v7(no_gpu, version):
     (Config(K=1), r"at C=16384 a row needs 2048 threads of 1 chunks, more than block_size=512"),
 ])
 def test_a_v7_config_that_cannot_run_this_C(no_gpu, config, rule):
-    p = _problem("v7_fast", N=2, C=16384)
-    with pytest.raises(ValueError, match=rule):
-        kernels.run("v7_fast", *_args(p), config=config)
+    _refused("v7_fast", ValueError, rule, N=2, C=16384, config=config)
 
 
 @pytest.mark.parametrize("kwargs,rule", [
@@ -195,11 +183,9 @@ def test_a_bad_config_is_refused_when_made(kwargs, rule):
 
 
 def test_v7_C_past_its_limit(no_gpu):
-    p = _problem("v7_fast", N=2, C=65544)
-    with pytest.raises(ValueError,
-                       match=r"C=65544 is wider than 4 blocks of 512 threads hold; the largest C "
-                             r"is 65536"):
-        kernels.run("v7_fast", *_args(p))
+    _refused("v7_fast", ValueError,
+             r"C=65544 is wider than 4 blocks of 512 threads hold; the largest C "
+             r"is 65536", N=2, C=65544)
 
 
 @pytest.mark.parametrize("stream,error,rule", [
@@ -212,9 +198,7 @@ def test_v7_C_past_its_limit(no_gpu):
     (-1, ValueError, r"^stream handle must be a CUstream \(a non-negative int\), got -1$"),
 ])
 def test_a_stream_of_the_wrong_kind(no_gpu, stream, error, rule):
-    p = _problem("v2_warp")
-    with pytest.raises(error, match=rule):
-        kernels.run("v2_warp", *_args(p), stream=stream)
+    _refused("v2_warp", error, rule, stream=stream)
 
 
 def test_gpuarray_outputs_required(no_gpu):

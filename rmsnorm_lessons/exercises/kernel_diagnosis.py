@@ -15,6 +15,11 @@ def _lines(numbers) -> str:
                                                else "")
 
 
+def found(*groups) -> list:
+    """The message of each (indices, message) group whose indices are not empty, in order."""
+    return [message for indices, message in groups if len(indices)]
+
+
 def _ranges(indices, total: int, what: str) -> str:
     idx = np.asarray(sorted(set(int(i) for i in indices)))
     if idx.size == total:
@@ -122,13 +127,11 @@ def describe_output(name: str, got, ref, initial, delta, tol, eps, *, problem=No
             if res < 0.02 and np.all(np.abs(w - whole) < 0.1) and abs(a - round(a)) < 0.1:
                 missing = np.flatnonzero(whole == 0)
                 twice = np.flatnonzero(whole >= 2)
-                parts = []
-                if missing.size:
-                    parts.append(f"the partials of {missing.size} of {grid} blocks are missing "
-                                 f"(blocks {_lines(missing)})")
-                if twice.size:
-                    parts.append(f"the partials of {twice.size} of {grid} blocks are counted more "
-                                 f"than once (blocks {_lines(twice)})")
+                parts = found(
+                    (missing, f"the partials of {missing.size} of {grid} blocks are missing "
+                              f"(blocks {_lines(missing)})"),
+                    (twice, f"the partials of {twice.size} of {grid} blocks are counted more "
+                            f"than once (blocks {_lines(twice)})"))
                 if round(a) != 1:
                     parts.append("its starting value is lost (= where += belongs)" if round(a) == 0
                                  else

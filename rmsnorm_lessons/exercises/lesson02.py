@@ -12,6 +12,14 @@ from . import Verdict, failed, passed, read_numbers
 ANSWER = "of {name} with your answer (a number, or an expression in N and C)"
 
 
+def _problem(value, want, known, otherwise: str) -> str | None:
+    """None if ``value`` is ``want``; else the message of the first (wrong value, message) pair in
+    ``known`` that ``value`` equals, else ``otherwise``."""
+    if value == want:
+        return None
+    return next((message for wrong, message in known if value == wrong), otherwise)
+
+
 def check_atomics(N: int, C: int, total, per_address) -> Verdict:
     """``total``: atomicAdds v1 issues on dweight for an (N, C) problem; ``per_address``: how many
     hit one
@@ -22,30 +30,23 @@ def check_atomics(N: int, C: int, total, per_address) -> Verdict:
         return verdict
     total, per_address = answers
     N, C = int(N), int(C)
-    problems = []
-    if total != N * C:
-        if total == N:
-            problems.append(f"total = {total} is one atomic per row, but each row adds to every "
-                            f"one of its C channels: one atomicAdd per element")
-        elif total == C:
-            problems.append(f"total = {total} is one per channel; every row adds its own "
-                            f"contribution to each channel")
-        elif total == N * C // 32:
-            problems.append(f"total = {total} counts warp instructions; count the atomic "
-                            f"operations, one per thread and element")
-        else:
-            problems.append(f"total = {total} is not right: look at where atomicAdd sits (inside "
-                            f"the loop over C, run by each of the N threads)")
-    if per_address != N:
-        if per_address == C:
-            problems.append(f"per_address = {per_address}: dweight[c] receives one add from each "
-                            f"row, so count rows, not channels")
-        elif per_address == N * C:
-            problems.append(f"per_address = {per_address} is the total; the total is spread over "
-                            "the C addresses")
-        else:
-            problems.append(f"per_address = {per_address} is not right: which threads add to "
-                            "dweight[0]?")
+    problems = [
+        _problem(total, N * C, (
+            (N, f"total = {total} is one atomic per row, but each row adds to every one of its C "
+                "channels: one atomicAdd per element"),
+            (C, f"total = {total} is one per channel; every row adds its own contribution to "
+                "each channel"),
+            (N * C // 32, f"total = {total} counts warp instructions; count the atomic "
+                          "operations, one per thread and element")),
+            f"total = {total} is not right: look at where atomicAdd sits (inside the loop over C, "
+            "run by each of the N threads)"),
+        _problem(per_address, N, (
+            (C, f"per_address = {per_address}: dweight[c] receives one add from each row, so count "
+                "rows, not channels"),
+            (N * C, f"per_address = {per_address} is the total; the total is spread over the C "
+                    "addresses")),
+            f"per_address = {per_address} is not right: which threads add to dweight[0]?")]
+    problems = [p for p in problems if p]
     if problems:
         return failed("; ".join(problems))
     return passed(f"v1 issues N*C = {N * C:,} atomicAdds onto C = {C:,} addresses: {N:,} on each "
@@ -64,26 +65,18 @@ def check_sectors(v1, v2, C: int = 1024) -> Verdict:
         return verdict
     v1, v2 = answers
     want1, want2 = _expected_sectors(int(C))
-    problems = []
-    if v1 != want1:
-        if v1 == 1:
-            problems.append("v1 = 1: the 32 threads of a warp read 32 different rows, C floats "
-                            "apart")
-        elif v1 == 4:
-            problems.append("v1 = 4 would be 32 neighbouring floats; in v1 the lanes are a whole "
-                            "row apart")
-        else:
-            problems.append(f"v1 = {v1} is not right: lane t reads inp[t*C + c]; with C={C} floats "
-                            f"({4 * C} bytes) between lanes, how many share a 32-byte sector?")
-    if v2 != want2:
-        if v2 == 32:
-            problems.append("v2 = 32: in v2 the lanes read neighbouring floats, which share "
-                            "sectors")
-        elif v2 == 1:
-            problems.append("v2 = 1: 32 floats are 128 bytes, more than one 32-byte sector")
-        else:
-            problems.append(f"v2 = {v2} is not right: 32 lanes x 4 bytes = 128 contiguous bytes, "
-                            "in sectors of 32 B")
+    problems = [
+        _problem(v1, want1, (
+            (1, "v1 = 1: the 32 threads of a warp read 32 different rows, C floats apart"),
+            (4, "v1 = 4 would be 32 neighbouring floats; in v1 the lanes are a whole row apart")),
+            f"v1 = {v1} is not right: lane t reads inp[t*C + c]; with C={C} floats ({4 * C} "
+            "bytes) between lanes, how many share a 32-byte sector?"),
+        _problem(v2, want2, (
+            (32, "v2 = 32: in v2 the lanes read neighbouring floats, which share sectors"),
+            (1, "v2 = 1: 32 floats are 128 bytes, more than one 32-byte sector")),
+            f"v2 = {v2} is not right: 32 lanes x 4 bytes = 128 contiguous bytes, in sectors of "
+            "32 B")]
+    problems = [p for p in problems if p]
     if problems:
         return failed("; ".join(problems))
     return passed(f"v1's warp needs {want1} sectors for 32 useful floats (4 useful bytes in each "

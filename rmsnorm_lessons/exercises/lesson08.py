@@ -14,6 +14,7 @@ import numpy as np
 
 from .. import gpu, inflight, ladder
 from . import Verdict, failed, kernel_check as kc, passed, read_number
+from .kernel_diagnosis import found
 
 
 def bytes_moved(N: int, C: int, overwrite: bool = False, version: str = "v7_fast") -> int:
@@ -170,18 +171,14 @@ def _wrong_where(got: np.ndarray, want: np.ndarray) -> str:
     never = np.flatnonzero(np.isnan(got[:n4]).any(axis=1))
     wrong = np.flatnonzero(~np.isnan(got[:n4]).any(axis=1) & (got[:n4] != want).any(axis=1))
     past = np.flatnonzero(~np.isnan(got[n4:]).all(axis=1))
-    parts = []
-    if past.size:
-        parts.append(f"it wrote past the end: {past.size} of the {GUARD} float4 after y[n4 - 1] "
-                     "changed; guard every store with if (i < n4), the last block has threads "
-                     "past the end")
-    if never.size:
-        parts.append(f"{kc._ranges(never, n4, 'chunk')} never written (still NaN): does every "
-                     f"thread cover base + k * blockDim.x for k = 0..{UNROLL - 1}, and every k?")
-    if wrong.size:
-        parts.append(f"{kc._ranges(wrong, n4, 'chunk')} hold a wrong value: y[i] = a * x[i], the "
-                     f"chunk's own four floats (v[k] from x[base + k * blockDim.x])")
-    return "; ".join(parts)
+    return "; ".join(found(
+        (past, f"it wrote past the end: {past.size} of the {GUARD} float4 after y[n4 - 1] "
+               "changed; guard every store with if (i < n4), the last block has threads past "
+               "the end"),
+        (never, f"{kc._ranges(never, n4, 'chunk')} never written (still NaN): does every thread "
+                f"cover base + k * blockDim.x for k = 0..{UNROLL - 1}, and every k?"),
+        (wrong, f"{kc._ranges(wrong, n4, 'chunk')} hold a wrong value: y[i] = a * x[i], the "
+                f"chunk's own four floats (v[k] from x[base + k * blockDim.x])")))
 
 
 def _run_scale(function_of) -> "object":
