@@ -288,9 +288,9 @@ def resources(name, arch: str = DEFAULT_ARCH) -> dict[str, Resources]:
 
 
 def source_module(name, arch: str | None = None, defines: dict | None = None):
-    """A version (or a file of ``kernels/``) compiled with PyCUDA's ``SourceModule`` for this GPU (or
-    ``arch``); kept in this process by its text, defines and every file it includes (PyCUDA keeps
-    the cubin on disk)."""
+    """A version (or a file of ``kernels/``) compiled with PyCUDA's ``SourceModule`` for this GPU
+    (or ``arch``); kept in this process by its text, defines and every file it includes (PyCUDA
+    keeps the cubin on disk)."""
     gpu.require()
     stem, text, own = kernel_text(name)
     merged = {**own, **(defines or {})}

@@ -1,4 +1,5 @@
-"""A lesson in a real browser: JupyterLab on localhost, driven by Debian's Chromium through Playwright.
+"""A lesson in a real browser: JupyterLab on localhost, driven by Debian's Chromium through
+Playwright.
 
 What a learner does: start the server as the README says (``make lab ARGS=...``: the student
 edition, in the git-ignored work/student/), open the lesson, Run > Run All Cells, wait for the
@@ -12,10 +13,10 @@ this repository and its work/ are never written to, but for the screenshot under
 server has its own config, data and runtime folders and is always shut down. Skipped where
 /usr/bin/chromium or the ``playwright`` package is missing.
 
-Which lesson: the first of ``PREFERRED`` that exists and has, outside gpu-tagged cells, both a plot and a
-widget (``RMSNORM_BROWSER_LESSON=03_warp_per_row`` picks one, ``RMSNORM_BROWSER_LESSON=all`` takes every
-lesson that qualifies). While no lesson has both, a small generated notebook with a figure and a widget
-stands in, and the test id says so (``fallback-smoke``).
+Which lesson: the first of ``PREFERRED`` that exists and has, outside gpu-tagged cells, both a plot
+and a widget (``RMSNORM_BROWSER_LESSON=03_warp_per_row`` picks one, ``RMSNORM_BROWSER_LESSON=all``
+takes every lesson that qualifies). While no lesson has both, a small generated notebook with a
+figure and a widget stands in, and the test id says so (``fallback-smoke``).
 """
 from __future__ import annotations
 
@@ -41,7 +42,8 @@ ROOT = Path(__file__).resolve().parent.parent
 NOTEBOOKS = ROOT / "notebooks"
 SCREENSHOTS = ROOT / "build" / "screenshots"
 CHROMIUM = os.environ.get("RMSNORM_CHROMIUM", "/usr/bin/chromium")
-CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--no-first-run", "--disable-background-networking",
+CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--no-first-run",
+                 "--disable-background-networking",
                  "--disable-component-update", "--disable-sync", "--disable-quic",
                  "--disable-dev-shm-usage"]
 PREFERRED = ("02_", "03_")  # lesson-name prefixes, in order of preference
@@ -60,19 +62,22 @@ except ImportError as exc:  # pragma: no cover - depends on the machine
 pytestmark = [
     pytest.mark.slow,
     pytest.mark.skipif(not Path(CHROMIUM).exists(),
-                       reason=f"{CHROMIUM} is missing (apt-get install chromium; .ci/run installs it)"),
+                       reason=f"{CHROMIUM} is missing (apt-get install chromium; .ci/run installs "
+                              f"it)"),
     pytest.mark.skipif(_PLAYWRIGHT is not None, reason=_PLAYWRIGHT or ""),
-    pytest.mark.skipif(shutil.which("make") is None, reason="make is missing: the server starts with `make lab`"),
+    pytest.mark.skipif(shutil.which("make") is None,
+                       reason="make is missing: the server starts with `make lab`"),
 ]
 
 
-# ----------------------------------------------------------------------------------------------------
+# --------------------------------------------------------------------------------------------------
 # which lesson
 
 
 def _code_cells(nb: dict):
     for cell in nb.get("cells", []):
-        if cell.get("cell_type") == "code" and "gpu" not in cell.get("metadata", {}).get("tags", []):
+        if cell.get("cell_type") == "code" and "gpu" not in cell.get("metadata", {}).get("tags",
+                                                                                         []):
             src = cell.get("source", "")
             yield "".join(src) if isinstance(src, list) else src
 
@@ -95,7 +100,8 @@ def _lessons() -> list[str]:
         return [SMOKE]
     if want and want != "all":
         stem = want.removesuffix(".ipynb")
-        return [p.stem for p in found if p.stem == stem or p.stem.startswith(stem)][:1] or [f"missing:{stem}"]
+        return [p.stem for p in found if p.stem == stem
+                or p.stem.startswith(stem)][:1] or [f"missing:{stem}"]
     good = [p for p in found if _has_figure_and_widget(p)]
     if want == "all":
         return [p.stem for p in good] or [SMOKE]
@@ -111,9 +117,11 @@ def _smoke_notebook(path: Path) -> None:
     import nbformat
 
     nb = nbformat.v4.new_notebook()
-    nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3 (ipykernel)", "language": "python"}
+    nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3 (ipykernel)",
+                                 "language": "python"}
     nb.cells = [
-        nbformat.v4.new_markdown_cell("# Browser smoke test\nStands in while no lesson has a figure and a widget."),
+        nbformat.v4.new_markdown_cell("# Browser smoke test\nStands in while no lesson has a "
+                                      "figure and a widget."),
         nbformat.v4.new_code_cell("%matplotlib inline\nimport rmsnorm_lessons as rl\n"
                                   "from rmsnorm_lessons import notebook\nprint(rl.notebook.setup())"),
         nbformat.v4.new_code_cell("import matplotlib.pyplot as plt\nimport numpy as np\n"
@@ -121,19 +129,19 @@ def _smoke_notebook(path: Path) -> None:
                                   "ax.plot(np.arange(32), np.arange(32) % 8, 'o-')\n"
                                   "ax.set_title('a figure')\nplt.show()"),
         nbformat.v4.new_code_cell("import ipywidgets as widgets\n"
-                                  "slider = widgets.IntSlider(value=3, min=0, max=31, description='lane')\n"
-                                  "out = widgets.Output()\n"
+                                  "slider = widgets.IntSlider(value=3, min=0, max=31, "
+                                  "description='lane')\nout = widgets.Output()\n"
                                   "def show(change=None):\n"
                                   "    out.clear_output()\n"
                                   "    with out:\n"
-                                  "        print('lane', slider.value, 'reads element', slider.value * 4)\n"
-                                  "slider.observe(show, 'value')\nshow()\n"
+                                  "        print('lane', slider.value, 'reads element', "
+                                  "slider.value * 4)\nslider.observe(show, 'value')\nshow()\n"
                                   "widgets.VBox([slider, out])"),
     ]
     nbformat.write(nb, str(path))
 
 
-# ----------------------------------------------------------------------------------------------------
+# --------------------------------------------------------------------------------------------------
 # the server
 
 
@@ -144,8 +152,8 @@ def _free_port() -> int:
 
 
 def _settings(config_dir: Path) -> None:
-    """JupyterLab user settings for a quiet, deterministic page: no news or update checks, every cell
-    in the DOM (no windowing), no autosave races."""
+    """JupyterLab user settings for a quiet, deterministic page: no news or update checks, every
+    cell in the DOM (no windowing), no autosave races."""
     settings = {
         "@jupyterlab/apputils-extension/notification.jupyterlab-settings":
             {"fetchNews": "false", "checkForUpdates": False},
@@ -166,20 +174,23 @@ class Lab:
         self.port = _free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.log_path = work / "jupyterlab.log"
-        config, data, runtime, ipython = (work / d for d in ("config", "data", "runtime", "ipython"))
+        config, data, runtime, ipython = (work / d
+                                          for d in ("config", "data", "runtime", "ipython"))
         for d in (config, data, runtime, ipython):
             d.mkdir(parents=True, exist_ok=True)
         _settings(config)
         env = dict(os.environ)
         python_path = [str(repo)] + ([env["PYTHONPATH"]] if env.get("PYTHONPATH") else [])
-        env.update(JUPYTER_CONFIG_DIR=str(config), JUPYTER_DATA_DIR=str(data), JUPYTER_RUNTIME_DIR=str(runtime),
+        env.update(JUPYTER_CONFIG_DIR=str(config), JUPYTER_DATA_DIR=str(data),
+                   JUPYTER_RUNTIME_DIR=str(runtime),
                    IPYTHONDIR=str(ipython), JUPYTER_PLATFORM_DIRS="0", PYTHONUNBUFFERED="1",
                    PYTHONPATH=os.pathsep.join(python_path))
         # the README's way: make lab ARGS="..." (it adds --allow-root as root), in the copy of the
         # checkout, with this interpreter (PY=, and -o venv: no venv build); the rest is ARGS
         args = ["--no-browser", "--ServerApp.ip=127.0.0.1", f"--ServerApp.port={self.port}",
                 "--ServerApp.port_retries=0", f"--IdentityProvider.token={self.token}",
-                "--LabApp.news_url=None", "--LabApp.check_for_updates_class=jupyterlab.NeverCheckForUpdate",
+                "--LabApp.news_url=None",
+                "--LabApp.check_for_updates_class=jupyterlab.NeverCheckForUpdate",
                 "--ServerApp.terminals_enabled=False", "--LabApp.extension_manager=readonly"]
         cmd = ["make", "--no-print-directory", "-C", str(repo), "-o", "venv", "lab",
                f"PY={sys.executable}", "ARGS=" + " ".join(args)]
@@ -192,19 +203,23 @@ class Lab:
         deadline = time.monotonic() + SERVER_START_S
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
-                raise RuntimeError(f"JupyterLab exited with {self.proc.returncode}:\n{self.log_tail()}")
+                raise RuntimeError(f"JupyterLab exited with "
+                                   f"{self.proc.returncode}:\n{self.log_tail()}")
             try:
-                with urllib.request.urlopen(f"{self.url}/api/status?token={self.token}", timeout=5) as r:
+                with urllib.request.urlopen(f"{self.url}/api/status?token={self.token}",
+                                            timeout=5) as r:
                     if r.status == 200:
                         return
             except (urllib.error.URLError, OSError):
                 pass
             time.sleep(0.5)
-        raise TimeoutError(f"JupyterLab did not answer within {SERVER_START_S} s:\n{self.log_tail()}")
+        raise TimeoutError(f"JupyterLab did not answer within {SERVER_START_S} "
+                           f"s:\n{self.log_tail()}")
 
     def printed_url(self) -> bool:
-        """The server printed its URL with the token (what a learner copies into the browser). Jupyter
-        writes a token it was given as ``token=...`` (the one it makes up, as with ``make lab``, in full)."""
+        """The server printed its URL with the token (what a learner copies into the browser).
+        Jupyter writes a token it was given as ``token=...`` (the one it makes up, as with ``make
+        lab``, in full)."""
         self._log.flush()
         return f"127.0.0.1:{self.port}/lab?token=" in self.log_path.read_text(errors="replace")
 
@@ -218,12 +233,14 @@ class Lab:
     def stop(self) -> None:
         if self.proc.poll() is None:
             try:  # the polite way: the server shuts its kernels down too
-                req = urllib.request.Request(f"{self.url}/api/shutdown?token={self.token}", method="POST", data=b"")
+                req = urllib.request.Request(f"{self.url}/api/shutdown?token={self.token}",
+                                             method="POST", data=b"")
                 urllib.request.urlopen(req, timeout=10).close()
                 self.proc.wait(timeout=20)
             except (urllib.error.URLError, OSError, subprocess.TimeoutExpired):
                 pass
-        for sig in (signal.SIGTERM, signal.SIGKILL):  # the server's own process group: it and its kernels
+        # the server's own process group: it and its kernels
+        for sig in (signal.SIGTERM, signal.SIGKILL):
             try:
                 os.killpg(self.proc.pid, sig)
             except ProcessLookupError:
@@ -251,7 +268,7 @@ def lab(tmp_path_factory):
         server.stop()
 
 
-# ----------------------------------------------------------------------------------------------------
+# --------------------------------------------------------------------------------------------------
 # the browser
 
 
@@ -294,8 +311,9 @@ _ERRORS_JS = """() => {
 }"""
 
 
-# what the kernel draws for a widget's cell: its images (in the widget or beside it, updated in place)
-# and the text of Output and HTML widgets (not the sliders' own read-outs, which the browser updates)
+# what the kernel draws for a widget's cell: its images (in the widget or beside it, updated in
+# place) and the text of Output and HTML widgets (not the sliders' own read-outs, which the browser
+# updates)
 _WIDGET_CONTENT_JS = """(el) => {
   const imgs = [...el.querySelectorAll('img')].map(i => i.src.length + ':' + i.src.slice(-64));
   const text = [...el.querySelectorAll('.widget-output .jp-OutputArea-output, .widget-html-content')]
@@ -305,8 +323,8 @@ _WIDGET_CONTENT_JS = """(el) => {
 
 
 def _nudge_slider(page, area) -> str | None:
-    """Move the widget's first slider one step with the keyboard and wait for the kernel to redraw what
-    the widget shows. None when it did (or there is no slider), else what went wrong."""
+    """Move the widget's first slider one step with the keyboard and wait for the kernel to redraw
+    what the widget shows. None when it did (or there is no slider), else what went wrong."""
     handle = area.locator(".noUi-handle, .widget-slider input[type=range]").first
     if handle.count() == 0:
         print("the widget has no slider: not nudged")
@@ -315,7 +333,8 @@ def _nudge_slider(page, area) -> str | None:
     handle.focus()
     page.keyboard.press("ArrowRight")
     try:
-        _wait(lambda: area.evaluate(_WIDGET_CONTENT_JS) != before, 30, "the widget to redraw after a slider step")
+        _wait(lambda: area.evaluate(_WIDGET_CONTENT_JS) != before, 30,
+              "the widget to redraw after a slider step")
     except TimeoutError as exc:
         return str(exc)
     print("one slider step: the kernel redrew the widget's output")
@@ -323,14 +342,16 @@ def _nudge_slider(page, area) -> str | None:
 
 
 def _kernel_ready(page) -> bool:
-    """The status bar names the kernel and says Idle (not 'No Kernel', 'Initializing', 'Connecting')."""
+    """The status bar names the kernel and says Idle (not 'No Kernel', 'Initializing',
+    'Connecting')."""
     s = page.evaluate(_STATE_JS) or {}
     bar = s.get("statusbar") or ""
     return bool(re.search(r"\|\s*Idle", bar)) and "No Kernel" not in bar
 
 
 def _failure_shot(page, shot: Path, lesson: str) -> None:
-    """A screenshot of the failure, also as build/screenshots/<lesson>-failed.png (it outlives tmp)."""
+    """A screenshot of the failure, also as build/screenshots/<lesson>-failed.png (it outlives
+    tmp)."""
     try:
         page.screenshot(path=str(shot))
         SCREENSHOTS.mkdir(parents=True, exist_ok=True)
@@ -347,8 +368,9 @@ def _run_all(page) -> None:
 
 
 def _finished(page, seen: dict):
-    """The state once Run All is over: something ran, no cell is queued or running ([*]) and the kernel
-    has been idle for three polls in a row. A cell that raised leaves the cells after it unnumbered."""
+    """The state once Run All is over: something ran, no cell is queued or running ([*]) and the
+    kernel has been idle for three polls in a row. A cell that raised leaves the cells after it
+    unnumbered."""
     s = page.evaluate(_STATE_JS)
     if not s or not s["prompts"]:
         return None
@@ -377,8 +399,8 @@ def test_lesson_in_browser(lab, lesson, tmp_path):
     if lesson.startswith("missing:"):
         pytest.fail(f"RMSNORM_BROWSER_LESSON names no notebook in notebooks/: {lesson[8:]}")
     if lesson == SMOKE:
-        print("no lesson in notebooks/ has both a figure and a widget yet: the generated smoke notebook "
-              "stands in")
+        print("no lesson in notebooks/ has both a figure and a widget yet: the generated smoke "
+              "notebook stands in")
     nb_path = lab.root / f"{lesson}.ipynb"
     assert nb_path.is_file(), nb_path
     shot = tmp_path / f"{lesson}.png"
@@ -392,7 +414,8 @@ def test_lesson_in_browser(lab, lesson, tmp_path):
             context.set_default_timeout(30_000)
             page = context.pages[0] if context.pages else context.new_page()
             page.on("pageerror", lambda exc: console_errors.append(str(exc)))
-            page.goto(f"{lab.url}/lab/tree/{lesson}.ipynb?token={lab.token}", timeout=PAGE_LOAD_S * 1000)
+            page.goto(f"{lab.url}/lab/tree/{lesson}.ipynb?token={lab.token}", timeout=PAGE_LOAD_S
+                      * 1000)
             # the notebook is open and its kernel has started
             page.locator(".jp-NotebookPanel .jp-Notebook .jp-Cell").first.wait_for(timeout=PAGE_LOAD_S * 1000)
             _wait(lambda: _kernel_ready(page), PAGE_LOAD_S, "the kernel to start")
@@ -401,11 +424,13 @@ def test_lesson_in_browser(lab, lesson, tmp_path):
             seen: dict = {}
             try:
                 try:
-                    _wait(lambda: _finished(page, seen) or seen.get("started"), 60, "Run All Cells to start")
+                    _wait(lambda: _finished(page, seen) or seen.get("started"), 60,
+                          "Run All Cells to start")
                 except TimeoutError:  # the click went nowhere (a menu that did not open): once more
                     print("Run All Cells did not start within 60 s: choosing it again")
                     _run_all(page)
-                state = _wait(lambda: _finished(page, seen), RUN_ALL_S, "Run All Cells to finish", interval=1.0)
+                state = _wait(lambda: _finished(page, seen), RUN_ALL_S, "Run All Cells to finish",
+                              interval=1.0)
             except TimeoutError:
                 _failure_shot(page, shot, lesson)
                 raise
@@ -413,14 +438,18 @@ def test_lesson_in_browser(lab, lesson, tmp_path):
             # the kernel says idle and every code cell has its number
             if not all(re.match(r"\[\d+\]", p) for p in state["prompts"]):
                 _failure_shot(page, shot, lesson)
-                pytest.fail(f"not every cell ran: prompts {state['prompts']}; errors shown: {errors}")
+                pytest.fail(f"not every cell ran: prompts {state['prompts']}; errors shown: "
+                            f"{errors}")
             images = page.locator(".jp-OutputArea-output img")
-            widgets = page.locator(".jp-OutputArea-output .jupyter-widgets, .jp-OutputArea-output [class*='widget-']")
+            widgets = page.locator(".jp-OutputArea-output .jupyter-widgets, .jp-OutputArea-output "
+                                   "[class*='widget-']")
             _wait(lambda: widgets.count() > 0, 30, "a widget to render")
             widget = widgets.first
-            area = page.locator(".jp-CodeCell:has(.jp-OutputArea-output .jupyter-widgets) .jp-Cell-outputWrapper").first
+            area = page.locator(".jp-CodeCell:has(.jp-OutputArea-output .jupyter-widgets) "
+                                ".jp-Cell-outputWrapper").first
             nudge = _nudge_slider(page, area) if area.count() else None
-            page.locator(".jp-NotebookPanel .jp-Notebook").first.press("Escape")  # command mode again
+            # command mode again
+            page.locator(".jp-NotebookPanel .jp-Notebook").first.press("Escape")
             page.keyboard.press("Control+b")  # fold the file browser away: more room for the lesson
             page.wait_for_timeout(300)
             widget.scroll_into_view_if_needed()
@@ -438,7 +467,8 @@ def test_lesson_in_browser(lab, lesson, tmp_path):
             assert not errors, f"cells show errors:\n" + "\n---\n".join(errors)
             assert not _saved_errors(nb_path), _saved_errors(nb_path)
             assert images.count() > 0, "no figure (<img> in an output area) rendered"
-            assert images.first.evaluate("img => img.naturalWidth > 0"), "the figure's image is empty"
+            assert images.first.evaluate("img => img.naturalWidth > 0"), ("the figure's image is "
+                                                                          "empty")
             box = widget.bounding_box()
             assert box and box["width"] > 0 and box["height"] > 0, "the widget has no size"
             assert nudge is None, nudge
