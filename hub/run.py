@@ -161,9 +161,11 @@ def main(argv=None) -> int:
     env.update({
         "RMSNORM_HUB_IP": args.ip, "RMSNORM_HUB_PORT": str(args.port),
         "RMSNORM_HUB_HUB_PORT": str(_free_port()), "RMSNORM_HUB_PROXY_API_PORT": str(_free_port()),
-        "RMSNORM_HUB_PROXY": proxy, "RMSNORM_HUB_STATE": str(state), "RMSNORM_HUB_ENV": str(env_dir),
+        "RMSNORM_HUB_PROXY": proxy, "RMSNORM_HUB_STATE": str(state),
+        "RMSNORM_HUB_ENV": str(env_dir),
         "RMSNORM_HUB_STUDENT": str(student), "RMSNORM_HUB_LEARNERS": ",".join(learners),
-        "RMSNORM_HUB_INSTRUCTOR": args.instructor, "RMSNORM_HUB_CULL_TIMEOUT": str(args.cull_timeout),
+        "RMSNORM_HUB_INSTRUCTOR": args.instructor,
+        "RMSNORM_HUB_CULL_TIMEOUT": str(args.cull_timeout),
         "RMSNORM_HUB_MEM_LIMIT": args.mem_limit, "RMSNORM_HUB_GPU_MODE": args.gpu_mode,
         "RMSNORM_HUB_SPAWNER": args.spawner, "RMSNORM_HUB_DASHBOARD_PORT": str(_free_port()),
         # the proxy's token, shared by the hub and the proxy it starts
@@ -196,8 +198,8 @@ def main(argv=None) -> int:
         print(f"hub: no answer at {url} within 120 s; still waiting (the log above says why)",
               flush=True)
     if ready:
-        shown = url if args.ip not in ("0.0.0.0",
-                                       "") else f"http://<this machine's address>:{args.port}/"
+        shown = (url if args.ip not in ("0.0.0.0", "")
+                 else f"http://<this machine's address>:{args.port}/")
         print(f"hub: ready at {shown}", flush=True)
         print(f"hub: learners {', '.join(learners)}; instructor (admin) {args.instructor}. "
               f"Ctrl+C stops the hub.", flush=True)

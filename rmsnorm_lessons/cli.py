@@ -28,8 +28,8 @@ def _info(args) -> int:
     except ImportError:
         print("pycuda     not installed (only needed to launch kernels)")
     nvcc = build.find_nvcc()
-    print(f"nvcc       "
-          f"{build.nvcc_version() + ' at ' + nvcc if nvcc else 'NOT FOUND: compiling is impossible'}")
+    found = build.nvcc_version() + ' at ' + nvcc if nvcc else 'NOT FOUND: compiling is impossible'
+    print(f"nvcc       {found}")
     for tool in ("nvdisasm",):
         print(f"{tool:<11}{build.find_tool(tool) or 'not found (SASS listings unavailable)'}")
     reason = gpu.why_unavailable()

@@ -122,8 +122,8 @@ def require() -> _Gpu:
                     _failure = exc
                     raise
             g = _gpu
-    if threading.current_thread() is threading.main_thread() and not getattr(_thread, "current",
-                                                                             False):
+    if (threading.current_thread() is threading.main_thread()
+            and not getattr(_thread, "current", False)):
         g.context.push()  # the main thread keeps it until exit (_shutdown pops it)
         _thread.current = True
     return g
@@ -198,10 +198,11 @@ class DeviceFacts:
 # labelled
 #: fallback where no GPU is present, so lessons can still say what a plan does on the course's GPU.
 H200 = DeviceFacts(
-    name="NVIDIA H200", compute_capability=(9,
-                                            0), multiprocessors=132, shared_memory_per_block=48 * 1024,
+    name="NVIDIA H200", compute_capability=(9, 0), multiprocessors=132,
+    shared_memory_per_block=48 * 1024,
     shared_memory_per_block_optin=227 * 1024, shared_memory_per_multiprocessor=228 * 1024,
-    max_threads_per_multiprocessor=2048, registers_per_multiprocessor=65536, l2_bytes=60 * 1024 * 1024,
+    max_threads_per_multiprocessor=2048, registers_per_multiprocessor=65536,
+    l2_bytes=60 * 1024 * 1024,
     total_memory=150_110_011_392, driver_version=13000,
     # measured 2026-12-03 with v7's wide kernels (results/h200-2026-12-03b/v8-rings-check.log); a
     # GPU test asks the driver again

@@ -61,8 +61,8 @@ def backward(dout, inp, weight, rstd, dinp=None, dweight=None, dtype=np.float64)
     grad_weight = np.sum(norm * g, axis=0)
 
     base_dinp = np.zeros((n, c), dtype) if dinp is None else _rows(dinp, "dinp", dtype)
-    base_dweight = np.zeros(c,
-                            dtype) if dweight is None else np.asarray(dweight).astype(dtype).reshape(c)
+    base_dweight = (np.zeros(c, dtype) if dweight is None
+                    else np.asarray(dweight).astype(dtype).reshape(c))
     return (base_dinp + grad_inp).reshape(shape), base_dweight + grad_weight
 
 

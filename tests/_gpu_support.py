@@ -78,7 +78,8 @@ def _strip_comments(text: str) -> str:
     return re.sub(r"//[^\n]*", " ", text)
 
 
-_ENTRY = re.compile(r'extern\s+"C"\s+__global__\s+(?:void\s+)?(?:__launch_bounds__\s*(\((?:[^()]|\([^()]*\))*\))\s*)?'
+_ENTRY = re.compile(r'extern\s+"C"\s+__global__\s+(?:void\s+)?'
+                    r'(?:__launch_bounds__\s*(\((?:[^()]|\([^()]*\))*\))\s*)?'
                     r'(?:void\s+)?(\w+)\s*\(')
 
 
@@ -216,8 +217,9 @@ class FakeDriver:
 
     Error = FakeDriverError
     LogicError = FakeLogicError
-    function_attribute = SimpleNamespace(SHARED_SIZE_BYTES="SHARED_SIZE_BYTES",
-                                         MAX_DYNAMIC_SHARED_SIZE_BYTES="MAX_DYNAMIC_SHARED_SIZE_BYTES")
+    function_attribute = SimpleNamespace(
+        SHARED_SIZE_BYTES="SHARED_SIZE_BYTES",
+        MAX_DYNAMIC_SHARED_SIZE_BYTES="MAX_DYNAMIC_SHARED_SIZE_BYTES")
 
     def __init__(self, static=0, fail=False):
         self.static = static  # int, or {kernel: static shared bytes}

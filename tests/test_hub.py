@@ -126,7 +126,8 @@ def _login(page, hub: Hub, name: str) -> None:
     _submit_login(page, hub, name, hub.password(name))
     # the hub spawns the server and redirects into JupyterLab
     page.wait_for_url(re.compile(rf"/user/{name}/lab"), timeout=PAGE_S * 1000)
-    page.locator(".jp-DirListing-item:has-text('01_rmsnorm_math.ipynb')").first.wait_for(timeout=PAGE_S * 1000)
+    page.locator(".jp-DirListing-item:has-text('01_rmsnorm_math.ipynb')").first.wait_for(
+        timeout=PAGE_S * 1000)
 
 
 def _open_lesson(page, hub: Hub, name: str) -> None:
@@ -137,7 +138,8 @@ def _open_lesson(page, hub: Hub, name: str) -> None:
 
 
 def _cell_output(cell) -> str:
-    return cell.locator(".jp-OutputArea").inner_text() if cell.locator(".jp-OutputArea").count() else ""
+    return (cell.locator(".jp-OutputArea").inner_text() if cell.locator(".jp-OutputArea").count()
+            else "")
 
 
 def _run_cell(page, cell, what: str) -> str:
@@ -306,7 +308,8 @@ def test_hub_two_learners(hub):
                                         "    print('listing refused:', type(e).__name__)",
                             f"{two}: reading {one}'s file", secret)
             assert f"I am {two}" in out, out
-            assert "read refused: PermissionError" in out and "listing refused: PermissionError" in out, out
+            assert ("read refused: PermissionError" in out
+                    and "listing refused: PermissionError" in out), out
             assert text not in out
             # ... nor through learner 1's server, with learner 2's cookies
             resp = pages[two].context.request.get(f"{hub.url}user/{one}/files/{secret}")
@@ -339,7 +342,8 @@ def test_hub_two_learners(hub):
     # hub/jupyterhub_config.py)
     for name in hub.learners:
         pids = [pid for pid in _pids_of(name)
-                if "jupyterhub-singleuser" in Path(f"/proc/{pid}/cmdline").read_bytes().decode(errors="replace")]
+                if "jupyterhub-singleuser"
+                in Path(f"/proc/{pid}/cmdline").read_bytes().decode(errors="replace")]
         assert pids, f"no jupyterhub-singleuser process runs as {name}"
         limits = Path(f"/proc/{pids[0]}/limits").read_text()
         assert re.search(r"Max processes\s+4096\s+4096", limits), limits

@@ -174,7 +174,8 @@ def test_binder_config_installs_the_package():
 
     postbuild = ROOT / "binder" / "postBuild"
     assert os.access(postbuild, os.X_OK), "binder/postBuild must be executable"
-    assert postbuild.read_text().startswith("#!") and "pip install --no-deps -e ." in postbuild.read_text()
+    assert (postbuild.read_text().startswith("#!")
+            and "pip install --no-deps -e ." in postbuild.read_text())
     assert re.fullmatch(r"python-3\.\d+\s*", (ROOT / "binder" / "runtime.txt").read_text())
     reqs = {}
     for line in (ROOT / "binder" / "requirements.txt").read_text().splitlines():

@@ -50,7 +50,8 @@ def test_render_bolds_the_fastest_of_those_moving_the_same_bytes(tool, tmp_path)
     folder.mkdir()
     (folder / "bench.json").write_text(json.dumps(rows))
     (folder / "MANIFEST.json").write_text(json.dumps({"runs": [dict(
-        command="python -m rmsnorm_lessons bench --repeats 30 --json bench.json", produced=["bench.json"],
+        command="python -m rmsnorm_lessons bench --repeats 30 --json bench.json",
+        produced=["bench.json"],
         device="NVIDIA X", date="2027-01-02T10:00:00+00:00", packages={})]}))
     text = tool.render(folder / "bench.json")
     assert "Measured on one NVIDIA X on 2027-01-02" in text and "median of 30 launches" in text
@@ -80,14 +81,16 @@ def test_render_gives_both_yardsticks_and_names_every_peer_with_its_version(tool
     folder.mkdir()
     (folder / "bench.json").write_text(json.dumps(rows))
     (folder / "MANIFEST.json").write_text(json.dumps({"runs": [dict(
-        command="python -m rmsnorm_lessons bench --json bench.json", produced=["bench.json"], device="NVIDIA X",
+        command="python -m rmsnorm_lessons bench --json bench.json", produced=["bench.json"],
+        device="NVIDIA X",
         date="2027-01-02", packages={"torch": "2.11.0", "quack-kernels": "0.6.5",
                                      "nvidia-cutlass-dsl": "4.8.1"})]}))
     text = tool.render(folder / "bench.json")
     header = next(line for line in text.splitlines() if line.startswith("| N x C"))
     assert "stream ceiling" not in header and "Quack kernel" in header
     v7_over = rows[2]
-    assert f"| **0.0600** ({v7_over['percent_of_copy']:.0f} / {v7_over['percent_of_ceiling']:.0f} %) |" in text
+    assert (f"| **0.0600** ({v7_over['percent_of_copy']:.0f} / "
+            f"{v7_over['percent_of_ceiling']:.0f} %) |") in text
     assert f"({rows[3]['percent_of_copy']:.0f} / {rows[3]['percent_of_ceiling']:.0f} %) ~ |" in text
     flat = " ".join(text.split())
     assert "same-bytes ceiling" in flat and "`~`" in flat
@@ -107,7 +110,8 @@ def test_render_says_when_the_run_timed_bursts(tool, tmp_path):
         command="python -m rmsnorm_lessons bench --json bench.json", produced=["bench.json"],
         device="NVIDIA X", date="2027-01-02T10:00:00+00:00", packages={})]}))
     text = " ".join(tool.render(folder / "bench.json").split())
-    assert "median of 50 bursts of 4 launches back to back, each burst behind an untimed launch of its kind" in text
+    assert ("median of 50 bursts of 4 launches back to back, each burst behind an untimed launch "
+            "of its kind") in text
 
 
 def test_render_names_the_run_and_claims_only_its_peers(tool, tmp_path):

@@ -290,7 +290,8 @@ def test_site_in_browser(site, tmp_path):
                 if _has_png(NOTEBOOKS / f"{name}.ipynb"):
                     assert images, f"{name}: the notebook saved figures, the page shows none"
                 hl = page.evaluate(_HIGHLIGHT_JS)
-                assert hl["blocks"] > 0 and hl["tokens"] > 0 and hl["colours"] >= 2, f"{name}: code not highlighted {hl}"
+                assert hl["blocks"] > 0 and hl["tokens"] > 0 and hl["colours"] >= 2, \
+                    f"{name}: code not highlighted {hl}"
                 nav = page.locator("nav.site-nav").first
                 assert nav.locator("a[href='index.html']").count() == 1, name
                 kernel_links = nav.locator("a.kernel")
@@ -299,7 +300,8 @@ def test_site_in_browser(site, tmp_path):
                     assert (site / href).is_file(), f"{name}: {href}"
                 i = LESSONS.index(name)
                 if i + 1 < len(LESSONS):
-                    assert nav.locator("a[rel='next']").get_attribute("href") == f"{LESSONS[i + 1]}.html"
+                    assert (nav.locator("a[rel='next']").get_attribute("href")
+                            == f"{LESSONS[i + 1]}.html")
                 print(f"{name}: {len(images)} images, all loaded; {hl['tokens']} highlighted "
                       f"tokens; {kernel_links.count()} kernel link(s)")
                 if name == shot_lesson:

@@ -32,7 +32,8 @@ def _src(cell):
 
 def test_cuda_region_is_replaced_by_its_skeleton():
     text = ("a;\n    // ### BEGIN SOLUTION\n    x += 1;\n    // ### END SOLUTION\n"
-            "#if 0 // ### BEGIN SKELETON\n    // TODO: add one to x\n#endif // ### END SKELETON\nb;")
+            "#if 0 // ### BEGIN SKELETON\n    // TODO: add one to x\n"
+            "#endif // ### END SKELETON\nb;")
     assert student.strip_solutions(text) == "a;\n    // TODO: add one to x\nb;"
     assert student.solution_only(text) == "a;\n    x += 1;\nb;"
 

@@ -105,7 +105,8 @@ from rmsnorm_lessons.exercises import lesson01
 print("kernels from", rl.build.kernel_dir())
 assert "site-packages" in str(rl.build.kernel_dir()), rl.build.kernel_dir()
 compiled = rl.build.compile_file("v7_fast")
-print("compiled v7_fast:", len(compiled.binary), "bytes of cubin,", ", ".join(sorted(compiled.resources)))
+print("compiled v7_fast:", len(compiled.binary), "bytes of cubin,", \
+", ".join(sorted(compiled.resources)))
 import numpy as np
 def term2(dout, inp, weight, rstd):
     norm = inp * rstd[:, None]

@@ -59,7 +59,8 @@ PYTHON_MAGICS = ("gpu",)
 
 NAV_CSS = """
 .site-nav { display: flex; gap: 1.2rem; align-items: baseline; flex-wrap: wrap; padding: .6rem 1rem;
-  margin: 0 0 1rem; background: #f3f5f8; border-bottom: 1px solid #d0d7de; font: 15px system-ui, sans-serif;
+  margin: 0 0 1rem; background: #f3f5f8; border-bottom: 1px solid #d0d7de; font: 15px system-ui, \
+sans-serif;
   position: sticky; top: 0; z-index: 10; }
 .site-nav.site-footer { position: static; margin: 2rem 0 0; border-top: 1px solid #d0d7de; }
 .site-nav a { color: #0a58ca; text-decoration: none; }
@@ -68,10 +69,12 @@ NAV_CSS = """
 .site-nav .kernels { margin-left: auto; color: #555; }
 """
 CSS = NAV_CSS + """
-body.site { font-family: system-ui, -apple-system, "Segoe UI", sans-serif; max-width: 60rem; margin: 0 auto;
+body.site { font-family: system-ui, -apple-system, "Segoe UI", sans-serif; max-width: 60rem; \
+margin: 0 auto;
   padding: 0 1.5rem 3rem; line-height: 1.5; color: #1d1d1f; }
 body.site table { border-collapse: collapse; margin: 1rem 0; }
-body.site th, body.site td { border: 1px solid #d0d7de; padding: .3rem .6rem; vertical-align: top; text-align: left; }
+body.site th, body.site td { border: 1px solid #d0d7de; padding: .3rem .6rem; vertical-align: top; \
+text-align: left; }
 body.site code { background: #f3f5f8; padding: 0 .2em; border-radius: 3px; }
 body.site pre { background: #f6f8fa; padding: .8rem; overflow-x: auto; border-radius: 4px; }
 body.site .highlight pre { background: #f6f8fa; }
@@ -293,8 +296,9 @@ def build(out: Path, instructor: bool = False) -> list[Path]:
 
     for src, name, title in PAGES:
         if src.is_file():
+            pages = dict((s.stem, n) for s, n, _ in PAGES)
             text = re.sub(r"\]\((\w[\w-]*)\.md\)",
-                          lambda m: f"]({dict((s.stem, n) for s, n, _ in PAGES).get(m.group(1), m.group(1) + '.md')})",
+                          lambda m: f"]({pages.get(m.group(1), m.group(1) + '.md')})",
                           src.read_text())
             (out / name).write_text(_page(title, _nav(lessons, name), _markdown(text)))
             written.append(out / name)

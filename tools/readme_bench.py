@@ -121,7 +121,8 @@ def _peer_versions(names, packages: dict) -> str | None:
         forms = {"Quack": "its whole call",
                  "Quack kernel": "its kernel alone, without the dweight sum",
                  "Quack tuned": "its autotuned entry point"}
-        parts.append(f"Quack{f' {version}' if version else ''}{f' (CUTLASS DSL {dsl})' if dsl else ''}: "
+        parts.append(f"Quack{f' {version}' if version else ''}"
+                     f"{f' (CUTLASS DSL {dsl})' if dsl else ''}: "
                      f"{_and(forms[n] for n in quack)}")
     return "; ".join(parts) if parts else None
 

@@ -33,11 +33,14 @@ LOCK = Path("/tmp/notebooks.lock")
 SOURCE_RULES = {
     "the set-up banner (GPU or not)": r"\bnotebook\.setup\(",
     "the command line (info, inspect)": r"\bcli\.main\(",
-    "this GPU's facts or the saved H200's": r"\bfacts_or_fallback\(|\bgpu\.facts\(|\bgpu\.require\(|\bcopy_bandwidth",
-    "the nvcc release (SASS, registers)": r"\bsass\.|\bbuild\.resources\(|\bcompile_file\(|\bbuild\.ptx\(",
+    "this GPU's facts or the saved H200's":
+        r"\bfacts_or_fallback\(|\bgpu\.facts\(|\bgpu\.require\(|\bcopy_bandwidth",
+    "the nvcc release (SASS, registers)":
+        r"\bsass\.|\bbuild\.resources\(|\bcompile_file\(|\bbuild\.ptx\(",
     "a widget (its banner says GPU or not)": r"\bwidgets\.\w+\(",
     "a timing": r"\bbench\.|%%?timeit|\bperf_counter\(|\btime\.time\(",
-    "a kernel exercise's check (it runs the kernel only where a GPU is)": r"\bcheck_warp_sum\(|\bcheck_v\d_kernel\(",
+    "a kernel exercise's check (it runs the kernel only where a GPU is)":
+        r"\bcheck_warp_sum\(|\bcheck_v\d_kernel\(",
 }
 # what committed output text shows that another machine would print differently
 OUTPUT_RULES = {

@@ -27,7 +27,8 @@ def check_grid(n: int, block_size: int, grid) -> Verdict:
         return failed(f"n // block_size = {got} rounds down: the last {n % block_size} elements "
                       f"would get no thread. Round up: (n + block_size - 1) // block_size")
     if got == n:
-        return failed(f"{got} is one block per element: each block already has {block_size} threads")
+        return failed(f"{got} is one block per element: each block already has {block_size} "
+                      f"threads")
     if got < want:
         return failed(f"{got} blocks give {got * block_size} threads, fewer than the {n} elements")
     return failed(f"{got} blocks work but are more than needed: {got - want} whole block(s) would "
@@ -42,7 +43,8 @@ def check_bytes(n: int, nbytes) -> Verdict:
         return verdict
     n = int(n)
     if got == 8 * n:
-        return passed(f"{8 * n:,} bytes: 4 read and 4 written per element; bandwidth = bytes / time")
+        return passed(f"{8 * n:,} bytes: 4 read and 4 written per element; "
+                      f"bandwidth = bytes / time")
     if got == 4 * n:
         return failed("that counts one array; the kernel reads x and writes y, 4 bytes each per "
                       "element")
