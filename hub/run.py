@@ -1,5 +1,5 @@
-"""Start the workshop hub here, in one command: ``make hub`` (``make hub HUB_ARGS="--learners 20
---ip 0.0.0.0"``).
+"""Start the workshop hub here, in one command: ``make hub``
+(``make hub HUB_ARGS="--learners 20 --ip 0.0.0.0"``).
 
 1. checks what it needs: root (the hub starts each learner's server as that learner), ``useradd``,
    and configurable-http-proxy (on PATH, or installed with npm into build/hub/node on first use);
