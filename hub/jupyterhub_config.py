@@ -9,16 +9,16 @@ Read hub/README.md first. In short:
   chooses a password at the door, so nobody can claim someone else's name.
 * Servers: LocalProcessSpawner runs each learner's JupyterLab as that Unix user, with the learner
   environment (hub/learner-env.sh: a venv every user can run, the course installed in it).
-* Seeding: before a learner's first server starts, the student edition (written once per hub start by
-  hub/run.py with ``python -m rmsnorm_lessons student``) is copied into ``~/rmsnorm-lessons``, owned by
-  the learner. Later logins leave the folder alone: the learner's work stays theirs.
+* Seeding: before a learner's first server starts, the student edition (written once per hub start
+  by hub/run.py with ``python -m rmsnorm_lessons student``) is copied into ``~/rmsnorm-lessons``,
+  owned by the learner. Later logins leave the folder alone: the learner's work stays theirs.
 * The instructor's view: the ``dashboard`` service (hub/dashboard.py, admins only) shows every
   learner's verdicts (``~/.rmsnorm-lessons/verdicts.jsonl``, written by their checks) at
   ``/services/dashboard/``.
 * Culling: jupyterhub-idle-culler runs as a hub service and stops servers idle for
   RMSNORM_HUB_CULL_TIMEOUT seconds (default 3600).
-* Limits: see hub/README.md ("What is enforced"): process count per learner and thread counts are set
-  here; memory (``mem_limit``) is enforced only with the systemd spawner; GPU sharing is in
+* Limits: see hub/README.md ("What is enforced"): process count per learner and thread counts are
+  set here; memory (``mem_limit``) is enforced only with the systemd spawner; GPU sharing is in
   hub/gpu-sharing.md.
 
 Everything is configured through RMSNORM_HUB_* environment variables, which hub/run.py sets from its
@@ -60,7 +60,7 @@ GPU_MODE = _env("GPU_MODE", "shared")  # shared (time-slicing) | mps | mig
 STATE.mkdir(parents=True, exist_ok=True)
 os.chmod(STATE, 0o700)
 
-# ----------------------------------------------------------------------------------------------------
+# --------------------------------------------------------------------------------------------------
 # the hub and its proxy
 
 c.JupyterHub.ip = _env("IP", "127.0.0.1")
@@ -76,7 +76,7 @@ c.JupyterHub.pid_file = str(STATE / "jupyterhub.pid")
 c.JupyterHub.cleanup_servers = True
 c.JupyterHub.cleanup_proxy = True
 
-# ----------------------------------------------------------------------------------------------------
+# --------------------------------------------------------------------------------------------------
 # accounts: the room's names, local Unix users, passwords handed out by the instructor
 
 
@@ -101,7 +101,7 @@ c.Authenticator.allowed_users = set(LEARNERS)
 c.Authenticator.admin_users = {INSTRUCTOR}
 c.LocalAuthenticator.create_system_users = True
 
-# ----------------------------------------------------------------------------------------------------
+# --------------------------------------------------------------------------------------------------
 # the learners' servers
 
 
@@ -130,8 +130,10 @@ class WorkshopSpawner(LocalProcessSpawner):
 
 
 SPAWNER = _env("SPAWNER", "local")
-if SPAWNER == "systemd":  # a workshop machine with systemd: mem_limit and cpu_limit become cgroup limits
-    c.JupyterHub.spawner_class = "systemdspawner.SystemdSpawner"  # pip install jupyterhub-systemdspawner
+# a workshop machine with systemd: mem_limit and cpu_limit become cgroup limits
+if SPAWNER == "systemd":
+    # pip install jupyterhub-systemdspawner
+    c.JupyterHub.spawner_class = "systemdspawner.SystemdSpawner"
     c.SystemdSpawner.dynamic_users = False
     c.SystemdSpawner.isolate_tmp = True
     c.SystemdSpawner.isolate_devices = False  # the learners need /dev/nvidia*
@@ -145,7 +147,8 @@ c.Spawner.notebook_dir = "~"
 c.Spawner.args = ["--LabApp.extension_manager=readonly", "--LabApp.news_url=None",
                   "--LabApp.check_for_updates_class=jupyterlab.NeverCheckForUpdate"]
 c.Spawner.default_url = f"/lab/tree/{SEED_DIR}"
-# the learner environment first; nothing of the hub's own environment (its venv, PYTHONPATH) leaks in
+# the learner environment first; nothing of the hub's own environment (its venv, PYTHONPATH) leaks
+# in
 c.Spawner.env_keep = ["LANG", "LC_ALL", "CUDA_HOME"]
 environment = {
     "PATH": f"{LEARNER_ENV / 'bin'}:/usr/local/cuda/bin:/usr/local/bin:/usr/bin:/bin",
@@ -157,12 +160,13 @@ environment = {
     "RMSNORM_LESSONS_VERDICTS": "~/.rmsnorm-lessons/verdicts.jsonl",
 }
 if GPU_MODE == "mps":
-    # clients of NVIDIA's MPS daemon (started by the admin, hub/gpu-sharing.md): at most this share of
-    # the SMs and this much device memory per learner's process
+    # clients of NVIDIA's MPS daemon (started by the admin, hub/gpu-sharing.md): at most this share
+    # of the SMs and this much device memory per learner's process
     environment["CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"] = _env("MPS_THREAD_PERCENTAGE", "10")
     environment["CUDA_MPS_PINNED_DEVICE_MEM_LIMIT"] = f"0={_env('MPS_MEM_LIMIT', '6G')}"
 c.Spawner.environment = environment
-# advertised to the server (MEM_LIMIT, shown by jupyter-resource-usage); enforced only by SystemdSpawner
+# advertised to the server (MEM_LIMIT, shown by jupyter-resource-usage); enforced only by
+# SystemdSpawner
 c.Spawner.mem_limit = MEM_LIMIT
 c.Spawner.start_timeout = 120
 c.Spawner.http_timeout = 120
@@ -173,8 +177,8 @@ MIG_DEVICES = [d.strip() for d in _env("MIG_DEVICES", "").split(",") if d.strip(
 
 
 def seed_home(spawner):
-    """Before a server starts: the learner's home is private, and holds the student edition after the
-    first login. Runs in the hub, as root."""
+    """Before a server starts: the learner's home is private, and holds the student edition after
+    the first login. Runs in the hub, as root."""
     user = pwd.getpwnam(spawner.user.name)
     home = Path(user.pw_dir)
     if not home.is_dir():
@@ -184,21 +188,23 @@ def seed_home(spawner):
     target = home / SEED_DIR
     if not os.path.lexists(target):
         if not STUDENT.is_dir():
-            raise RuntimeError(f"no student edition at {STUDENT}: start the hub with hub/run.py (make hub)")
+            raise RuntimeError(f"no student edition at {STUDENT}: start the hub with hub/run.py "
+                               f"(make hub)")
         shutil.copytree(STUDENT, target, symlinks=True)
         for path in [target, *target.rglob("*")]:
             os.chown(path, user.pw_uid, user.pw_gid, follow_symlinks=False)
         spawner.log.info("seeded %s with the student edition from %s", target, STUDENT)
     if GPU_MODE == "mig" and MIG_DEVICES:
-        # one MIG instance per learner, in the order of the room's list (several learners per instance
-        # when there are more learners than instances)
+        # one MIG instance per learner, in the order of the room's list (several learners per
+        # instance when there are more learners than instances)
         i = LEARNERS.index(spawner.user.name) if spawner.user.name in LEARNERS else 0
-        spawner.environment = {**spawner.environment, "CUDA_VISIBLE_DEVICES": MIG_DEVICES[i % len(MIG_DEVICES)]}
+        spawner.environment = {**spawner.environment,
+                               "CUDA_VISIBLE_DEVICES": MIG_DEVICES[i % len(MIG_DEVICES)]}
 
 
 c.Spawner.pre_spawn_hook = seed_home
 
-# ----------------------------------------------------------------------------------------------------
+# --------------------------------------------------------------------------------------------------
 # idle servers are stopped; the instructor's view of the room
 
 DASHBOARD_PORT = int(_env("DASHBOARD_PORT", "8002"))

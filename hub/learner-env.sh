@@ -1,20 +1,24 @@
 #!/usr/bin/env bash
 # The Python environment of the workshop hub: JupyterHub with its idle culler
-# (hub/requirements.txt), JupyterLab, ipykernel and the course package, in a venv every local user can
-# read and run. The hub runs from it as root; each learner's JupyterLab runs from it as the learner.
+# (hub/requirements.txt), JupyterLab, ipykernel and the course package, in a venv every local user
+# can read and run. The hub runs from it as root; each learner's JupyterLab runs from it as the
+# learner.
 #
-# Why not the project's .venv: a venv's bin/python is a link to the interpreter that made it. Where that
-# interpreter lives under a home learners cannot enter (pyenv under /root, mode 0700, on the machine this
-# was written on), the single-user server cannot even start as a learner. So this venv is made from an
-# interpreter outside any home (Debian's /usr/bin/python3 by default; HUB_PYTHON= picks another) and the
-# course is installed into it as a regular (non-editable) package, so learners need no access to the
-# checkout either. The script checks that the user `nobody` can import everything before it says ready.
+# Why not the project's .venv: a venv's bin/python is a link to the interpreter that made it. Where
+# that interpreter lives under a home learners cannot enter (pyenv under /root, mode 0700, on the
+# machine this was written on), the single-user server cannot even start as a learner. So this venv
+# is made from an interpreter outside any home (Debian's /usr/bin/python3 by default; HUB_PYTHON=
+# picks another) and the course is installed into it as a regular (non-editable) package, so
+# learners need no access to the checkout either. The script checks that the user `nobody` can
+# import everything before it says ready.
 #
-#   HUB_ENV=/opt/rmsnorm-hub/env hub/learner-env.sh     # a workshop machine (the default is build/hub/env)
+#   HUB_ENV=/opt/rmsnorm-hub/env hub/learner-env.sh
+#                                   # a workshop machine (the default is build/hub/env)
 #
-# Rebuilt only when pyproject.toml, hub/requirements.txt, this script or the package's sources change (a
-# stamp, like tools/setup-venv.sh). The course's extras: lab; gpu (PyCUDA) where an NVIDIA driver is present; NVIDIA's
-# CUDA 13.0 nvcc/nvdisasm wheels where the system has none (the same rule as tools/setup-venv.sh).
+# Rebuilt only when pyproject.toml, hub/requirements.txt, this script or the package's sources
+# change (a stamp, like tools/setup-venv.sh). The course's extras: lab; gpu (PyCUDA) where an NVIDIA
+# driver is present; NVIDIA's CUDA 13.0 nvcc/nvdisasm wheels where the system has none (the same
+# rule as tools/setup-venv.sh).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 HUB_ENV=${HUB_ENV:-build/hub/env}
@@ -22,7 +26,8 @@ HUB_PYTHON=${HUB_PYTHON:-/usr/bin/python3}
 HUB_ENV=$(realpath -m "$HUB_ENV")
 
 if [ ! -x "$HUB_PYTHON" ]; then
-    echo "learner-env: $HUB_PYTHON is missing: set HUB_PYTHON to an interpreter every user can run" >&2
+    echo "learner-env: $HUB_PYTHON is missing:" \
+         "set HUB_PYTHON to an interpreter every user can run" >&2
     exit 2
 fi
 extras="lab,progress"
@@ -31,13 +36,17 @@ if { command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L >/dev/null 2>&1; } \
     extras="$extras,gpu"
 fi
 wheels=""
+cuda_wheels="nvidia-cuda-nvcc==13.0.* nvidia-cuda-crt==13.0.* nvidia-nvvm==13.0.*"
+cuda_wheels="$cuda_wheels nvidia-cuda-runtime==13.0.* nvidia-cuda-cccl==13.0.*"
 { command -v nvcc >/dev/null 2>&1 || [ -x "${CUDA_HOME:-/nonexistent}/bin/nvcc" ]; } \
-    || wheels="nvidia-cuda-nvcc==13.0.* nvidia-cuda-crt==13.0.* nvidia-nvvm==13.0.* nvidia-cuda-runtime==13.0.* nvidia-cuda-cccl==13.0.*"
+    || wheels="$cuda_wheels"
 { command -v nvdisasm >/dev/null 2>&1 || [ -x "${CUDA_HOME:-/nonexistent}/bin/nvdisasm" ] \
     || [ -x /usr/local/cuda/bin/nvdisasm ]; } || wheels="$wheels nvidia-cuda-nvdisasm>=13.0,<14"
 
-sources=$(find rmsnorm_lessons kernels -type f \( -name '*.py' -o -name '*.cu' -o -name '*.cuh' \) | LC_ALL=C sort)
-stamp=$( { cat pyproject.toml hub/requirements.txt hub/learner-env.sh $sources; echo "$HUB_PYTHON $extras $wheels"; } | sha1sum | cut -c1-16)
+sources=$(find rmsnorm_lessons kernels -type f \( -name '*.py' -o -name '*.cu' -o -name '*.cuh' \) \
+          | LC_ALL=C sort)
+stamp=$( { cat pyproject.toml hub/requirements.txt hub/learner-env.sh $sources
+           echo "$HUB_PYTHON $extras $wheels"; } | sha1sum | cut -c1-16)
 if [ -f "$HUB_ENV/.stamp-$stamp" ]; then
     echo "learner-env: $HUB_ENV is up to date"
     exit 0
@@ -64,9 +73,11 @@ JSON
 chmod -R a+rX "$HUB_ENV"
 if [ "$(id -u)" = 0 ] && id nobody >/dev/null 2>&1; then
     if ! out=$(cd / && MPLCONFIGDIR=/tmp runuser -u nobody -- "$HUB_ENV/bin/python" -c \
-            "import jupyterhub, jupyterlab, ipykernel, numpy, matplotlib, rmsnorm_lessons" 2>&1); then
+            "import jupyterhub, jupyterlab, ipykernel, numpy, matplotlib, rmsnorm_lessons" \
+            2>&1); then
         echo "$out" >&2
-        echo "learner-env: user nobody cannot import the course from $HUB_ENV: every folder above it must be" \
+        echo "learner-env: user nobody cannot import the course from $HUB_ENV:" \
+             "every folder above it must be" \
              "executable by all (chmod a+x), and $HUB_PYTHON readable by all" >&2
         exit 3
     fi

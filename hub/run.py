@@ -1,7 +1,8 @@
-"""Start the workshop hub here, in one command: ``make hub`` (``make hub HUB_ARGS="--learners 20 --ip 0.0.0.0"``).
+"""Start the workshop hub here, in one command: ``make hub``
+(``make hub HUB_ARGS="--learners 20 --ip 0.0.0.0"``).
 
-1. checks what it needs: root (the hub starts each learner's server as that learner), ``useradd``, and
-   configurable-http-proxy (on PATH, or installed with npm into build/hub/node on first use);
+1. checks what it needs: root (the hub starts each learner's server as that learner), ``useradd``,
+   and configurable-http-proxy (on PATH, or installed with npm into build/hub/node on first use);
 2. builds or reuses the learner environment (hub/learner-env.sh, a venv every user can run);
 3. writes the student edition once for this start (``python -m rmsnorm_lessons student``), which the
    hub copies into each learner's home at their first login;
@@ -64,7 +65,8 @@ def find_proxy(install: bool = True) -> str | None:
     if install and shutil.which("npm"):
         print(f"hub: installing configurable-http-proxy with npm into {NODE_PREFIX}", flush=True)
         NODE_PREFIX.mkdir(parents=True, exist_ok=True)
-        r = subprocess.run(["npm", "install", "--no-audit", "--no-fund", "--prefix", str(NODE_PREFIX),
+        r = subprocess.run(["npm", "install", "--no-audit", "--no-fund", "--prefix",
+                            str(NODE_PREFIX),
                             "configurable-http-proxy@^4.6"], stdout=sys.stdout, stderr=sys.stderr)
         if r.returncode == 0 and os.access(local, os.X_OK):
             return str(local)
@@ -73,9 +75,11 @@ def find_proxy(install: bool = True) -> str | None:
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--ip", default="127.0.0.1", help="where learners connect (0.0.0.0: every interface)")
+    ap.add_argument("--ip", default="127.0.0.1",
+                    help="where learners connect (0.0.0.0: every interface)")
     ap.add_argument("--port", type=int, default=8000)
-    ap.add_argument("--learners", default="2", help="a count (learner01..) or comma-separated names")
+    ap.add_argument("--learners", default="2",
+                    help="a count (learner01..) or comma-separated names")
     ap.add_argument("--instructor", default="instructor", help="the admin account")
     ap.add_argument("--instructor-password",
                     default=os.environ.get("RMSNORM_HUB_INSTRUCTOR_PASSWORD"),
@@ -84,12 +88,15 @@ def main(argv=None) -> int:
                     help="the hub's database, cookie secret, passwords, student edition")
     ap.add_argument("--env", default=os.environ.get("HUB_ENV", str(ROOT / "build" / "hub" / "env")),
                     help="the learner environment (hub/learner-env.sh builds it)")
-    ap.add_argument("--cull-timeout", type=int, default=3600, help="seconds idle before a server is stopped")
-    ap.add_argument("--mem-limit", default="8G", help="memory per learner (enforced with --spawner systemd)")
+    ap.add_argument("--cull-timeout", type=int, default=3600,
+                    help="seconds idle before a server is stopped")
+    ap.add_argument("--mem-limit", default="8G",
+                    help="memory per learner (enforced with --spawner systemd)")
     ap.add_argument("--gpu-mode", choices=["shared", "mps", "mig"], default="shared",
                     help="how learners share the GPU (hub/gpu-sharing.md)")
     ap.add_argument("--spawner", choices=["local", "systemd"], default="local")
-    ap.add_argument("--remove-accounts", action="store_true", help="delete the room's accounts and homes, exit")
+    ap.add_argument("--remove-accounts", action="store_true",
+                    help="delete the room's accounts and homes, exit")
     ap.add_argument("--passwords-only", action="store_true",
                     help="write the passwords and the sheet into --state, print the sheet, exit "
                          "(Zero to JupyterHub: hub/kubernetes.md)")
@@ -112,8 +119,8 @@ def main(argv=None) -> int:
             print(f"hub: the instructor's password (shown once): {instructor_password}", flush=True)
         return 0
     if os.geteuid() != 0:
-        print("hub: run as root: the hub creates the learners' accounts and starts each learner's server as "
-              "that learner (sudo make hub)", file=sys.stderr)
+        print("hub: run as root: the hub creates the learners' accounts and starts each learner's "
+              "server as that learner (sudo make hub)", file=sys.stderr)
         return 2
     state = Path(args.state).resolve()
     if args.remove_accounts:
@@ -147,23 +154,28 @@ def main(argv=None) -> int:
                                                             args.instructor_password)
     student = state / "student"
     shutil.rmtree(student, ignore_errors=True)
-    subprocess.run([sys.executable, "-m", "rmsnorm_lessons", "student", str(student)], check=True, cwd=ROOT)
+    subprocess.run([sys.executable, "-m", "rmsnorm_lessons", "student", str(student)], check=True,
+                   cwd=ROOT)
 
     env = dict(os.environ)
     env.update({
         "RMSNORM_HUB_IP": args.ip, "RMSNORM_HUB_PORT": str(args.port),
         "RMSNORM_HUB_HUB_PORT": str(_free_port()), "RMSNORM_HUB_PROXY_API_PORT": str(_free_port()),
-        "RMSNORM_HUB_PROXY": proxy, "RMSNORM_HUB_STATE": str(state), "RMSNORM_HUB_ENV": str(env_dir),
+        "RMSNORM_HUB_PROXY": proxy, "RMSNORM_HUB_STATE": str(state),
+        "RMSNORM_HUB_ENV": str(env_dir),
         "RMSNORM_HUB_STUDENT": str(student), "RMSNORM_HUB_LEARNERS": ",".join(learners),
-        "RMSNORM_HUB_INSTRUCTOR": args.instructor, "RMSNORM_HUB_CULL_TIMEOUT": str(args.cull_timeout),
+        "RMSNORM_HUB_INSTRUCTOR": args.instructor,
+        "RMSNORM_HUB_CULL_TIMEOUT": str(args.cull_timeout),
         "RMSNORM_HUB_MEM_LIMIT": args.mem_limit, "RMSNORM_HUB_GPU_MODE": args.gpu_mode,
         "RMSNORM_HUB_SPAWNER": args.spawner, "RMSNORM_HUB_DASHBOARD_PORT": str(_free_port()),
         # the proxy's token, shared by the hub and the proxy it starts
         "CONFIGPROXY_AUTH_TOKEN": os.environ.get("CONFIGPROXY_AUTH_TOKEN") or os.urandom(16).hex(),
     })
     env.pop("RMSNORM_HUB_INSTRUCTOR_PASSWORD", None)  # the hub reads the hashes, never the password
-    # the hub runs from the learner environment too (hub/requirements.txt): one set of JupyterHub packages
-    cmd = [str(env_dir / "bin" / "python"), "-m", "jupyterhub", "-f", str(HERE / "jupyterhub_config.py")]
+    # the hub runs from the learner environment too (hub/requirements.txt): one set of JupyterHub
+    # packages
+    cmd = [str(env_dir / "bin" / "python"), "-m", "jupyterhub", "-f",
+           str(HERE / "jupyterhub_config.py")]
     hub = subprocess.Popen(cmd, cwd=state, env=env)
 
     def stop(signum, frame):
@@ -183,9 +195,11 @@ def main(argv=None) -> int:
         except (urllib.error.URLError, OSError):
             time.sleep(0.5)
     if not ready and hub.poll() is None:
-        print(f"hub: no answer at {url} within 120 s; still waiting (the log above says why)", flush=True)
+        print(f"hub: no answer at {url} within 120 s; still waiting (the log above says why)",
+              flush=True)
     if ready:
-        shown = url if args.ip not in ("0.0.0.0", "") else f"http://<this machine's address>:{args.port}/"
+        shown = (url if args.ip not in ("0.0.0.0", "")
+                 else f"http://<this machine's address>:{args.port}/")
         print(f"hub: ready at {shown}", flush=True)
         print(f"hub: learners {', '.join(learners)}; instructor (admin) {args.instructor}. "
               f"Ctrl+C stops the hub.", flush=True)

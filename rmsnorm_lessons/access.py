@@ -1,4 +1,5 @@
-"""Who touches which byte: the lane, sector, bank and shuffle arithmetic behind the lessons' pictures.
+"""Who touches which byte: the lane, sector, bank and shuffle arithmetic behind the lessons'
+pictures.
 
 Plain NumPy, no drawing and no GPU: :mod:`rmsnorm_lessons.plots` draws these numbers and
 :mod:`rmsnorm_lessons.exercises` checks learners' answers against them.
@@ -18,7 +19,8 @@ WARP = 32  # lanes in a warp
 SECTOR = 32  # bytes the memory system moves at once
 BANKS = 32  # shared-memory banks, each 4 bytes wide
 
-LAYOUTS = {"thread_per_row": "v1_naive: one thread per row", "warp_per_row": "v2_warp: one warp per row"}
+LAYOUTS = {"thread_per_row": "v1_naive: one thread per row",
+           "warp_per_row": "v2_warp: one warp per row"}
 _LAYOUT_ALIASES = {"v1_naive": "thread_per_row", "v1": "thread_per_row", "v2_warp": "warp_per_row",
                    "v2": "warp_per_row"}
 
@@ -27,7 +29,8 @@ def layout_name(layout: str) -> str:
     """``"thread_per_row"`` or ``"warp_per_row"`` (also accepts v1_naive, v1, v2_warp, v2)."""
     layout = _LAYOUT_ALIASES.get(layout, layout)
     if layout not in LAYOUTS:
-        raise ValueError(f"layout must be one of {', '.join(LAYOUTS)} (or v1_naive / v2_warp), got {layout!r}")
+        raise ValueError(f"layout must be one of {', '.join(LAYOUTS)} (or v1_naive / v2_warp), got "
+                         f"{layout!r}")
     return layout
 
 
@@ -39,9 +42,9 @@ def loop_steps(layout: str, C: int) -> int:
 def touched_elements(layout: str, N: int, C: int, step: int = 0):
     """Which element of ``inp[N, C]`` every thread loads at loop step ``step``.
 
-    Returns a list of ``(thread, row, col)``: in ``thread_per_row`` (v1) thread ``t`` owns row ``t`` and
-    reads column ``step``; in ``warp_per_row`` (v2) warp ``w`` owns row ``w`` and its lane ``l`` reads
-    column ``step*32 + l``. Threads with no element at this step (past N or C) are left out.
+    Returns a list of ``(thread, row, col)``: in ``thread_per_row`` (v1) thread ``t`` owns row ``t``
+    and reads column ``step``; in ``warp_per_row`` (v2) warp ``w`` owns row ``w`` and its lane ``l``
+    reads column ``step*32 + l``. Threads with no element at this step (past N or C) are left out.
     """
     layout = layout_name(layout)
     found = []
@@ -110,7 +113,8 @@ def butterfly_contents(offsets=(16, 8, 4, 2, 1)) -> list:
 
 
 def butterfly_feeders(offsets=(16, 8, 4, 2, 1), lane: int = 0) -> np.ndarray:
-    """``(len(offsets) + 1, 32)`` booleans: which lanes' values at each step reach ``lane``'s result."""
+    """``(len(offsets) + 1, 32)`` booleans: which lanes' values at each step reach ``lane``'s
+    result."""
     offsets = tuple(int(o) for o in offsets)
     needed = np.zeros((len(offsets) + 1, WARP), bool)
     needed[-1, lane] = True
@@ -128,8 +132,9 @@ def bank_layout(stride: int, lanes: int = WARP, banks: int = BANKS):
 
 
 def bank_conflict_degree(stride: int, lanes: int = WARP, banks: int = BANKS) -> int:
-    """The worst bank's number of distinct words when lane i reads word ``i * stride``: a k-way conflict
-    (1: none). Lanes reading the same word share one access (a broadcast), so they count once."""
+    """The worst bank's number of distinct words when lane i reads word ``i * stride``: a k-way
+    conflict (1: none). Lanes reading the same word share one access (a broadcast), so they count
+    once."""
     rows, bank = bank_layout(stride, lanes, banks)
     per_bank: dict[int, set] = {}
     for r, b in zip(rows, bank):
@@ -138,7 +143,8 @@ def bank_conflict_degree(stride: int, lanes: int = WARP, banks: int = BANKS) -> 
 
 
 def atomic_inc(old: int, limit: int) -> int:
-    """What CUDA's ``atomicInc(address, limit)`` stores (it returns ``old``): 0 once ``old >= limit``."""
+    """What CUDA's ``atomicInc(address, limit)`` stores (it returns ``old``): 0 once ``old >=
+    limit``."""
     return 0 if old >= limit else old + 1
 
 

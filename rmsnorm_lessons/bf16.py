@@ -1,8 +1,8 @@
 """bf16 on the host, through ml_dtypes.
 
 ml_dtypes' ``bfloat16`` converts from float32 with round-to-nearest-even, which is what the device's
-``__float2bfloat16`` (and the ``(floatX)`` casts in the seed) do, so a tensor rounded here is bit-for-bit
-the tensor the kernel would have produced.
+``__float2bfloat16`` (and the ``(floatX)`` casts in the seed) do, so a tensor rounded here is
+bit-for-bit the tensor the kernel would have produced.
 """
 from __future__ import annotations
 

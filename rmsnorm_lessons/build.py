@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from . import gpu, ladder
+from .ptxas import Resources, parse_ptxas  # noqa: F401  (both stay importable from build)
 
 #: flags of every build: the seed's (-O3 --use_fast_math), C++17, line info for the SASS listings
 NVCC_FLAGS = ("-O3", "--use_fast_math", "-std=c++17", "-lineinfo")
@@ -122,65 +123,6 @@ def _include_dirs() -> list[str]:
         if inc.is_dir():
             dirs.append(str(inc))
     return dirs
-
-
-@dataclass(frozen=True)
-class Resources:
-    """What ptxas reports for one kernel (``-Xptxas -v``)."""
-
-    kernel: str
-    arch: str
-    registers: int
-    shared_bytes: int  # static shared memory; dynamic shared memory is chosen at launch
-    stack_bytes: int
-    spill_stores: int
-    spill_loads: int
-    barriers: int
-    constant_bytes: int
-
-    @property
-    def spills(self) -> bool:
-        return self.spill_stores > 0 or self.spill_loads > 0
-
-
-_ENTRY = re.compile(r"Compiling entry function '([^']+)' for '(\w+)'")
-_FRAME = re.compile(r"(\d+) bytes stack frame, (\d+) bytes spill stores, (\d+) bytes spill loads")
-_USED = re.compile(r"Used (\d+) registers")
-_BARRIERS = re.compile(r"used (\d+) barriers")
-_SMEM = re.compile(r"(\d+) bytes smem")
-_CMEM = re.compile(r"(\d+) bytes cmem\[0\]")
-
-
-def parse_ptxas(log: str) -> dict[str, Resources]:
-    """Parse ``ptxas -v`` output into one :class:`Resources` per entry function."""
-    found: dict[str, Resources] = {}
-    current = None
-    fields: dict = {}
-    for line in log.splitlines():
-        m = _ENTRY.search(line)
-        if m:
-            current = m.group(1)
-            fields = dict(kernel=current, arch=m.group(2), registers=0, shared_bytes=0,
-                          stack_bytes=0,
-                          spill_stores=0, spill_loads=0, barriers=0, constant_bytes=0)
-            continue
-        if current is None:
-            continue
-        m = _FRAME.search(line)
-        if m:
-            fields.update(stack_bytes=int(m.group(1)), spill_stores=int(m.group(2)),
-                          spill_loads=int(m.group(3)))
-        m = _USED.search(line)
-        if m:
-            fields["registers"] = int(m.group(1))
-            for pattern, key in ((_BARRIERS, "barriers"), (_SMEM, "shared_bytes"),
-                                 (_CMEM, "constant_bytes")):
-                mm = pattern.search(line)
-                if mm:
-                    fields[key] = int(mm.group(1))
-            found[current] = Resources(**fields)
-            current = None
-    return found
 
 
 @dataclass(frozen=True)
@@ -288,9 +230,9 @@ def resources(name, arch: str = DEFAULT_ARCH) -> dict[str, Resources]:
 
 
 def source_module(name, arch: str | None = None, defines: dict | None = None):
-    """A version (or a file of ``kernels/``) compiled with PyCUDA's ``SourceModule`` for this GPU (or
-    ``arch``); kept in this process by its text, defines and every file it includes (PyCUDA keeps
-    the cubin on disk)."""
+    """A version (or a file of ``kernels/``) compiled with PyCUDA's ``SourceModule`` for this GPU
+    (or ``arch``); kept in this process by its text, defines and every file it includes (PyCUDA
+    keeps the cubin on disk)."""
     gpu.require()
     stem, text, own = kernel_text(name)
     merged = {**own, **(defines or {})}
@@ -423,8 +365,8 @@ def _store(file: Path, data: bytes) -> None:
 def _compile(text: str, name: str, arch: str, kind: str, flags: tuple,
              path: Path | None) -> Compiled:
     key = _cache_key(text, path, arch, kind, flags)
-    return _compile_keyed(key, text, name, arch, kind, flags, str(path) if path is not None
-                          else None)
+    return _compile_keyed(key, text, name, arch, kind, flags,
+                          str(path) if path is not None else None)
 
 
 @functools.lru_cache(maxsize=128)

@@ -1,8 +1,8 @@
 """Comparing a GPU result with the reference, by the seed's rule.
 
 An element passes when ``|gpu - ref| <= tol + |ref| * eps`` (``eps`` = FLT_EPSILON for fp32 outputs,
-0.079 for bf16 ones); non-finite reference values are skipped, as the seed's ``validate_result`` does,
-except that a non-finite GPU value where the reference is finite always fails.
+0.079 for bf16 ones); non-finite reference values are skipped, as the seed's ``validate_result``
+does, except that a non-finite GPU value where the reference is finite always fails.
 """
 from __future__ import annotations
 
@@ -27,14 +27,15 @@ SEED_ROWS = 8192  # B*T of the seed's own check
 def tolerances(dtype, N: int) -> dict:
     """``{"dinp": (tol, eps), "dweight": (tol, eps)}`` for a version storing ``dtype``, at N rows.
 
-    dinp is per row, so the seed's figure holds at any N. dweight[c] is a sum of N terms, added one by
-    one (by a thread, an atomic or a block's partials) in fp32. The k-th addition rounds with an error of
-    at most u * |S_k| (u = 2**-24), and with terms of zero mean |S_k| grows like sqrt(k). If the N errors
-    were independent they would add like a random walk, sqrt(sum of k) ~ N / sqrt(2): linear in N. Their
-    sum is bounded only by u * sum(sqrt(k)) ~ (2/3) u N**1.5, reached when they lean one way, and
-    float atomics arriving in an order that depends on N give no independence to count on. So the
-    tolerance grows with the bound, (N / 8192)**1.5 above the seed's own N. (The linear rule was tried:
-    v1's fp32 atomics over 3 x 8191 rows broke it on the H200.)
+    dinp is per row, so the seed's figure holds at any N. dweight[c] is a sum of N terms, added one
+    by one (by a thread, an atomic or a block's partials) in fp32. The k-th addition rounds with an
+    error of at most u * |S_k| (u = 2**-24), and with terms of zero mean |S_k| grows like sqrt(k).
+    If the N errors were independent they would add like a random walk, sqrt(sum of k) ~ N /
+    sqrt(2): linear in N. Their sum is bounded only by u * sum(sqrt(k)) ~ (2/3) u N**1.5, reached
+    when they lean one way, and float atomics arriving in an order that depends on N give no
+    independence to count on. So the tolerance grows with the bound, (N / 8192)**1.5 above the
+    seed's own N. (The linear rule was tried: v1's fp32 atomics over 3 x 8191 rows broke it on the
+    H200.)
     """
     dtype = np.dtype(dtype)
     tol_dinp, tol_dweight = SEED_TOLERANCE[dtype]
@@ -56,17 +57,19 @@ class Comparison:
     worst: list = field(default_factory=list)  # (index tuple, gpu, ref, |err|, allowed)
 
     def __str__(self) -> str:
-        head = (f"{self.name}: {'OK' if self.ok else 'FAIL'}  {self.failures}/{self.checked} outside "
-                f"|err| <= {self.tol:g} + |ref|*{self.eps:g}; max |err| {self.max_abs_error:.3g}, "
-                f"||err||/||ref|| {self.rel_l2_error:.3g}")
+        head = (f"{self.name}: {'OK' if self.ok else 'FAIL'}  {self.failures}/{self.checked} "
+                f"outside |err| <= {self.tol:g} + |ref|*{self.eps:g}; max |err| "
+                f"{self.max_abs_error:.3g}, ||err||/||ref|| {self.rel_l2_error:.3g}")
         if self.ok:
             return head
-        rows = [f"    at {idx}: gpu {g:.6g}  ref {r:.6g}  |err| {e:.3g} > {a:.3g}" for idx, g, r, e, a in self.worst]
+        rows = [f"    at {idx}: gpu {g:.6g}  ref {r:.6g}  |err| {e:.3g} > {a:.3g}" for idx, g, r, e,
+                a in self.worst]
         return "\n".join([head, *rows])
 
 
 def compare(gpu, ref, tol: float, eps: float, name: str = "output", worst: int = 5) -> Comparison:
-    """Compare element-wise with the seed's rule; keep the ``worst`` failing elements (largest excess)."""
+    """Compare element-wise with the seed's rule; keep the ``worst`` failing elements (largest
+    excess)."""
     g = np.asarray(gpu).astype(np.float64)
     r = np.asarray(ref).astype(np.float64)
     if g.shape != r.shape:
@@ -86,7 +89,8 @@ def compare(gpu, ref, tol: float, eps: float, name: str = "output", worst: int =
         excess = np.where(np.isfinite(err), err - allowed, np.inf).ravel()[flat]
         for i in flat[np.argsort(-excess, kind="stable")[:worst]]:
             idx = np.unravel_index(i, r.shape)
-            listed.append((tuple(int(k) for k in idx), float(g.flat[i]), float(r.flat[i]), float(err.flat[i]),
+            listed.append((tuple(int(k) for k in idx), float(g.flat[i]), float(r.flat[i]),
+                           float(err.flat[i]),
                            float(allowed.flat[i])))
     return Comparison(name=name, ok=n_bad == 0, checked=int(finite.sum()), failures=n_bad,
                       max_abs_error=float(err_f.max()) if err_f.size else 0.0,
@@ -110,11 +114,14 @@ class CheckReport:
         return f"{self.version} N={self.N} C={self.C}\n  {self.dinp}\n  {self.dweight}"
 
 
-def compare_outputs(dtype, N: int, got, want, name: str = "result", C: int | None = None) -> CheckReport:
-    """Compare ``got = (dinp, dweight)`` with ``want`` (the float64 reference) by the seed's rule, with the
-    tolerances of :func:`tolerances` for a version storing ``dtype`` (or a version / Rung) at N rows.
+def compare_outputs(dtype, N: int, got, want, name: str = "result",
+                    C: int | None = None) -> CheckReport:
+    """Compare ``got = (dinp, dweight)`` with ``want`` (the float64 reference) by the seed's rule,
+    with the tolerances of :func:`tolerances` for a version storing ``dtype`` (or a version / Rung)
+    at N rows.
 
-    The one place where the course compares gradients: check, bench, peers, tests and exercises use it."""
+    The one place where the course compares gradients: check, bench, peers, tests and exercises use
+    it."""
     if isinstance(dtype, (str, ladder.Rung)):
         dtype = ladder.get(dtype).dtype
     tol = tolerances(dtype, N)
@@ -123,15 +130,19 @@ def compare_outputs(dtype, N: int, got, want, name: str = "result", C: int | Non
                        compare(got[1], want[1], *tol["dweight"], name="dweight"))
 
 
-def check_version(version, N: int, C: int, seed=0, accumulate: bool = True, *, overwrite: bool = False,
+def check_version(version, N: int, C: int, seed=0, accumulate: bool = True, *,
+                  overwrite: bool = False,
                   config=None, block_size: int | None = None) -> CheckReport:
-    """Run ``version`` on fresh random inputs (dinp and dweight non-zero unless ``accumulate=False``) and
-    compare with the float64 reference (needs a GPU). ``overwrite``: the version's dinp = mode."""
+    """Run ``version`` on fresh random inputs (dinp and dweight non-zero unless
+    ``accumulate=False``) and compare with the float64 reference (needs a GPU). ``overwrite``: the
+    version's dinp = mode."""
     p = reference.random_problem(N, C, ladder.get(version).dtype, seed=seed, accumulate=accumulate)
     spec = ladder.get(version)
-    dinp, dweight = kernels.run(spec, p["dout"], p["inp"], p["weight"], p["rstd"], p["dinp"], p["dweight"],
+    dinp, dweight = kernels.run(spec, p["dout"], p["inp"], p["weight"], p["rstd"], p["dinp"],
+                                p["dweight"],
                                 overwrite=overwrite, config=config, block_size=block_size)
-    ref = reference.backward(p["dout"], p["inp"], p["weight"], p["rstd"], None if overwrite else p["dinp"],
+    ref = reference.backward(p["dout"], p["inp"], p["weight"], p["rstd"], None if overwrite
+                             else p["dinp"],
                              p["dweight"])
     name = f"{spec.name} (dinp=)" if overwrite else spec.name
     return compare_outputs(spec.dtype, N, (dinp, dweight), ref, name=name, C=C)

@@ -1,4 +1,5 @@
-"""The course's command line: what works here, checks, timings and resource reports of the kernels."""
+"""The course's command line: what works here, checks, timings and resource reports of the
+kernels."""
 from __future__ import annotations
 
 import argparse
@@ -27,16 +28,19 @@ def _info(args) -> int:
     except ImportError:
         print("pycuda     not installed (only needed to launch kernels)")
     nvcc = build.find_nvcc()
-    print(f"nvcc       {build.nvcc_version() + ' at ' + nvcc if nvcc else 'NOT FOUND: compiling is impossible'}")
+    found = build.nvcc_version() + ' at ' + nvcc if nvcc else 'NOT FOUND: compiling is impossible'
+    print(f"nvcc       {found}")
     for tool in ("nvdisasm",):
         print(f"{tool:<11}{build.find_tool(tool) or 'not found (SASS listings unavailable)'}")
     reason = gpu.why_unavailable()
     if reason is None:
         f = gpu.facts()
         d = f.driver_version
-        print(f"GPU        {f.name}, {f.arch}, {f.multiprocessors} SMs, {f.total_memory / 2**30:.0f} GiB, "
-              f"L2 {f.l2_bytes / 2**20:.0f} MiB, shared memory per block {f.shared_memory_per_block // 1024} KiB "
-              f"({f.shared_memory_per_block_optin // 1024} KiB opt-in), CUDA driver {d // 1000}.{d % 1000 // 10}")
+        print(f"GPU        {f.name}, {f.arch}, {f.multiprocessors} SMs, "
+              f"{f.total_memory / 2**30:.0f} GiB, L2 {f.l2_bytes / 2**20:.0f} MiB, shared memory "
+              f"per block {f.shared_memory_per_block // 1024} KiB "
+              f"({f.shared_memory_per_block_optin // 1024} KiB opt-in), CUDA driver "
+              f"{d // 1000}.{d % 1000 // 10}")
         if args.bandwidth:
             print(f"copy       {gpu.copy_bandwidth():.0f} GB/s device-to-device (read + write)")
     else:
@@ -52,7 +56,9 @@ def _info(args) -> int:
         works += ["launching, checking and timing kernels"]
     print("works here: " + ", ".join(works))
     if reason is not None or not compiles:
-        print("not here:   " + ", ".join((["launching kernels"] if reason else []) + ([] if compiles else ["compiling"])))
+        print("not here:   "
+              + ", ".join((["launching kernels"] if reason else [])
+                          + ([] if compiles else ["compiling"])))
     print(f"versions   {', '.join(ladder.VERSIONS)}")
     return 0
 
@@ -72,7 +78,8 @@ def _shapes(text: str):
     for item in text.split(","):
         m = re.fullmatch(r"\s*(\d+)\s*[xX]\s*(\d+)\s*", item)
         if not m:
-            raise argparse.ArgumentTypeError(f"{item.strip()!r} is not NxC (rows x channels, e.g. 4096x768)")
+            raise argparse.ArgumentTypeError(f"{item.strip()!r} is not NxC (rows x channels, e.g. "
+                                             f"4096x768)")
         n, c = int(m.group(1)), int(m.group(2))
         if n < 1 or c < 1:
             raise argparse.ArgumentTypeError(f"{item.strip()!r}: N and C must be at least 1")
@@ -93,11 +100,13 @@ def _positive_int(text: str) -> int:
 def _arch(text: str) -> str:
     """argparse type of --arch: sm_XY (optionally with a) that this nvcc can build for."""
     if not re.fullmatch(r"sm_\d{2,3}a?", text):
-        raise argparse.ArgumentTypeError(f"{text!r} is not a GPU architecture such as sm_90 or sm_80")
+        raise argparse.ArgumentTypeError(f"{text!r} is not a GPU architecture such as sm_90 or "
+                                         f"sm_80")
     nvcc = build.find_nvcc()
     if nvcc:
         try:
-            out = subprocess.run([nvcc, "--list-gpu-code"], capture_output=True, text=True, timeout=60).stdout
+            out = subprocess.run([nvcc, "--list-gpu-code"], capture_output=True, text=True,
+                                 timeout=60).stdout
         except (OSError, subprocess.SubprocessError):
             out = ""
         known = re.findall(r"sm_\d+", out)
@@ -115,10 +124,10 @@ def _output_path(text: str) -> str:
 
 
 def _versions(args, shapes=()) -> list[str]:
-    """The versions asked for (all by default), each checked against the ladder before any GPU work; where
-    both versions and shapes were named, every version must take every shape (its rule on C, the shared
-    memory it needs), or it is a usage error naming each pair that cannot run. Unnamed, a sweep skips
-    the shapes a version cannot take."""
+    """The versions asked for (all by default), each checked against the ladder before any GPU work;
+    where both versions and shapes were named, every version must take every shape (its rule on C,
+    the shared memory it needs), or it is a usage error naming each pair that cannot run. Unnamed, a
+    sweep skips the shapes a version cannot take."""
     names = args.versions or list(ladder.VERSIONS)
     for name in names:
         ladder.get(name)  # ValueError naming the versions: a usage error
@@ -133,7 +142,8 @@ def _versions(args, shapes=()) -> list[str]:
                 except ValueError as exc:
                     refused.append(f"{name} at {N}x{C}: {exc}")
         if refused:
-            raise ValueError("--shapes holds shapes these versions cannot run:\n  " + "\n  ".join(refused))
+            raise ValueError("--shapes holds shapes these versions cannot run:\n  "
+                             + "\n  ".join(refused))
     return names
 
 
@@ -148,9 +158,9 @@ def _check(args) -> int:
             if C % spec.c_multiple:
                 continue
             report = check.check_version(v, N, C, seed=N * 31 + C)
-            print(f"{'ok  ' if report.ok else 'FAIL'} {v:<15} N={N:<6} C={C:<6} dinp rel {report.dinp.rel_l2_error:.2e} "
-                  f"max {report.dinp.max_abs_error:.2e} | dweight rel {report.dweight.rel_l2_error:.2e} "
-                  f"max {report.dweight.max_abs_error:.2e}")
+            print(f"{'ok  ' if report.ok else 'FAIL'} {v:<15} N={N:<6} C={C:<6} dinp rel "
+                  f"{report.dinp.rel_l2_error:.2e} max {report.dinp.max_abs_error:.2e} | dweight "
+                  f"rel {report.dweight.rel_l2_error:.2e} max {report.dweight.max_abs_error:.2e}")
             if not report.ok:
                 print(report)
                 failed += 1
@@ -172,7 +182,8 @@ def _bench(args) -> int:
     shapes = args.shapes
     want_peers = bool(args.peer_names) or (_torch_imports() if args.peers is None else args.peers)
     peer_names = args.peer_names or list(peers.PEERS)
-    overwrite = want_peers if args.overwrite is None else args.overwrite  # peers overwrite dinp: compare so
+    # peers overwrite dinp: compare so
+    overwrite = want_peers if args.overwrite is None else args.overwrite
     yardstick = bench.copy_yardstick()
     copy_gbps = yardstick.gbps
     results = bench.sweep(versions, shapes, repeats=args.repeats, copy_gbps=copy_gbps,
@@ -181,7 +192,8 @@ def _bench(args) -> int:
     def write_json():
         if args.json:
             with open(args.json, "w") as f:
-                json.dump(bench.records(results, baseline="v6_last_block", overwriting=peer_names), f, indent=1)
+                json.dump(bench.records(results, baseline="v6_last_block", overwriting=peer_names),
+                          f, indent=1)
 
     if want_peers:
         write_json()  # the versions' rows are safe on disk (and shown) before the peers run
@@ -209,8 +221,9 @@ def _bench(args) -> int:
 
 
 def _inspect_width_error(name: str, arch: str, C: int) -> str | None:
-    """Why a version cannot launch at width ``C`` on ``arch`` (its rule on C, the shared memory a block of it
-    needs against what the arch gives a block), or None; None also for a file of kernels/ (no plan)."""
+    """Why a version cannot launch at width ``C`` on ``arch`` (its rule on C, the shared memory a
+    block of it needs against what the arch gives a block), or None; None also for a file of
+    kernels/ (no plan)."""
     try:
         spec = ladder.get(name)
     except (ValueError, TypeError):
@@ -222,8 +235,8 @@ def _inspect_width_error(name: str, arch: str, C: int) -> str | None:
         return str(exc)
     limits = occupancy.LIMITS.get(arch)
     if limits is not None and need > limits.shared_per_block_optin:
-        return (f"{spec.name} at C={C} needs {need} bytes of dynamic shared memory per block; {arch} gives a "
-                f"block at most {limits.shared_per_block_optin}")
+        return (f"{spec.name} at C={C} needs {need} bytes of dynamic shared memory per block; "
+                f"{arch} gives a block at most {limits.shared_per_block_optin}")
     return None
 
 
@@ -305,53 +318,65 @@ def main(argv=None) -> int:
     sub = parser.add_subparsers(dest="command", required=True, metavar="command")
 
     def command(name, help, description):
-        return sub.add_parser(name, help=help, description=description, epilog=EPILOG, formatter_class=_Formatter)
+        return sub.add_parser(name, help=help, description=description, epilog=EPILOG,
+                              formatter_class=_Formatter)
 
     versions_help = f"versions of the ladder (default: all): {', '.join(ladder.VERSIONS)}"
     p = command("info", "what works here: GPU, driver, PyCUDA, nvcc (no GPU needed)",
-                "Print what works on this machine: Python, PyCUDA, nvcc, nvdisasm, the GPU (no GPU needed).")
-    p.add_argument("--bandwidth", action="store_true", help="also measure the copy bandwidth (needs a GPU)")
+                "Print what works on this machine: Python, PyCUDA, nvcc, nvdisasm, the GPU (no GPU "
+                "needed).")
+    p.add_argument("--bandwidth", action="store_true",
+                   help="also measure the copy bandwidth (needs a GPU)")
     p.set_defaults(func=_info)
     p = command("check", "every version against the float64 reference on a shape sweep (GPU)",
-                "Run versions on a sweep of shapes and compare with the NumPy float64 reference (needs a GPU).")
+                "Run versions on a sweep of shapes and compare with the NumPy float64 reference "
+                "(needs a GPU).")
     p.add_argument("versions", nargs="*", help=versions_help)
     p.add_argument("--shapes", type=_shapes, metavar="NxC[,NxC...]",
                    help="shapes to check, rows x channels, comma-separated, e.g. 7x776,4096x768 "
                         "(default: 1x8, 7x776, 129x1600, 1000x2048, 4096x768)")
     p.set_defaults(func=_check)
     p = command("bench", "time versions: ms, GB/s, %% of the copy bandwidth (GPU)",
-                "Time versions with CUDA events: milliseconds, GB/s and the share of the copy bandwidth "
-                "(needs a GPU).")
+                "Time versions with CUDA events: milliseconds, GB/s and the share of the copy "
+                "bandwidth (needs a GPU).")
     p.add_argument("versions", nargs="*", help=versions_help)
     p.add_argument("--shapes", type=_shapes, metavar="NxC[,NxC...]",
-                   help="shapes to time, rows x channels, comma-separated (default: the benchmark's sweep)")
+                   help="shapes to time, rows x channels, comma-separated (default: the "
+                        "benchmark's sweep)")
     p.add_argument("--repeats", type=_positive_int, default=50, metavar="R",
-                   help="rounds timed per version and shape, each a burst of launches back to back; the median "
-                        "round is reported (default: 50)")
+                   help="rounds timed per version and shape, each a burst of launches back to "
+                        "back; the median round is reported (default: 50)")
     p.add_argument("--json", type=_output_path, metavar="PATH",
                    help="write every row here (name, N, C, ms, GB/s, %% of copy, speedup over v6)")
     p.add_argument("--peers", action=argparse.BooleanOptionalAction, default=None,
-                   help="also PyTorch eager, torch.compile and Liger-Kernel (default: on where torch imports)")
-    p.add_argument("--peer", action="append", choices=peers.ALL_PEERS, metavar="NAME", dest="peer_names",
+                   help="also PyTorch eager, torch.compile and Liger-Kernel (default: on where "
+                        "torch imports)")
+    p.add_argument("--peer", action="append", choices=peers.ALL_PEERS, metavar="NAME",
+                   dest="peer_names",
                    help="time this peer (repeat for several) instead of the default three; also: "
                         + ", ".join(peers.EXTRA_PEERS) + " (Quack needs quack-kernels)")
     p.add_argument("--overwrite", action=argparse.BooleanOptionalAction, default=None,
-                   help="also time versions that offer it in overwrite mode, dinp = (default: as --peers)")
+                   help="also time versions that offer it in overwrite mode, dinp = (default: as "
+                        "--peers)")
     p.add_argument("--ceiling", action=argparse.BooleanOptionalAction, default=True,
-                   help="also time the same-bytes ceiling (an elementwise kernel moving v7's bytes) at each shape "
-                        "and mode, and report %% of it (default: on)")
+                   help="also time the same-bytes ceiling (an elementwise kernel moving v7's "
+                        "bytes) at each shape and mode, and report %% of it (default: on)")
     p.add_argument("--plot", type=_output_path, metavar="PATH",
                    help="save a picture of GB/s against the copy line here (PNG)")
     p.set_defaults(func=_bench)
     p = command("inspect", "registers, shared memory, spills, PTX/SASS of a version (no GPU)",
-                "Compile a version (or a file of kernels/) with nvcc and report registers, shared memory, "
-                "spills and occupancy; optionally its PTX or SASS (no GPU needed).")
-    p.add_argument("version", help="a version of the ladder or the name of a file of kernels/ (without .cu)")
+                "Compile a version (or a file of kernels/) with nvcc and report registers, shared "
+                "memory, spills and occupancy; optionally its PTX or SASS (no GPU needed).")
+    p.add_argument("version",
+                   help="a version of the ladder or the name of a file of kernels/ (without .cu)")
     p.add_argument("--arch", type=_arch, default="sm_90",
-                   help="GPU architecture to compile for, e.g. sm_80 (A100), sm_90 (H100/H200) (default: sm_90)")
+                   help="GPU architecture to compile for, e.g. sm_80 (A100), sm_90 (H100/H200) "
+                        "(default: sm_90)")
     p.add_argument("--C", type=_positive_int, default=4096,
-                   help="channels per row, for the launch (dynamic shared memory) and the occupancy (default: 4096)")
-    p.add_argument("--sass", action="store_true", help="also print the SASS listing (needs nvdisasm)")
+                   help="channels per row, for the launch (dynamic shared memory) and the "
+                        "occupancy (default: 4096)")
+    p.add_argument("--sass", action="store_true",
+                   help="also print the SASS listing (needs nvdisasm)")
     p.add_argument("--ptx", action="store_true", help="also print the PTX")
     p.set_defaults(func=_inspect)
     p = sub.add_parser("student",
@@ -397,7 +422,8 @@ def main(argv=None) -> int:
         code = args.func(args)
         sys.stdout.flush()
         return code
-    except BrokenPipeError:  # the reader closed the pipe (rmsnorm-lessons info | head -1): stop quietly
+    # the reader closed the pipe (rmsnorm-lessons info | head -1): stop quietly
+    except BrokenPipeError:
         try:  # Python would report the failed flush at exit: point stdout at /dev/null first
             os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         except (OSError, ValueError, AttributeError):

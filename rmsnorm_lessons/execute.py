@@ -1,8 +1,8 @@
 """Re-execute lessons in place: ``python -m rmsnorm_lessons.execute notebooks/*.ipynb``.
 
-Used on a GPU machine to refresh the outputs the notebooks ship with. A notebook that raises keeps its
-old file, what it ran up to the error is written beside it as ``<name>.failed.ipynb`` (to read), and the
-command exits non-zero.
+Used on a GPU machine to refresh the outputs the notebooks ship with. A notebook that raises keeps
+its old file, what it ran up to the error is written beside it as ``<name>.failed.ipynb`` (to read),
+and the command exits non-zero.
 """
 from __future__ import annotations
 

@@ -1,8 +1,9 @@
 """GPU access in one place: PyCUDA on the device's primary context, created on first use.
 
-Everything that needs a device calls :func:`require`; where there is no PyCUDA, no driver or no device
-it raises :class:`GpuUnavailable` with one sentence saying which and what to do. The primary context is
-the one the CUDA runtime (and so PyTorch) uses, so arrays can be shared with PyTorch later.
+Everything that needs a device calls :func:`require`; where there is no PyCUDA, no driver or no
+device it raises :class:`GpuUnavailable` with one sentence saying which and what to do. The primary
+context is the one the CUDA runtime (and so PyTorch) uses, so arrays can be shared with PyTorch
+later.
 """
 from __future__ import annotations
 
@@ -34,7 +35,8 @@ _shutdown_hooks: list = []
 
 
 def on_shutdown(hook) -> None:
-    """Call ``hook()`` before the context goes away at exit (the build's module cache registers here)."""
+    """Call ``hook()`` before the context goes away at exit (the build's module cache registers
+    here)."""
     _shutdown_hooks.append(hook)
 
 
@@ -52,12 +54,13 @@ def _start() -> _Gpu:
     except ImportError as exc:
         if "libcuda" in str(exc) or not _has_driver_library():
             raise GpuUnavailable(
-                "No NVIDIA driver here (libcuda.so.1 is missing): kernels can be compiled and inspected, "
-                "but launching them needs a machine with an NVIDIA GPU."
+                "No NVIDIA driver here (libcuda.so.1 is missing): kernels can be compiled and "
+                "inspected, but launching them needs a machine with an NVIDIA GPU."
             ) from exc
         raise GpuUnavailable(
             "PyCUDA is not installed: on a machine with an NVIDIA GPU run `make test` or "
-            "`pip install -e '.[gpu]'`; without a GPU, the compile-only parts of the course still work."
+            "`pip install -e '.[gpu]'`; without a GPU, the compile-only parts of the course still "
+            "work."
         ) from exc
     try:
         drv.init()
@@ -70,7 +73,8 @@ def _start() -> _Gpu:
         raise GpuUnavailable("The NVIDIA driver found no CUDA device on this machine.")
     index = int(os.environ.get("RMSNORM_LESSONS_DEVICE", "0"))
     if not 0 <= index < count:
-        raise GpuUnavailable(f"RMSNORM_LESSONS_DEVICE={index} but this machine has {count} device(s).")
+        raise GpuUnavailable(f"RMSNORM_LESSONS_DEVICE={index} but this machine has {count} "
+                             f"device(s).")
     device = drv.Device(index)
     context = device.retain_primary_context()
     atexit.register(_shutdown)
@@ -101,9 +105,9 @@ def require() -> _Gpu:
     """The started GPU, or :class:`GpuUnavailable` (the same one on every call).
 
     The main thread keeps the primary context current until exit. Other threads get it with
-    ``with in_context():`` (``run`` and ``forward`` do that themselves): PyCUDA keeps a context stack per
-    thread and aborts the process when a thread ends with a context still pushed, so a pushed context
-    must be popped before the thread ends.
+    ``with in_context():`` (``run`` and ``forward`` do that themselves): PyCUDA keeps a context
+    stack per thread and aborts the process when a thread ends with a context still pushed, so a
+    pushed context must be popped before the thread ends.
     """
     global _gpu, _failure
     g = _gpu
@@ -118,7 +122,8 @@ def require() -> _Gpu:
                     _failure = exc
                     raise
             g = _gpu
-    if threading.current_thread() is threading.main_thread() and not getattr(_thread, "current", False):
+    if (threading.current_thread() is threading.main_thread()
+            and not getattr(_thread, "current", False)):
         g.context.push()  # the main thread keeps it until exit (_shutdown pops it)
         _thread.current = True
     return g
@@ -126,7 +131,8 @@ def require() -> _Gpu:
 
 @contextlib.contextmanager
 def in_context():
-    """Make the primary context current in this thread for the block (a no-op where it already is)."""
+    """Make the primary context current in this thread for the block (a no-op where it already
+    is)."""
     g = require()
     if getattr(_thread, "current", False):
         yield g
@@ -188,15 +194,18 @@ class DeviceFacts:
         return "sm_%d%d" % self.compute_capability
 
 
-#: The H200 this course was measured on (`python -m rmsnorm_lessons info` there, 2026-12-02): the labelled
+#: The H200 this course was measured on (`python -m rmsnorm_lessons info` there, 2026-12-02): the
+# labelled
 #: fallback where no GPU is present, so lessons can still say what a plan does on the course's GPU.
 H200 = DeviceFacts(
-    name="NVIDIA H200", compute_capability=(9, 0), multiprocessors=132, shared_memory_per_block=48 * 1024,
+    name="NVIDIA H200", compute_capability=(9, 0), multiprocessors=132,
+    shared_memory_per_block=48 * 1024,
     shared_memory_per_block_optin=227 * 1024, shared_memory_per_multiprocessor=228 * 1024,
-    max_threads_per_multiprocessor=2048, registers_per_multiprocessor=65536, l2_bytes=60 * 1024 * 1024,
+    max_threads_per_multiprocessor=2048, registers_per_multiprocessor=65536,
+    l2_bytes=60 * 1024 * 1024,
     total_memory=150_110_011_392, driver_version=13000,
-    # measured 2026-12-03 with v7's wide kernels (results/h200-2026-12-03b/v8-rings-check.log); a GPU test
-    # asks the driver again
+    # measured 2026-12-03 with v7's wide kernels (results/h200-2026-12-03b/v8-rings-check.log); a
+    # GPU test asks the driver again
     resident_clusters=((2, 66), (4, 30)),
 )
 #: the copy bandwidth measured in the run the course's published figures come from
@@ -206,7 +215,8 @@ SAVED_DATE = "2026-12-02"
 
 
 def facts_or_fallback() -> tuple[DeviceFacts, str]:
-    """This GPU's facts and a label saying so; without a GPU, :data:`H200` labelled as saved facts."""
+    """This GPU's facts and a label saying so; without a GPU, :data:`H200` labelled as saved
+    facts."""
     if available():
         f = facts()
         return f, f"{f.name} (this GPU)"
@@ -214,7 +224,8 @@ def facts_or_fallback() -> tuple[DeviceFacts, str]:
 
 
 def copy_bandwidth_or_saved() -> tuple[float, str]:
-    """The copy bandwidth measured now on this GPU, or the H200's saved figure, with a label saying which."""
+    """The copy bandwidth measured now on this GPU, or the H200's saved figure, with a label saying
+    which."""
     if available():
         f = facts()
         return copy_bandwidth(), f"measured now on {f.name}"
@@ -253,7 +264,8 @@ def _read_facts() -> DeviceFacts:
 
 
 class Timer:
-    """CUDA events around a region: ``with Timer() as t: ...`` then ``t.ms`` (synchronises at exit)."""
+    """CUDA events around a region: ``with Timer() as t: ...`` then ``t.ms`` (synchronises at
+    exit)."""
 
     def __init__(self, stream=None):
         drv = driver()
@@ -272,13 +284,14 @@ class Timer:
         return False
 
 
-def copy_bandwidth(nbytes: int = 1 << 30, warmup: int = 3, repeats: int = 20, *, timed=None) -> float:
+def copy_bandwidth(nbytes: int = 1 << 30, warmup: int = 3, repeats: int = 20, *,
+                   timed=None) -> float:
     """Device-to-device copy bandwidth in GB/s, counting bytes read plus bytes written (median).
 
     This is the speed-of-light line of the course: a memory-bound kernel cannot move bytes faster.
-    ``timed(dst, src)``, where given, copies ``nbytes`` from ``src`` to ``dst`` its own way and returns
-    the milliseconds of each copy (the bench's copy kernel); by default each of ``warmup + repeats``
-    ``cuMemcpyDtoD`` calls is timed with events and the first ``warmup`` dropped.
+    ``timed(dst, src)``, where given, copies ``nbytes`` from ``src`` to ``dst`` its own way and
+    returns the milliseconds of each copy (the bench's copy kernel); by default each of ``warmup +
+    repeats`` ``cuMemcpyDtoD`` calls is timed with events and the first ``warmup`` dropped.
     """
     drv = driver()
     src = drv.mem_alloc(nbytes)
@@ -300,29 +313,34 @@ def copy_bandwidth(nbytes: int = 1 << 30, warmup: int = 3, repeats: int = 20, *,
         dst.free()
 
 
-# --- streams that are not PyCUDA's (PyTorch's, a raw CUstream handle) -----------------------------------
-# PyCUDA launches only on its own Stream objects. A foreign stream F is joined through a private stream S
-# and two events: S waits for what F holds so far, the launches go on S, then F waits for S. The events
-# are the driver's (cuEventRecord, cuStreamWaitEvent), called through ctypes on libcuda: PyCUDA offers
-# no way to record an event on a stream it did not make.
+# --- streams that are not PyCUDA's (PyTorch's, a raw CUstream handle)
+# ----------------------------------- PyCUDA launches only on its own Stream objects. A foreign
+# stream F is joined through a private stream S and two events: S waits for what F holds so far, the
+# launches go on S, then F waits for S. The events are the driver's (cuEventRecord,
+# cuStreamWaitEvent), called through ctypes on libcuda: PyCUDA offers no way to record an event on a
+# stream it did not make.
 
 
 def as_bytes(a):
-    """The bytes of the contiguous NumPy array ``a`` (a uint8 view: writing to it writes to ``a``), for
-    PyCUDA's copies, which go through the buffer protocol that ml_dtypes' bfloat16 does not export."""
+    """The bytes of the contiguous NumPy array ``a`` (a uint8 view: writing to it writes to ``a``),
+    for PyCUDA's copies, which go through the buffer protocol that ml_dtypes' bfloat16 does not
+    export."""
     import numpy as np
 
     return a.view(np.uint8)
 
 
 def foreign_handle(stream) -> int | None:
-    """The raw CUstream of ``stream`` when it is not a PyCUDA Stream (None for PyCUDA's or for None).
+    """The raw CUstream of ``stream`` when it is not a PyCUDA Stream (None for PyCUDA's or for
+    None).
 
-    Accepts an int handle, a PyTorch stream (``.cuda_stream``) or anything with an int ``.handle``."""
+    Accepts an int handle, a PyTorch stream (``.cuda_stream``) or anything with an int
+    ``.handle``."""
     if stream is None or type(stream).__module__.startswith("pycuda"):
         return None
     if isinstance(stream, bool):
-        raise TypeError("stream must be None, a PyCUDA Stream, a PyTorch stream or an int CUstream handle, got bool")
+        raise TypeError("stream must be None, a PyCUDA Stream, a PyTorch stream or an int CUstream "
+                        "handle, got bool")
     if isinstance(stream, int):
         handle = stream
     elif isinstance(getattr(stream, "cuda_stream", None), int):
@@ -330,8 +348,8 @@ def foreign_handle(stream) -> int | None:
     elif isinstance(getattr(stream, "handle", None), int):
         handle = stream.handle
     else:
-        raise TypeError(f"stream must be None, a PyCUDA Stream, a PyTorch stream or an int CUstream handle, "
-                        f"got {type(stream).__module__}.{type(stream).__name__}")
+        raise TypeError(f"stream must be None, a PyCUDA Stream, a PyTorch stream or an int "
+                        f"CUstream handle, got {type(stream).__module__}.{type(stream).__name__}")
     if handle < 0:
         raise ValueError(f"stream handle must be a CUstream (a non-negative int), got {handle}")
     return handle

@@ -1,10 +1,10 @@
 """Notebook support: the ``%%gpu`` cell magic, a one-line status banner, and the record of verdicts.
 
-A cell that launches kernels starts with ``%%gpu`` (and carries the cell tag ``gpu``). Where a GPU works
-the cell runs as usual. Where not, it says so in one sentence and shows the output the same cell made
-on the course's GPU, read from the notebook file itself (the lessons ship with the outputs of an H200
-run, and ``python -m rmsnorm_lessons.execute`` records in the notebook's metadata where and when that
-run was), so the prose that follows still has its tables and figures beside it.
+A cell that launches kernels starts with ``%%gpu`` (and carries the cell tag ``gpu``). Where a GPU
+works the cell runs as usual. Where not, it says so in one sentence and shows the output the same
+cell made on the course's GPU, read from the notebook file itself (the lessons ship with the outputs
+of an H200 run, and ``python -m rmsnorm_lessons.execute`` records in the notebook's metadata where
+and when that run was), so the prose that follows still has its tables and figures beside it.
 
 Where :data:`rmsnorm_lessons.verdicts.ENV` names a file (the workshop hub sets it), a cell whose
 value is a check's verdict is recorded there (:mod:`rmsnorm_lessons.verdicts`) for the instructor's
@@ -54,7 +54,8 @@ def _body(source: str) -> str:
 
 
 def _notebooks() -> list[Path]:
-    # JupyterLab tells the kernel its notebook (JPY_SESSION_NAME); otherwise the kernel's folder holds it
+    # JupyterLab tells the kernel its notebook (JPY_SESSION_NAME); otherwise the kernel's folder
+    # holds it
     named = os.environ.get("JPY_SESSION_NAME")
     found = [Path(named)] if named and named.endswith(".ipynb") and Path(named).is_file() else []
     return found + sorted(Path.cwd().glob("*.ipynb"))
@@ -63,8 +64,8 @@ def _notebooks() -> list[Path]:
 def saved_outputs(cell: str, notebooks=None):
     """``(outputs, "NVIDIA H200, 2026-12-02")`` saved for the %%gpu cell with this code, or None.
 
-    Looks in the running notebook's file (and the other notebooks of its folder) for a cell with the same
-    code whose outputs came from a GPU run recorded in the notebook's metadata.
+    Looks in the running notebook's file (and the other notebooks of its folder) for a cell with the
+    same code whose outputs came from a GPU run recorded in the notebook's metadata.
     """
     want = _body(cell)
     for path in notebooks if notebooks is not None else _notebooks():
@@ -80,7 +81,8 @@ def saved_outputs(cell: str, notebooks=None):
                 continue
             source = "".join(c.get("source", []))
             if source.startswith("%%gpu") and _body(source) == want:
-                return c["outputs"], f"{run.get('device', 'a GPU')}, {run.get('date', 'date not recorded')}"
+                return c["outputs"], (f"{run.get('device', 'a GPU')}, "
+                                      f"{run.get('date', 'date not recorded')}")
     return None
 
 
@@ -94,7 +96,8 @@ def show(outputs) -> None:
             text = "".join(out.get("text", []))
             print(text, end="" if text.endswith("\n") else "\n")
         elif kind in ("display_data", "execute_result"):
-            data = {k: "".join(v) if isinstance(v, list) else v for k, v in out.get("data", {}).items()}
+            data = {k: "".join(v) if isinstance(v, list) else v for k,
+                    v in out.get("data", {}).items()}
             publish_display_data(data, out.get("metadata", {}))
         elif kind == "error":
             print(f"{out.get('ename')}: {out.get('evalue')}")
@@ -125,7 +128,8 @@ def load_ipython_extension(ipython) -> None:
 
 
 def setup() -> str:
-    """Register ``%%gpu`` in the running IPython and return a one-line summary of what works here."""
+    """Register ``%%gpu`` in the running IPython and return a one-line summary of what works
+    here."""
     try:
         from IPython import get_ipython
 
@@ -137,6 +141,7 @@ def setup() -> str:
     reason = gpu.why_unavailable()
     if reason is None:
         f = gpu.facts()
-        return f"GPU: {f.name} ({f.arch}, {f.multiprocessors} SMs): every cell of this lesson runs here."
-    return (f"No GPU here: cells marked %%gpu show the output they made on the course's GPU instead of "
-            f"running. {reason}")
+        return (f"GPU: {f.name} ({f.arch}, {f.multiprocessors} SMs): every cell of this lesson "
+                f"runs here.")
+    return (f"No GPU here: cells marked %%gpu show the output they made on the course's GPU "
+            f"instead of running. {reason}")

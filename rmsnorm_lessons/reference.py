@@ -1,8 +1,8 @@
 """The NumPy reference: RMSNorm forward and backward, as the seed's CPU code computes them.
 
-Shapes are ``(N, C)`` or ``(B, T, C)`` (the second is flattened to ``N = B*T`` rows). The arithmetic runs in
-``dtype``: float32 reproduces the seed's CPU reference, float64 is the oracle the GPU versions are
-checked against. bf16 inputs are widened exactly before the arithmetic.
+Shapes are ``(N, C)`` or ``(B, T, C)`` (the second is flattened to ``N = B*T`` rows). The arithmetic
+runs in ``dtype``: float32 reproduces the seed's CPU reference, float64 is the oracle the GPU
+versions are checked against. bf16 inputs are widened exactly before the arithmetic.
 """
 from __future__ import annotations
 
@@ -19,7 +19,8 @@ def _rows(x, name: str, dtype) -> np.ndarray:
 
 
 def forward(inp, weight, eps: float = EPS, dtype=np.float64):
-    """Return ``(out, rstd)``: ``rstd = 1/sqrt(mean(x**2) + eps)`` per row and ``out = x * rstd * weight``.
+    """Return ``(out, rstd)``: ``rstd = 1/sqrt(mean(x**2) + eps)`` per row and ``out = x * rstd *
+    weight``.
 
     ``out`` has the shape of ``inp``; ``rstd`` has its leading shape (``(N,)`` or ``(B, T)``).
     """
@@ -36,9 +37,9 @@ def forward(inp, weight, eps: float = EPS, dtype=np.float64):
 def backward(dout, inp, weight, rstd, dinp=None, dweight=None, dtype=np.float64):
     """Return ``(dinp, dweight)`` after accumulating this call's gradients into them, like the seed.
 
-    ``dinp += rstd * (dnorm - norm * mean(dnorm * norm))`` with ``norm = inp*rstd``, ``dnorm = weight*dout``,
-    and ``dweight += sum over rows of norm * dout``. ``dinp`` and ``dweight`` default to zeros; when given
-    they are not modified: new arrays in ``dtype`` are returned.
+    ``dinp += rstd * (dnorm - norm * mean(dnorm * norm))`` with ``norm = inp*rstd``, ``dnorm =
+    weight*dout``, and ``dweight += sum over rows of norm * dout``. ``dinp`` and ``dweight`` default
+    to zeros; when given they are not modified: new arrays in ``dtype`` are returned.
     """
     shape = np.shape(inp)
     x = _rows(inp, "inp", dtype)
@@ -60,15 +61,17 @@ def backward(dout, inp, weight, rstd, dinp=None, dweight=None, dtype=np.float64)
     grad_weight = np.sum(norm * g, axis=0)
 
     base_dinp = np.zeros((n, c), dtype) if dinp is None else _rows(dinp, "dinp", dtype)
-    base_dweight = np.zeros(c, dtype) if dweight is None else np.asarray(dweight).astype(dtype).reshape(c)
+    base_dweight = (np.zeros(c, dtype) if dweight is None
+                    else np.asarray(dweight).astype(dtype).reshape(c))
     return (base_dinp + grad_inp).reshape(shape), base_dweight + grad_weight
 
 
 def loss_gradients_fd(dout, inp, weight, eps: float = EPS, h: float = 1e-6, rows=None, cols=None):
     """Central finite differences of ``L = sum(dout * forward(inp, weight))`` in float64.
 
-    Returns ``(dinp_fd, dweight_fd)`` at the chosen ``rows`` x ``cols`` of ``inp`` (all by default) and
-    every channel of ``weight``; compare with :func:`backward`, which computes the same derivatives.
+    Returns ``(dinp_fd, dweight_fd)`` at the chosen ``rows`` x ``cols`` of ``inp`` (all by default)
+    and every channel of ``weight``; compare with :func:`backward`, which computes the same
+    derivatives.
     """
     x = _rows(inp, "inp", np.float64).copy()
     g = _rows(dout, "dout", np.float64)
@@ -105,9 +108,10 @@ def loss_gradients_fd(dout, inp, weight, eps: float = EPS, h: float = 1e-6, rows
 def random_problem(N: int, C: int, dtype=np.float32, seed=None, accumulate: bool = True):
     """Random inputs for one backward call, like the seed's (uniform in [-1, 1]).
 
-    Returns a dict with ``dout, inp, weight, rstd, dinp, dweight``: ``rstd`` is computed in float32 from
-    the (possibly bf16-rounded) ``inp``, as the forward kernel would; with ``accumulate`` the initial
-    ``dinp`` and ``dweight`` are random too, so a kernel that overwrites instead of adding is caught.
+    Returns a dict with ``dout, inp, weight, rstd, dinp, dweight``: ``rstd`` is computed in float32
+    from the (possibly bf16-rounded) ``inp``, as the forward kernel would; with ``accumulate`` the
+    initial ``dinp`` and ``dweight`` are random too, so a kernel that overwrites instead of adding
+    is caught.
     """
     from .bf16 import bfloat16
 
@@ -126,4 +130,5 @@ def random_problem(N: int, C: int, dtype=np.float32, seed=None, accumulate: bool
     else:
         dinp, dweight = np.zeros((N, C), dtype), np.zeros(C, dtype)
     assert dtype in (np.dtype(np.float32), bfloat16), dtype
-    return dict(dout=dout, inp=inp, weight=weight, rstd=rstd.astype(np.float32), dinp=dinp, dweight=dweight)
+    return dict(dout=dout, inp=inp, weight=weight, rstd=rstd.astype(np.float32), dinp=dinp,
+                dweight=dweight)

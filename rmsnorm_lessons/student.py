@@ -1,31 +1,33 @@
 """The student edition of the course: ``python -m rmsnorm_lessons student OUT/``.
 
-The notebooks ship as the instructor edition: every exercise filled in between nbgrader's region markers,
-so every check cell says PASS on a GPU. The student edition is the same notebooks with each solution
-region replaced by its skeleton, the outputs of the solution cells and of the cells that show or check
-their answers cleared, and every other output (the H200 tables and figures) kept.
+The notebooks ship as the instructor edition: every exercise filled in between nbgrader's region
+markers, so every check cell says PASS on a GPU. The student edition is the same notebooks with each
+solution region replaced by its skeleton, the outputs of the solution cells and of the cells that
+show or check their answers cleared, and every other output (the H200 tables and figures) kept.
 
 Markers. A line containing ``BEGIN SOLUTION`` opens a solution region and a line containing
 ``END SOLUTION`` closes it, whatever the comment mark (``### BEGIN SOLUTION`` in Python,
-``// ### BEGIN SOLUTION`` inside a cell's CUDA text): nbgrader's ClearSolutions matches the delimiter text
-inside the line the same way (its current source: ``if self.begin_solution_delimeter in line``; versions
-before 0.6 compared the whole stripped line with ``### BEGIN SOLUTION``, which a ``//`` line does not
-match). Right after a region an optional skeleton block holds what the student edition has instead:
+``// ### BEGIN SOLUTION`` inside a cell's CUDA text): nbgrader's ClearSolutions matches the
+delimiter text inside the line the same way (its current source: ``if self.begin_solution_delimeter
+in line``; versions before 0.6 compared the whole stripped line with ``### BEGIN SOLUTION``, which a
+``//`` line does not match). Right after a region an optional skeleton block holds what the student
+edition has instead:
 
-* in CUDA text, ``#if 0 // ### BEGIN SKELETON`` ... ``#endif // ### END SKELETON``: the lines between are
-  kept as they are (in the instructor edition the preprocessor skips them);
-* in Python, ``### BEGIN SKELETON`` ... ``### END SKELETON`` with every line commented out by ``# ``,
-  which is removed.
+* in CUDA text, ``#if 0 // ### BEGIN SKELETON`` ... ``#endif // ### END SKELETON``: the lines
+  between are kept as they are (in the instructor edition the preprocessor skips them);
+* in Python, ``### BEGIN SKELETON`` ... ``### END SKELETON`` with every line commented out by ``#
+  ``, which is removed.
 
-Without a skeleton block the region is simply removed: a Python exercise keeps its placeholder before the
-region (``answer = None``) or after it (``return None``), which the solution overrides.
+Without a skeleton block the region is simply removed: a Python exercise keeps its placeholder
+before the region (``answer = None``) or after it (``return None``), which the solution overrides.
 
-Why a few lines of our own rather than nbgrader's preprocessor: ClearSolutions replaces a region by one
-stub per notebook language (Python's ``# YOUR CODE HERE`` / ``raise NotImplementedError()``). Inside a CUDA
-string that stub is not CUDA (``# YOUR`` is an invalid preprocessor directive), so the kernel would not
-compile, and in a Python cell it raises, so the student edition would not run top to bottom; neither can
-keep the given code around a CUDA region nor put back a skeleton that compiles and says NOT YET. The
-markers stay nbgrader's, so an instructor who grades with nbgrader can still find the regions.
+Why a few lines of our own rather than nbgrader's preprocessor: ClearSolutions replaces a region by
+one stub per notebook language (Python's ``# YOUR CODE HERE`` / ``raise NotImplementedError()``).
+Inside a CUDA string that stub is not CUDA (``# YOUR`` is an invalid preprocessor directive), so the
+kernel would not compile, and in a Python cell it raises, so the student edition would not run top
+to bottom; neither can keep the given code around a CUDA region nor put back a skeleton that
+compiles and says NOT YET. The markers stay nbgrader's, so an instructor who grades with nbgrader
+can still find the regions.
 """
 from __future__ import annotations
 
@@ -69,7 +71,8 @@ def strip_solutions(text: str) -> str:
         j = i + 1
         while j < len(lines) and END not in lines[j]:
             if BEGIN in lines[j]:
-                raise MarkerError(f"line {j + 1}: a {BEGIN} inside the region opened at line {i + 1}")
+                raise MarkerError(f"line {j + 1}: a {BEGIN} inside the region opened at line "
+                                  f"{i + 1}")
             j += 1
         if j == len(lines):
             raise MarkerError(f"line {i + 1}: {BEGIN} without {END}")
@@ -88,7 +91,8 @@ def strip_solutions(text: str) -> str:
 
 
 def solution_only(text: str) -> str:
-    """The instructor's text without the skeleton blocks and the marker lines (what the solution reads as)."""
+    """The instructor's text without the skeleton blocks and the marker lines (what the solution
+    reads as)."""
     lines, out, skip = text.split("\n"), [], False
     for line in lines:
         if BEGIN_SKELETON in line:
@@ -130,7 +134,8 @@ def student_notebook(nb: dict) -> dict:
             answers.update({a or b for a, b in _BOUND.findall(text)} - bound_elsewhere)
             cell["source"] = strip_solutions(text)
             _clear(cell)
-        elif check_calls(text) or (answers and re.search(r"\b(" + "|".join(map(re.escape, sorted(answers)))
+        elif check_calls(text) or (answers
+                                   and re.search(r"\b(" + "|".join(map(re.escape, sorted(answers)))
                                                          + r")\b", text)):
             _clear(cell)  # it checks or shows an answer
     return nb

@@ -1,7 +1,8 @@
 """Helpers shared by the tests (imported by them; nothing here touches a GPU at import).
 
-* GPU tests: device copies of a problem, the :class:`~rmsnorm_lessons.launch.Tensors` of them, the float64
-  reference and the comparison (through ``check.compare_outputs``, the course's one comparison).
+* GPU tests: device copies of a problem, the :class:`~rmsnorm_lessons.launch.Tensors` of them, the
+  float64 reference and the comparison (through ``check.compare_outputs``, the course's one
+  comparison).
 * CPU tests: :func:`install_fake_cuda` replaces the driver, the device and the compiler seen by
   :mod:`rmsnorm_lessons.launch` with fakes that record what would be launched, so a real
   :class:`~rmsnorm_lessons.launch.Launcher` can be exercised without a GPU.
@@ -29,11 +30,13 @@ def to_device(p: dict) -> dict:
 
 def tensors(dev: dict) -> launch.Tensors:
     """The device addresses of a dict of GPUArrays (or of anything with an int address)."""
-    return launch.Tensors(**{k: int(getattr(dev[k], "gpudata", dev[k])) for k in launch.Tensors._fields})
+    return launch.Tensors(**{k: int(getattr(dev[k], "gpudata", dev[k]))
+                             for k in launch.Tensors._fields})
 
 
 def free(dev: dict) -> None:
-    """Free the device memory of GPUArrays made by :func:`to_device` (now, not at garbage collection)."""
+    """Free the device memory of GPUArrays made by :func:`to_device` (now, not at garbage
+    collection)."""
     for a in dev.values():
         data = getattr(a, "gpudata", None)
         if data is not None and hasattr(data, "free"):
@@ -43,17 +46,20 @@ def free(dev: dict) -> None:
 def reference_of(p: dict, dinp=None, dweight=None):
     """The float64 reference for problem ``p``, accumulating into its own (or the given) outputs."""
     return reference.backward(p["dout"], p["inp"], p["weight"], p["rstd"],
-                              p["dinp"] if dinp is None else dinp, p["dweight"] if dweight is None else dweight)
+                              p["dinp"] if dinp is None else dinp, p["dweight"] if dweight is None
+                              else dweight)
 
 
 def compare(version, N, got, want, label=""):
-    """Both comparisons with the course's tolerances (``check.compare_outputs``); prints ||err||/||ref|| and
-    max |err| (see ``-s``); returns ``(dinp comparison, dweight comparison)``."""
+    """Both comparisons with the course's tolerances (``check.compare_outputs``); prints
+    ||err||/||ref|| and max |err| (see ``-s``); returns ``(dinp comparison, dweight
+    comparison)``."""
     spec = kernels.get(version)
     report = check.compare_outputs(spec, N, got, want, name=spec.name)
     a, b = report.dinp, report.dweight
-    print(f"{spec.name:<15} {label:<22} dinp ||err||/||ref|| {a.rel_l2_error:.2e} max {a.max_abs_error:.2e} | "
-          f"dweight ||err||/||ref|| {b.rel_l2_error:.2e} max {b.max_abs_error:.2e}", flush=True)
+    print(f"{spec.name:<15} {label:<22} dinp ||err||/||ref|| {a.rel_l2_error:.2e} max "
+          f"{a.max_abs_error:.2e} | dweight ||err||/||ref|| {b.rel_l2_error:.2e} max "
+          f"{b.max_abs_error:.2e}", flush=True)
     return a, b
 
 
@@ -63,7 +69,7 @@ def bits(x) -> np.ndarray:
     return x.view(np.uint32 if x.dtype.itemsize == 4 else np.uint16)
 
 
-# ------------------------------------------------------------------------------------------------------
+# --------------------------------------------------------------------------------------------------
 # kernel signatures, read from the CUDA text
 
 
@@ -72,7 +78,8 @@ def _strip_comments(text: str) -> str:
     return re.sub(r"//[^\n]*", " ", text)
 
 
-_ENTRY = re.compile(r'extern\s+"C"\s+__global__\s+(?:void\s+)?(?:__launch_bounds__\s*(\((?:[^()]|\([^()]*\))*\))\s*)?'
+_ENTRY = re.compile(r'extern\s+"C"\s+__global__\s+(?:void\s+)?'
+                    r'(?:__launch_bounds__\s*(\((?:[^()]|\([^()]*\))*\))\s*)?'
                     r'(?:void\s+)?(\w+)\s*\(')
 
 
@@ -112,7 +119,8 @@ def kernel_signatures(cuda_text: str) -> dict:
             params.append(Param(pm.group(2), "*" in ctype or bool(pm.group(3)), ctype))
         bounds = bounds[1:-1].strip() if bounds else None
         first = bounds.split(",")[0].strip() if bounds else None
-        found[name] = Signature(name, tuple(params), bounds, int(first) if first and first.isdigit() else None)
+        found[name] = Signature(name, tuple(params), bounds, int(first) if first
+                                and first.isdigit() else None)
     return found
 
 
@@ -134,14 +142,15 @@ _INCLUDE = re.compile(r'^#include "([^"]+)"', re.M)
 
 
 def rung_signatures(version) -> dict:
-    """The signatures of a rung's kernels, from its CUDA (``kernels/<name>.cu`` or its registered source)
-    and the headers of kernels/ it includes (v7_fast's staged and wide kernels are in its headers)."""
+    """The signatures of a rung's kernels, from its CUDA (``kernels/<name>.cu`` or its registered
+    source) and the headers of kernels/ it includes (v7_fast's staged and wide kernels are in its
+    headers)."""
     _, text, _ = build.kernel_text(ladder.get(version))
     headers = [build.kernel_source(name) for name in _INCLUDE.findall(text)]
     return kernel_signatures("\n".join([text, *headers]))
 
 
-# ------------------------------------------------------------------------------------------------------
+# --------------------------------------------------------------------------------------------------
 # a fake CUDA for the launcher (CPU tests)
 
 
@@ -167,7 +176,8 @@ class FakeAllocation:
 
 
 class FakeStream:
-    """Looks like a PyCUDA Stream to the launcher (its module name starts with pycuda, as PyCUDA's does)."""
+    """Looks like a PyCUDA Stream to the launcher (its module name starts with pycuda, as PyCUDA's
+    does)."""
 
     __module__ = "pycuda.fake"
     _next = 0x5000
@@ -207,8 +217,9 @@ class FakeDriver:
 
     Error = FakeDriverError
     LogicError = FakeLogicError
-    function_attribute = SimpleNamespace(SHARED_SIZE_BYTES="SHARED_SIZE_BYTES",
-                                         MAX_DYNAMIC_SHARED_SIZE_BYTES="MAX_DYNAMIC_SHARED_SIZE_BYTES")
+    function_attribute = SimpleNamespace(
+        SHARED_SIZE_BYTES="SHARED_SIZE_BYTES",
+        MAX_DYNAMIC_SHARED_SIZE_BYTES="MAX_DYNAMIC_SHARED_SIZE_BYTES")
 
     def __init__(self, static=0, fail=False):
         self.static = static  # int, or {kernel: static shared bytes}
@@ -244,16 +255,18 @@ class FakeModule:
         if name not in self.kernels:
             raise FakeLogicError(f"cuModuleGetFunction failed: named symbol not found ({name})")
         if name not in self.functions:
-            static = self.driver.static.get(name, 0) if isinstance(self.driver.static, dict) else self.driver.static
+            static = self.driver.static.get(name, 0) if isinstance(self.driver.static,
+                                                                   dict) else self.driver.static
             self.functions[name] = FakeFunction(self.driver, name, static)
         return self.functions[name]
 
 
-def install_fake_cuda(monkeypatch, device=gpu.H200, static=0, fail=False, kernels_in_module=None) -> FakeDriver:
+def install_fake_cuda(monkeypatch, device=gpu.H200, static=0, fail=False,
+                      kernels_in_module=None) -> FakeDriver:
     """Make :mod:`rmsnorm_lessons.launch` see a fake driver, ``device`` and a fake compiled module.
 
-    The caller must call ``launch.release()`` before ``monkeypatch`` is undone when it used the launcher
-    cache (the :func:`fake_cuda` fixtures of the tests do).
+    The caller must call ``launch.release()`` before ``monkeypatch`` is undone when it used the
+    launcher cache (the :func:`fake_cuda` fixtures of the tests do).
     """
     drv = FakeDriver(static=static, fail=fail)
 
@@ -281,7 +294,7 @@ def install_fake_cuda(monkeypatch, device=gpu.H200, static=0, fail=False, kernel
     return drv
 
 
-# ------------------------------------------------------------------------------------------------------
+# --------------------------------------------------------------------------------------------------
 # a stand-in for a GPUArray (CPU tests of the checks)
 
 
@@ -310,7 +323,8 @@ FAKE_SPACING = 1 << 40  # far enough apart that no two fake tensors overlap, eve
 
 
 def fakes(version, N=6, C=16, **override) -> dict:
-    """Fake GPUArrays for every tensor of a call, each at its own address (16-byte aligned, no overlap)."""
+    """Fake GPUArrays for every tensor of a call, each at its own address (16-byte aligned, no
+    overlap)."""
     spec = kernels.get(version)
     shapes = dict(dout=(N, C), inp=(N, C), weight=(C,), rstd=(N,), dinp=(N, C), dweight=(C,))
     out = {}
@@ -334,14 +348,15 @@ def clock_hz() -> float:
     return gpu.require().device.get_attribute(drv.device_attribute.CLOCK_RATE) * 1e3
 
 
-# ------------------------------------------------------------------------------------------------------
-# code that may end the process (PyCUDA aborts when a thread exits with a context on its stack): run it
-# in a child process, so that the test fails and the rest of the session goes on
+# --------------------------------------------------------------------------------------------------
+# code that may end the process (PyCUDA aborts when a thread exits with a context on its stack): run
+# it in a child process, so that the test fails and the rest of the session goes on
 
 
 def run_in_child(code: str, timeout: float = 600) -> str:
-    """Run Python ``code`` in a fresh interpreter (the repository and tests/ on its path); fail the test,
-    with the child's output, unless it exits with status 0 and prints ``CHILD OK`` last. Returns stdout."""
+    """Run Python ``code`` in a fresh interpreter (the repository and tests/ on its path); fail the
+    test, with the child's output, unless it exits with status 0 and prints ``CHILD OK`` last.
+    Returns stdout."""
     import os
     import textwrap
     from pathlib import Path
@@ -359,6 +374,7 @@ def run_in_child(code: str, timeout: float = 600) -> str:
         else:
             signal = f" (killed by signal {-done.returncode})" if done.returncode < 0 else ""
             status = f"exited with status {done.returncode}{signal}"
-        raise AssertionError(f"the child process {status}\n--- stdout (end) ---\n{done.stdout[-3000:]}\n"
-                             f"--- stderr (end) ---\n{done.stderr[-5000:]}")
+        raise AssertionError(f"the child process {status}\n--- stdout (end) "
+                             f"---\n{done.stdout[-3000:]}\n--- stderr (end) "
+                             f"---\n{done.stderr[-5000:]}")
     return done.stdout

@@ -9,12 +9,12 @@ What it does, as an instructor and two learners would:
 2. before the instructor ever logs in, someone else tries the instructor's name with guesses (the
    name, a learner's password, ...): refused; then logs each learner in, in their own browser
    context (own cookies), with the password on the sheet the hub wrote;
-3. checks on disk that each home is private (0700) and holds the student edition, owned by the learner,
-   equal to the one the hub wrote (solutions stripped);
-4. opens lesson 01 in each JupyterLab and runs its first two code cells (CPU only: the set-up line and
-   the NumPy forward pass), which must print the forward pass's rstd;
-5. writes a file from learner 1's notebook and checks, from learner 2's notebook, the browser and the
-   shell, that learner 2 can neither read it nor list learner 1's home;
+3. checks on disk that each home is private (0700) and holds the student edition, owned by the
+   learner, equal to the one the hub wrote (solutions stripped);
+4. opens lesson 01 in each JupyterLab and runs its first two code cells (CPU only: the set-up line
+   and the NumPy forward pass), which must print the forward pass's rstd;
+5. writes a file from learner 1's notebook and checks, from learner 2's notebook, the browser and
+   the shell, that learner 2 can neither read it nor list learner 1's home;
 6. runs a check in each learner's notebook (lesson 01's, a wrong answer), which records its verdict
    in the learner's home; the instructor logs in with the printed password and opens the dashboard
    (``/services/dashboard/``): both learners' rows, NOT YET; learner 1 then passes the check and the
@@ -24,8 +24,9 @@ What it does, as an instructor and two learners would:
    running as the three accounts (by process id), and deletes the accounts and their homes with
    ``--remove-accounts`` (the hub recorded creating them).
 
-Skipped, with the reason, where it cannot run: not root, no useradd/userdel, no Chromium or Playwright,
-no configurable-http-proxy and no npm to install it, no world-runnable Python for the learners.
+Skipped, with the reason, where it cannot run: not root, no useradd/userdel, no Chromium or
+Playwright, no configurable-http-proxy and no npm to install it, no world-runnable Python for the
+learners.
 """
 from __future__ import annotations
 
@@ -72,14 +73,19 @@ def _proxy_reason() -> str | None:
 pytestmark = [
     pytest.mark.slow,
     pytest.mark.skipif(not hasattr(os, "geteuid") or os.geteuid() != 0,
-                       reason="the hub must run as root: it creates local accounts and starts servers as them"),
-    pytest.mark.skipif(not (shutil.which("useradd") and shutil.which("userdel")), reason="useradd/userdel missing"),
+                       reason="the hub must run as root: it creates local accounts and starts "
+                              "servers as them"),
+    pytest.mark.skipif(not (shutil.which("useradd") and shutil.which("userdel")),
+                       reason="useradd/userdel missing"),
     pytest.mark.skipif(not Path(CHROMIUM).exists(),
-                       reason=f"{CHROMIUM} is missing (apt-get install chromium; .ci/run installs it)"),
+                       reason=f"{CHROMIUM} is missing (apt-get install chromium; .ci/run installs "
+                              f"it)"),
     pytest.mark.skipif(_PLAYWRIGHT is not None, reason=_PLAYWRIGHT or ""),
     pytest.mark.skipif(not os.access(HUB_PYTHON, os.X_OK),
-                       reason=f"{HUB_PYTHON} is missing: the learners need a Python every user can run"),
-    pytest.mark.skipif(shutil.which("make") is None, reason="make is missing: the hub starts with `make hub`"),
+                       reason=f"{HUB_PYTHON} is missing: the learners need a Python every user can "
+                              f"run"),
+    pytest.mark.skipif(shutil.which("make") is None,
+                       reason="make is missing: the hub starts with `make hub`"),
     pytest.mark.skipif(_proxy_reason() is not None, reason=_proxy_reason() or ""),
 ]
 
@@ -96,14 +102,15 @@ def hub(tmp_path_factory):
         server.stop()
         left = [n for n in server.names if _user_exists(n) or Path(f"/home/{n}").exists()]
         assert not left, f"accounts or homes left behind: {left}"
-        assert not server.left_running, f"processes left running after the hub stopped: {server.left_running}"
+        assert not server.left_running, (f"processes left running after the hub stopped: "
+                                         f"{server.left_running}")
         assert server.removal is not None and server.removal.returncode == 0, server.removal
         for name in server.names:
             assert f"removed the account {name}" in server.removal.stdout, server.removal.stdout
         print(f"hub log: {server.log_path}")
 
 
-# ----------------------------------------------------------------------------------------------------
+# --------------------------------------------------------------------------------------------------
 # the browser side
 
 
@@ -119,21 +126,25 @@ def _login(page, hub: Hub, name: str) -> None:
     _submit_login(page, hub, name, hub.password(name))
     # the hub spawns the server and redirects into JupyterLab
     page.wait_for_url(re.compile(rf"/user/{name}/lab"), timeout=PAGE_S * 1000)
-    page.locator(".jp-DirListing-item:has-text('01_rmsnorm_math.ipynb')").first.wait_for(timeout=PAGE_S * 1000)
+    page.locator(".jp-DirListing-item:has-text('01_rmsnorm_math.ipynb')").first.wait_for(
+        timeout=PAGE_S * 1000)
 
 
 def _open_lesson(page, hub: Hub, name: str) -> None:
-    page.goto(f"{hub.url}user/{name}/lab/tree/rmsnorm-lessons/01_rmsnorm_math.ipynb", timeout=PAGE_S * 1000)
+    page.goto(f"{hub.url}user/{name}/lab/tree/rmsnorm-lessons/01_rmsnorm_math.ipynb",
+              timeout=PAGE_S * 1000)
     page.locator(".jp-NotebookPanel .jp-Notebook .jp-Cell").first.wait_for(timeout=PAGE_S * 1000)
     _wait(lambda: _kernel_ready(page), PAGE_S, "the kernel to start")
 
 
 def _cell_output(cell) -> str:
-    return cell.locator(".jp-OutputArea").inner_text() if cell.locator(".jp-OutputArea").count() else ""
+    return (cell.locator(".jp-OutputArea").inner_text() if cell.locator(".jp-OutputArea").count()
+            else "")
 
 
 def _run_cell(page, cell, what: str) -> str:
-    """Run one code cell (click into it, Shift+Enter) and return its output's text once it has a number."""
+    """Run one code cell (click into it, Shift+Enter) and return its output's text once it has a
+    number."""
     cell.locator(".cm-content").first.click()
     page.keyboard.press("Shift+Enter")
     prompt = cell.locator(".jp-InputArea-prompt")
@@ -144,7 +155,8 @@ def _run_cell(page, cell, what: str) -> str:
 
 
 def _new_cell(page, code: str, what: str, marker: str) -> str:
-    """A new code cell at the end of the notebook with ``code`` (which contains ``marker``), run; its output."""
+    """A new code cell at the end of the notebook with ``code`` (which contains ``marker``), run;
+    its output."""
     cells = page.locator(".jp-Notebook .jp-CodeCell")
     cells.last.locator(".cm-content").first.click()
     page.keyboard.press("Escape")
@@ -153,7 +165,8 @@ def _new_cell(page, code: str, what: str, marker: str) -> str:
     page.keyboard.insert_text(code)  # as text: no auto-closed brackets or auto-indent
     page.keyboard.press("Shift+Enter")
     cell = page.locator(".jp-Notebook .jp-CodeCell").filter(has_text=marker).last
-    _wait(lambda: re.match(r"\[\d+\]", cell.locator(".jp-InputArea-prompt").inner_text().strip()), 60, what)
+    _wait(lambda: re.match(r"\[\d+\]", cell.locator(".jp-InputArea-prompt").inner_text().strip()),
+          60, what)
     return _cell_output(cell)
 
 
@@ -253,12 +266,14 @@ def test_hub_two_learners(hub):
     text = f"only {one} reads this"
     shots = {}
     with sync_playwright() as p:
-        browser = p.chromium.launch(executable_path=CHROMIUM, headless=True, args=CHROMIUM_ARGS, timeout=60_000)
+        browser = p.chromium.launch(executable_path=CHROMIUM, headless=True, args=CHROMIUM_ARGS,
+                                    timeout=60_000)
         try:
             _takeover_refused(browser, hub)
             pages = {}
             for name in hub.learners:
-                context = browser.new_context(viewport={"width": 1280, "height": 900})  # own cookies
+                # own cookies
+                context = browser.new_context(viewport={"width": 1280, "height": 900})
                 context.set_default_timeout(30_000)
                 page = context.new_page()
                 _login(page, hub, name)
@@ -275,7 +290,8 @@ def test_hub_two_learners(hub):
             out = _new_cell(pages[one], "import pathlib\n"
                                         f"p = pathlib.Path.home() / {secret!r}\n"
                                         f"p.write_text({text!r})\n"
-                                        "print('wrote', p, 'owner', p.owner())", f"{one}: writing a file", secret)
+                                        "print('wrote', p, 'owner', p.owner())",
+                            f"{one}: writing a file", secret)
             assert f"wrote /home/{one}/{secret} owner {one}" in out, out
             assert (Path(f"/home/{one}") / secret).read_text() == text
             # learner 2 cannot read it, nor list learner 1's home, from their notebook ...
@@ -292,7 +308,8 @@ def test_hub_two_learners(hub):
                                         "    print('listing refused:', type(e).__name__)",
                             f"{two}: reading {one}'s file", secret)
             assert f"I am {two}" in out, out
-            assert "read refused: PermissionError" in out and "listing refused: PermissionError" in out, out
+            assert ("read refused: PermissionError" in out
+                    and "listing refused: PermissionError" in out), out
             assert text not in out
             # ... nor through learner 1's server, with learner 2's cookies
             resp = pages[two].context.request.get(f"{hub.url}user/{one}/files/{secret}")
@@ -321,10 +338,12 @@ def test_hub_two_learners(hub):
         finally:
             browser.close()
 
-    # what the hub enforces on each learner's server process (LocalProcessSpawner + hub/jupyterhub_config.py)
+    # what the hub enforces on each learner's server process (LocalProcessSpawner +
+    # hub/jupyterhub_config.py)
     for name in hub.learners:
         pids = [pid for pid in _pids_of(name)
-                if "jupyterhub-singleuser" in Path(f"/proc/{pid}/cmdline").read_bytes().decode(errors="replace")]
+                if "jupyterhub-singleuser"
+                in Path(f"/proc/{pid}/cmdline").read_bytes().decode(errors="replace")]
         assert pids, f"no jupyterhub-singleuser process runs as {name}"
         limits = Path(f"/proc/{pids[0]}/limits").read_text()
         assert re.search(r"Max processes\s+4096\s+4096", limits), limits

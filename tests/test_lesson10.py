@@ -89,7 +89,8 @@ child: bug_tail_v2 N=129 C=776: one call done
 =========     Saved host backtrace up to driver entry point at kernel launch time
 =========         Host Frame: [0x2ee4a0] in libcuda.so.1
 =========
-========= Program hit cudaErrorLaunchFailure (error 719) due to "unspecified launch failure" on CUDA API call
+========= Program hit cudaErrorLaunchFailure (error 719) due to "unspecified launch failure" on \
+CUDA API call
 =========     Saved host backtrace up to driver entry point at error
 =========
 ========= ERROR SUMMARY: 3 errors
@@ -97,7 +98,8 @@ child: bug_tail_v2 N=129 C=776: one call done
 
 RACECHECK = """\
 ========= COMPUTE-SANITIZER
-========= Error: Race reported between Write access at rmsnorm_backward_v5+0x5c0 in bug_race_v5.cu:67
+========= Error: Race reported between Write access at rmsnorm_backward_v5+0x5c0 in \
+bug_race_v5.cu:67
 =========     and Read access at rmsnorm_backward_v5+0x6a0 in bug_race_v5.cu:70 [2048 hazards]
 =========
 ========= RACECHECK SUMMARY: 1 hazard displayed (1 error, 0 warnings)
@@ -171,16 +173,33 @@ def test_each_bugs_tool_finds_it_on_the_gpu(name):
 RAW = '''==PROF== Connected to process 4242 (/usr/bin/python3.12)
 ==PROF== Profiling "rmsnorm_backward_v3": 0%....50%....100% - 9 passes
 ==PROF== Disconnected from process 4242
-"ID","Process ID","Process Name","Host Name","Kernel Name","Context","Stream","Block Size","Grid Size","Device","CC","dram__throughput.avg.pct_of_peak_sustained_elapsed","gpu__time_duration.sum","sm__warps_active.avg.pct_of_peak_sustained_active","smsp__average_warps_issue_stalled_barrier_per_issue_active.ratio","smsp__average_warps_issue_stalled_long_scoreboard_per_issue_active.ratio","smsp__average_warps_issue_stalled_lg_throttle_per_issue_active.ratio","smsp__average_warps_issue_stalled_selected_per_issue_active.ratio","smsp__average_warps_issue_stalled_short_scoreboard_per_issue_active.ratio"
+"ID","Process ID","Process Name","Host Name","Kernel Name","Context","Stream","Block Size",\
+"Grid Size","Device","CC","dram__throughput.avg.pct_of_peak_sustained_elapsed",\
+"gpu__time_duration.sum","sm__warps_active.avg.pct_of_peak_sustained_active",\
+"smsp__average_warps_issue_stalled_barrier_per_issue_active.ratio",\
+"smsp__average_warps_issue_stalled_long_scoreboard_per_issue_active.ratio",\
+"smsp__average_warps_issue_stalled_lg_throttle_per_issue_active.ratio",\
+"smsp__average_warps_issue_stalled_selected_per_issue_active.ratio",\
+"smsp__average_warps_issue_stalled_short_scoreboard_per_issue_active.ratio"
 "","","","","","","","","","","","%","usecond","%","ratio","ratio","ratio","ratio","ratio"
-"0","4242","python3.12","127.0.0.1","rmsnorm_backward_v3","1","7","(256, 1, 1)","(528, 1, 1)","0","9.0","31.52","1,234.56","46.20","0.80","9.40","0.30","1.00","6.50"
+"0","4242","python3.12","127.0.0.1","rmsnorm_backward_v3","1","7","(256, 1, 1)","(528, 1, 1)","0",\
+"9.0","31.52","1,234.56","46.20","0.80","9.40","0.30","1.00","6.50"
 '''
 
-DETAILS = '''"ID","Process ID","Process Name","Host Name","Kernel Name","Context","Stream","Block Size","Grid Size","Device","CC","Section Name","Metric Name","Metric Unit","Metric Value"
-"0","4242","python3.12","127.0.0.1","rmsnorm_backward_v7","1","7","(512, 1, 1)","(132, 1, 1)","0","9.0","Command line profiler metrics","dram__throughput.avg.pct_of_peak_sustained_elapsed","%","77.95"
-"0","4242","python3.12","127.0.0.1","rmsnorm_backward_v7","1","7","(512, 1, 1)","(132, 1, 1)","0","9.0","Command line profiler metrics","gpu__time_duration.sum","msecond","0.14"
-"0","4242","python3.12","127.0.0.1","rmsnorm_backward_v7","1","7","(512, 1, 1)","(132, 1, 1)","0","9.0","Command line profiler metrics","sm__warps_active.avg.pct_of_peak_sustained_active","%","24.91"
-"0","4242","python3.12","127.0.0.1","rmsnorm_backward_v7","1","7","(512, 1, 1)","(132, 1, 1)","0","9.0","Command line profiler metrics","smsp__average_warps_issue_stalled_long_scoreboard_per_issue_active.ratio","ratio","4.26"
+DETAILS = '''\
+"ID","Process ID","Process Name","Host Name","Kernel Name","Context","Stream","Block Size",\
+"Grid Size","Device","CC","Section Name","Metric Name","Metric Unit","Metric Value"
+"0","4242","python3.12","127.0.0.1","rmsnorm_backward_v7","1","7","(512, 1, 1)","(132, 1, 1)","0",\
+"9.0","Command line profiler metrics","dram__throughput.avg.pct_of_peak_sustained_elapsed","%",\
+"77.95"
+"0","4242","python3.12","127.0.0.1","rmsnorm_backward_v7","1","7","(512, 1, 1)","(132, 1, 1)","0",\
+"9.0","Command line profiler metrics","gpu__time_duration.sum","msecond","0.14"
+"0","4242","python3.12","127.0.0.1","rmsnorm_backward_v7","1","7","(512, 1, 1)","(132, 1, 1)","0",\
+"9.0","Command line profiler metrics","sm__warps_active.avg.pct_of_peak_sustained_active","%",\
+"24.91"
+"0","4242","python3.12","127.0.0.1","rmsnorm_backward_v7","1","7","(512, 1, 1)","(132, 1, 1)","0",\
+"9.0","Command line profiler metrics",\
+"smsp__average_warps_issue_stalled_long_scoreboard_per_issue_active.ratio","ratio","4.26"
 '''
 
 

@@ -1,4 +1,5 @@
-"""Packaging (CPU): environment.yml agrees with pyproject.toml; README, .ci/run and the Makefile agree."""
+"""Packaging (CPU): environment.yml agrees with pyproject.toml; README, .ci/run and the Makefile
+agree."""
 import re
 from pathlib import Path
 
@@ -11,8 +12,8 @@ try:
 except ImportError:  # Python 3.10
     tomllib = pytest.importorskip("tomli")
 
-# conda-only entries: the interpreter, pip, and the CUDA compiler that pip users get from NVIDIA's wheels
-# (tools/setup-venv.sh installs nvidia-cuda-nvcc and friends where no nvcc is found)
+# conda-only entries: the interpreter, pip, and the CUDA compiler that pip users get from NVIDIA's
+# wheels (tools/setup-venv.sh installs nvidia-cuda-nvcc and friends where no nvcc is found)
 CONDA_ONLY = {"python", "pip", "cuda-nvcc", "cuda-version", "cuda-nvdisasm"}
 # the same package under another name on conda-forge (PyPI name -> conda name)
 CONDA_NAME = {"playwright": "playwright-python"}  # conda-forge's `playwright` is the Node.js CLI
@@ -41,7 +42,9 @@ def _pip_requirements() -> dict:
     for r in reqs:
         name, spec = _split(r)
         name = CONDA_NAME.get(name, name)
-        assert out.get(name, spec) == spec, f"{name} is pinned two ways in pyproject.toml: {out[name]} and {spec}"
+        assert out.get(name,
+                       spec) == spec, (f"{name} is pinned two ways in pyproject.toml: {out[name]} "
+                                       f"and {spec}")
         out[name] = spec
     return out
 
@@ -121,7 +124,8 @@ def test_readme_gives_make_test():
     readme = ROOT / "README.md"
     if not readme.exists():
         pytest.skip("README.md is not written yet")
-    assert re.search(r"(?m)^\s*(\$\s*)?make test\b", readme.read_text()), "README.md does not show `make test`"
+    assert re.search(r"(?m)^\s*(\$\s*)?make test\b",
+                     readme.read_text()), "README.md does not show `make test`"
 
 
 def test_makefile_has_a_sanitize_target():
@@ -134,9 +138,11 @@ def test_every_package_folder_is_in_the_wheel_list():
     # packages: a new subpackage must be added there (tests/test_wheel.py checks the built wheel)
     setuptools = _pyproject()["tool"]["setuptools"]
     listed = set(setuptools["packages"])
-    found = {".".join(p.parent.relative_to(ROOT).parts) for p in (ROOT / "rmsnorm_lessons").rglob("__init__.py")
+    found = {".".join(p.parent.relative_to(ROOT).parts)
+             for p in (ROOT / "rmsnorm_lessons").rglob("__init__.py")
              if "__pycache__" not in p.parts}
-    assert found <= listed, f"packages with an __init__.py missing from pyproject's packages: {sorted(found - listed)}"
+    assert found <= listed, (f"packages with an __init__.py missing from pyproject's packages: "
+                             f"{sorted(found - listed)}")
     assert setuptools["package-dir"]["rmsnorm_lessons.kernel_sources"] == "kernels"
     assert "rmsnorm_lessons.kernel_sources" in listed
     assert set(setuptools["package-data"]["rmsnorm_lessons.kernel_sources"]) >= {"*.cu", "*.cuh"}
@@ -156,8 +162,10 @@ def test_colab_links_are_rendered_from_the_one_placeholder():
     p = subprocess.run([sys.executable, str(ROOT / "tools" / "colab_links.py"), "--check"],
                        capture_output=True, text=True, timeout=60)
     assert p.returncode == 0, f"{p.stderr}run python3 tools/colab_links.py"
-    # the placeholder is written in one place of the sources: the tool (the rest is rendered from it)
-    defined = [f for f in (ROOT / "tools").glob("*.py") if 'REPO = "https://github.com/' in f.read_text()]
+    # the placeholder is written in one place of the sources: the tool (the rest is rendered from
+    # it)
+    defined = [f for f in (ROOT / "tools").glob("*.py")
+               if 'REPO = "https://github.com/' in f.read_text()]
     assert [f.name for f in defined] == ["colab_links.py"]
 
 
@@ -166,7 +174,8 @@ def test_binder_config_installs_the_package():
 
     postbuild = ROOT / "binder" / "postBuild"
     assert os.access(postbuild, os.X_OK), "binder/postBuild must be executable"
-    assert postbuild.read_text().startswith("#!") and "pip install --no-deps -e ." in postbuild.read_text()
+    assert (postbuild.read_text().startswith("#!")
+            and "pip install --no-deps -e ." in postbuild.read_text())
     assert re.fullmatch(r"python-3\.\d+\s*", (ROOT / "binder" / "runtime.txt").read_text())
     reqs = {}
     for line in (ROOT / "binder" / "requirements.txt").read_text().splitlines():
@@ -176,5 +185,6 @@ def test_binder_config_installs_the_package():
             reqs[name] = spec
     runtime = dict(_split(r) for r in _pyproject()["project"]["dependencies"])
     for name, spec in runtime.items():
-        assert reqs.get(name) == spec, f"binder/requirements.txt: {name}{spec} (as in pyproject.toml)"
+        assert reqs.get(name) == spec, (f"binder/requirements.txt: {name}{spec} (as in "
+                                        f"pyproject.toml)")
     assert "jupyterlab" in reqs and "ipywidgets" in reqs and "nvidia-cuda-nvcc" in reqs

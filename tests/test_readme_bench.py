@@ -1,4 +1,5 @@
-"""The README's benchmark is what tools/readme_bench.py renders from the bench.json it names (CPU)."""
+"""The README's benchmark is what tools/readme_bench.py renders from the bench.json it names
+(CPU)."""
 import importlib.util
 import json
 from pathlib import Path
@@ -10,7 +11,8 @@ ROOT = Path(__file__).resolve().parent.parent
 
 @pytest.fixture(scope="module")
 def tool():
-    spec = importlib.util.spec_from_file_location("readme_bench", ROOT / "tools" / "readme_bench.py")
+    spec = importlib.util.spec_from_file_location("readme_bench",
+                                                  ROOT / "tools" / "readme_bench.py")
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
@@ -18,9 +20,11 @@ def tool():
 
 def test_readme_benchmark_is_rendered_from_its_bench_json(tool):
     source = tool.readme_source()
-    assert (ROOT / source).is_file(), f"README.md's bench:start marker names {source}, which does not exist"
+    assert (ROOT / source).is_file(), (f"README.md's bench:start marker names {source}, which does "
+                                       f"not exist")
     assert tool.readme_block() == tool.render(source), (
-        f"README.md's benchmark differs from what {source} gives: run python tools/readme_bench.py --write")
+        f"README.md's benchmark differs from what {source} gives: run python tools/readme_bench.py "
+        f"--write")
 
 
 def test_the_published_bench_has_a_manifest_and_a_plot(tool):
@@ -40,12 +44,14 @@ def _row(name, N, C, ms, tensors):
 
 def test_render_bolds_the_fastest_of_those_moving_the_same_bytes(tool, tmp_path):
     rows = [_row("v6_last_block", 8192, 1024, 0.10, 4), _row("v7_fast", 8192, 1024, 0.040, 4),
-            _row("v7_fast (dinp=)", 8192, 1024, 0.045, 3), _row("torch.compile", 8192, 1024, 0.050, 3)]
+            _row("v7_fast (dinp=)", 8192, 1024, 0.045, 3),
+            _row("torch.compile", 8192, 1024, 0.050, 3)]
     folder = tmp_path / "run"
     folder.mkdir()
     (folder / "bench.json").write_text(json.dumps(rows))
     (folder / "MANIFEST.json").write_text(json.dumps({"runs": [dict(
-        command="python -m rmsnorm_lessons bench --repeats 30 --json bench.json", produced=["bench.json"],
+        command="python -m rmsnorm_lessons bench --repeats 30 --json bench.json",
+        produced=["bench.json"],
         device="NVIDIA X", date="2027-01-02T10:00:00+00:00", packages={})]}))
     text = tool.render(folder / "bench.json")
     assert "Measured on one NVIDIA X on 2027-01-02" in text and "median of 30 launches" in text
@@ -58,12 +64,13 @@ def test_render_bolds_the_fastest_of_those_moving_the_same_bytes(tool, tmp_path)
 
 
 def test_render_gives_both_yardsticks_and_names_every_peer_with_its_version(tool, tmp_path):
-    """With the same-bytes ceilings in the run: each cell says % of copy / % of the ceiling of its mode, the
-    ceilings are a yardstick, not a column, the peers are named with the versions the run recorded, and a
-    noisy row is marked."""
+    """With the same-bytes ceilings in the run: each cell says % of copy / % of the ceiling of its
+    mode, the ceilings are a yardstick, not a column, the peers are named with the versions the run
+    recorded, and a noisy row is marked."""
     N, C = 16384, 4096  # one of the large shapes: the summary gives v7's share of the ceiling there
     rows = [_row("v6_last_block", N, C, 0.20, 4), _row("v7_fast", N, C, 0.080, 4),
-            _row("v7_fast (dinp=)", N, C, 0.060, 3), _row("torch.compile max-autotune", N, C, 0.100, 3),
+            _row("v7_fast (dinp=)", N, C, 0.060, 3),
+            _row("torch.compile max-autotune", N, C, 0.100, 3),
             _row("Quack kernel", N, C, 0.064, 3), _row("stream ceiling", N, C, 0.072, 4),
             _row("stream ceiling (dinp=)", N, C, 0.054, 3)]
     ceiling = {4: rows[5]["gbps"], 3: rows[6]["gbps"]}
@@ -74,13 +81,16 @@ def test_render_gives_both_yardsticks_and_names_every_peer_with_its_version(tool
     folder.mkdir()
     (folder / "bench.json").write_text(json.dumps(rows))
     (folder / "MANIFEST.json").write_text(json.dumps({"runs": [dict(
-        command="python -m rmsnorm_lessons bench --json bench.json", produced=["bench.json"], device="NVIDIA X",
-        date="2027-01-02", packages={"torch": "2.11.0", "quack-kernels": "0.6.5", "nvidia-cutlass-dsl": "4.8.1"})]}))
+        command="python -m rmsnorm_lessons bench --json bench.json", produced=["bench.json"],
+        device="NVIDIA X",
+        date="2027-01-02", packages={"torch": "2.11.0", "quack-kernels": "0.6.5",
+                                     "nvidia-cutlass-dsl": "4.8.1"})]}))
     text = tool.render(folder / "bench.json")
     header = next(line for line in text.splitlines() if line.startswith("| N x C"))
     assert "stream ceiling" not in header and "Quack kernel" in header
     v7_over = rows[2]
-    assert f"| **0.0600** ({v7_over['percent_of_copy']:.0f} / {v7_over['percent_of_ceiling']:.0f} %) |" in text
+    assert (f"| **0.0600** ({v7_over['percent_of_copy']:.0f} / "
+            f"{v7_over['percent_of_ceiling']:.0f} %) |") in text
     assert f"({rows[3]['percent_of_copy']:.0f} / {rows[3]['percent_of_ceiling']:.0f} %) ~ |" in text
     flat = " ".join(text.split())
     assert "same-bytes ceiling" in flat and "`~`" in flat
@@ -100,25 +110,30 @@ def test_render_says_when_the_run_timed_bursts(tool, tmp_path):
         command="python -m rmsnorm_lessons bench --json bench.json", produced=["bench.json"],
         device="NVIDIA X", date="2027-01-02T10:00:00+00:00", packages={})]}))
     text = " ".join(tool.render(folder / "bench.json").split())
-    assert "median of 50 bursts of 4 launches back to back, each burst behind an untimed launch of its kind" in text
+    assert ("median of 50 bursts of 4 launches back to back, each burst behind an untimed launch "
+            "of its kind") in text
 
 
 def test_render_names_the_run_and_claims_only_its_peers(tool, tmp_path):
-    """The sentences name the commit the run measured and the folder with its files, and the summary says
-    which peers it beat: each one this run timed, by name, never 'every peer'."""
+    """The sentences name the commit the run measured and the folder with its files, and the summary
+    says which peers it beat: each one this run timed, by name, never 'every peer'."""
     rows = [_row("v6_last_block", 8192, 1024, 0.10, 4), _row("v7_fast", 8192, 1024, 0.040, 4),
-            _row("v7_fast (dinp=)", 8192, 1024, 0.045, 3), _row("torch.compile", 8192, 1024, 0.050, 3),
+            _row("v7_fast (dinp=)", 8192, 1024, 0.045, 3),
+            _row("torch.compile", 8192, 1024, 0.050, 3),
             _row("v6_last_block", 1024, 4096, 0.02, 4), _row("v7_fast", 1024, 4096, 0.010, 4),
-            _row("v7_fast (dinp=)", 1024, 4096, 0.012, 3), _row("torch.compile", 1024, 4096, 0.011, 3)]
+            _row("v7_fast (dinp=)", 1024, 4096, 0.012, 3),
+            _row("torch.compile", 1024, 4096, 0.011, 3)]
     folder = tmp_path / "run"
     folder.mkdir()
     (folder / "bench.json").write_text(json.dumps(rows))
     run = dict(command="python -m rmsnorm_lessons bench --json bench.json", produced=["bench.json"],
-               device="NVIDIA X", date="2027-01-02", commit="0123456789abcdef", dirty=True, packages={})
+               device="NVIDIA X", date="2027-01-02", commit="0123456789abcdef", dirty=True,
+               packages={})
     (folder / "MANIFEST.json").write_text(json.dumps({"runs": [run]}))
     flat = " ".join(tool.render(folder / "bench.json").split())
     assert "the code of commit 0123456 with local changes" in flat
-    assert ("faster than each peer it timed (`torch.compile` in its default mode) at one of two shapes"
+    assert ("faster than each peer it timed (`torch.compile` in its default mode) at one of two "
+            "shapes"
             in flat), flat
     assert "every peer" not in flat
     assert f"Every file of this run is in `{folder.as_posix()}/`" in flat
@@ -128,8 +143,8 @@ def test_render_names_the_run_and_claims_only_its_peers(tool, tmp_path):
 
 
 def test_the_readme_keeps_no_figures_outside_the_rendered_run():
-    """Between the rendered block and the next heading there are no measured figures (ms, %, GB/s) from
-    other runs: the README's benchmark is one table from one run."""
+    """Between the rendered block and the next heading there are no measured figures (ms, %, GB/s)
+    from other runs: the README's benchmark is one table from one run."""
     import re
 
     text = (ROOT / "README.md").read_text()

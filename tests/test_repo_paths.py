@@ -2,9 +2,10 @@
 
 A path is a word starting with one of the repository's folders (kernels, tools, lab, notebooks,
 rmsnorm_lessons, results) followed by ``/``, in the Markdown, Python, CUDA, shell and notebook files
-and the Makefile that git tracks or would track. A glob (``notebooks/*.ipynb``) must match something; a
-placeholder component (``results/<name>/...``, ``kernels/{name}.cu``) stands for any name: the part
-before it must exist. A path inside another (``/abs/.../kernels/x``, ``https://.../tools/x``) is not one.
+and the Makefile that git tracks or would track. A glob (``notebooks/*.ipynb``) must match
+something; a placeholder component (``results/<name>/...``, ``kernels/{name}.cu``) stands for any
+name: the part before it must exist. A path inside another (``/abs/.../kernels/x``,
+``https://.../tools/x``) is not one.
 """
 import glob
 import re
@@ -18,24 +19,29 @@ FOLDERS = ("kernels", "tools", "lab", "notebooks", "rmsnorm_lessons", "results")
 SUFFIXES = (".md", ".py", ".cu", ".cuh", ".ipynb", ".sh")
 PATH = re.compile(r"(?<![\w./<>{}$-])(?:%s)/[\w.*?<>{}/-]*" % "|".join(FOLDERS))
 PLACEHOLDER = re.compile(r"<[^<>/]*>|\{[^{}/]*\}")
-#: files outside the repository that its text once pointed to (the project's design notes, its shared folder)
+#: files outside the repository that its text once pointed to (the project's design notes, its
+# shared folder)
 OUTSIDE = ("DESIGN.md", "../shared/")
 
 
 def _text_files() -> list[Path]:
     try:
-        out = subprocess.run(["git", "-C", str(ROOT), "ls-files", "--cached", "--others", "--exclude-standard"],
+        out = subprocess.run(["git", "-C", str(ROOT), "ls-files", "--cached", "--others",
+                              "--exclude-standard"],
                              capture_output=True, text=True, check=True).stdout
     except (OSError, subprocess.CalledProcessError):
         pytest.skip("not a git checkout: the tracked files are unknown")
-    files = [ROOT / f for f in out.splitlines() if f.endswith(SUFFIXES) or Path(f).name == "Makefile"]
-    # a file deleted in the work tree is still in the index; this file's examples name missing paths on purpose
+    files = [ROOT / f for f in out.splitlines() if f.endswith(SUFFIXES) or Path(f).name
+             == "Makefile"]
+    # a file deleted in the work tree is still in the index; this file's examples name missing paths
+    # on purpose
     return [f for f in files if f.is_file() and f.resolve() != Path(__file__).resolve()]
 
 
 def _clean(token: str) -> str:
     token = token.rstrip(".-")  # the end of a sentence, a dash after a path
-    while token and token[-1] in ">}" and token.count(token[-1]) > token.count("<" if token[-1] == ">" else "{"):
+    while token and token[-1] in ">}" and token.count(token[-1]) > token.count("<" if token[-1]
+                                                                               == ">" else "{"):
         token = token[:-1].rstrip(".-")
     return token
 

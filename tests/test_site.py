@@ -1,7 +1,8 @@
-"""The course website (``make site``, tools/build_site.py): built, every link checked, and read in Chromium.
+"""The course website (``make site``, tools/build_site.py): built, every link checked, and read in
+Chromium.
 
-The site is built once, with ``make site SITE_ARGS="--out <tmp>"`` (the repository is not written to but
-for the screenshots under build/screenshots/). Then:
+The site is built once, with ``make site SITE_ARGS="--out <tmp>"`` (the repository is not written to
+but for the screenshots under build/screenshots/). Then:
 
 * on disk: an index with the lessons of rmsnorm_lessons/lessons.py, one page per notebook, every
   relative link and image of every page pointing at a file that exists (so it works from file:// and
@@ -9,10 +10,11 @@ for the screenshots under build/screenshots/). Then:
 * the default build is the student edition: no solution marker and no line of a solution in a lesson
   page (``--instructor`` renders them); the CUDA of every kernel exercise is highlighted as CUDA;
 * in Chromium, from file:// with every request to the network refused (what a reader offline gets):
-  the index, then every lesson link in turn; each page's figures must load (every ``<img>`` that is not
-  a badge from the web decoded, none broken, at least one per lesson that saved a PNG), its code must be highlighted (Pygments' token
-  classes, coloured by the page's CSS), and its bar must lead to the next lesson and the kernels it reads.
-  Screenshots: build/screenshots/site-index.png and site-lesson.png.
+  the index, then every lesson link in turn; each page's figures must load (every ``<img>`` that is
+  not a badge from the web decoded, none broken, at least one per lesson that saved a PNG), its code
+  must be highlighted (Pygments' token classes, coloured by the page's CSS), and its bar must lead
+  to the next lesson and the kernels it reads. Screenshots: build/screenshots/site-index.png and
+  site-lesson.png.
 """
 from __future__ import annotations
 
@@ -48,7 +50,9 @@ except ImportError as exc:  # pragma: no cover - depends on the machine
 def site(tmp_path_factory) -> Path:
     if shutil.which("make") is None:
         pytest.skip("make is missing: the site is built with `make site`")
-    pytest.importorskip("nbconvert", reason="nbconvert is not installed: the site is rendered with its HTML exporter "
+    pytest.importorskip("nbconvert",
+                        reason="nbconvert is not installed: the site is rendered with its HTML "
+                               "exporter "
                                             "(it comes with the test and lab extras)")
     out = tmp_path_factory.mktemp("site") / "site"
     r = subprocess.run(["make", "--no-print-directory", "-C", str(ROOT), "-o", "venv", "site",
@@ -151,7 +155,8 @@ def test_site_pages_and_links(site):
             assert f'rel="next" href="{LESSONS[i + 1]}.html"' in html, name
         if i:
             assert f'rel="prev" href="{LESSONS[i - 1]}.html"' in html, name
-    for extra in ("workshop.html", "gpu-sharing.html", "kubernetes.html", Path("kernels", "index.html")):
+    for extra in ("workshop.html", "gpu-sharing.html", "kubernetes.html",
+                  Path("kernels", "index.html")):
         assert (site / extra).is_file(), extra
     print(f"{len(pages)} pages, every local link and image resolves")
 
@@ -227,7 +232,8 @@ def test_the_cuda_of_kernel_exercises_is_highlighted_as_cuda(site):
     assert '<span class="kr">__global__</span>' in cell
 
 
-# every image of the page, but badges the prose links from the web (Colab, Binder): those need the network
+# every image of the page, but badges the prose links from the web (Colab, Binder): those need the
+# network
 _IMAGES_JS = """() => [...document.images].filter(i => !/^https?:/.test(i.src))
   .map(i => ({src: i.src.slice(0, 40), ok: i.complete && i.naturalWidth > 0}))"""
 _HIGHLIGHT_JS = """() => {
@@ -251,7 +257,8 @@ def test_site_in_browser(site, tmp_path):
     SCREENSHOTS.mkdir(parents=True, exist_ok=True)
     blocked: list[str] = []
     with sync_playwright() as p:
-        browser = p.chromium.launch(executable_path=CHROMIUM, headless=True, args=CHROMIUM_ARGS, timeout=60_000)
+        browser = p.chromium.launch(executable_path=CHROMIUM, headless=True, args=CHROMIUM_ARGS,
+                                    timeout=60_000)
         try:
             context = browser.new_context(viewport={"width": 1280, "height": 1000})
             context.set_default_timeout(30_000)
@@ -266,13 +273,15 @@ def test_site_in_browser(site, tmp_path):
             page.goto(index_url)
             page.locator("table a[href$='.html']").first.wait_for()
             page.screenshot(path=str(SCREENSHOTS / "site-index.png"), full_page=True)
-            links = page.eval_on_selector_all("table tr td:first-child a", "as => as.map(a => a.href)")
+            links = page.eval_on_selector_all("table tr td:first-child a",
+                                              "as => as.map(a => a.href)")
             assert [Path(urlparse(u).path).stem for u in links] == LESSONS, links
 
             for link in links:
                 name = Path(urlparse(link).path).stem
                 page.goto(index_url)
-                page.click(f"table a[href='{name}.html']")  # follow the index's link, as a reader does
+                # follow the index's link, as a reader does
+                page.click(f"table a[href='{name}.html']")
                 page.wait_for_url(re.compile(rf"{re.escape(name)}\.html$"))
                 page.wait_for_load_state("load")
                 images = page.evaluate(_IMAGES_JS)
@@ -281,7 +290,8 @@ def test_site_in_browser(site, tmp_path):
                 if _has_png(NOTEBOOKS / f"{name}.ipynb"):
                     assert images, f"{name}: the notebook saved figures, the page shows none"
                 hl = page.evaluate(_HIGHLIGHT_JS)
-                assert hl["blocks"] > 0 and hl["tokens"] > 0 and hl["colours"] >= 2, f"{name}: code not highlighted {hl}"
+                assert hl["blocks"] > 0 and hl["tokens"] > 0 and hl["colours"] >= 2, \
+                    f"{name}: code not highlighted {hl}"
                 nav = page.locator("nav.site-nav").first
                 assert nav.locator("a[href='index.html']").count() == 1, name
                 kernel_links = nav.locator("a.kernel")
@@ -290,9 +300,10 @@ def test_site_in_browser(site, tmp_path):
                     assert (site / href).is_file(), f"{name}: {href}"
                 i = LESSONS.index(name)
                 if i + 1 < len(LESSONS):
-                    assert nav.locator("a[rel='next']").get_attribute("href") == f"{LESSONS[i + 1]}.html"
-                print(f"{name}: {len(images)} images, all loaded; {hl['tokens']} highlighted tokens; "
-                      f"{kernel_links.count()} kernel link(s)")
+                    assert (nav.locator("a[rel='next']").get_attribute("href")
+                            == f"{LESSONS[i + 1]}.html")
+                print(f"{name}: {len(images)} images, all loaded; {hl['tokens']} highlighted "
+                      f"tokens; {kernel_links.count()} kernel link(s)")
                 if name == shot_lesson:
                     first = page.locator(".jp-OutputArea-output img").first
                     if first.count():
@@ -312,15 +323,17 @@ def test_site_in_browser(site, tmp_path):
 
 
 def test_site_has_the_workshop_pages_and_values_yaml_on_paper(site):
-    """The Kubernetes page is in the site and says it is on paper; hub/values.yaml is a Zero to JupyterHub
-    configuration with a GPU profile and the same seeding (parsed here, never deployed)."""
+    """The Kubernetes page is in the site and says it is on paper; hub/values.yaml is a Zero to
+    JupyterHub configuration with a GPU profile and the same seeding (parsed here, never
+    deployed)."""
     yaml = pytest.importorskip("yaml")
     page = (site / "kubernetes.html").read_text()
     assert "on paper" in page and "values.yaml" in page
     assert "MIG" in (site / "gpu-sharing.html").read_text()
     values = yaml.safe_load((ROOT / "hub" / "values.yaml").read_text())
     single = values["singleuser"]
-    limits = [p["kubespawner_override"].get("extra_resource_limits", {}) for p in single["profileList"]]
+    limits = [p["kubespawner_override"].get("extra_resource_limits", {})
+              for p in single["profileList"]]
     assert {"nvidia.com/gpu": "1"} in limits
     assert "rmsnorm-lessons" in " ".join(single["lifecycleHooks"]["postStart"]["exec"]["command"])
     assert values["cull"]["enabled"] is True

@@ -1,5 +1,5 @@
-"""The instructor edition (solutions filled in), the student edition (``python -m rmsnorm_lessons student``)
-and ``python -m rmsnorm_lessons progress``."""
+"""The instructor edition (solutions filled in), the student edition (``python -m rmsnorm_lessons
+student``) and ``python -m rmsnorm_lessons progress``."""
 from __future__ import annotations
 
 import ast
@@ -26,12 +26,14 @@ def _src(cell):
     return "".join(cell["source"])
 
 
-# --- the markers -------------------------------------------------------------------------------------
+# --- the markers
+# -------------------------------------------------------------------------------------
 
 
 def test_cuda_region_is_replaced_by_its_skeleton():
     text = ("a;\n    // ### BEGIN SOLUTION\n    x += 1;\n    // ### END SOLUTION\n"
-            "#if 0 // ### BEGIN SKELETON\n    // TODO: add one to x\n#endif // ### END SKELETON\nb;")
+            "#if 0 // ### BEGIN SKELETON\n    // TODO: add one to x\n"
+            "#endif // ### END SKELETON\nb;")
     assert student.strip_solutions(text) == "a;\n    // TODO: add one to x\nb;"
     assert student.solution_only(text) == "a;\n    x += 1;\nb;"
 
@@ -52,7 +54,8 @@ def test_unpaired_markers_are_refused(text):
         student.strip_solutions(text)
 
 
-# --- the two editions, read without running them -----------------------------------------------------
+# --- the two editions, read without running them
+# -----------------------------------------------------
 
 
 @pytest.mark.parametrize("lesson", LESSONS)
@@ -62,7 +65,8 @@ def test_every_exercise_has_a_solution_and_the_student_edition_has_none(lesson):
     assert checks, "a lesson without an exercise"
     called = [f"lesson{n}.{fn}" for c in checks for n, fn in student.check_calls(_src(c))]
     assert list(dict.fromkeys(called)) == list(lessons.by_stem(lesson).exercises)
-    solutions = [c for c in nb["cells"] if c["cell_type"] == "code" and student.has_solution(_src(c))]
+    solutions = [c for c in nb["cells"] if c["cell_type"] == "code"
+                 and student.has_solution(_src(c))]
     assert len(solutions) == len(checks), "one solution cell per check"
     st = student.student_notebook(nb)
     assert len(st["cells"]) == len(nb["cells"])
@@ -76,13 +80,14 @@ def test_every_exercise_has_a_solution_and_the_student_edition_has_none(lesson):
         elif before.get("outputs"):
             kept += after["outputs"] == before["outputs"]
     # the H200's tables and figures stay
-    assert kept >= sum(1 for c in nb["cells"] if c.get("outputs") and not student.has_solution(_src(c))
+    assert kept >= sum(1 for c in nb["cells"] if c.get("outputs")
+                       and not student.has_solution(_src(c))
                        and not student.check_calls(_src(c))) - 1
 
 
 def _solution_lines(text: str) -> tuple[set, set]:
-    """A cell's solution regions as (each two neighbouring lines, stripped, of 12 characters or more;
-    the code of each region that has one such line only, without its comment)."""
+    """A cell's solution regions as (each two neighbouring lines, stripped, of 12 characters or
+    more; the code of each region that has one such line only, without its comment)."""
     pairs, singles, region = set(), set(), None
     for line in text.split("\n"):
         if student.BEGIN in line:
@@ -100,9 +105,9 @@ def _solution_lines(text: str) -> tuple[set, set]:
 
 @pytest.mark.parametrize("lesson", LESSONS)
 def test_no_solution_reaches_the_student_edition(lesson):
-    # a solution shown anywhere else (a markdown "Solution" block, a copy in another cell) hands it over:
-    # no two neighbouring lines of a solution appear together in any cell of the student edition, and no
-    # one-line solution appears at all
+    # a solution shown anywhere else (a markdown "Solution" block, a copy in another cell) hands it
+    # over: no two neighbouring lines of a solution appear together in any cell of the student
+    # edition, and no one-line solution appears at all
     nb = _nb(lesson)
     found = [_solution_lines(_src(c)) for c in nb["cells"]]
     pairs = set().union(*(f[0] for f in found))
@@ -112,8 +117,10 @@ def test_no_solution_reaches_the_student_edition(lesson):
     for i, cell in enumerate(st["cells"]):
         text = _src(cell)
         lines = [ln.strip() for ln in text.split("\n") if len(ln.strip()) >= 12]
-        shown = sorted(p for p in zip(lines, lines[1:]) if p in pairs) + sorted(x for x in singles if x in text)
-        assert not shown, f"cell {i} ({cell['cell_type']}) of the student edition shows the solution: {shown}"
+        shown = sorted(p for p in zip(lines, lines[1:]) if p in pairs) + sorted(x for x in singles
+                                                                                if x in text)
+        assert not shown, (f"cell {i} ({cell['cell_type']}) of the student edition shows the "
+                           f"solution: {shown}")
 
 
 def _student_cli(*args):
@@ -156,7 +163,8 @@ def test_student_cli_instructor_copy_and_bad_paths(tmp_path):
     assert proc.returncode == 2 and "a folder without lesson notebooks" in proc.stderr, proc.stderr
 
 
-# --- host exercises: solutions PASS, placeholders NOT YET (run in-process, no notebook kernel) ---------
+# --- host exercises: solutions PASS, placeholders NOT YET (run in-process, no notebook kernel)
+# ---------
 
 
 def _host_cells():
@@ -167,7 +175,8 @@ def _host_cells():
             text = _src(cell)
             if (cell["cell_type"] == "code" and student.has_solution(text)
                     and "kernel-exercise" not in cell["metadata"].get("tags", [])):
-                yield pytest.param(lesson, setup, text, id=f"{lesson}:{student.check_calls(text)[0][1]}")
+                yield pytest.param(lesson, setup, text,
+                                   id=f"{lesson}:{student.check_calls(text)[0][1]}")
 
 
 def _run_cell(setup, text):
@@ -183,23 +192,27 @@ def _run_cell(setup, text):
 @needs_nvcc
 @pytest.mark.parametrize("lesson,setup,text", list(_host_cells()))
 def test_host_solution_passes_and_its_placeholder_does_not(lesson, setup, text):
-    kernel_compiled_only = "check_warp_sum" in text and not gpu.available()  # CUDA: compiled here, not run
+    # CUDA: compiled here, not run
+    kernel_compiled_only = "check_warp_sum" in text and not gpu.available()
     verdict = _run_cell(setup, text)
     assert verdict.status == ("NOT VERIFIED" if kernel_compiled_only else "PASS"), verdict.message
     verdict = _run_cell(setup, student.strip_solutions(text))
     assert verdict.status == "NOT YET", verdict.message
 
 
-# --- running them -----------------------------------------------------------------------------------
+# --- running them
+# -----------------------------------------------------------------------------------
 
 
 @needs_nvcc
 @pytest.mark.slow
-@pytest.mark.timeout(900)  # lesson 09 runs for about three minutes on the H200, longer beside the suite
+# lesson 09 runs for about three minutes on the H200, longer beside the suite
+@pytest.mark.timeout(900)
 @pytest.mark.parametrize("lesson", LESSONS)
 def test_student_edition_runs_under_nbval(lesson, tmp_path):
     (written,) = student.write_student_edition([NOTEBOOKS / f"{lesson}.ipynb"], tmp_path)
-    proc = subprocess.run([sys.executable, "-m", "pytest", "--nbval-lax", "--nbval-current-env", "-q",
+    proc = subprocess.run([sys.executable, "-m", "pytest", "--nbval-lax", "--nbval-current-env",
+                           "-q",
                            "-p", "no:cacheprovider", str(written)],
                           capture_output=True, text=True, cwd=tmp_path, timeout=900)
     assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-2000:]
@@ -211,8 +224,10 @@ def test_progress_prints_one_line_per_exercise_and_a_total(tmp_path):
     lesson = "04_shared_memory"
     exercises = list(lessons.by_stem(lesson).exercises)
     student.write_student_edition([NOTEBOOKS / f"{lesson}.ipynb"], tmp_path)
-    proc = subprocess.run([sys.executable, "-m", "rmsnorm_lessons", "progress", str(NOTEBOOKS / f"{lesson}.ipynb"),
-                           str(tmp_path / f"{lesson}.ipynb")], capture_output=True, text=True, cwd=ROOT, timeout=900)
+    proc = subprocess.run([sys.executable, "-m", "rmsnorm_lessons", "progress",
+                           str(NOTEBOOKS / f"{lesson}.ipynb"),
+                           str(tmp_path / f"{lesson}.ipynb")], capture_output=True, text=True,
+                          cwd=ROOT, timeout=900)
     assert proc.returncode == 0, proc.stderr[-2000:]
     # every row starts with the learner: the owner of the notebooks' folders (this account here)
     lines = [ln.split()[1:] for ln in proc.stdout.splitlines()]
@@ -222,7 +237,8 @@ def test_progress_prints_one_line_per_exercise_and_a_total(tmp_path):
     assert [" ".join(ln[2:4]).startswith(("PASS", kernel)) for ln in instructor[:3]] == [True] * 3
     assert instructor[1][2] == "PASS" and " ".join(instructor[2][2:4]).startswith(kernel)
     n_pass = 3 if gpu.available() else 2
-    assert " ".join(instructor[3]) == (f"{lesson} total: {n_pass} PASS, 0 NOT YET, {3 - n_pass} NOT VERIFIED of 3")
+    assert " ".join(instructor[3]) == (f"{lesson} total: {n_pass} PASS, 0 NOT YET, {3 - n_pass} "
+                                       f"NOT VERIFIED of 3")
     assert all(" ".join(ln[2:4]) == "NOT YET" for ln in learner[:3]), learner
     assert " ".join(learner[3]) == f"{lesson} total: 0 PASS, 3 NOT YET, 0 NOT VERIFIED of 3"
 
@@ -238,11 +254,14 @@ def test_progress_reads_verdicts_from_outputs():
             "text/plain": "PASS: 13 blocks x 768 channels"}}]),
         cell("print(lesson05.check_half_ulp(x))", [{"output_type": "stream", "name": "stdout",
                                                     "text": "NOT VERIFIED: no GPU here\nmore\n"}]),
-        cell("lesson06.check_scratch_bytes(y)", [{"output_type": "error", "ename": "NameError", "evalue": "y"}]),
+        cell("lesson06.check_scratch_bytes(y)",
+             [{"output_type": "error", "ename": "NameError", "evalue": "y"}]),
         cell("x = 1", []),
     ]}
     got = [(r.exercise, r.status, r.message) for r in progress.verdicts(nb, "lesson")]
     assert got == [("lesson04.check_v3_atomics", "PASS", "13 blocks x 768 channels"),
                    ("lesson05.check_half_ulp", "NOT VERIFIED", "no GPU here"),
-                   ("lesson06.check_scratch_bytes", "NOT YET", "(no verdict: the cell raised NameError: y)")]
-    assert progress.totals(progress.verdicts(nb, "lesson")) == "1 PASS, 1 NOT YET, 1 NOT VERIFIED of 3"
+                   ("lesson06.check_scratch_bytes", "NOT YET",
+                    "(no verdict: the cell raised NameError: y)")]
+    assert progress.totals(progress.verdicts(nb,
+                                             "lesson")) == "1 PASS, 1 NOT YET, 1 NOT VERIFIED of 3"

@@ -20,12 +20,14 @@ pytestmark = pytest.mark.slow
 def _clean_env() -> dict:
     """No checkout in sight: conftest.py puts the repository on PYTHONPATH for notebook runs, where
     pip would find rmsnorm_lessons.egg-info and call the wheel installed already."""
-    return {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "RMSNORM_LESSONS_KERNELS", "VIRTUAL_ENV")}
+    return {k: v for k, v in os.environ.items()
+            if k not in ("PYTHONPATH", "RMSNORM_LESSONS_KERNELS", "VIRTUAL_ENV")}
 
 
 def _run(cmd, cwd, env=None, timeout=600):
     env = _clean_env() if env is None else env
-    p = subprocess.run([str(c) for c in cmd], cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout)
+    p = subprocess.run([str(c) for c in cmd], cwd=cwd, env=env, capture_output=True, text=True,
+                       timeout=timeout)
     print(f"$ {' '.join(map(str, cmd))}\n{p.stdout}{p.stderr}")
     return p
 
@@ -34,8 +36,10 @@ def _run(cmd, cwd, env=None, timeout=600):
 def wheel(tmp_path_factory):
     out = tmp_path_factory.mktemp("wheel")
     p = _run([sys.executable, "-m", "pip", "wheel", "--no-deps", "-q", "-w", out, ROOT], cwd=out)
-    if p.returncode != 0 and ("Could not find a version" in p.stderr or "No matching distribution" in p.stderr):
-        pytest.skip(f"no package index or cache for the build backend: {p.stderr.strip().splitlines()[-1]}")
+    if p.returncode != 0 and ("Could not find a version" in p.stderr
+                              or "No matching distribution" in p.stderr):
+        pytest.skip(f"no package index or cache for the build backend: "
+                    f"{p.stderr.strip().splitlines()[-1]}")
     assert p.returncode == 0, p.stderr
     (whl,) = out.glob("rmsnorm_lessons-*.whl")
     return whl
@@ -61,29 +65,34 @@ def test_the_wheel_ships_every_module_and_kernel(wheel):
     names = set(zipfile.ZipFile(wheel).namelist())
     for path in sorted((ROOT / "rmsnorm_lessons").rglob("*.py")):
         if "__pycache__" not in path.parts:
-            assert path.relative_to(ROOT).as_posix() in names, f"{path.relative_to(ROOT)} is not in the wheel"
+            assert path.relative_to(ROOT).as_posix() in names, (f"{path.relative_to(ROOT)} is not "
+                                                                f"in the wheel")
     for lesson in lessons.LESSONS:  # for `student` and `progress` (lessons.notebook_dir)
         shipped = "/".join(("rmsnorm_lessons", "notebooks", lesson.notebook))
         assert shipped in names, f"{lesson.notebook} is not in the wheel"
     assert not [n for n in names if n.endswith(".failed.ipynb") or n.endswith("conftest.py")]
     for path in sorted((ROOT / "kernels").iterdir()):
         if path.suffix in (".cu", ".cuh"):
-            shipped = "/".join(("rmsnorm_lessons", "kernel_sources", path.name))  # the mapped package
+            # the mapped package
+            shipped = "/".join(("rmsnorm_lessons", "kernel_sources", path.name))
             assert shipped in names, f"kernels/{path.name} is not in the wheel"
-    meta = zipfile.ZipFile(wheel).read(next(n for n in names if n.endswith(".dist-info/METADATA"))).decode()
+    meta = zipfile.ZipFile(wheel).read(next(n for n in names
+                                            if n.endswith(".dist-info/METADATA"))).decode()
     assert "License-Expression: MIT AND CC-BY-4.0" in meta
     assert any(n.endswith("licenses/LICENSE") for n in names)
 
 
 @pytest.fixture
 def elsewhere(tmp_path):
-    """A folder with no checkout in sight, and an environment without the repository on PYTHONPATH."""
+    """A folder with no checkout in sight, and an environment without the repository on
+    PYTHONPATH."""
     return tmp_path, _clean_env()
 
 
 def test_inspect_from_another_folder(venv, elsewhere):
     cwd, env = elsewhere
-    p = _run([venv, "-m", "rmsnorm_lessons", "inspect", "v6_last_block", "--arch", "sm_90"], cwd, env)
+    p = _run([venv, "-m", "rmsnorm_lessons", "inspect", "v6_last_block", "--arch", "sm_90"], cwd,
+             env)
     assert p.returncode == 0, p.stderr
     assert "rmsnorm_backward_v6" in p.stdout and "registers" in p.stdout
 
@@ -96,7 +105,8 @@ from rmsnorm_lessons.exercises import lesson01
 print("kernels from", rl.build.kernel_dir())
 assert "site-packages" in str(rl.build.kernel_dir()), rl.build.kernel_dir()
 compiled = rl.build.compile_file("v7_fast")
-print("compiled v7_fast:", len(compiled.binary), "bytes of cubin,", ", ".join(sorted(compiled.resources)))
+print("compiled v7_fast:", len(compiled.binary), "bytes of cubin,", \
+", ".join(sorted(compiled.resources)))
 import numpy as np
 def term2(dout, inp, weight, rstd):
     norm = inp * rstd[:, None]

@@ -6,25 +6,25 @@ HTTP server, e.g. ``python -m http.server -d build/site``):
 * ``index.html``: the README's opening paragraph and the lessons (from rmsnorm_lessons/lessons.py),
   each lesson a link, and its kernel a link to the kernel's page (or, where a lesson builds
   several, the kernel files it reads);
-* ``<lesson>.html`` per notebook in ``notebooks/``: the notebook as committed, with the outputs it was
-  saved with (the H200's tables and figures, the widgets' saved state), a bar to the previous lesson,
-  the index and the next lesson, and links to the kernels the lesson reads;
+* ``<lesson>.html`` per notebook in ``notebooks/``: the notebook as committed, with the outputs it
+  was saved with (the H200's tables and figures, the widgets' saved state), a bar to the previous
+  lesson, the index and the next lesson, and links to the kernels the lesson reads;
 * ``kernels/<file>.html`` for every file of ``kernels/``, highlighted, with a link to the plain file
   (copied beside it);
-* ``workshop.html``, ``gpu-sharing.html``, ``kubernetes.html``: hub/README.md, hub/gpu-sharing.md and
-  hub/kubernetes.md (running the course for a room of learners).
+* ``workshop.html``, ``gpu-sharing.html``, ``kubernetes.html``: hub/README.md, hub/gpu-sharing.md
+  and hub/kubernetes.md (running the course for a room of learners).
 
-Renderer: nbconvert's HTML exporter with its ``lab`` template. It is installed already (JupyterLab pulls
-it in), so the site costs no new dependency and no Node build; it writes each figure into the page as a
-base64 PNG (a page is one file, no broken image paths), highlights code with Pygments at build time (no
-JavaScript needed to read the code), and embeds the widgets' saved state, which
+Renderer: nbconvert's HTML exporter with its ``lab`` template. It is installed already (JupyterLab
+pulls it in), so the site costs no new dependency and no Node build; it writes each figure into the
+page as a base64 PNG (a page is one file, no broken image paths), highlights code with Pygments at
+build time (no JavaScript needed to read the code), and embeds the widgets' saved state, which
 ``@jupyter-widgets/html-manager`` renders in the browser. Jupyter Book 2 / MyST would give a nicer
 theme and cross-references but needs Node and its own build of every page; mkdocs-jupyter wraps this
-same nbconvert step in MkDocs. What needs the network when the page is opened: MathJax (the formulas)
-and the widget manager, both loaded from a CDN as nbconvert's template does; without it the formulas
-show as TeX source and a widget's place stays empty, and everything else (text, code, figures, tables)
-is in the page. Code cells are highlighted as Python, but for the CUDA inside them (the
-triple-quoted string a kernel exercise hands to its check), which is highlighted as CUDA.
+same nbconvert step in MkDocs. What needs the network when the page is opened: MathJax (the
+formulas) and the widget manager, both loaded from a CDN as nbconvert's template does; without it
+the formulas show as TeX source and a widget's place stays empty, and everything else (text, code,
+figures, tables) is in the page. Code cells are highlighted as Python, but for the CUDA inside them
+(the triple-quoted string a kernel exercise hands to its check), which is highlighted as CUDA.
 
 The default is the student edition (``python -m rmsnorm_lessons student``: solutions replaced by
 their skeletons, the cells that show or check an answer without their outputs); ``--instructor``
@@ -59,7 +59,8 @@ PYTHON_MAGICS = ("gpu",)
 
 NAV_CSS = """
 .site-nav { display: flex; gap: 1.2rem; align-items: baseline; flex-wrap: wrap; padding: .6rem 1rem;
-  margin: 0 0 1rem; background: #f3f5f8; border-bottom: 1px solid #d0d7de; font: 15px system-ui, sans-serif;
+  margin: 0 0 1rem; background: #f3f5f8; border-bottom: 1px solid #d0d7de; font: 15px system-ui, \
+sans-serif;
   position: sticky; top: 0; z-index: 10; }
 .site-nav.site-footer { position: static; margin: 2rem 0 0; border-top: 1px solid #d0d7de; }
 .site-nav a { color: #0a58ca; text-decoration: none; }
@@ -68,17 +69,19 @@ NAV_CSS = """
 .site-nav .kernels { margin-left: auto; color: #555; }
 """
 CSS = NAV_CSS + """
-body.site { font-family: system-ui, -apple-system, "Segoe UI", sans-serif; max-width: 60rem; margin: 0 auto;
+body.site { font-family: system-ui, -apple-system, "Segoe UI", sans-serif; max-width: 60rem; \
+margin: 0 auto;
   padding: 0 1.5rem 3rem; line-height: 1.5; color: #1d1d1f; }
 body.site table { border-collapse: collapse; margin: 1rem 0; }
-body.site th, body.site td { border: 1px solid #d0d7de; padding: .3rem .6rem; vertical-align: top; text-align: left; }
+body.site th, body.site td { border: 1px solid #d0d7de; padding: .3rem .6rem; vertical-align: top; \
+text-align: left; }
 body.site code { background: #f3f5f8; padding: 0 .2em; border-radius: 3px; }
 body.site pre { background: #f6f8fa; padding: .8rem; overflow-x: auto; border-radius: 4px; }
 body.site .highlight pre { background: #f6f8fa; }
 """
 
 
-# ----------------------------------------------------------------------------------------------------
+# --------------------------------------------------------------------------------------------------
 # sources
 
 
@@ -119,7 +122,7 @@ def kernels_of(nb: dict, row: dict | None) -> list[str]:
     return seen
 
 
-# ----------------------------------------------------------------------------------------------------
+# --------------------------------------------------------------------------------------------------
 # rendering
 
 
@@ -138,7 +141,8 @@ def _markdown(text: str) -> str:
                 lexer = TextLexer()
             return highlight(code, lexer, HtmlFormatter())
 
-    md = mistune.create_markdown(renderer=Renderer(escape=False), plugins=["table", "strikethrough"])
+    md = mistune.create_markdown(renderer=Renderer(escape=False),
+                                 plugins=["table", "strikethrough"])
     return md(text)
 
 
@@ -183,21 +187,25 @@ def _page(title: str, nav: str, body: str, depth: int = 0) -> str:
     return (f'<!DOCTYPE html>\n<html lang="en">\n<head>\n<meta charset="utf-8">\n'
             f'<meta name="viewport" content="width=device-width, initial-scale=1">\n'
             f"<title>{html.escape(title)}</title>\n"
-            f'<link rel="stylesheet" href="{up}site.css">\n<link rel="stylesheet" href="{up}pygments.css">\n'
-            f'</head>\n<body class="site">\n{nav}\n<main>\n{body}\n</main>\n</body>\n</html>\n')
+            f'<link rel="stylesheet" href="{up}site.css">\n<link rel="stylesheet" '
+            f'href="{up}pygments.css">\n</head>\n<body '
+            f'class="site">\n{nav}\n<main>\n{body}\n</main>\n</body>\n</html>\n')
 
 
-def _nav(lessons: list[str], here: str | None = None, kernels: list[str] = (), depth: int = 0) -> str:
+def _nav(lessons: list[str], here: str | None = None, kernels: list[str] = (),
+         depth: int = 0) -> str:
     up = "../" * depth
     mark = ' class="here"' if here == "index" else ""
     parts = [f'<a href="{up}index.html"{mark}>Course index</a>']
     if here in lessons:
         i = lessons.index(here)
         if i > 0:
-            parts.append(f'<a class="prev" rel="prev" href="{up}{lessons[i - 1]}.html">&larr; {lessons[i - 1]}</a>')
+            parts.append(f'<a class="prev" rel="prev" href="{up}{lessons[i - 1]}.html">&larr; '
+                         f'{lessons[i - 1]}</a>')
         parts.append(f'<span class="here">{here}</span>')
         if i + 1 < len(lessons):
-            parts.append(f'<a class="next" rel="next" href="{up}{lessons[i + 1]}.html">{lessons[i + 1]} &rarr;</a>')
+            parts.append(f'<a class="next" rel="next" '
+                         f'href="{up}{lessons[i + 1]}.html">{lessons[i + 1]} &rarr;</a>')
     parts.append(f'<a href="{up}kernels/index.html">Kernels</a>')
     parts.append(f'<a href="{up}workshop.html">Workshop</a>')
     if kernels:
@@ -223,7 +231,8 @@ def render_lesson(path: Path, lessons: list[str], row: dict | None,
     body, _ = exporter.from_notebook_node(nb, resources={"metadata": {"name": path.stem}})
     nav = _nav(lessons, path.stem, kernels)
     style = f"<style>{NAV_CSS}</style>"
-    body = re.sub(r"<title>.*?</title>", f"<title>{html.escape(path.stem)}: rmsnorm-lessons</title>", body,
+    body = re.sub(r"<title>.*?</title>",
+                  f"<title>{html.escape(path.stem)}: rmsnorm-lessons</title>", body,
                   count=1, flags=re.S)
     body = body.replace("</head>", f"{style}\n</head>", 1)
     body, n = re.subn(r"(<body[^>]*>)", lambda m: f"{m.group(1)}\n{nav}", body, count=1)
@@ -276,17 +285,20 @@ def build(out: Path, instructor: bool = False) -> list[Path]:
     kernel_files = sorted(p for p in KERNELS.iterdir() if p.suffix in (".cu", ".cuh"))
     for k in kernel_files:
         shutil.copyfile(k, out / "kernels" / k.name)
-        (out / "kernels" / f"{k.name}.html").write_text(render_kernel(k, lessons, users.get(k.name, [])))
+        (out / "kernels" / f"{k.name}.html").write_text(render_kernel(k, lessons,
+                                                                      users.get(k.name, [])))
     items = "\n".join(f'<li><a href="{k.name}.html"><code>{k.name}</code></a>'
                       f'{" (" + ", ".join(users[k.name]) + ")" if k.name in users else ""}</li>'
                       for k in kernel_files)
     (out / "kernels" / "index.html").write_text(
-        _page("Kernels", _nav(lessons, None, depth=1), f"<h1>The kernels</h1>\n<ul>\n{items}\n</ul>", depth=1))
+        _page("Kernels", _nav(lessons, None, depth=1),
+              f"<h1>The kernels</h1>\n<ul>\n{items}\n</ul>", depth=1))
 
     for src, name, title in PAGES:
         if src.is_file():
+            pages = dict((s.stem, n) for s, n, _ in PAGES)
             text = re.sub(r"\]\((\w[\w-]*)\.md\)",
-                          lambda m: f"]({dict((s.stem, n) for s, n, _ in PAGES).get(m.group(1), m.group(1) + '.md')})",
+                          lambda m: f"]({pages.get(m.group(1), m.group(1) + '.md')})",
                           src.read_text())
             (out / name).write_text(_page(title, _nav(lessons, name), _markdown(text)))
             written.append(out / name)
@@ -307,21 +319,24 @@ def build(out: Path, instructor: bool = False) -> list[Path]:
     edition = ("the notebooks as committed, solutions included (the instructor edition)"
                if instructor else "the student edition (solutions replaced by skeletons)")
     index = (f"# rmsnorm-lessons\n\n{readme_intro()}\n\n## The lessons\n\n" + "\n".join(table) +
-             f"\n\nEvery page is {edition}, with the outputs they were saved with (made on an NVIDIA H200). "
-             f"[The kernels]({KDIR}/index.html) are the CUDA files the lessons compile.\n\n"
+             f"\n\nEvery page is {edition}, with the outputs they were saved with (made on an "
+             f"NVIDIA H200). [The kernels]({KDIR}/index.html) are the CUDA files the lessons "
+             f"compile.\n\n"
              "## For instructors\n\n"
-             "- [Running a workshop](workshop.html): a JupyterHub for a room of learners on one GPU machine.\n"
-             "- [Twenty learners on one H200](gpu-sharing.html): time-slicing, MPS, MIG, and what they do "
-             "to the timings the lessons show.\n"
+             "- [Running a workshop](workshop.html): a JupyterHub for a room of learners on one "
+             "GPU machine.\n- [Twenty learners on one H200](gpu-sharing.html): time-slicing, MPS, "
+             "MIG, and what they do to the timings the lessons show.\n"
              "- [Past one machine](kubernetes.html): Zero to JupyterHub on Kubernetes.\n")
-    (out / "index.html").write_text(_page("rmsnorm-lessons", _nav(lessons, "index"), _markdown(index)))
+    (out / "index.html").write_text(_page("rmsnorm-lessons", _nav(lessons, "index"),
+                                          _markdown(index)))
     written.insert(0, out / "index.html")
     return written
 
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--out", default=str(ROOT / "build" / "site"), help="folder to write (replaced)")
+    ap.add_argument("--out", default=str(ROOT / "build" / "site"),
+                    help="folder to write (replaced)")
     ap.add_argument("--instructor", action="store_true",
                     help="the notebooks as committed, solutions in (default: the student edition)")
     args = ap.parse_args(argv)

@@ -4,12 +4,13 @@
 The repository's public URL is not known yet: REPO is a placeholder. When the course is published,
 change REPO here (and only here), then run
 
-    python3 tools/colab_links.py            # rewrites the README's Colab block and lesson 00's Colab cell
-    python3 tools/colab_links.py --check    # exit 1 if either differs from what REPO renders (a test runs this)
+    python3 tools/colab_links.py            # rewrites the README's Colab block and lesson 00's
+    Colab cell python3 tools/colab_links.py --check    # exit 1 if either differs from what REPO
+    renders (a test runs this)
 
-It writes the README between <!-- colab:start --> and <!-- colab:end --> and, in notebooks/00_setup.ipynb,
-the markdown cell tagged ``colab-setup`` (inserted right after the lesson's title cell when missing:
-the course's shape wants the title first), under the notebooks'
+It writes the README between <!-- colab:start --> and <!-- colab:end --> and, in
+notebooks/00_setup.ipynb, the markdown cell tagged ``colab-setup`` (inserted right after the
+lesson's title cell when missing: the course's shape wants the title first), under the notebooks'
 lock (/tmp/notebooks.lock).
 """
 from __future__ import annotations
@@ -56,12 +57,14 @@ def binder_url() -> str:
 
 
 def setup_commands() -> list[str]:
-    """What to run in the first cell of a Colab GPU runtime (Runtime > Change runtime type > GPU)."""
+    """What to run in the first cell of a Colab GPU runtime (Runtime > Change runtime type >
+    GPU)."""
     return [
         f"!git clone --depth 1 {REPO}.git",
         f"%cd {_path().split('/')[1]}",
         "!pip install -q -e .                   # the course and its helpers",
-        "!pip install -q pycuda                 # PyCUDA, built against the runtime's CUDA (/usr/local/cuda)",
+        "!pip install -q pycuda                 # PyCUDA, built against the runtime's CUDA "
+        "(/usr/local/cuda)",
         f"!command -v nvcc || pip install -q {NVCC_WHEELS}",
         "!python -m rmsnorm_lessons info         # what works here: GPU, PyCUDA, nvcc",
     ]
@@ -76,30 +79,41 @@ def _links_table() -> list[str]:
 
 def readme_block() -> str:
     lines = [START,
-             "Every lesson opens in Colab with a GPU runtime (Runtime > Change runtime type). The course is",
-             "verified on an H200 only: on Colab's T4 (sm_75) v7_fast does not build yet. Run the set-up lines",
+             "Every lesson opens in Colab with a GPU runtime (Runtime > Change runtime type). The "
+             "course is",
+             "verified on an H200 only: on Colab's T4 (sm_75) v7_fast does not build yet. Run the "
+             "set-up lines",
              "below in the first cell. They clone the course, install it and PyCUDA, and",
-             "install NVIDIA's nvcc wheels only where the runtime has no `nvcc`; `%cd` makes the checkout the",
-             "working folder, so `import rmsnorm_lessons` and `kernels/` work at once (no restart needed).",
-             "For the widgets, Colab needs `from google.colab import output; output.enable_custom_widget_manager()`.",
+             "install NVIDIA's nvcc wheels only where the runtime has no `nvcc`; `%cd` makes the "
+             "checkout the",
+             "working folder, so `import rmsnorm_lessons` and `kernels/` work at once (no restart "
+             "needed).",
+             "For the widgets, Colab needs `from google.colab import output; "
+             "output.enable_custom_widget_manager()`.",
              "",
              "```", *setup_commands(), "```", "",
              *_links_table(), "",
-             f"Binder (no GPU: the math, compiling, SASS, plots and widgets): [![Binder]({BINDER_BADGE})]({binder_url()})",
+             f"Binder (no GPU: the math, compiling, SASS, plots and widgets): "
+             f"[![Binder]({BINDER_BADGE})]({binder_url()})",
              "",
              f"`{REPO}` is a placeholder until the course is published: it is defined once, in",
-             "`tools/colab_links.py`, which renders this block and lesson 00's Colab cell (a test keeps them equal).",
+             "`tools/colab_links.py`, which renders this block and lesson 00's Colab cell (a test "
+             "keeps them equal).",
              END]
     return "\n".join(lines)
 
 
 def cell_source() -> str:
     lines = ["## Run this course on Colab or Binder", "",
-             "On **Colab** (a free GPU): Runtime > Change runtime type > GPU, then paste into a new first code cell",
+             "On **Colab** (a free GPU): Runtime > Change runtime type > GPU, then paste into a "
+             "new first code cell",
              "and run it:", "", "```", *setup_commands(), "```", "",
              *_links_table(), "",
-             f"On **Binder** (no GPU: the math, compiling, SASS, plots and widgets): [![Binder]({BINDER_BADGE})]({binder_url()})",
-             "", f"(`{REPO}` is a placeholder until the course is published; `tools/colab_links.py` renders this cell.)"]
+             f"On **Binder** (no GPU: the math, compiling, SASS, plots and widgets): "
+             f"[![Binder]({BINDER_BADGE})]({binder_url()})",
+             "",
+             f"(`{REPO}` is a placeholder until the course is published; `tools/colab_links.py` "
+             f"renders this cell.)"]
     return "\n".join(lines)
 
 
@@ -130,7 +144,8 @@ def problems() -> list[str]:
     if cell is None:
         out.append(f"{LESSON00.name} has no markdown cell tagged {TAG}")
     elif i != 1 or cell.get("cell_type") != "markdown" or _source(cell) != cell_source():
-        out.append(f"{LESSON00.name}'s {TAG} cell is not the markdown cell after the title, rendered from REPO")
+        out.append(f"{LESSON00.name}'s {TAG} cell is not the markdown cell after the title, "
+                   f"rendered from REPO")
     return out
 
 
@@ -144,16 +159,19 @@ def write() -> None:
         if cell is not None:
             nb["cells"].pop(i)
         nb["cells"].insert(1, {"cell_type": "markdown", "id": "colab-setup",
-                               "metadata": {"tags": [TAG]}, "source": cell_source().splitlines(keepends=True)})
+                               "metadata": {"tags": [TAG]},
+                               "source": cell_source().splitlines(keepends=True)})
         with open(LESSON00, "w", encoding="utf-8") as f:
             json.dump(nb, f, indent=1, ensure_ascii=False)
             f.write("\n")
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(description="Render the Colab/Binder links from REPO (see the module docstring).")
+    ap = argparse.ArgumentParser(description="Render the Colab/Binder links from REPO (see the "
+                                             "module docstring).")
     ap.add_argument("--check", action="store_true", help="change nothing; exit 1 when out of date")
-    ap.add_argument("--commands", action="store_true", help="print the Colab set-up commands and exit")
+    ap.add_argument("--commands", action="store_true",
+                    help="print the Colab set-up commands and exit")
     args = ap.parse_args(argv)
     if args.commands:
         print("\n".join(setup_commands()))

@@ -6,12 +6,12 @@
     python tools/readme_bench.py results/<name>/bench.json --write   # publish another run
 
 README.md holds the rendered text between ``<!-- bench:start PATH -->`` and ``<!-- bench:end -->``;
-PATH (from the repository root) is the bench.json it was rendered from, so without a path argument the
-tool re-renders from the file the README names. The figures (ms, % of copy, copy bandwidth, speedups)
-come from that file, written by ``python -m rmsnorm_lessons bench --json``; the device, the date, the
-command's --repeats and the Liger-Kernel version come from the run that produced it in the MANIFEST.json
-beside it (lab/manifest.py); the plot is the bench.png beside it, where there is one.
-tests/test_readme_bench.py fails when README.md differs from what this renders.
+PATH (from the repository root) is the bench.json it was rendered from, so without a path argument
+the tool re-renders from the file the README names. The figures (ms, % of copy, copy bandwidth,
+speedups) come from that file, written by ``python -m rmsnorm_lessons bench --json``; the device,
+the date, the command's --repeats and the Liger-Kernel version come from the run that produced it in
+the MANIFEST.json beside it (lab/manifest.py); the plot is the bench.png beside it, where there is
+one. tests/test_readme_bench.py fails when README.md differs from what this renders.
 """
 from __future__ import annotations
 
@@ -39,7 +39,8 @@ PEER_LABELS = {"torch eager": "PyTorch eager",
                "torch.compile max-autotune": "`torch.compile` in `max-autotune-no-cudagraphs` mode",
                "Quack": "Quack", "Quack kernel": "Quack's kernel alone",
                "Quack tuned": "Quack's tuned entry point"}
-WORDS = {1: "one", 2: "two", 3: "three", 4: "four", 5: "five", 6: "six", 7: "seven", 8: "eight", 9: "nine"}
+WORDS = {1: "one", 2: "two", 3: "three", 4: "four", 5: "five", 6: "six", 7: "seven", 8: "eight",
+         9: "nine"}
 DEFAULT_REPEATS = 50  # python -m rmsnorm_lessons bench --repeats
 
 
@@ -117,15 +118,18 @@ def _peer_versions(names, packages: dict) -> str | None:
     if quack:
         version = packages.get("quack-kernels")
         dsl = packages.get("nvidia-cutlass-dsl")
-        forms = {"Quack": "its whole call", "Quack kernel": "its kernel alone, without the dweight sum",
+        forms = {"Quack": "its whole call",
+                 "Quack kernel": "its kernel alone, without the dweight sum",
                  "Quack tuned": "its autotuned entry point"}
-        parts.append(f"Quack{f' {version}' if version else ''}{f' (CUTLASS DSL {dsl})' if dsl else ''}: "
+        parts.append(f"Quack{f' {version}' if version else ''}"
+                     f"{f' (CUTLASS DSL {dsl})' if dsl else ''}: "
                      f"{_and(forms[n] for n in quack)}")
     return "; ".join(parts) if parts else None
 
 
 def render(bench_json) -> str:
-    """The text between the README's markers, for this bench.json (a path from the repository root or absolute)."""
+    """The text between the README's markers, for this bench.json (a path from the repository root
+    or absolute)."""
     from rmsnorm_lessons.bench import LARGE_SHAPES, STREAM_NAME
 
     bench_json = Path(bench_json)
@@ -145,7 +149,8 @@ def render(bench_json) -> str:
     for r in rows:
         t = round(r["bytes"] / (r["N"] * r["C"] * 2))
         if tensors.setdefault(r["name"], t) != t:
-            raise ValueError(f"{r['name']} moves {t} and {tensors[r['name']]} tensors at different shapes")
+            raise ValueError(f"{r['name']} moves {t} and {tensors[r['name']]} tensors at different "
+                             f"shapes")
     fewest = min(tensors.values())
     same_bytes = [n for n in names if tensors[n] == fewest]
 
@@ -157,22 +162,25 @@ def render(bench_json) -> str:
     for t in sorted(set(tensors.values()), reverse=True):
         members = [n for n in names if tensors[n] == t]
         verb = "accumulate into `dinp`" if t == 4 else "overwrite it" if t == 3 else "move"
-        groups.append(f"{_and(LABELS.get(n, f'`{n}`') for n in members)} {verb} ({t} x N x C x 2 bytes)")
-    burst = max(r.get("burst", 1) for r in rows)  # runs before 2026-12-03 timed one launch at a time
+        groups.append(f"{_and(LABELS.get(n, f'`{n}`') for n in members)} {verb} ({t} x N x C x 2 "
+                      f"bytes)")
+    # runs before 2026-12-03 timed one launch at a time
+    burst = max(r.get("burst", 1) for r in rows)
     timed = (f"median of {_repeats(run['command'])} launches" if burst == 1 else
-             f"median of {_repeats(run['command'])} bursts of {burst} launches back to back, each burst behind "
-             f"an untimed launch of its kind")
+             f"median of {_repeats(run['command'])} bursts of {burst} launches back to back, each "
+             f"burst behind an untimed launch of its kind")
     commit = run.get("commit")
     code = (f", the code of commit {commit[:7]}{' with local changes' if run.get('dirty') else ''}"
             if commit else "")
     sentence = (f"Measured on one {device} on {date} (`python -m rmsnorm_lessons bench`{code}, "
                 f"one process, CUDA events, "
                 f"{timed}, inputs rotated through buffers larger than L2; "
-                f"copy bandwidth {_range(copy, lambda x: f'{x:.0f}')} GB/s in the same run). Milliseconds, and in "
-                f"brackets the % of the copy bandwidth")
+                f"copy bandwidth {_range(copy, lambda x: f'{x:.0f}')} GB/s in the same run). "
+                f"Milliseconds, and in brackets the % of the copy bandwidth")
     if ceilings:
-        sentence += (" / the % of the same-bytes ceiling (an elementwise kernel that moves exactly the bytes of "
-                     "the row's mode with no reduction, timed in the same run at the same shape)")
+        sentence += (" / the % of the same-bytes ceiling (an elementwise kernel that moves exactly "
+                     "the bytes of the row's mode with no reduction, timed in the same run at the "
+                     "same shape)")
     sentence += f" for the bytes each one must move: {'; '.join(groups)}"
     if len(same_bytes) > 1 and len(groups) > 1:
         sentence += f", so compare those {_word(len(same_bytes))} on time"
@@ -181,7 +189,8 @@ def render(bench_json) -> str:
     if versions:
         sentence += f" Peers: {versions}."
     if any(r.get("noisy") for r in rows):
-        sentence += " `~`: a row whose spread (p90 - p10) stayed above 20 % of its median when timed again."
+        sentence += (" `~`: a row whose spread (p90 - p10) stayed above 20 % of its median when "
+                     "timed again.")
     out += [*_wrap(sentence), ""]
 
     out.append("| N x C | " + " | ".join(names) + " |")
@@ -206,23 +215,26 @@ def render(bench_json) -> str:
 
 
 def _summary(names, shapes, cell, same_bytes, run, large_shapes) -> str | None:
-    """v7 against the seed's design, against the peers on the same bytes, and its % of copy and of the
-    ceiling at the large shapes."""
+    """v7 against the seed's design, against the peers on the same bytes, and its % of copy and of
+    the ceiling at the large shapes."""
     peers = [n for n in same_bytes if n != OURS_SAME_BYTES]
     if not {BASE, OURS, OURS_SAME_BYTES} <= set(names) or not peers:
         return None
     over_base = [cell[BASE, N, C]["ms"] / cell[OURS, N, C]["ms"] for N, C in shapes
                  if (BASE, N, C) in cell and (OURS, N, C) in cell]
-    over_peer = [min(cell[p, N, C]["ms"] for p in peers if (p, N, C) in cell) / cell[OURS_SAME_BYTES, N, C]["ms"]
+    over_peer = [min(cell[p, N, C]["ms"] for p in peers
+                     if (p, N, C) in cell) / cell[OURS_SAME_BYTES, N, C]["ms"]
                  for N, C in shapes
                  if (OURS_SAME_BYTES, N, C) in cell and any((p, N, C) in cell for p in peers)]
     if not over_base or not over_peer:
         return None
     packages = run.get("packages", {})
     liger = packages.get("liger-kernel")
-    labels = [PEER_LABELS.get(p, p) + (f" {liger}" if p == "Liger-Kernel" and liger else "") for p in peers]
+    labels = [PEER_LABELS.get(p, p) + (f" {liger}" if p == "Liger-Kernel" and liger else "")
+              for p in peers]
     wins = sum(x > 1 for x in over_peer)
-    where = "at every shape" if wins == len(over_peer) else f"at {_word(wins)} of {_word(len(over_peer))} shapes"
+    where = "at every shape" if wins == len(over_peer) else (f"at {_word(wins)} of "
+                                                             f"{_word(len(over_peer))} shapes")
     text = (f"In this run v7 is {_range(over_base, lambda x: f'{x:.1f}x')} faster than the seed's "
             f"design (where that runs the shape) and, on the same bytes, faster than each peer it "
             f"timed ({_and(labels)}) {where} "
@@ -231,20 +243,23 @@ def _summary(names, shapes, cell, same_bytes, run, large_shapes) -> str | None:
     at_large = [(N, C) for N, C in shapes if (N, C) in large]
     copy = [cell[OURS, N, C]["percent_of_copy"] for N, C in at_large if (OURS, N, C) in cell]
     if copy:
-        text += (f" At the {_word(len(copy))} large shapes it reaches {_range(copy, lambda x: f'{x:.0f}')} % of the "
-                 f"copy bandwidth")
+        text += (f" At the {_word(len(copy))} large shapes it reaches "
+                 f"{_range(copy, lambda x: f'{x:.0f}')} % of the copy bandwidth")
         ceiling = {mode: [cell[mode, N, C]["percent_of_ceiling"] for N, C in at_large
-                          if (mode, N, C) in cell and cell[mode, N, C].get("percent_of_ceiling") is not None]
+                          if (mode, N, C) in cell
+                          and cell[mode, N, C].get("percent_of_ceiling") is not None]
                    for mode in (OURS, OURS_SAME_BYTES)}
         if ceiling[OURS] and ceiling[OURS_SAME_BYTES]:
-            text += (f" and {_range(ceiling[OURS], lambda x: f'{x:.0f}')} % of the same-bytes ceiling accumulating, "
+            text += (f" and {_range(ceiling[OURS], lambda x: f'{x:.0f}')} % of the same-bytes "
+                     f"ceiling accumulating, "
                      f"{_range(ceiling[OURS_SAME_BYTES], lambda x: f'{x:.0f}')} % overwriting")
         text += "."
     return text
 
 
 def _split(text: str):
-    """README text -> (before, source path, inside, after); SystemExit when the markers are not there."""
+    """README text -> (before, source path, inside, after); SystemExit when the markers are not
+    there."""
     m = START.search(text)
     end = text.find(END, m.end()) if m else -1
     if not m or end < 0:
@@ -261,11 +276,14 @@ def readme_block(readme: Path = README) -> str:
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("bench_json", nargs="?", help="default: the file README.md's start marker names")
+    parser = argparse.ArgumentParser(description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("bench_json", nargs="?",
+                        help="default: the file README.md's start marker names")
     mode = parser.add_mutually_exclusive_group()
     mode.add_argument("--write", action="store_true", help="rewrite README.md between the markers")
-    mode.add_argument("--check", action="store_true", help="exit 1 if README.md differs from the rendering")
+    mode.add_argument("--check", action="store_true",
+                      help="exit 1 if README.md differs from the rendering")
     args = parser.parse_args(argv)
     text = README.read_text()
     before, source, inside, after = _split(text)
@@ -278,7 +296,8 @@ def main(argv=None) -> int:
         print(f"README.md: benchmark rendered from {source}")
     elif args.check:
         if inside != rendered:
-            print(f"README.md's benchmark differs from {source}: run python tools/readme_bench.py --write",
+            print(f"README.md's benchmark differs from {source}: run python tools/readme_bench.py "
+                  f"--write",
                   file=sys.stderr)
             return 1
         print(f"README.md's benchmark is {source}'s")

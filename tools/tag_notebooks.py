@@ -1,18 +1,20 @@
 #!/usr/bin/env python3
 """Tag every machine-dependent code cell of notebooks/ with ``nbval-ignore-output``; re-runnable.
 
-Strict nbval (``pytest --nbval notebooks``, what ``make test`` runs) compares each cell's output with the
-one committed in the notebook, which was made on an H200. A cell whose output depends on the machine (a
-timing, the GPU or its absence, a path, the nvcc release, a widget's banner) must carry the
-``nbval-ignore-output`` tag; everything else is compared. Small machine numbers inside otherwise fixed
-text are normalised by ``nbval_sanitize.cfg`` instead.
+Strict nbval (``pytest --nbval notebooks``, what ``make test`` runs) compares each cell's output
+with the one committed in the notebook, which was made on an H200. A cell whose output depends on
+the machine (a timing, the GPU or its absence, a path, the nvcc release, a widget's banner) must
+carry the ``nbval-ignore-output`` tag; everything else is compared. Small machine numbers inside
+otherwise fixed text are normalised by ``nbval_sanitize.cfg`` instead.
 
-    python3 tools/tag_notebooks.py            # add the tag where a rule says so (prints what changed)
-    python3 tools/tag_notebooks.py --check    # change nothing; exit 1 listing untagged cells
+    python3 tools/tag_notebooks.py            # add the tag where a rule says so (prints what
+    changed) python3 tools/tag_notebooks.py --check    # change nothing; exit 1 listing untagged
+    cells
 
-The rules (:func:`reasons`) read a cell's source and its committed outputs. Only the metadata tags are
-written; sources and outputs are never touched. Each notebook is read and written under an exclusive
-lock on /tmp/notebooks.lock (others edit the notebooks too), with ``indent=1`` and a final newline.
+The rules (:func:`reasons`) read a cell's source and its committed outputs. Only the metadata tags
+are written; sources and outputs are never touched. Each notebook is read and written under an
+exclusive lock on /tmp/notebooks.lock (others edit the notebooks too), with ``indent=1`` and a final
+newline.
 """
 from __future__ import annotations
 
@@ -31,11 +33,14 @@ LOCK = Path("/tmp/notebooks.lock")
 SOURCE_RULES = {
     "the set-up banner (GPU or not)": r"\bnotebook\.setup\(",
     "the command line (info, inspect)": r"\bcli\.main\(",
-    "this GPU's facts or the saved H200's": r"\bfacts_or_fallback\(|\bgpu\.facts\(|\bgpu\.require\(|\bcopy_bandwidth",
-    "the nvcc release (SASS, registers)": r"\bsass\.|\bbuild\.resources\(|\bcompile_file\(|\bbuild\.ptx\(",
+    "this GPU's facts or the saved H200's":
+        r"\bfacts_or_fallback\(|\bgpu\.facts\(|\bgpu\.require\(|\bcopy_bandwidth",
+    "the nvcc release (SASS, registers)":
+        r"\bsass\.|\bbuild\.resources\(|\bcompile_file\(|\bbuild\.ptx\(",
     "a widget (its banner says GPU or not)": r"\bwidgets\.\w+\(",
     "a timing": r"\bbench\.|%%?timeit|\bperf_counter\(|\btime\.time\(",
-    "a kernel exercise's check (it runs the kernel only where a GPU is)": r"\bcheck_warp_sum\(|\bcheck_v\d_kernel\(",
+    "a kernel exercise's check (it runs the kernel only where a GPU is)":
+        r"\bcheck_warp_sum\(|\bcheck_v\d_kernel\(",
 }
 # what committed output text shows that another machine would print differently
 OUTPUT_RULES = {
@@ -74,7 +79,8 @@ def reasons(cell: dict) -> list[str]:
 
 
 def untagged(nb: dict) -> list[tuple[int, list[str]]]:
-    """(code cell number as nbval counts it, reasons) for each cell that needs the tag and lacks it."""
+    """(code cell number as nbval counts it, reasons) for each cell that needs the tag and lacks
+    it."""
     missing, n = [], -1
     for cell in nb.get("cells", []):
         if cell.get("cell_type") != "code":
@@ -106,7 +112,8 @@ def tag(path: Path) -> list[tuple[int, list[str]]]:
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("notebooks", nargs="*", type=Path, help="default: notebooks/*.ipynb")
-    ap.add_argument("--check", action="store_true", help="change nothing; exit 1 if a cell lacks its tag")
+    ap.add_argument("--check", action="store_true",
+                    help="change nothing; exit 1 if a cell lacks its tag")
     args = ap.parse_args(argv)
     paths = args.notebooks or sorted((ROOT / "notebooks").glob("*.ipynb"))
     bad = 0
@@ -117,9 +124,11 @@ def main(argv=None) -> int:
             missing = tag(path)
         for n, why in missing:
             bad += 1
-            print(f"{path.name} cell {n}: {'needs' if args.check else 'tagged'} {TAG}: {'; '.join(why)}")
+            print(f"{path.name} cell {n}: {'needs' if args.check else 'tagged'} {TAG}: "
+                  f"{'; '.join(why)}")
     if args.check and bad:
-        print(f"{bad} machine-dependent cells lack {TAG}: run python3 tools/tag_notebooks.py", file=sys.stderr)
+        print(f"{bad} machine-dependent cells lack {TAG}: run python3 tools/tag_notebooks.py",
+              file=sys.stderr)
         return 1
     return 0
 

@@ -1,7 +1,8 @@
 """Automatic checks for the lessons' exercises: one module per lesson, each check returns a Verdict.
 
-A check never raises on a wrong answer: it returns ``Verdict(passed=False, message=...)`` saying what is
-wrong, and displays as one line in a notebook. Tests feed each check a wrong answer and assert it fails.
+A check never raises on a wrong answer: it returns ``Verdict(passed=False, message=...)`` saying
+what is wrong, and displays as one line in a notebook. Tests feed each check a wrong answer and
+assert it fails.
 """
 from __future__ import annotations
 
@@ -15,11 +16,11 @@ STATES = ("PASS", "NOT YET", "NOT VERIFIED")
 
 @dataclass
 class Verdict:
-    """``PASS`` (checked and right), ``NOT YET`` (checked and wrong, or unfinished) or ``NOT VERIFIED``
-    (``verified=False``: nothing found wrong, but the decisive check needs what is missing here, a GPU).
-    A NOT VERIFIED verdict is never passed: ``bool(verdict)`` is True for PASS only. ``score``: the
-    check's figure where it measures one (the tuning exercise: % of the same-bytes ceiling), which
-    the hub's dashboard ranks; the message says it too."""
+    """``PASS`` (checked and right), ``NOT YET`` (checked and wrong, or unfinished) or ``NOT
+    VERIFIED`` (``verified=False``: nothing found wrong, but the decisive check needs what is
+    missing here, a GPU). A NOT VERIFIED verdict is never passed: ``bool(verdict)`` is True for PASS
+    only. ``score``: the check's figure where it measures one (the tuning exercise: % of the
+    same-bytes ceiling), which the hub's dashboard ranks; the message says it too."""
 
     passed: bool
     message: str
@@ -62,11 +63,12 @@ def not_verified(message: str) -> Verdict:
 
 
 def read_number(answer, missing: str, whole: bool = False):
-    """The learner's numeric answer as ``(value, None)``, or ``(None, verdict)`` saying what to give instead.
+    """The learner's numeric answer as ``(value, None)``, or ``(None, verdict)`` saying what to give
+    instead.
 
-    ``None`` and ``...`` (the placeholders the notebooks leave) mean "not answered yet", and the verdict
-    reads "replace None <missing>" (or "replace the ... <missing>"); ``whole`` asks for an integer (``8.0``
-    is accepted as 8, ``8.5`` is not).
+    ``None`` and ``...`` (the placeholders the notebooks leave) mean "not answered yet", and the
+    verdict reads "replace None <missing>" (or "replace the ... <missing>"); ``whole`` asks for an
+    integer (``8.0`` is accepted as 8, ``8.5`` is not).
     """
     if answer is None or answer is Ellipsis:
         return None, failed(f"replace {'None' if answer is None else 'the ...'} {missing}")
@@ -81,7 +83,8 @@ def read_number(answer, missing: str, whole: bool = False):
 
 def read_numbers(answers, missing: str, whole: bool = False):
     """Several numeric answers at once: ``answers`` is ``((value, name), ...)``; ``missing`` may say
-    ``{name}``. Returns ``(values, None)``, or ``(None, verdict)`` for the first one that is not a number."""
+    ``{name}``. Returns ``(values, None)``, or ``(None, verdict)`` for the first one that is not a
+    number."""
     values = []
     for value, name in answers:
         got, verdict = read_number(value, missing.format(name=name), whole=whole)
@@ -92,12 +95,13 @@ def read_numbers(answers, missing: str, whole: bool = False):
 
 
 def call_answer(fn, *args, at: str = ""):
-    """Call the learner's function: ``(result, None)``, or ``(None, verdict)`` when it raised or returned None.
-    ``at`` names the case in the message (e.g. ``"at stride 4"``)."""
+    """Call the learner's function: ``(result, None)``, or ``(None, verdict)`` when it raised or
+    returned None. ``at`` names the case in the message (e.g. ``"at stride 4"``)."""
     try:
         got = fn(*args)
     except Exception as exc:  # a learner's function may raise anything
-        return None, failed(f"your function raised {type(exc).__name__}: {exc}" + (f" ({at})" if at else ""))
+        return None, failed(f"your function raised {type(exc).__name__}: {exc}"
+                            + (f" ({at})" if at else ""))
     if got is None:
         return None, failed("your function returns None: fill it in")
     return got, None

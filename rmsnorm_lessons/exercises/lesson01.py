@@ -1,9 +1,9 @@
 """Lesson 01: the second term of dinp, in NumPy.
 
-``dinp += rstd * (dnorm - norm * mean(dnorm * norm))`` splits into term 1, ``rstd * dnorm``, and term 2,
-``-rstd * norm * mean(dnorm * norm)`` with the mean over each row's C channels. The learner writes
-``term2(dout, inp, weight, rstd)`` returning an ``(N, C)`` array; :func:`check_term2` runs it on random
-inputs and names the usual slips (sign, a missing rstd, sum for mean, the wrong axis).
+``dinp += rstd * (dnorm - norm * mean(dnorm * norm))`` splits into term 1, ``rstd * dnorm``, and
+term 2, ``-rstd * norm * mean(dnorm * norm)`` with the mean over each row's C channels. The learner
+writes ``term2(dout, inp, weight, rstd)`` returning an ``(N, C)`` array; :func:`check_term2` runs it
+on random inputs and names the usual slips (sign, a missing rstd, sum for mean, the wrong axis).
 """
 from __future__ import annotations
 
@@ -27,9 +27,12 @@ def _slips(dout, inp, weight, rstd):
     row_mean = np.mean(dnorm * norm, axis=1, keepdims=True)
     right = -r * norm * row_mean
     return [
-        (-right, "the sign is flipped: term 2 is subtracted (dinp = rstd * (dnorm - norm * mean(...)))"),
-        (-norm * row_mean, "the factor rstd in front is missing: the whole bracket is multiplied by rstd"),
-        (-r * r * norm * row_mean, "rstd appears once too often: did you multiply norm by rstd again?"),
+        (-right,
+         "the sign is flipped: term 2 is subtracted (dinp = rstd * (dnorm - norm * mean(...)))"),
+        (-norm * row_mean,
+         "the factor rstd in front is missing: the whole bracket is multiplied by rstd"),
+        (-r * r * norm * row_mean,
+         "rstd appears once too often: did you multiply norm by rstd again?"),
         (-r * inp * row_mean, "inside the product use norm = inp * rstd, not inp"),
         (-r * norm * np.mean(dnorm * inp, axis=1, keepdims=True),
          "the mean is of dnorm * norm (norm = inp * rstd), not of dnorm * inp"),
@@ -38,7 +41,8 @@ def _slips(dout, inp, weight, rstd):
         (C * right, "that is the sum over the row; term 2 uses the mean (divide by C)"),
         (-r * norm * np.mean(dnorm * norm, axis=0, keepdims=True),
          "the mean runs over the row's C channels (axis=1), not down the N rows (axis=0)"),
-        (-r * norm * np.mean(dnorm * norm), "the mean is per row (axis=1, one value per row), not over the whole array"),
+        (-r * norm * np.mean(dnorm * norm),
+         "the mean is per row (axis=1, one value per row), not over the whole array"),
         (right / C, "divided by C twice? np.mean already divides by C"),
     ]
 
@@ -62,12 +66,13 @@ def check_term2(term2) -> Verdict:
         try:
             got = term2(*[a.copy() for a in args])
         except NotImplementedError:
-            return failed("term2 still raises NotImplementedError: replace that line with your NumPy code")
+            return failed("term2 still raises NotImplementedError: replace that line with your "
+                          "NumPy code")
         except Exception as exc:  # the learner's code, any error: report it as one line
             hint = ""
             if "broadcast" in str(exc):
-                hint = (". A per-row value of shape (N,) lines up with an (N, C) array only as (N, 1): "
-                        "use keepdims=True or [:, None]")
+                hint = (". A per-row value of shape (N,) lines up with an (N, C) array only as (N, "
+                        "1): use keepdims=True or [:, None]")
             return failed(f"term2 raised {type(exc).__name__}: {exc} (at N={N}, C={C}){hint}")
         if got is None:
             return failed("term2 returned None: end it with `return ...`")
@@ -76,15 +81,18 @@ def check_term2(term2) -> Verdict:
         if got.shape != want.shape:
             hint = ""
             if got.shape == (N,) or got.shape == (N, 1):
-                hint = " (one value per row: that is the mean; multiply by -rstd * norm to get the term)"
-            return failed(f"term2 returned shape {got.shape} for N={N}, C={C}; it must be (N, C) = {want.shape}{hint}")
+                hint = (" (one value per row: that is the mean; multiply by -rstd * norm to get "
+                        "the term)")
+            return failed(f"term2 returned shape {got.shape} for N={N}, C={C}; it must be (N, C) = "
+                          f"{want.shape}{hint}")
         if np.allclose(got, want, rtol=1e-9, atol=1e-12):
             continue
         for wrong, why in _slips(*keep):
             if np.shape(wrong) == want.shape and np.allclose(got, wrong, rtol=1e-9, atol=1e-12):
                 return failed(why)
         worst = np.unravel_index(np.argmax(np.abs(got - want)), want.shape)
-        return failed(f"at N={N}, C={C}, element {tuple(int(i) for i in worst)}: got {got[worst]:.6g}, "
-                      f"expected {want[worst]:.6g}. Term 2 is -rstd * norm * mean(dnorm * norm, per row)")
+        return failed(f"at N={N}, C={C}, element {tuple(int(i) for i in worst)}: got "
+                      f"{got[worst]:.6g}, expected {want[worst]:.6g}. Term 2 is -rstd * norm * "
+                      f"mean(dnorm * norm, per row)")
     return passed("term 2 matches the derivation on three random shapes (float64). "
                   "Term 1 + term 2 is exactly what rl.reference.backward adds to dinp.")
