@@ -90,7 +90,9 @@ def test_notebook_runs_import_this_checkout(repo, tmp_path):
     probe = repo / "notebooks" / "zz_probe.ipynb"
     nbformat.write(nb, str(probe))
     try:
-        env = dict(os.environ, PYTHONPATH=".")
+        # "." first; what PYTHONPATH held stays after it (where nbval itself may come from)
+        kept = os.environ.get("PYTHONPATH", "")
+        env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in (".", kept) if p))
         p = subprocess.run([sys.executable, "-m", "pytest", "--nbval", "-q",
                             "-p", "no:cacheprovider", str(probe.relative_to(repo))],
                            cwd=repo, env=env, capture_output=True, text=True, timeout=300)
