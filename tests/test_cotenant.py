@@ -3,8 +3,8 @@
 A "hog" kernel on stream A takes one block on every SM but FREE_SMS (each block asks for all the
 shared memory a block may have, so no other block fits beside it) and sleeps for HOG_S seconds.
 v7_fast then runs on stream B. Its blocks can only use the free SMs, in waves; nothing in it may
-wait for a block that is not resident (an earlier v7 did, and here waited until the hog ended, or
-trapped after 10 s: results/NOTES.md). A row wider than one block is split over a cluster of 2,
+wait for a block that is not resident (a kernel that does waits here until the hog ends, or traps
+after 10 s: results/NOTES.md). A row wider than one block is split over a cluster of 2,
 whose blocks wait for each other: the hardware starts a cluster's blocks together (on free SMs of
 one GPC), so that wait is only ever on resident blocks.
 """
