@@ -328,21 +328,21 @@ def main(argv=None) -> int:
     p.add_argument("--bandwidth", action="store_true",
                    help="also measure the copy bandwidth (needs a GPU)")
     p.set_defaults(func=_info)
+    def versions_and_shapes(p, shapes_help):
+        p.add_argument("versions", nargs="*", help=versions_help)
+        p.add_argument("--shapes", type=_shapes, metavar="NxC[,NxC...]", help=shapes_help)
+
     p = command("check", "every version against the float64 reference on a shape sweep (GPU)",
                 "Run versions on a sweep of shapes and compare with the NumPy float64 reference "
                 "(needs a GPU).")
-    p.add_argument("versions", nargs="*", help=versions_help)
-    p.add_argument("--shapes", type=_shapes, metavar="NxC[,NxC...]",
-                   help="shapes to check, rows x channels, comma-separated, e.g. 7x776,4096x768 "
-                        "(default: 1x8, 7x776, 129x1600, 1000x2048, 4096x768)")
+    versions_and_shapes(p, "shapes to check, rows x channels, comma-separated, e.g. "
+                           "7x776,4096x768 (default: 1x8, 7x776, 129x1600, 1000x2048, 4096x768)")
     p.set_defaults(func=_check)
     p = command("bench", "time versions: ms, GB/s, %% of the copy bandwidth (GPU)",
                 "Time versions with CUDA events: milliseconds, GB/s and the share of the copy "
                 "bandwidth (needs a GPU).")
-    p.add_argument("versions", nargs="*", help=versions_help)
-    p.add_argument("--shapes", type=_shapes, metavar="NxC[,NxC...]",
-                   help="shapes to time, rows x channels, comma-separated (default: the "
-                        "benchmark's sweep)")
+    versions_and_shapes(p, "shapes to time, rows x channels, comma-separated (default: the "
+                           "benchmark's sweep)")
     p.add_argument("--repeats", type=_positive_int, default=50, metavar="R",
                    help="rounds timed per version and shape, each a burst of launches back to "
                         "back; the median round is reported (default: 50)")
