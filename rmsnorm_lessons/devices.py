@@ -87,7 +87,8 @@ LIMITS = {
 
 #: GPUs of each arch, for tables that a reader matches to a card
 GPUS = {
-    "sm_75": "T4, RTX 20xx", "sm_80": "A100", "sm_86": "RTX 30xx, A10, A40", "sm_89": "RTX 40xx, L4, L40",
+    "sm_75": "T4, RTX 20xx",
+    "sm_80": "A100", "sm_86": "RTX 30xx, A10, A40", "sm_89": "RTX 40xx, L4, L40",
         "sm_90": "H100, H200",
     "sm_100": "B200, GB200", "sm_120": "RTX 50xx, RTX PRO 6000",
 }
