@@ -196,7 +196,11 @@ extern "C" __global__ void __launch_bounds__(v7::staged::BLOCK, 1)
 rmsnorm_backward_v7_staged(__nv_bfloat16* dinp, float* partials, const __nv_bfloat16* dout,
                            const __nv_bfloat16* inp, const __nv_bfloat16* weight, const float* rstd,
                            int N, int C, int G, int stages, int overwrite) {
+#if !defined(__CUDA_ARCH__) || __CUDA_ARCH__ >= 800
     using v7::staged::backward;
     if (!overwrite) backward<true>(dinp, partials, dout, inp, weight, rstd, N, C, G, stages);
     else backward<false>(dinp, partials, dout, inp, weight, rstd, N, C, G, stages);
+#else
+    __trap();  // cp.async needs sm_80: the plan takes the register path below it
+#endif
 }

@@ -32,7 +32,7 @@ class Limits:
     max_registers_per_thread: int = 255
     max_threads_per_block: int = 1024
     shared_per_block: int = 48 * KIB  # without opting in
-    # taken by the driver for every block (sm_80 and later)
+    # taken by the driver for every block (sm_80 and later; 0 on sm_75)
     reserved_shared_per_block: int = 1 * KIB
     shared_unit: int = 128  # shared memory is allocated in multiples of this
     # sm_90: 2 sets of named barriers per block slot
@@ -61,7 +61,17 @@ class Limits:
 # enters the arithmetic. Named-barrier slots are modelled for sm_90 only (no published figure for
 # the others). On a GPU, tests/test_occupancy.py::test_limits_match_the_device compares the row of
 # the device's arch with what the driver reports (device_limits()).
+# sm_75 (Turing) differs from every later row: the guide's table gives it 16 resident blocks, 32
+# warps (1024 threads) and 64 KiB of shared memory per SM, and 64 KiB a block after opting in; its
+# compute capability 7.x section gives Turing's carveouts (0, 32 or 64 KiB). The 1 KiB the driver
+# keeps per block starts with compute capability 8.0 (the guide's 8.x section; CCCL's
+# arch_traits<arch_id::sm_75> agrees on all of these, with reserved_shared_memory_per_block 0
+# below sm_80). Shared memory is allocated in units of 256 B there, not 128 (the toolkit's
+# include/cuda_occupancy.h, cudaOccSMemAllocationGranularity).
 LIMITS = {
+    "sm_75": Limits("sm_75", 64 * KIB, 64 * KIB, (0, 32, 64), max_warps_per_sm=32,
+                    max_blocks_per_sm=16, reserved_shared_per_block=0,
+                    shared_unit=256),  # T4, RTX 20xx
     "sm_80": Limits("sm_80", 164 * KIB, 163 * KIB, (0, 8, 16, 32, 64, 100, 132, 164)),  # A100
     "sm_86": Limits("sm_86", 100 * KIB, 99 * KIB, (0, 8, 16, 32, 64, 100), max_warps_per_sm=48,
                     max_blocks_per_sm=16),  # RTX 30xx, A10, A40
@@ -77,6 +87,7 @@ LIMITS = {
 
 #: GPUs of each arch, for tables that a reader matches to a card
 GPUS = {
+    "sm_75": "T4, RTX 20xx",
     "sm_80": "A100", "sm_86": "RTX 30xx, A10, A40", "sm_89": "RTX 40xx, L4, L40",
         "sm_90": "H100, H200",
     "sm_100": "B200, GB200", "sm_120": "RTX 50xx, RTX PRO 6000",

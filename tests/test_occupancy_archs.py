@@ -1,6 +1,7 @@
-"""Occupancy on the architectures the lessons compare (sm_80, sm_89, sm_90, sm_100, sm_120), no GPU
-needed: the limits tables hold the CUDA programming guide's figures, hand-worked cases come out
-right, and the per-arch table of a rung renders for every arch (compiled by nvcc for each)."""
+"""Occupancy on the architectures the lessons compare (sm_80, sm_89, sm_90, sm_100, sm_120) and on
+Turing (sm_75), no GPU needed: the limits tables hold the CUDA programming guide's figures,
+hand-worked cases come out right, and the per-arch table of a rung renders for every arch
+(compiled by nvcc for each)."""
 import pytest
 
 from rmsnorm_lessons import build, gpu, ladder, occupancy
@@ -27,6 +28,38 @@ def test_limits_of_the_lesson_arches(arch, warps, blocks, per_sm, optin):
     assert L.reserved_shared_per_block == 1 * KIB and L.shared_per_block == 48 * KIB
     assert occupancy.limits(arch + "a") == L  # sm_100a, sm_120a: the same SM
     assert arch in occupancy.LESSON_ARCHES and occupancy.GPUS[arch]
+
+
+def test_limits_of_turing():
+    # the guide's table for 7.5, its 7.x section for the carveouts; CCCL's arch_traits<sm_75> too
+    L = occupancy.limits("sm_75")
+    assert (L.max_warps_per_sm, L.max_threads_per_sm, L.max_blocks_per_sm) == (32, 1024, 16)
+    assert (L.shared_per_sm, L.shared_per_block_optin, L.shared_per_block) == (64 * KIB, 64 * KIB,
+                                                                                 48 * KIB)
+    assert L.carveouts_kib == (0, 32, 64) and L.shared_per_sm == max(L.carveouts_kib) * KIB
+    # no 1 KiB a block before sm_80, and shared memory in units of 256 B (cuda_occupancy.h)
+    assert (L.reserved_shared_per_block, L.shared_unit) == (0, 256)
+    assert (L.registers_per_sm, L.registers_per_block, L.max_registers_per_thread) == (65536,
+                                                                                      65536, 255)
+    assert occupancy.GPUS["sm_75"].startswith("T4") and "sm_75" not in occupancy.LESSON_ARCHES
+
+
+def test_hand_worked_cases_on_turing():
+    # 32 registers a thread, 256 threads, 100 B of static shared memory: registers allow 8 blocks
+    # of 8 warps on both, but sm_75 has 32 warp slots (4 blocks), sm_80 64 (8 blocks)
+    o = occupancy.from_resources(32, 100, 256, 0, "sm_75")
+    assert (o.blocks_per_sm, o.warps_per_sm, o.limiter) == (4, 32, "warps")
+    assert o.smem_per_block == 256  # 100 B rounded to 256, nothing reserved
+    o = occupancy.from_resources(32, 100, 256, 0, "sm_80")
+    assert (o.blocks_per_sm, o.smem_per_block) == (8, 1152)  # 100 + 1024 reserved, in 128 B units
+    # v3_smem at C = 16384 on a T4: 64 KiB dynamic is all a block may have; one byte more is refused
+    o = occupancy.from_resources(48, 0, 256, 64 * KIB, "sm_75")
+    assert (o.smem_per_block, o.blocks_per_sm, o.limiter) == (64 * KIB, 1, "shared memory")
+    o = occupancy.from_resources(48, 0, 256, 64 * KIB + 1, "sm_75")
+    assert o.blocks_per_sm == 0 and "more than a block may use (65536 B)" in o.notes[0]
+    # 1024 threads: a whole sm_75 SM (32 warps), half an sm_80's
+    assert occupancy.from_resources(32, 256, 1024, 0, "sm_75").warps_per_sm == 32
+    assert occupancy.from_resources(32, 256, 1024, 0, "sm_80").blocks_per_sm == 2
 
 
 def test_hand_worked_cases_on_blackwell():

@@ -174,6 +174,62 @@ def test_wide_rows_need_sm_90_and_take_no_config():
     assert plan(4096, 65536, device=other)[0].grid == 100
 
 
+T4 = dataclasses.replace(gpu.H200, name="Tesla T4", compute_capability=(7, 5), multiprocessors=40,
+                         shared_memory_per_block_optin=64 * 1024,
+                         shared_memory_per_multiprocessor=64 * 1024,
+                         max_threads_per_multiprocessor=1024, resident_clusters=())
+A100 = dataclasses.replace(gpu.H200, name="NVIDIA A100", compute_capability=(8, 0),
+                           multiprocessors=108, shared_memory_per_block_optin=OPTIN_A100,
+                           resident_clusters=())
+
+
+@pytest.mark.parametrize("C", [1024, 2048, 4096, 8192, 16384])
+@pytest.mark.parametrize("overwrite", [False, True])
+def test_the_path_follows_the_compute_capability(C, overwrite):
+    # cp.async from sm_80: a T4 (sm_75) keeps every row of one block on the register path
+    assert plan(4096, C, overwrite=overwrite)[0].kernel == "rmsnorm_backward_v7_staged"
+    try:  # an A100 stages the rows whose ring fits its 163 KiB a block
+        v7_fast.staged_layout(C, overwrite, OPTIN_A100)
+        on_a100 = "rmsnorm_backward_v7_staged"
+    except ValueError:
+        on_a100 = "rmsnorm_backward_v7"
+    assert plan(4096, C, overwrite=overwrite, device=A100)[0].kernel == on_a100
+    if C == 16384:  # 64 KiB of dweight and the static shared memory: more than a T4 gives a block
+        with pytest.raises(ValueError, match=r"v7_fast at C=16384: a row group's dweight "
+                                             r"\(65536 B\) .* 65536 B a block may have on sm_75; "
+                                             r"there C <= 16128"):
+            plan(4096, C, overwrite=overwrite, device=T4)
+        return
+    main = plan(4096, C, overwrite=overwrite, device=T4)[0]
+    assert main.kernel == "rmsnorm_backward_v7" and main.block <= v7_fast.MAX_BLOCK
+    a = args(main)
+    assert main.shared <= 64 * 1024 - v7_fast.REGISTER_STATIC_SHARED
+    assert main.shared == max(main.block // a["G"] * C * 4, main.block * 16)
+    # as many row groups as fit: one more would not
+    bigger = row_layout(C, main.block + a["G"], a["K"], overwrite, bool(a["prefetch"]))
+    assert (main.block + a["G"] > v7_fast.MAX_BLOCK  # the largest block already
+            or bigger.smem > 64 * 1024 - v7_fast.REGISTER_STATIC_SHARED)
+    with pytest.raises(ValueError, match=r"Config\(staged=True\) needs .* sm_80 or newer "
+                                         r"\(cp.async\); got C=\d+ on sm_75"):
+        plan(4096, C, overwrite=overwrite, config=Config(staged=True), device=T4)
+
+
+def test_wide_rows_only_from_sm_90():
+    assert plan(4096, 32768, device=gpu.H200)[0].kernel == "rmsnorm_backward_v7_wide2"
+    for device in (T4, A100):
+        with pytest.raises(ValueError, match=rf"needs sm_90 or newer; {device.name} is "
+                                             rf"{device.arch}"):
+            plan(4096, 32768, device=device)
+
+
+def test_a_t4_plans_fewer_row_groups_where_64_KiB_is_short():
+    # overwrite at C=4096: 4 groups of 128 threads want 4 x 16 KiB of dweight; 3 fit a T4's block
+    assert row_layout(4096, overwrite=True).groups == 4
+    main = plan(70000, 4096, overwrite=True, device=T4)[0]
+    assert (main.block, main.shared, args(main)["G"]) == (384, 3 * 4096 * 4, 128)
+    assert plan(70000, 4096, overwrite=True, config=Config(staged=False))[0].block == 512
+
+
 @pytest.mark.parametrize("N,C",
                          [(1, 8), (37, 776), (4096, 16384), (32768, 768), (70000, 1600),
                           (1024, 4096)])
@@ -205,12 +261,12 @@ def test_plan_launch(N, C, overwrite):
 
 def test_no_block_waits_for_another():
     # the only wait of the old in-kernel final sum is gone from the source, and nothing can trap but
-    # a K the plan never passes (results/NOTES.md: beside a kernel holding most SMs, that wait
-    # lasted until it ended)
+    # a K the plan never passes or the staged kernel below sm_80, where the plan never stages
+    # (results/NOTES.md: beside a kernel holding most SMs, that wait lasted until it ended)
     source = "\n".join(build.kernel_source(f) for f in ("v7_fast", "v7_staged.cuh", "v7_wide.cuh"))
     for gone in ("ld.acquire", "__nanosleep", "globaltimer", "atomicInc", "ticket"):
         assert gone not in source
-    assert source.count("__trap()") == 2
+    assert source.count("__trap()") == 3
     # the wide kernels wait on their own copies (mbarrier) and on their own cluster, which the
     # hardware launches whole; nothing else
     assert source.count("mbarrier.try_wait") == 1 and source.count("barrier.cluster.wait") == 1
