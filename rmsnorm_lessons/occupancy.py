@@ -145,8 +145,8 @@ def from_resources(registers: int, static_smem: int, block_size: int, dynamic_sm
         notes.append(f"{static_smem + dynamic_smem} B of shared memory is more than a block may "
                      f"use ({per_block_limit - L.reserved_shared_per_block} "
                      f"B{'' if opt_in else ' without opting in'})")
-    else:
-        by["shared memory"] = L.shared_per_sm // smem
+    else:  # a kernel with no shared memory at all (v1, v2 on sm_75) is not limited by it
+        by["shared memory"] = L.shared_per_sm // smem if smem else None
 
     # warp and block slots
     by["warps"] = L.max_warps_per_sm // warps if block_size <= L.max_threads_per_block else 0
@@ -337,7 +337,7 @@ def report(name, arch: str = DEFAULT_ARCH, C: int | None = 4096,
     if C is None or not isinstance(target, ladder.Rung):
         return lines[0]
     try:
-        kernel, block, dynamic = launch_shape(target, C, block_size)
+        kernel, block, dynamic = launch_shape(target, C, block_size, device=_device_like(arch))
     except ValueError as exc:  # a C or block the version cannot launch
         return "\n".join(lines + [f"launch at C={C}: {exc}"])
     lines.append(f"dynamic shared memory at C={C}: {dynamic} B (block of {block} threads)")

@@ -70,7 +70,7 @@ def size(spec: ladder.Rung, N: int, C: int) -> None:
 
 def shared_memory(spec: ladder.Rung, C: int, block: int) -> int:
     """The dynamic shared memory ``spec`` asks for at width ``C`` in blocks of ``block``; a
-    ValueError where no GPU the course knows (devices.LIMITS, sm_80 to sm_120) gives a block that
+    ValueError where no GPU the course knows (devices.LIMITS, sm_75 to sm_120) gives a block that
     much, so a C that cannot run anywhere is refused without asking the device. The device's own
     limit is the launcher's check."""
     need = spec.shared_memory(C, block)

@@ -48,13 +48,7 @@ def test_every_kernel_file_compiles(name, arch):
                              f"{missing}")
 
 
-# occupancy.from_resources divides the SM's shared memory by a block's: 0 for a rung that uses
-# none on sm_75, which reserves nothing a block (it needs "no limit" there, in occupancy.py)
-NO_SHARED_ON_TURING = pytest.mark.xfail(raises=ZeroDivisionError, strict=True,
-                                        reason="occupancy.py: a block of no shared memory on sm_75")
-INSPECTED = [pytest.param(name, arch, marks=NO_SHARED_ON_TURING)
-             if arch == "sm_75" and name in ("v1_naive", "v2_warp") else (name, arch)
-             for name in SHIPPED for arch in ARCHS]
+INSPECTED = [(name, arch) for name in SHIPPED for arch in ARCHS]
 
 
 @pytest.mark.parametrize("name, arch", INSPECTED)
