@@ -32,7 +32,8 @@ JOBS ?= $(shell n=$$(nproc 2>/dev/null || echo 2); [ $$n -gt 8 ] && n=8; echo $$
 XDIST = $(shell $(PY) -c 'import xdist' 2>/dev/null && echo "-n $(JOBS) --dist loadfile")
 NBVAL = --nbval --nbval-current-env --nbval-sanitize-with nbval_sanitize.cfg
 test: venv
-	$(PY) -m pytest $(XDIST) -m "not slow" $(NBVAL) tests notebooks $(PYTEST_ARGS)
+	$(PY) -m pytest $(XDIST) -m "not slow" --nbval --nbval-current-env --nbval-sanitize-with nbval_sanitize.cfg \
+		tests notebooks $(PYTEST_ARGS)
 
 test-slow: venv
 	$(PY) -m pytest $(XDIST) -m slow $(NBVAL) tests notebooks $(PYTEST_ARGS)

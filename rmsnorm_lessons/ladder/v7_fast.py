@@ -38,8 +38,6 @@ STAGED_C = (1024, 16384)
 STAGED_MAX_STAGES = 8
 # kept free for the staged kernel's static shared memory (256 B) in the ring's budget
 STAGED_STATIC_SHARED = 1024
-# kept free for the register kernel's static shared memory (640 B) beside the groups' dweight
-REGISTER_STATIC_SHARED = 1024
 DEFINES = {"V7_MAX_BLOCK": MAX_BLOCK, "V7_QUADS_PER_PASS": QUADS_PER_PASS,
            "V7_REDUCE_BATCH": REDUCE_BATCH,
            "V7_STAGED_BLOCK": STAGED_BLOCK}
@@ -151,15 +149,6 @@ def resolve(N: int, C: int, device, *, block: int = MAX_BLOCK, overwrite: bool =
     blocks."""
     config = config or Config()
     layout = row_layout(C, block, config.K, overwrite, config.prefetch)
-    # fewer row groups where the device gives a block less shared memory (sm_75: 64 KiB)
-    room = device.shared_memory_per_block_optin - REGISTER_STATIC_SHARED
-    while layout.groups > 1 and layout.smem > room:
-        layout = row_layout(C, layout.block - layout.group, config.K, overwrite, config.prefetch)
-    if layout.smem > room:
-        raise ValueError(f"v7_fast at C={C}: a row group's dweight ({layout.smem} B) and the "
-                         f"kernel's static shared memory do not fit in the "
-                         f"{device.shared_memory_per_block_optin} B a block may have on "
-                         f"{device.arch}; there C <= {room // 4 // 8 * 8}")
     # __launch_bounds__(512, 1): registers for 512 threads per SM
     fits = max(1, MAX_BLOCK // layout.block)
     per_sm = max(1, min(fits, config.per_sm or fits))
