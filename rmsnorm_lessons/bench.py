@@ -110,8 +110,8 @@ def sweep(versions=None, shapes=None, repeats: int = 50, check: bool = True,
                         raise AssertionError(f"{report.version} is wrong at N={N} C={C}; not "
                                              f"timing it:\n{report}")
                 rows.append((spec, mode))
-        modes = tuple(dict.fromkeys(mode for _,
-                                    mode in rows)) if ceiling and (N * C) % 8 == 0 else ()
+        same_bytes = ceiling and (N * C) % 8 == 0
+        modes = tuple(dict.fromkeys(mode for _, mode in rows)) if same_bytes else ()
         results += time_shape(N, C, rows, modes, copy_gbps, repeats)
     return results
 

@@ -142,8 +142,8 @@ def test_lesson_in_browser(lab, lesson, tmp_path):
             assert not errors, f"cells show errors:\n" + "\n---\n".join(errors)
             assert not _saved_errors(nb_path), _saved_errors(nb_path)
             assert images.count() > 0, "no figure (<img> in an output area) rendered"
-            assert images.first.evaluate("img => img.naturalWidth > 0"), ("the figure's image is "
-                                                                          "empty")
+            assert images.first.evaluate("img => img.naturalWidth > 0"), \
+                "the figure's image is empty"
             box = widget.bounding_box()
             assert box and box["width"] > 0 and box["height"] > 0, "the widget has no size"
             assert nudge is None, nudge

@@ -155,9 +155,8 @@ def test_scratch_and_grid_do_not_grow_with_N(version, C):
         pytest.skip("C rule")
 
     def scratch(N):
-        return {v.name: (v.nbytes, v.zero) for L in ladder.plan(version, N, C, H200) for _,
-                v in L.args
-                if isinstance(v, Scratch)}
+        return {v.name: (v.nbytes, v.zero) for L in ladder.plan(version, N, C, H200)
+                for _, v in L.args if isinstance(v, Scratch)}
 
     big = scratch(10**6)
     assert scratch(10**5) == big

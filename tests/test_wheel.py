@@ -65,8 +65,8 @@ def test_the_wheel_ships_every_module_and_kernel(wheel):
     names = set(zipfile.ZipFile(wheel).namelist())
     for path in sorted((ROOT / "rmsnorm_lessons").rglob("*.py")):
         if "__pycache__" not in path.parts:
-            assert path.relative_to(ROOT).as_posix() in names, (f"{path.relative_to(ROOT)} is not "
-                                                                f"in the wheel")
+            where = path.relative_to(ROOT).as_posix()
+            assert where in names, f"{where} is not in the wheel"
     for lesson in lessons.LESSONS:  # for `student` and `progress` (lessons.notebook_dir)
         shipped = "/".join(("rmsnorm_lessons", "notebooks", lesson.notebook))
         assert shipped in names, f"{lesson.notebook} is not in the wheel"
