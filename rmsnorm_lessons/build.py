@@ -5,6 +5,9 @@
   the ptxas resource report parsed into :class:`Resources` records. Both are cached on disk
   (:func:`cache_dir`), so a second process (a second test run) does not compile the same text again.
 * :func:`source_module` loads the same cubin, built for the current device, as a PyCUDA module.
+* The target (default: the device): :func:`use_target` or ``RMSNORM_ARCH=compute_75`` builds every
+  rung as PTX for a virtual architecture, JIT-compiled by the driver, and :func:`target_facts` gives
+  plans its limits with the device's SM count: an H200 runs the code paths of a T4 or an A100.
 """
 from __future__ import annotations
 
@@ -19,12 +22,14 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from . import gpu, ladder
+from . import devices, gpu, ladder
 from .ptxas import Resources, parse_ptxas  # noqa: F401  (both stay importable from build)
 
 #: flags of every build: the seed's (-O3 --use_fast_math), C++17, line info for the SASS listings
 NVCC_FLAGS = ("-O3", "--use_fast_math", "-std=c++17", "-lineinfo")
 DEFAULT_ARCH = "sm_90"
+ARCH_ENV = "RMSNORM_ARCH"  # the environment's switch: compute_75, compute_80, ...
+_target: list = []  # use_target's choice, where made (it outranks the environment)
 
 
 KERNEL_PACKAGE = "rmsnorm_lessons.kernel_sources"  # the wheel ships kernels/ under this name
@@ -49,9 +54,7 @@ def _shipped_kernel_dir() -> Path:
 def kernel_dir() -> Path:
     """The folder holding the ``.cu`` files (``$RMSNORM_LESSONS_KERNELS`` overrides)."""
     override = os.environ.get("RMSNORM_LESSONS_KERNELS")
-    if override:
-        return Path(override)
-    return _shipped_kernel_dir()
+    return Path(override) if override else _shipped_kernel_dir()
 
 
 def kernel_path(name: str) -> Path:
@@ -71,8 +74,7 @@ def find_tool(tool: str) -> str | None:
     """Path of a CUDA tool (``nvcc``, ``cuobjdump``, ``nvdisasm``, ``compute-sanitizer``): PATH
     first, then NVIDIA's ``cuda-pathfinder`` (pip wheels in any site-packages, a conda prefix,
     CUDA_PATH/CUDA_HOME), then ``/usr/local/cuda/bin``."""
-    found = shutil.which(tool)
-    if found:
+    if found := shutil.which(tool):
         return found
     try:
         # a dependency; lazy: most calls stop at PATH
@@ -107,8 +109,7 @@ def require_nvcc() -> str:
 
 @functools.lru_cache(maxsize=None)
 def nvcc_version(nvcc: str | None = None) -> str | None:
-    nvcc = nvcc or find_nvcc()
-    if not nvcc:
+    if not (nvcc := nvcc or find_nvcc()):
         return None
     out = subprocess.run([nvcc, "--version"], capture_output=True, text=True).stdout
     m = re.search(r"release ([\d.]+), V([\d.]+)", out)
@@ -135,10 +136,49 @@ class Compiled:
     log: str
 
 
-def _check_arch(arch: str) -> str:
-    if not re.fullmatch(r"sm_\d{2,3}a?", arch):
-        raise ValueError(f"arch must look like 'sm_90' or 'sm_80', got {arch!r}")
+def _check_arch(arch: str, kind: str = "cubin") -> str:
+    if kind == "ptx" and re.fullmatch(r"compute_\d{2,3}a?", str(arch)):
+        return arch
+    if not re.fullmatch(r"sm_\d{2,3}a?", str(arch)):
+        virtual = " (or 'compute_75' for PTX)" if kind == "ptx" else ""
+        raise ValueError(f"arch must look like 'sm_90' or 'sm_80'{virtual}, got {arch!r}")
     return arch
+
+
+def check_target(arch, where: str = "arch") -> str | None:
+    """``arch`` when it is None or a virtual architecture with a row in :data:`devices.LIMITS`
+    (``compute_75`` ... ``compute_120``), else a ValueError naming ``where``."""
+    if arch is None or (re.fullmatch(r"compute_\d{2,3}", str(arch)) and
+                        devices.real_arch(arch) in devices.LIMITS):
+        return arch
+    known = ", ".join(a.replace("sm_", "compute_") for a in devices.LIMITS)
+    raise ValueError(f"{where} must be a virtual architecture, one of {known} (or unset: the "
+                     f"device's own), got {arch!r}")
+
+
+def use_target(arch: str | None) -> None:
+    """Build every rung as PTX for ``arch`` (``"compute_75"``, ``"compute_80"``...) from now on,
+    whatever ``$RMSNORM_ARCH`` says; None goes back to the environment's choice."""
+    _target[:] = [] if arch is None else [check_target(arch)]
+
+
+def target_arch() -> str | None:
+    """The virtual architecture rungs are built for (:func:`use_target`'s, else
+    ``$RMSNORM_ARCH``'s), or None: cubins for the device itself."""
+    return _target[0] if _target else check_target(os.environ.get(ARCH_ENV) or None, ARCH_ENV)
+
+
+def target_facts(device=None):
+    """The facts plans read: ``device`` (default: this GPU) as the target architecture has them
+    (:func:`devices.target_facts`: its limits, the device's SM count); the device's own without a
+    target. A target newer than the device is refused: the driver cannot run its PTX."""
+    device = device if device is not None else gpu.facts()
+    if (arch := target_arch()) is None:
+        return device
+    if devices.target_facts(device, arch).compute_capability > device.compute_capability:
+        raise ValueError(f"{ARCH_ENV}={arch} is newer than {device.name} ({device.arch}): its "
+                         f"PTX cannot run there; choose compute_{device.arch[3:]} or older")
+    return devices.target_facts(device, arch)
 
 
 _NVCC_LINE = re.compile(r"^(?P<file>[^\s(]+)\((?P<line>\d+)\): "
@@ -182,8 +222,7 @@ class CompileError(RuntimeError):
 
 
 def _rung(name):
-    """The registered rung called ``name`` (or ``name`` itself when it is a Rung), else None: a
-    plain file."""
+    """The rung called ``name`` (or ``name`` itself when it is a Rung), else None: a file."""
     if isinstance(name, ladder.Rung):
         return name
     try:
@@ -197,8 +236,7 @@ def _define_flags(defines: dict) -> tuple:
 
 
 def kernel_text(name) -> tuple[str, str, dict]:
-    """``(file stem, CUDA text, defines)`` of a version (shipped or registered) or of a file of
-    ``kernels/``."""
+    """``(file stem, CUDA text, defines)`` of a version or of a file of ``kernels/``."""
     rung = _rung(name)
     if rung is not None and rung.source is not None:
         return rung.name, rung.source, rung.defines
@@ -221,7 +259,7 @@ def compile_file(name, arch: str = DEFAULT_ARCH, kind: str = "cubin", extra_flag
                               extra_flags=extra_flags)
     path = kernel_path(rung.stem if rung is not None else name)
     flags = _define_flags(rung.defines if rung is not None else {}) + tuple(extra_flags)
-    return _compile(path.read_text(), path.stem, _check_arch(arch), kind, flags, path)
+    return _compile(path.read_text(), path.stem, _check_arch(arch, kind), kind, flags, path)
 
 
 def resources(name, arch: str = DEFAULT_ARCH) -> dict[str, Resources]:
@@ -232,12 +270,17 @@ def resources(name, arch: str = DEFAULT_ARCH) -> dict[str, Resources]:
 def source_module(name, arch: str | None = None, defines: dict | None = None):
     """A version (or a file of ``kernels/``) compiled with PyCUDA's ``SourceModule`` for this GPU
     (or ``arch``); kept in this process by its text, defines and every file it includes (PyCUDA
-    keeps the cubin on disk)."""
+    keeps the cubin on disk). A virtual ``arch`` (default: :func:`target_arch`) is built as PTX
+    and JIT-compiled by the driver."""
     gpu.require()
     stem, text, own = kernel_text(name)
     merged = {**own, **(defines or {})}
     rung = _rung(name)
     here = None if rung is not None and rung.source is not None else kernel_path(stem)
+    arch = arch or target_arch()
+    if arch is not None and arch.startswith("compute_"):
+        ptx = _compile(text, stem, check_target(arch), "ptx", _define_flags(merged), here)
+        return _ptx_module(ptx.binary)
     includes = hashlib.sha256(repr(sorted(included_files(text, here).items())).encode())
     return _module_cache((stem, text, arch, tuple(sorted(merged.items())), includes.hexdigest()))
 
@@ -260,9 +303,15 @@ def _module_cache(key):
         raise
 
 
+@functools.lru_cache(maxsize=64)
+def _ptx_module(ptx: bytes):  # the driver reads PTX up to a terminating NUL
+    return gpu.driver().module_from_buffer(ptx if ptx.endswith(b"\0") else ptx + b"\0")
+
+
 def clear_module_cache() -> None:
     """Forget loaded modules (they belong to a context; call before the context goes away)."""
     _module_cache.cache_clear()
+    _ptx_module.cache_clear()
 
 
 gpu.on_shutdown(clear_module_cache)
@@ -281,7 +330,7 @@ def compile_source(source: str, arch: str = DEFAULT_ARCH, kind: str = "cubin", n
     if not re.fullmatch(r"[A-Za-z0-9_.-]+", name):
         raise ValueError(f"name must be a plain file stem, got {name!r}")
     flags = _define_flags(defines or {}) + tuple(extra_flags)
-    return _compile(source, name, _check_arch(arch), kind, flags, None)
+    return _compile(source, name, _check_arch(arch, kind), kind, flags, None)
 
 
 def _check_kind(kind: str) -> None:
@@ -298,8 +347,7 @@ _INCLUDE = re.compile(r'^[ \t]*#[ \t]*include[ \t]*"([^"]+)"', re.M)
 def cache_dir() -> Path:
     """Where compiled cubins and PTX are kept across processes: ``$RMSNORM_CACHE_DIR``, else
     ``$XDG_CACHE_HOME/rmsnorm-lessons`` (``~/.cache/rmsnorm-lessons``)."""
-    override = os.environ.get("RMSNORM_CACHE_DIR")
-    if override:
+    if override := os.environ.get("RMSNORM_CACHE_DIR"):
         return Path(override).expanduser()
     base = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
     return Path(base) / "rmsnorm-lessons"
@@ -359,7 +407,6 @@ def _store(file: Path, data: bytes) -> None:
         os.replace(tmp, file)
     except OSError:  # a read-only home: doing the work again next time is the only cost
         pass
-
 
 
 def _compile(text: str, name: str, arch: str, kind: str, flags: tuple,

@@ -7,6 +7,8 @@ rows.
 """
 from __future__ import annotations
 
+import dataclasses
+import re
 from dataclasses import dataclass
 
 DEFAULT_ARCH = "sm_90"
@@ -97,8 +99,35 @@ LESSON_ARCHES = ("sm_80", "sm_89", "sm_90", "sm_100", "sm_120")
 
 
 def limits(arch: str = DEFAULT_ARCH) -> Limits:
-    """The row of ``arch`` (``sm_90a`` reads ``sm_90``'s); ValueError naming the known ones."""
+    """The row of ``arch`` (``sm_90a`` and ``compute_90`` read ``sm_90``'s); ValueError naming the
+    known ones."""
     try:
-        return LIMITS[arch.rstrip("a")]
+        return LIMITS[real_arch(arch)]
     except KeyError:
         raise ValueError(f"no occupancy limits for {arch}; known: {', '.join(LIMITS)}") from None
+
+
+def real_arch(arch: str) -> str:
+    """``sm_NN`` for ``sm_NN``, ``sm_NNa`` or the virtual ``compute_NN``."""
+    m = re.fullmatch(r"(?:sm|compute)_(\d{2,3})a?", str(arch))
+    return f"sm_{m.group(1)}" if m else str(arch)
+
+
+def target_facts(device, arch: str, name: str | None = None):
+    """``device``'s facts (a :class:`rmsnorm_lessons.gpu.DeviceFacts`) as a GPU of ``arch`` would
+    have them: the compute capability and what :data:`LIMITS` says one SM and one block of ``arch``
+    offer (shared memory, threads, registers) replace the device's; the SM count, L2, memory and
+    driver stay the device's own. Clusters measured on the device are kept only for its own arch.
+    ``name`` (default: ``"<device> as <arch>"``) names the result in plans' messages."""
+    arch = real_arch(arch)
+    L = limits(arch)
+    cc = (int(arch[3:-1]), int(arch[-1]))
+    if tuple(device.compute_capability) == cc:
+        return device
+    return dataclasses.replace(
+        device, name=name or f"{device.name} as {arch}", compute_capability=cc,
+        shared_memory_per_block=L.shared_per_block,
+        shared_memory_per_block_optin=L.shared_per_block_optin,
+        shared_memory_per_multiprocessor=L.shared_per_sm,
+        max_threads_per_multiprocessor=L.max_threads_per_sm,
+        registers_per_multiprocessor=L.registers_per_sm, resident_clusters=())

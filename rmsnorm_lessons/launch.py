@@ -99,7 +99,8 @@ class Launcher:
         self.config = config
         with gpu.in_context() as g:
             self.drv = g.driver
-            self.device = gpu.facts()
+            # the target's limits (build.target_facts: RMSNORM_ARCH), this GPU's SM count
+            self.device = build.target_facts()
             # the plan at one row says every kernel and its shared memory, which do not depend on N
             probe = self._plan_uncached(1)
             self.module = build.source_module(self.rung)
@@ -255,7 +256,8 @@ def launcher(version, C: int, *, block_size: int | None = None, overwrite: bool 
              config=None) -> Launcher:
     """A cached :class:`Launcher` (at most :data:`CACHE_SIZE` are kept; the oldest is freed)."""
     rung = ladder.get(version)
-    key = (rung.name, rung.source, int(C), block_size, bool(overwrite), config)
+    key = (rung.name, rung.source, int(C), block_size, bool(overwrite), config,
+           build.target_arch())
     with _cache_lock:
         found = _cache.get(key)
         if found is not None:

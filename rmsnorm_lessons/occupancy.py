@@ -20,12 +20,12 @@ inspect`` prints it).
 from __future__ import annotations
 
 import ctypes
-import dataclasses
 from dataclasses import dataclass, field
 
 from . import build, gpu, ladder, libcuda, sass
 # the table, read here too (notebooks and tests name occupancy.LIMITS)
-from .devices import GPUS, KIB, LESSON_ARCHES, LIMITS, Limits, limits  # noqa: F401
+from .devices import (GPUS, KIB, LESSON_ARCHES, LIMITS, Limits, limits,  # noqa: F401
+                      target_facts)
 
 DEFAULT_ARCH = build.DEFAULT_ARCH
 
@@ -175,17 +175,10 @@ _LARGE_N = 1 << 24
 
 
 def _device_like(arch: str):
-    """This GPU's facts (else the saved H200's) where ``arch`` is its own; otherwise the same facts
-    with the compute capability and the per-block shared memory of ``arch``, so that a plan which
-    sizes itself to the device (v7_fast's staged rows) is the one that GPU would get."""
-    device = gpu.facts_or_fallback()[0]
-    if device.arch == arch:
-        return device
-    L = limits(arch)
-    major, minor = int(arch[3:-1]), int(arch[-1])
-    return dataclasses.replace(device, name=f"an {arch} GPU", compute_capability=(major, minor),
-                               shared_memory_per_block_optin=L.shared_per_block_optin,
-                               resident_clusters=())
+    """This GPU's facts (else the saved H200's) as an ``arch`` GPU has them
+    (:func:`rmsnorm_lessons.devices.target_facts`), so that a plan which sizes itself to the device
+    (v7_fast's staged rows) is the one that GPU would get."""
+    return target_facts(gpu.facts_or_fallback()[0], arch, name=f"an {arch} GPU")
 
 
 def launch_shape(version, C: int, block_size: int | None = None, kernel: str | None = None,

@@ -16,10 +16,10 @@ import importlib
 from typing import Callable
 
 from .. import gpu
-from .rung import (BF16, CONFIG_TAKERS, FP32, STANDARD_TENSORS, TENSOR_NAMES, Launch, Rung, Scratch,
-                   Tensor, ceil_div, persistent_grid, standard_args, tensor_args)
+from .rung import (BF16, CONFIG_TAKERS, FP32, STANDARD_TENSORS, TENSOR_NAMES, Launch, Plan, Rung,
+                   Scratch, Tensor, ceil_div, persistent_grid, standard_args, tensor_args)
 
-__all__ = ["BF16", "CONFIG_TAKERS", "FP32", "Launch", "RUNGS", "Rung", "SHIPPED", "Scratch",
+__all__ = ["BF16", "CONFIG_TAKERS", "FP32", "Launch", "Plan", "RUNGS", "Rung", "SHIPPED", "Scratch",
            "Tensor", "TENSOR_NAMES", "STANDARD_TENSORS", "VERSIONS", "blocks_per_sm", "ceil_div",
            "get", "load_shipped", "persistent_grid", "plan", "register", "rung_from_source",
            "shared_memory", "standard_args", "tensor_args", "unregister", "v7_fast"]
@@ -156,17 +156,22 @@ def rung_from_source(*, name: str, source: str, like=None, plan: Callable = _UNS
 
 
 def _device(device):
-    return device if device is not None else gpu.facts_or_fallback()[0]
+    """``device``, else the target's facts (:func:`rmsnorm_lessons.build.target_facts`) on this
+    GPU, else on the saved H200 facts."""
+    from .. import build  # build imports the ladder
+
+    return device if device is not None else build.target_facts(gpu.facts_or_fallback()[0])
 
 
 def plan(version, N: int, C: int, device=None, *, block_size: int | None = None,
          overwrite: bool = False,
-         config=None) -> list[Launch]:
-    """The launches of one call at (N, C): on ``device`` (default: this GPU, else the saved H200
-    facts)."""
+         config=None) -> Plan:
+    """The launches of one call at (N, C): on ``device`` (default: the target's facts on this GPU,
+    else on the saved H200 facts); a rung that chooses among paths says which in ``.path``."""
     rung = get(version)
-    return list(rung.plan(int(N), int(C), _device(device), block=int(block_size or rung.block_size),
-                          overwrite=overwrite, config=config))
+    launches = rung.plan(int(N), int(C), _device(device), block=int(block_size or rung.block_size),
+                         overwrite=overwrite, config=config)
+    return Plan(launches, getattr(launches, "path", None), getattr(launches, "why", None))
 
 
 def shared_memory(version, C: int, block_size: int | None = None) -> int:

@@ -79,6 +79,15 @@ class Launch:
         return f"{self.kernel}<<<{self.grid}, {self.block}, {self.shared}>>>({args})"
 
 
+class Plan(list):
+    """A plan's launches (a list of :class:`Launch`) with the path it took and why, where the rung
+    chooses among kernels (v7_fast: ``"register"``, ``"cp.async"`` or ``"cluster"``)."""
+
+    def __init__(self, launches=(), path: str | None = None, why: str | None = None):
+        super().__init__(launches)
+        self.path, self.why = path, why
+
+
 def tensor_args(*names: str) -> tuple:
     """``(("dinp", Tensor("dinp")), ...)`` for the named tensors, in the order given."""
     return tuple((n, Tensor(n)) for n in names)

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .rung import BF16, Launch, Rung, Scratch, ceil_div, tensor_args
+from .rung import BF16, Launch, Plan, Rung, Scratch, ceil_div, tensor_args
 
 MAX_BLOCK = 512  # the kernel's __launch_bounds__(MAX_BLOCK, 1)
 MAX_K = 4  # K = 4 takes the 128 registers a thread may have at 512 threads per SM
@@ -38,6 +38,8 @@ STAGED_C = (1024, 16384)
 STAGED_MAX_STAGES = 8
 # kept free for the staged kernel's static shared memory (256 B) in the ring's budget
 STAGED_STATIC_SHARED = 1024
+# kept free for the register kernel's static shared memory (640 B) beside the groups' dweight
+REGISTER_STATIC_SHARED = 1024
 DEFINES = {"V7_MAX_BLOCK": MAX_BLOCK, "V7_QUADS_PER_PASS": QUADS_PER_PASS,
            "V7_REDUCE_BATCH": REDUCE_BATCH,
            "V7_STAGED_BLOCK": STAGED_BLOCK}
@@ -148,13 +150,30 @@ def resolve(N: int, C: int, device, *, block: int = MAX_BLOCK, overwrite: bool =
     """Every choice of a launch at (N, C) on ``device``: the row layout, the grid, the final sum's
     blocks."""
     config = config or Config()
-    layout = row_layout(C, block, config.K, overwrite, config.prefetch)
+    layout = fit_shared(row_layout(C, block, config.K, overwrite, config.prefetch), C, device,
+                        overwrite, config)
     # __launch_bounds__(512, 1): registers for 512 threads per SM
     fits = max(1, MAX_BLOCK // layout.block)
     per_sm = max(1, min(fits, config.per_sm or fits))
     grid = max(1, min(device.multiprocessors * per_sm, ceil_div(N, layout.groups)))
     reducers = ceil_div(C, 4 * QUADS_PER_PASS)  # one pass of a warp's 32 float4 each
     return Resolved(layout, per_sm, grid, reducers)
+
+
+def fit_shared(layout: RowLayout, C: int, device, overwrite: bool = False,
+               config: Config | None = None) -> RowLayout:
+    """``layout`` with fewer row groups where their dweight does not fit in the shared memory
+    ``device`` gives a block (sm_75: 64 KiB); a ValueError where one group does not."""
+    config = config or Config()
+    room = device.shared_memory_per_block_optin - REGISTER_STATIC_SHARED
+    while layout.groups > 1 and layout.smem > room:
+        layout = row_layout(C, layout.block - layout.group, config.K, overwrite, config.prefetch)
+    if layout.smem > room:
+        raise ValueError(f"v7_fast at C={C}: a row group's dweight ({layout.smem} B) and the "
+                         f"kernel's static shared memory do not fit in the "
+                         f"{device.shared_memory_per_block_optin} B a block may have on "
+                         f"{device.arch}; there C <= {room // 4 // 8 * 8}")
+    return layout
 
 
 @dataclass(frozen=True)
@@ -332,17 +351,42 @@ def check_config(config, C: int, block: int, overwrite: bool) -> None:
     row_layout(C, block, config.K, overwrite, config.prefetch)
 
 
-def plan(N, C, device, *, block, overwrite=False, config=None):
+def path(C: int, device, block: int = MAX_BLOCK, overwrite: bool = False,
+         config: Config | None = None) -> tuple[str, str]:
+    """``(path, why)``: the path v7_fast takes at C on ``device`` (its compute capability and
+    limits: the target's, :func:`rmsnorm_lessons.build.target_facts`) and the reason.
+    ``"register"`` runs everywhere; ``"cp.async"`` stages rows from sm_80; ``"cluster"`` splits
+    rows over a thread-block cluster with bulk copies from sm_90."""
     if C > ROW_MAX_C:
-        return wide_plan(N, C, device, overwrite=overwrite, config=config)
-    staged = staged_here(C, device, block, overwrite, config)
-    if staged is not None:
-        return staged_plan(N, C, device, staged, overwrite)
+        return "cluster", (f"C={C} > {ROW_MAX_C} is wider than one block holds: a cluster of "
+                           f"blocks and bulk copies (sm_90 and newer; {device.arch} here)")
+    if staged_here(C, device, block, overwrite, config) is not None:
+        return "cp.async", (f"{STAGED_C[0]} <= C <= {STAGED_C[1]} on {device.arch} (sm_80 or "
+                            "newer): rows staged in shared memory by cp.async")
+    if tuple(device.compute_capability) < (8, 0):
+        return "register", f"{device.arch} has no cp.async (sm_80 and newer): rows in registers"
+    if config is not None and config.tunes_registers or block != MAX_BLOCK:
+        return "register", "the config or block size tunes the register path"
+    if not STAGED_C[0] <= C <= STAGED_C[1]:
+        return "register", (f"C={C} is outside the staged range {STAGED_C[0]}..{STAGED_C[1]}: "
+                            "rows in registers")
+    return "register", (f"two staged row slots a group do not fit in {device.arch}'s "
+                        f"{device.shared_memory_per_block_optin} B a block: rows in registers")
+
+
+def plan(N, C, device, *, block, overwrite=False, config=None):
+    taken, why = path(C, device, block, overwrite, config)
+    if taken == "cluster":
+        return Plan(wide_plan(N, C, device, overwrite=overwrite, config=config), taken, why)
+    if taken == "cp.async":
+        staged = staged_here(C, device, block, overwrite, config)
+        return Plan(staged_plan(N, C, device, staged, overwrite), taken, why)
     r = resolve(N, C, device, block=block, overwrite=overwrite, config=config)
     s = r.layout
-    return _with_final_sum("rmsnorm_backward_v7", r.grid, s.block, s.smem, r.grid, C, s.block,
-                           (("N", N), ("C", C), ("G", s.group), ("K", s.K),
-                            ("prefetch", int(s.prefetch)), ("overwrite", int(bool(overwrite)))))
+    return Plan(_with_final_sum("rmsnorm_backward_v7", r.grid, s.block, s.smem, r.grid, C, s.block,
+                                (("N", N), ("C", C), ("G", s.group), ("K", s.K),
+                                 ("prefetch", int(s.prefetch)),
+                                 ("overwrite", int(bool(overwrite))))), taken, why)
 
 
 RUNG = Rung(name="v7_fast",
