@@ -1,0 +1,192 @@
+"""The target switch (``RMSNORM_ARCH`` / ``build.use_target``): rungs built as PTX for a virtual
+architecture, plans taken for that architecture's facts with the device's SM count.
+
+On CPU: the switch's rules, the target's facts, every v7 plan fitting each target's limits. On a GPU
+(marker ``gpu``): v1..v7 pass the checks at the usual odd shapes when built for compute_75 and
+compute_80 and JIT-compiled by the driver, and v7 takes the path of that architecture.
+"""
+import pytest
+
+from rmsnorm_lessons import build, devices, gpu, kernels, ladder, launch
+from rmsnorm_lessons.ladder import v7_fast
+
+from _gpu_support import install_fake_cuda
+
+VIRTUAL = ("compute_75", "compute_80")
+WIDTHS = (768, 4096, 8192, 16384, 32768, 65536)
+STATIC = {"rmsnorm_backward_v7": v7_fast.REGISTER_STATIC_SHARED,
+          "rmsnorm_backward_v7_staged": v7_fast.STAGED_STATIC_SHARED,
+          **{k: v7_fast.WIDE_STATIC_SHARED for k in v7_fast.WIDE_KERNELS}}
+
+
+@pytest.fixture
+def no_target(monkeypatch):
+    monkeypatch.delenv(build.ARCH_ENV, raising=False)
+    build.use_target(None)
+    yield
+    build.use_target(None)
+
+
+def test_the_switch_reads_the_environment_and_use_target_outranks_it(no_target, monkeypatch):
+    assert build.target_arch() is None
+    monkeypatch.setenv(build.ARCH_ENV, "compute_75")
+    assert build.target_arch() == "compute_75"
+    build.use_target("compute_80")
+    assert build.target_arch() == "compute_80"
+    build.use_target(None)
+    assert build.target_arch() == "compute_75"
+
+
+@pytest.mark.parametrize("bad", ["sm_75", "compute_70", "75", "compute_75a", ""])
+def test_a_bad_target_is_refused_naming_the_switch(no_target, monkeypatch, bad):
+    with pytest.raises(ValueError, match=r"arch must be a virtual architecture, one of "
+                                         r"compute_75, compute_80"):
+        build.use_target(bad or "none")
+    if bad:
+        monkeypatch.setenv(build.ARCH_ENV, bad)
+        with pytest.raises(ValueError, match=rf"{build.ARCH_ENV} must be a virtual architecture"):
+            build.target_arch()
+
+
+@pytest.mark.parametrize("arch", sorted(devices.LIMITS))
+def test_target_facts_are_the_arch_limits_with_the_device_sm_count(no_target, arch):
+    virtual = arch.replace("sm_", "compute_")
+    build.use_target(virtual)
+    L = devices.limits(arch)
+    if arch in ("sm_100", "sm_120"):  # newer than the H200: its PTX cannot run there
+        with pytest.raises(ValueError, match=rf"{virtual} is newer than NVIDIA H200 \(sm_90\)"):
+            build.target_facts(gpu.H200)
+        return
+    f = build.target_facts(gpu.H200)
+    assert f.arch == arch
+    assert (f.shared_memory_per_block_optin, f.shared_memory_per_multiprocessor,
+            f.max_threads_per_multiprocessor, f.registers_per_multiprocessor) == (
+        L.shared_per_block_optin, L.shared_per_sm, L.max_threads_per_sm, L.registers_per_sm)
+    assert (f.multiprocessors, f.l2_bytes) == (gpu.H200.multiprocessors, gpu.H200.l2_bytes)
+    assert f.resident_clusters == (gpu.H200.resident_clusters if arch == "sm_90" else ())
+
+
+def test_ladder_plan_takes_the_target(no_target, monkeypatch):
+    monkeypatch.setattr(gpu, "facts_or_fallback", lambda: (gpu.H200, "saved"))
+    assert ladder.plan("v7_fast", 70000, 4096).path == "cp.async"
+    build.use_target("compute_75")
+    p = ladder.plan("v7_fast", 70000, 4096)
+    assert p.path == "register" and "sm_75 has no cp.async" in p.why
+    assert p[0].grid <= gpu.H200.multiprocessors  # the device's SMs
+
+
+@pytest.mark.parametrize("C", WIDTHS)
+@pytest.mark.parametrize("arch", sorted(devices.LIMITS))
+@pytest.mark.parametrize("overwrite", [False, True])
+def test_every_v7_plan_fits_the_target(arch, C, overwrite):
+    device = devices.target_facts(gpu.H200, arch)
+    L = devices.limits(arch)
+    try:
+        p = ladder.plan("v7_fast", 70000, C, device, overwrite=overwrite)
+    except ValueError as exc:  # only what the arch cannot hold is refused, saying why
+        assert C not in (768, 4096, 8192), str(exc)
+        if C > v7_fast.ROW_MAX_C:
+            assert (device.compute_capability < (9, 0) and "needs sm_90 or newer" in str(exc)
+                    or "two row slots" in str(exc) and L.shared_per_block_optin < 2 * C * 2)
+        else:
+            assert (arch, C) == ("sm_75", 16384) and "there C <= 16128" in str(exc)
+        return
+    for launch_ in p:
+        assert launch_.shared + STATIC.get(launch_.kernel, 0) <= L.shared_per_block_optin, launch_
+        assert launch_.block <= L.max_threads_per_block
+    kernel = {"register": "rmsnorm_backward_v7", "cp.async": "rmsnorm_backward_v7_staged"}
+    assert p[0].kernel == kernel.get(p.path, f"rmsnorm_backward_v7_wide{p[0].kernel[-1]}")
+    if device.compute_capability < (8, 0):
+        assert p.path == "register"
+    if arch == "sm_90":
+        assert p.path == ("register" if C < 1024 else "cp.async" if C <= v7_fast.ROW_MAX_C
+                          else "cluster")
+
+
+def test_a_t4_plans_fewer_row_groups_where_64_KiB_is_short():
+    t4 = devices.target_facts(gpu.H200, "sm_75")
+    # overwrite at C=4096: 4 groups of 128 threads want 4 x 16 KiB of dweight; 3 fit a T4's block
+    assert v7_fast.row_layout(4096, overwrite=True).groups == 4
+    main = ladder.plan("v7_fast", 70000, 4096, t4, overwrite=True)[0]
+    assert (main.block, main.shared, dict(main.args)["G"]) == (384, 3 * 4096 * 4, 128)
+    on_h200 = ladder.plan("v7_fast", 70000, 4096, gpu.H200, overwrite=True,
+                          config=v7_fast.Config(staged=False))[0]
+    assert on_h200.block == 512
+
+
+def test_the_path_says_why():
+    for arch, C, taken, why in [("sm_75", 4096, "register", "no cp.async"),
+                                ("sm_80", 4096, "cp.async", "staged in shared memory"),
+                                ("sm_90", 768, "register", "outside the staged range"),
+                                ("sm_90", 32768, "cluster", "cluster of blocks and bulk copies")]:
+        p = ladder.plan("v7_fast", 4096, C, devices.target_facts(gpu.H200, arch))
+        assert (p.path, why in p.why) == (taken, True), p.why
+    assert ladder.plan("v3_smem", 4096, 4096).path is None  # a rung of one path says none
+
+
+@pytest.mark.parametrize("arch", VIRTUAL)
+def test_v7_builds_as_ptx_for_the_virtual_arch(arch):
+    ptx = build.compile_file("v7_fast", arch, kind="ptx").binary.decode()
+    assert f".target sm_{arch[-2:]}" in ptx
+    assert ".entry rmsnorm_backward_v7(" in ptx
+    with pytest.raises(ValueError, match=r"compute_75' for PTX"):
+        build.compile_file("v7_fast", "compute_75x", kind="ptx")
+    with pytest.raises(ValueError, match=r"arch must look like 'sm_90'"):
+        build.compile_file("v7_fast", arch)  # a cubin needs a real architecture
+
+
+def test_the_launcher_plans_for_the_target(no_target, monkeypatch):
+    install_fake_cuda(monkeypatch, device=gpu.H200)
+    try:
+        build.use_target("compute_75")
+        L = launch.launcher("v7_fast", 8192)
+        p = L.plan(70000)
+        assert p.path == "register" and L.device.arch == "sm_75"
+        assert p[0].shared <= 64 * 1024 - v7_fast.REGISTER_STATIC_SHARED
+        build.use_target(None)
+        assert launch.launcher("v7_fast", 8192).plan(70000).path == "cp.async"
+    finally:
+        launch.release()
+
+
+# --- on a GPU: the sm_75 and sm_80 code paths, JIT-compiled from PTX on the device in use
+
+SHAPES = [(1, 8), (3, 24), (7, 776), (129, 1600), (1000, 2048), (4097, 768), (513, 5120)]
+
+
+@pytest.fixture(params=VIRTUAL)
+def virtual(request, no_target):
+    launch.release()
+    build.use_target(request.param)
+    yield request.param
+    launch.release()
+    build.use_target(None)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("version", kernels.VERSIONS)
+def test_every_rung_passes_the_checks_built_for_a_virtual_arch(virtual, version):
+    from test_gpu_kernels import _case
+
+    widths = SHAPES + ([(33, 8192), (5, 16128)] if version == "v7_fast" else [])
+    for N, C in widths:
+        a, b = _case(version, N, C, seed=N * 7919 + C)
+        assert a.ok, f"{virtual} N={N} C={C}: {a}"
+        assert b.ok, f"{virtual} N={N} C={C}: {b}"
+
+
+@pytest.mark.gpu
+def test_v7_takes_the_path_of_the_virtual_arch(virtual):
+    L = launch.launcher("v7_fast", 4096)
+    want = {"compute_75": "register", "compute_80": "cp.async"}[virtual]
+    assert (L.device.arch, L.plan(4097).path) == (virtual.replace("compute", "sm"), want)
+    assert L.device.multiprocessors == gpu.facts().multiprocessors
+    if virtual == "compute_75":
+        with pytest.raises(ValueError, match="there C <= 16128"):
+            launch.launcher("v7_fast", 16384)
+
+
+def test_the_gpu_cases_are_the_usual_shapes():
+    from test_gpu_kernels import SHAPES as usual
+
+    assert SHAPES == usual
