@@ -5,6 +5,7 @@ from pathlib import Path
 
 import pytest
 
+from rmsnorm_lessons import project
 from rmsnorm_lessons.lessons import LESSONS
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -39,7 +40,9 @@ def test_render_has_one_row_a_lesson_and_the_totals(tool):
     for row, lesson in zip(rows, LESSONS):
         cells = [c.strip() for c in row.strip("|").split("|")]
         link = f"[`{lesson.stem}`](notebooks/{lesson.notebook})"
-        assert cells == [lesson.number, link, lesson.kernel, lesson.adds, str(lesson.minutes)]
+        colab = f"[![Open In Colab]({tool.COLAB_BADGE})]({project.colab_url(lesson.stem)})"
+        assert cells == [lesson.number, link, lesson.kernel, lesson.adds, str(lesson.minutes),
+                         colab]
         assert (ROOT / "notebooks" / lesson.notebook).is_file()
     flat = " ".join(text.split())
     total = sum(lesson.minutes for lesson in LESSONS)

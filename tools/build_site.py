@@ -303,7 +303,9 @@ def build(out: Path, instructor: bool = False) -> list[Path]:
             (out / name).write_text(_page(title, _nav(lessons, name), _markdown(text)))
             written.append(out / name)
 
-    table = ["| lesson | kernel | what it adds | min |", "| --- | --- | --- | ---: |"]
+    from rmsnorm_lessons import project  # the repository's address: pyproject.toml's [project.urls]
+
+    table = ["| lesson | kernel | what it adds | min | open |", "| --- | --- | --- | ---: | --- |"]
     for name in lessons:
         r = rows.get(name, {"kernel": "-", "kernel_file": None, "adds": "", "minutes": ""})
         if r["kernel_file"]:
@@ -315,13 +317,17 @@ def build(out: Path, instructor: bool = False) -> list[Path]:
                 kernel = links or "-"
             else:
                 kernel = f"{r['kernel']}; reads {links}" if links else r["kernel"]
-        table.append(f"| [`{name}`]({name}.html) | {kernel} | {r['adds']} | {r['minutes']} |")
+        table.append(f"| [`{name}`]({name}.html) | {kernel} | {r['adds']} | {r['minutes']} "
+                     f"| [Colab]({project.colab_url(name)}) |")
     edition = ("the notebooks as committed, solutions included (the instructor edition)"
                if instructor else "the student edition (solutions replaced by skeletons)")
     index = (f"# rmsnorm-lessons\n\n{readme_intro()}\n\n## The lessons\n\n" + "\n".join(table) +
              f"\n\nEvery page is {edition}, with the outputs they were saved with (made on an "
              f"NVIDIA H200). [The kernels]({KDIR}/index.html) are the CUDA files the lessons "
-             f"compile.\n\n"
+             f"compile.\n\nEach lesson opens in [Colab]({project.colab_url('00_setup')}) (a GPU "
+             f"runtime; lesson 00 says how to set it up) or, without a GPU, in "
+             f"[Binder]({project.binder_url()}); the source is at "
+             f"[{project.repository_path()}]({project.repository_url()}).\n\n"
              "## For instructors\n\n"
              "- [Running a workshop](workshop.html): a JupyterHub for a room of learners on one "
              "GPU machine.\n- [Twenty learners on one H200](gpu-sharing.html): time-slicing, MPS, "

@@ -1,12 +1,12 @@
 #!/usr/bin/env python3
-"""The Colab and Binder links, rendered from ONE placeholder: REPO below.
-
-The repository's public URL is not known yet: REPO is a placeholder. When the course is published,
-change REPO here (and only here), then run
+"""The Colab and Binder links of the README's Colab block and of lesson 00's Colab cell, rendered
+from the repository's address, which lives in one place: pyproject.toml's ``[project.urls]
+Repository``, read by :mod:`rmsnorm_lessons.project`. After changing it there, run
 
     python3 tools/colab_links.py            # rewrites the README's Colab block and lesson 00's
-    Colab cell python3 tools/colab_links.py --check    # exit 1 if either differs from what REPO
-    renders (a test runs this)
+                                            # Colab cell
+    python3 tools/colab_links.py --check    # exit 1 if either differs from what it renders (a test
+                                            # runs this)
 
 It writes the README between <!-- colab:start --> and <!-- colab:end --> and, in
 notebooks/00_setup.ipynb, the markdown cell tagged ``colab-setup`` (inserted right after the
@@ -18,14 +18,13 @@ from __future__ import annotations
 import argparse
 import fcntl
 import json
-import re
 import sys
 from pathlib import Path
 
-REPO = "https://github.com/OWNER/rmsnorm-lessons"  # placeholder: the public URL is not known yet
-BRANCH = "main"
-
 ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+from rmsnorm_lessons import project  # noqa: E402  (the checkout's package, beside this tool)
+
 README = ROOT / "README.md"
 LESSON00 = ROOT / "notebooks" / "00_setup.ipynb"
 TAG = "colab-setup"
@@ -37,68 +36,58 @@ NVCC_WHEELS = ('"nvidia-cuda-nvcc==13.0.*" "nvidia-cuda-crt==13.0.*" "nvidia-nvv
                '"nvidia-cuda-runtime==13.0.*" "nvidia-cuda-cccl==13.0.*"')
 
 
-def _path() -> str:
-    m = re.fullmatch(r"https://github\.com/([^/]+/[^/]+?)(\.git)?/?", REPO)
-    if not m:
-        raise SystemExit(f"REPO must be https://github.com/<owner>/<name>, got {REPO!r}")
-    return m.group(1)
-
-
 def lessons() -> list[str]:
     return sorted(p.name for p in (ROOT / "notebooks").glob("[0-9][0-9]_*.ipynb"))
 
 
-def colab_url(notebook: str) -> str:
-    return f"https://colab.research.google.com/github/{_path()}/blob/{BRANCH}/notebooks/{notebook}"
+def colab_badge(notebook: str) -> str:
+    return f"[![Open In Colab]({BADGE})]({project.colab_url(notebook)})"
 
 
-def binder_url() -> str:
-    return f"https://mybinder.org/v2/gh/{_path()}/{BRANCH}?labpath=notebooks/00_setup.ipynb"
+def binder_badge() -> str:
+    return f"[![Binder]({BINDER_BADGE})]({project.binder_url()})"
 
 
 def setup_commands() -> list[str]:
     """What to run in the first cell of a Colab GPU runtime (Runtime > Change runtime type >
-    GPU)."""
+    GPU): Colab's working folder is /content; running the cell again reuses the checkout."""
+    folder = f"/content/{project.checkout_name()}"
     return [
-        f"!git clone --depth 1 {REPO}.git",
-        f"%cd {_path().split('/')[1]}",
-        "!pip install -q -e .                   # the course and its helpers",
-        "!pip install -q pycuda                 # PyCUDA, built against the runtime's CUDA "
-        "(/usr/local/cuda)",
+        f"!test -d {folder} || git clone --depth 1 {project.repository_url()}.git {folder}",
+        f"%cd {folder}",
+        '!pip install -q -e ".[gpu]"          # the course and PyCUDA (built against '
+        "/usr/local/cuda)",
         f"!command -v nvcc || pip install -q {NVCC_WHEELS}",
-        "!python -m rmsnorm_lessons info         # what works here: GPU, PyCUDA, nvcc",
+        "!python -m rmsnorm_lessons info      # what works here: GPU, PyCUDA, nvcc",
     ]
 
 
 def _links_table() -> list[str]:
     rows = ["| lesson | open |", "| --- | --- |"]
     for nb in lessons():
-        rows.append(f"| `{nb[:-6]}` | [![Open In Colab]({BADGE})]({colab_url(nb)}) |")
+        rows.append(f"| `{nb[:-6]}` | {colab_badge(nb)} |")
     return rows
 
 
 def readme_block() -> str:
     lines = [START,
-             "Every lesson opens in Colab with a GPU runtime (Runtime > Change runtime type). The "
-             "course is",
-             "run on an H200 only: on Colab's T4 (sm_75) every kernel compiles, untried. Run the "
-             "set-up lines",
-             "below in the first cell. They clone the course, install it and PyCUDA, and",
-             "install NVIDIA's nvcc wheels only where the runtime has no `nvcc`; `%cd` makes the "
-             "checkout the",
-             "working folder, so `import rmsnorm_lessons` and `kernels/` work at once (no restart "
-             "needed).",
-             "For the widgets, Colab needs `from google.colab import output; "
-             "output.enable_custom_widget_manager()`.",
+             "Every lesson opens in Colab with a GPU runtime (Runtime > Change runtime type): its "
+             "badge is in",
+             "the table at the top. Run the set-up lines below in the first cell. They clone the "
+             "course,",
+             "install it with PyCUDA, and install NVIDIA's nvcc wheels only where the runtime has "
+             "no `nvcc`;",
+             "`%cd` makes the checkout the working folder, so `import rmsnorm_lessons` and "
+             "`kernels/` work at",
+             "once (no restart needed). For the widgets, Colab needs",
+             "`from google.colab import output; output.enable_custom_widget_manager()`.",
              "",
              "```", *setup_commands(), "```", "",
-             *_links_table(), "",
-             f"Binder (no GPU: the math, compiling, SASS, plots and widgets): "
-             f"[![Binder]({BINDER_BADGE})]({binder_url()})",
+             "Colab's free GPU is a T4 (sm_75): see [What ran where](#what-ran-where) for what was "
+             "run on",
+             "which GPU and what was only compiled.",
              "",
-             f"`{REPO}` is a placeholder until the course is published: it is defined once, in",
-             "`tools/colab_links.py`, which renders this block and lesson 00's Colab cell (a test "
-             "keeps them equal).",
+             f"Binder (no GPU: the math, compiling, SASS, plots and widgets): {binder_badge()}",
              END]
     return "\n".join(lines)
 
@@ -110,10 +99,7 @@ def cell_source() -> str:
              "and run it:", "", "```", *setup_commands(), "```", "",
              *_links_table(), "",
              f"On **Binder** (no GPU: the math, compiling, SASS, plots and widgets): "
-             f"[![Binder]({BINDER_BADGE})]({binder_url()})",
-             "",
-             f"(`{REPO}` is a placeholder until the course is published; `tools/colab_links.py` "
-             f"renders this cell.)"]
+             f"{binder_badge()}"]
     return "\n".join(lines)
 
 
@@ -145,7 +131,7 @@ def problems() -> list[str]:
         out.append(f"{LESSON00.name} has no markdown cell tagged {TAG}")
     elif i != 1 or cell.get("cell_type") != "markdown" or _source(cell) != cell_source():
         out.append(f"{LESSON00.name}'s {TAG} cell is not the markdown cell after the title, "
-                   f"rendered from REPO")
+                   f"rendered from [project.urls] Repository")
     return out
 
 
@@ -167,8 +153,9 @@ def write() -> None:
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(description="Render the Colab/Binder links from REPO (see the "
-                                             "module docstring).")
+    ap = argparse.ArgumentParser(description="Render the Colab/Binder links from pyproject.toml's "
+                                             "[project.urls] Repository (see the module "
+                                             "docstring).")
     ap.add_argument("--check", action="store_true", help="change nothing; exit 1 when out of date")
     ap.add_argument("--commands", action="store_true",
                     help="print the Colab set-up commands and exit")

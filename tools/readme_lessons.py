@@ -19,23 +19,29 @@ ROOT = Path(__file__).resolve().parent.parent
 README = ROOT / "README.md"
 START, END = "<!-- lessons:start -->", "<!-- lessons:end -->"
 WIDTH = 105
+COLAB_BADGE = "https://colab.research.google.com/assets/colab-badge.svg"
 
 
 def render(lessons=None) -> str:
-    """The table (one row a lesson: number and notebook, kernel, what it adds, minutes) and one line
+    """The table (one row a lesson: number and notebook, kernel, what it adds, minutes, its Colab
+    badge, built by rmsnorm_lessons.project from pyproject.toml's [project.urls]) and one line
     under it: how many lessons have you write a kernel, and the time in all."""
+    sys.path.insert(0, str(ROOT))
+    from rmsnorm_lessons import project
+
     if lessons is None:
-        sys.path.insert(0, str(ROOT))
         from rmsnorm_lessons.lessons import LESSONS as lessons
     if not lessons:
         raise ValueError("lessons: the registry is empty")
-    rows = ["| # | notebook | kernel | what it adds | min |", "| --- | --- | --- | --- | ---: |"]
+    rows = ["| # | notebook | kernel | what it adds | min | open |",
+            "| --- | --- | --- | --- | ---: | --- |"]
     for lesson in lessons:
         if "|" in lesson.kernel + lesson.adds:
             raise ValueError(f"lesson {lesson.stem}: '|' would split its row of the table")
         link = f"[`{lesson.stem}`](notebooks/{lesson.notebook})"
+        colab = f"[![Open In Colab]({COLAB_BADGE})]({project.colab_url(lesson.stem)})"
         rows.append(f"| {lesson.number} | {link} | {lesson.kernel} | {lesson.adds} "
-                    f"| {lesson.minutes} |")
+                    f"| {lesson.minutes} | {colab} |")
     minutes = sum(lesson.minutes for lesson in lessons)
     kernels = sum(1 for lesson in lessons if lesson.kernel_exercise)
     line = (f"You write and check a CUDA kernel of your own in {kernels} of the {len(lessons)} "

@@ -1,0 +1,108 @@
+"""The repository's address lives in one place, pyproject.toml's [project.urls] Repository, and
+every Colab and Binder link that ships is built from it by rmsnorm_lessons.project (CPU)."""
+import json
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from rmsnorm_lessons import project
+from rmsnorm_lessons.lessons import LESSONS
+
+ROOT = Path(__file__).resolve().parent.parent
+SKIP_DIRS = {".git", ".venv", "build", "work", "node_modules", ".ipynb_checkpoints"}
+COLAB = re.compile(r"https://colab\.research\.google\.com/github/[^)\s\"'<>]+")
+BINDER = re.compile(r"https://mybinder\.org/v2/gh/[^)\s\"'<>]+")
+
+
+def _shipped(*suffixes):
+    for path in ROOT.rglob("*"):
+        if (path.is_file() and path.suffix in suffixes
+                and not SKIP_DIRS & set(path.relative_to(ROOT).parts)):
+            yield path
+
+
+def _text(path: Path) -> str:
+    if path.suffix != ".ipynb":
+        return path.read_text(errors="replace")
+    cells = json.loads(path.read_text())["cells"]
+    return "\n".join("".join(c.get("source", "")) for c in cells)
+
+
+def test_the_address_is_pyprojects_repository():
+    text = (ROOT / "pyproject.toml").read_text()
+    m = re.search(r'^\[project\.urls\]\n(?:#.*\n)*Repository = "([^"]+)"$', text, re.M)
+    assert m, "pyproject.toml has no [project.urls] Repository line"
+    assert project.repository_url() == m.group(1)
+    assert re.fullmatch(r"https://github\.com/[\w.-]+/[\w.-]+", m.group(1))
+    assert project.repository_path() == m.group(1).removeprefix("https://github.com/")
+
+
+def test_no_owner_placeholder_ships():
+    found = [str(p.relative_to(ROOT)) for p in _shipped(".md", ".ipynb", ".py", ".toml", ".txt",
+                                                         ".html", ".cfg", ".yml", "")
+             if p.name != Path(__file__).name and re.search(r"\bOWNER\b", _text(p))]
+    assert found == []
+
+
+def test_every_badge_url_is_built_from_the_one_place():
+    sources = [ROOT / "README.md", *sorted((ROOT / "notebooks").glob("*.ipynb"))]
+    stems = {lesson.stem for lesson in LESSONS}
+    seen = 0
+    for path in sources:
+        text = _text(path)
+        for url in COLAB.findall(text):
+            stem = url.rsplit("/", 1)[1].removesuffix(".ipynb")
+            assert stem in stems, f"{path.name}: {url} opens no lesson"
+            assert url == project.colab_url(stem), f"{path.name}: {url}"
+            seen += 1
+        for url in BINDER.findall(text):
+            assert url == project.binder_url(), f"{path.name}: {url}"
+            seen += 1
+    # the README's lesson table and lesson 00's cell: a Colab badge a lesson each, and Binder twice
+    assert seen >= 2 * len(LESSONS) + 2
+
+
+def test_the_colab_cell_installs_the_package_and_pycuda_from_the_repository():
+    sys.path.insert(0, str(ROOT / "tools"))
+    try:
+        import colab_links
+    finally:
+        sys.path.remove(str(ROOT / "tools"))
+    lines = colab_links.setup_commands()
+    assert f"{project.repository_url()}.git" in lines[0]
+    assert lines[1] == f"%cd /content/{project.checkout_name()}"
+    assert any(line.startswith('!pip install -q -e ".[gpu]"') for line in lines)
+    p = subprocess.run([sys.executable, str(ROOT / "tools" / "colab_links.py"), "--check"],
+                       capture_output=True, text=True, timeout=60)
+    assert p.returncode == 0, p.stderr
+
+
+def test_urls_name_the_lesson(monkeypatch):
+    assert project.colab_url("09_v7_step_by_step") == project.colab_url("09_v7_step_by_step.ipynb")
+    assert project.binder_url().endswith("?labpath=notebooks/00_setup.ipynb")
+    with pytest.raises(ValueError, match="stem must be a lesson's file name"):
+        project.colab_url("../x y")
+
+
+def test_both_readers_agree(tmp_path, monkeypatch):
+    toml = tmp_path / "pyproject.toml"
+    toml.write_text('[project]\nname = "x"\n\n[project.urls]\n# why\n'
+                    'Repository = "https://github.com/someone/fork"\n\n[tool.x]\nRepository = "no"\n')
+    assert project._from_pyproject(toml) == "https://github.com/someone/fork"
+    monkeypatch.setitem(sys.modules, "tomllib", None)  # Python 3.10: no tomllib
+    assert project._from_pyproject(toml) == "https://github.com/someone/fork"
+
+
+def test_a_bad_address_is_refused(monkeypatch, tmp_path):
+    toml = tmp_path / "pyproject.toml"
+    toml.write_text('[project.urls]\nRepository = "https://gitlab.com/a/b"\n')
+    monkeypatch.setattr(project, "PYPROJECT", toml)
+    project.repository_url.cache_clear()
+    try:
+        with pytest.raises(ValueError, match=r"Repository must be https://github.com/<owner>/"):
+            project.repository_url()
+    finally:
+        project.repository_url.cache_clear()
