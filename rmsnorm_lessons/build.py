@@ -7,7 +7,8 @@
 * :func:`source_module` loads the same cubin, built for the current device, as a PyCUDA module.
 * The target (default: the device): :func:`use_target` or ``RMSNORM_ARCH=compute_75`` builds every
   rung as PTX for a virtual architecture, JIT-compiled by the driver, and :func:`target_facts` gives
-  plans its limits with the device's SM count: an H200 runs the code paths of a T4 or an A100.
+  plans its limits with the device's SM count: an H200 runs the code paths of a T4 or an A100. The
+  switch is kept in :mod:`rmsnorm_lessons.devices` (the ladder's plans read it without building).
 """
 from __future__ import annotations
 
@@ -23,13 +24,13 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from . import devices, gpu, ladder
+# the target switch lives in devices, which plans read too: build re-exports it
+from .devices import ARCH_ENV, check_target, target_arch, use_target  # noqa: F401
 from .ptxas import Resources, parse_ptxas  # noqa: F401  (both stay importable from build)
 
 #: flags of every build: the seed's (-O3 --use_fast_math), C++17, line info for the SASS listings
 NVCC_FLAGS = ("-O3", "--use_fast_math", "-std=c++17", "-lineinfo")
 DEFAULT_ARCH = "sm_90"
-ARCH_ENV = "RMSNORM_ARCH"  # the environment's switch: compute_75, compute_80, ...
-_target: list = []  # use_target's choice, where made (it outranks the environment)
 
 
 KERNEL_PACKAGE = "rmsnorm_lessons.kernel_sources"  # the wheel ships kernels/ under this name
@@ -145,40 +146,10 @@ def _check_arch(arch: str, kind: str = "cubin") -> str:
     return arch
 
 
-def check_target(arch, where: str = "arch") -> str | None:
-    """``arch`` when it is None or a virtual architecture with a row in :data:`devices.LIMITS`
-    (``compute_75`` ... ``compute_120``), else a ValueError naming ``where``."""
-    if arch is None or (re.fullmatch(r"compute_\d{2,3}", str(arch)) and
-                        devices.real_arch(arch) in devices.LIMITS):
-        return arch
-    known = ", ".join(a.replace("sm_", "compute_") for a in devices.LIMITS)
-    raise ValueError(f"{where} must be a virtual architecture, one of {known} (or unset: the "
-                     f"device's own), got {arch!r}")
-
-
-def use_target(arch: str | None) -> None:
-    """Build every rung as PTX for ``arch`` (``"compute_75"``, ``"compute_80"``...) from now on,
-    whatever ``$RMSNORM_ARCH`` says; None goes back to the environment's choice."""
-    _target[:] = [] if arch is None else [check_target(arch)]
-
-
-def target_arch() -> str | None:
-    """The virtual architecture rungs are built for (:func:`use_target`'s, else
-    ``$RMSNORM_ARCH``'s), or None: cubins for the device itself."""
-    return _target[0] if _target else check_target(os.environ.get(ARCH_ENV) or None, ARCH_ENV)
-
-
 def target_facts(device=None):
     """The facts plans read: ``device`` (default: this GPU) as the target architecture has them
-    (:func:`devices.target_facts`: its limits, the device's SM count); the device's own without a
-    target. A target newer than the device is refused: the driver cannot run its PTX."""
-    device = device if device is not None else gpu.facts()
-    if (arch := target_arch()) is None:
-        return device
-    if devices.target_facts(device, arch).compute_capability > device.compute_capability:
-        raise ValueError(f"{ARCH_ENV}={arch} is newer than {device.name} ({device.arch}): its "
-                         f"PTX cannot run there; choose compute_{device.arch[3:]} or older")
-    return devices.target_facts(device, arch)
+    (:func:`devices.facts_for_target`: its limits, the device's SM count)."""
+    return devices.facts_for_target(device if device is not None else gpu.facts())
 
 
 _NVCC_LINE = re.compile(r"^(?P<file>[^\s(]+)\((?P<line>\d+)\): "

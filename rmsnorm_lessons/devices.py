@@ -3,16 +3,20 @@ checks read.
 
 Data only (no compiler, no GPU): :mod:`rmsnorm_lessons.validate` refuses a C whose shared memory no
 GPU here gives a block, and :mod:`rmsnorm_lessons.occupancy` computes blocks per SM from the same
-rows.
+rows. The target switch (``RMSNORM_ARCH``, :func:`use_target`) lives here too: which architecture
+the rungs are built for, and whose limits plans take (:func:`facts_for_target`).
 """
 from __future__ import annotations
 
 import dataclasses
+import os
 import re
 from dataclasses import dataclass
 
 DEFAULT_ARCH = "sm_90"
 KIB = 1024
+ARCH_ENV = "RMSNORM_ARCH"  # the environment's target switch: compute_75, compute_80, ...
+_target: list = []  # use_target's choice, where made (it outranks the environment)
 
 
 @dataclass(frozen=True)
@@ -131,3 +135,42 @@ def target_facts(device, arch: str, name: str | None = None):
         shared_memory_per_multiprocessor=L.shared_per_sm,
         max_threads_per_multiprocessor=L.max_threads_per_sm,
         registers_per_multiprocessor=L.registers_per_sm, resident_clusters=())
+
+
+# --- the target switch: which architecture rungs are built for (rmsnorm_lessons.build reads it to
+# build PTX) and whose limits plans take (facts_for_target)
+
+
+def check_target(arch, where: str = "arch") -> str | None:
+    """``arch`` when it is None or a virtual architecture with a row in :data:`LIMITS`
+    (``compute_75`` ... ``compute_120``), else a ValueError naming ``where``."""
+    if arch is None or (re.fullmatch(r"compute_\d{2,3}", str(arch)) and
+                        real_arch(arch) in LIMITS):
+        return arch
+    known = ", ".join(a.replace("sm_", "compute_") for a in LIMITS)
+    raise ValueError(f"{where} must be a virtual architecture, one of {known} (or unset: the "
+                     f"device's own), got {arch!r}")
+
+
+def use_target(arch: str | None) -> None:
+    """Build every rung as PTX for ``arch`` (``"compute_75"``, ``"compute_80"``...) and plan for
+    its limits from now on, whatever ``$RMSNORM_ARCH`` says; None goes back to the environment."""
+    _target[:] = [] if arch is None else [check_target(arch)]
+
+
+def target_arch() -> str | None:
+    """The virtual architecture rungs are built for (:func:`use_target`'s, else
+    ``$RMSNORM_ARCH``'s), or None: cubins for the device itself."""
+    return _target[0] if _target else check_target(os.environ.get(ARCH_ENV) or None, ARCH_ENV)
+
+
+def facts_for_target(device):
+    """``device``'s facts as the target architecture has them (:func:`target_facts`), or as they
+    are without a target. A target newer than the device is refused: its PTX cannot run there."""
+    if (arch := target_arch()) is None:
+        return device
+    facts = target_facts(device, arch)
+    if tuple(facts.compute_capability) > tuple(device.compute_capability):
+        raise ValueError(f"{ARCH_ENV}={arch} is newer than {device.name} ({device.arch}): its "
+                         f"PTX cannot run there; choose compute_{device.arch[3:]} or older")
+    return facts

@@ -73,11 +73,12 @@ def _notebook(stem: str) -> str:
 
 def colab_url(stem: str) -> str:
     """Colab's link that opens ``notebooks/<stem>.ipynb`` of the repository."""
+    file = _notebook(stem)
     return (f"https://colab.research.google.com/github/{repository_path()}/blob/{BRANCH}/"
-            f"notebooks/{_notebook(stem)}")
+            f"notebooks/{file}")
 
 
 def binder_url(stem: str = "00_setup") -> str:
     """Binder's link that builds the repository (binder/) and opens ``notebooks/<stem>.ipynb``."""
-    return (f"https://mybinder.org/v2/gh/{repository_path()}/{BRANCH}"
-            f"?labpath=notebooks/{_notebook(stem)}")
+    file = _notebook(stem)
+    return f"https://mybinder.org/v2/gh/{repository_path()}/{BRANCH}?labpath=notebooks/{file}"

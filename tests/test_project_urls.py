@@ -90,7 +90,8 @@ def test_urls_name_the_lesson(monkeypatch):
 def test_both_readers_agree(tmp_path, monkeypatch):
     toml = tmp_path / "pyproject.toml"
     toml.write_text('[project]\nname = "x"\n\n[project.urls]\n# why\n'
-                    'Repository = "https://github.com/someone/fork"\n\n[tool.x]\nRepository = "no"\n')
+                    'Repository = "https://github.com/someone/fork"\n\n'
+                    '[tool.x]\nRepository = "no"\n')
     assert project._from_pyproject(toml) == "https://github.com/someone/fork"
     monkeypatch.setitem(sys.modules, "tomllib", None)  # Python 3.10: no tomllib
     assert project._from_pyproject(toml) == "https://github.com/someone/fork"
