@@ -322,6 +322,18 @@ def test_site_in_browser(site, tmp_path):
     print(f"screenshots: {SCREENSHOTS / 'site-index.png'}, {SCREENSHOTS / 'site-lesson.png'}")
 
 
+def test_the_index_opens_each_lesson_in_colab_from_the_one_address(site):
+    from rmsnorm_lessons import project
+
+    index = (site / "index.html").read_text()
+    for lesson in REGISTRY:
+        assert f'href="{project.colab_url(lesson.stem)}"' in index, lesson.stem
+    assert f'href="{project.binder_url()}"' in index
+    for url in re.findall(r'href="(https://(?:colab\.research\.google\.com|mybinder\.org)[^"]+)"',
+                          index):
+        assert project.repository_path() in url, url
+
+
 def test_site_has_the_workshop_pages_and_values_yaml_on_paper(site):
     """The Kubernetes page is in the site and says it is on paper; hub/values.yaml is a Zero to
     JupyterHub configuration with a GPU profile and the same seeding (parsed here, never
