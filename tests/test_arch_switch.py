@@ -125,14 +125,21 @@ def test_the_path_says_why():
 
 
 @pytest.mark.parametrize("arch", VIRTUAL)
-def test_v7_builds_as_ptx_for_the_virtual_arch(arch):
-    ptx = build.compile_file("v7_fast", arch, kind="ptx").binary.decode()
+@pytest.mark.parametrize("version", kernels.VERSIONS)
+def test_every_rung_builds_as_ptx_for_the_virtual_arch(version, arch):
+    ptx = build.compile_file(version, arch, kind="ptx").binary.decode()
     assert f".target sm_{arch[-2:]}" in ptx
-    assert ".entry rmsnorm_backward_v7(" in ptx
+    for kernel in kernels.get(version).kernels:  # v7's wide kernels exist from sm_90 only
+        assert (f".entry {kernel}(" in ptx) == (kernel not in v7_fast.WIDE_KERNELS), kernel
+    if version == "v7_fast":  # cp.async only where the arch has it (the staged kernel traps below)
+        assert ("cp.async" in ptx) == (arch != "compute_75")
+
+
+def test_ptx_takes_a_virtual_arch_and_a_cubin_a_real_one():
     with pytest.raises(ValueError, match=r"compute_75' for PTX"):
-        build.compile_file("v7_fast", "compute_75x", kind="ptx")
+        build.compile_file("v1_naive", "compute_75x", kind="ptx")
     with pytest.raises(ValueError, match=r"arch must look like 'sm_90'"):
-        build.compile_file("v7_fast", arch)  # a cubin needs a real architecture
+        build.compile_file("v1_naive", "compute_75")
 
 
 def test_the_launcher_plans_for_the_target(no_target, monkeypatch):
