@@ -188,6 +188,13 @@ def test_v7_takes_the_path_of_the_virtual_arch(virtual):
     want = {"compute_75": "register", "compute_80": "cp.async"}[virtual]
     assert (L.device.arch, L.plan(4097).path) == (virtual.replace("compute", "sm"), want)
     assert L.device.multiprocessors == gpu.facts().multiprocessors
+    # the module is the PTX of that arch, JIT-compiled by the driver for the device's own
+    assert L.module is build._ptx_module(build.compile_file("v7_fast", virtual, kind="ptx").binary)
+    attr = gpu.driver().function_attribute
+    main = L.functions[L.plan(4097)[0].kernel]
+    assert main.get_attribute(attr.PTX_VERSION) == int(virtual.split("_")[1])
+    major, minor = gpu.facts().compute_capability
+    assert main.get_attribute(attr.BINARY_VERSION) == 10 * major + minor
     if virtual == "compute_75":
         with pytest.raises(ValueError, match="there C <= 16128"):
             launch.launcher("v7_fast", 16384)
