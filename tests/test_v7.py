@@ -194,8 +194,21 @@ def test_the_path_follows_the_compute_capability(C, overwrite):
     except ValueError:
         on_a100 = "rmsnorm_backward_v7"
     assert plan(4096, C, overwrite=overwrite, device=A100)[0].kernel == on_a100
-    # a T4 (sm_75) runs every such row on the register path
-    assert plan(4096, C, overwrite=overwrite, device=T4)[0].kernel == "rmsnorm_backward_v7"
+    if C == 16384:  # 64 KiB of dweight and the static shared memory: more than a T4 gives a block
+        with pytest.raises(ValueError, match=r"v7_fast at C=16384: a row group's dweight "
+                                             r"\(65536 B\) .* 65536 B a block may have on sm_75; "
+                                             r"there C <= 16128"):
+            plan(4096, C, overwrite=overwrite, device=T4)
+        return
+    main = plan(4096, C, overwrite=overwrite, device=T4)[0]
+    assert main.kernel == "rmsnorm_backward_v7" and main.block <= v7_fast.MAX_BLOCK
+    a = args(main)
+    assert main.shared <= 64 * 1024 - v7_fast.REGISTER_STATIC_SHARED
+    assert main.shared == max(main.block // a["G"] * C * 4, main.block * 16)
+    # as many row groups as fit: one more would not
+    bigger = row_layout(C, main.block + a["G"], a["K"], overwrite, bool(a["prefetch"]))
+    assert (main.block + a["G"] > v7_fast.MAX_BLOCK  # the largest block already
+            or bigger.smem > 64 * 1024 - v7_fast.REGISTER_STATIC_SHARED)
     with pytest.raises(ValueError, match=r"Config\(staged=True\) needs .* sm_80 or newer "
                                          r"\(cp.async\); got C=\d+ on sm_75"):
         plan(4096, C, overwrite=overwrite, config=Config(staged=True), device=T4)
@@ -207,6 +220,14 @@ def test_wide_rows_only_from_sm_90():
         with pytest.raises(ValueError, match=rf"needs sm_90 or newer; {device.name} is "
                                              rf"{device.arch}"):
             plan(4096, 32768, device=device)
+
+
+def test_a_t4_plans_fewer_row_groups_where_64_KiB_is_short():
+    # overwrite at C=4096: 4 groups of 128 threads want 4 x 16 KiB of dweight; 3 fit a T4's block
+    assert row_layout(4096, overwrite=True).groups == 4
+    main = plan(70000, 4096, overwrite=True, device=T4)[0]
+    assert (main.block, main.shared, args(main)["G"]) == (384, 3 * 4096 * 4, 128)
+    assert plan(70000, 4096, overwrite=True, config=Config(staged=False))[0].block == 512
 
 
 @pytest.mark.parametrize("N,C",
