@@ -37,7 +37,10 @@ def score_lines(results) -> list[str]:
         lines.append(f"mutation score: {len(caught)}/{len(on_gpu)} caught (compile-only {static}, "
                      f"GPU {len(caught) - static}); survivors: "
                      f"{_names(r for r in on_gpu if r['stage'] == 'survived')}; rejected by nvcc: "
-                     f"{_names(r for r in on_gpu if r['stage'] == 'nvcc rejected')}")
+                     f"{_names(r for r in on_gpu if r['stage'] == 'nvcc rejected')}"
+                     + (f"; not judged (CUDA context lost): "
+                        f"{_names(r for r in on_gpu if r['stage'] == 'not judged')}"
+                        if any(r["stage"] == "not judged" for r in on_gpu) else ""))
     cpu = [r for r in results if not r["gpu"]]
     if cpu:
         static = sum(r["stage"] == "compile-only" for r in cpu)

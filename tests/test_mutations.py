@@ -83,6 +83,13 @@ CAUGHT_WITHOUT_A_GPU = {
     ("10_finding_bugs", "barrier.syncthreads"): "two BAR.SYNC",
     ("10_finding_bugs", "atomic.shared"): "a shared-memory atomic (ATOMS)",
 }
+#: static checks that do not yet catch what CAUGHT_WITHOUT_A_GPU asks of them (a strict xfail: when
+#: the check is fixed the test says XPASS and the entry goes)
+KNOWN_GAPS = {
+    ("05_bf16_vectorized", "width.load"):
+        "lesson05 counts LDG.E.128 (at least 7; the solution's unrolled loops have 25), so one "
+        "load narrowed to LDG.E.64 still passes; it should find no narrower LDG of a row tensor",
+}
 #: run in `make test` without a GPU: per exercise its first mutant the static checks must catch,
 #: and its first one only a GPU can judge
 SAMPLE = {
@@ -90,6 +97,7 @@ SAMPLE = {
     for m in [next((m for m in MUTANTS if m.exercise == lesson.stem
                     and ((m.exercise, m.kind) in CAUGHT_WITHOUT_A_GPU) == caught), None)] if m}
 NVCC_REJECTS = "nvcc does not accept it"
+_CONTEXT_LOST = ""  # the GPU test that made this process's CUDA context unusable
 
 needs_nvcc = pytest.mark.skipif(build.find_nvcc() is None, reason="nvcc not found")
 no_gpu_here = pytest.mark.skipif(gpu.available(),
@@ -104,10 +112,10 @@ def _forget_learners_rungs():
         ladder.unregister(name)
 
 
-def _record(record_property, mutant, verdict, stage: str) -> None:
+def _record(record_property, mutant, status: str, stage: str) -> None:
+    """What tests/_mutation_report.py sums up (xdist carries it to the controller)."""
     record_property("mutation", json.dumps({"node": mutant.node, "exercise": mutant.exercise,
-                                            "id": mutant.id, "status": verdict.status,
-                                            "stage": stage}))
+                                            "id": mutant.id, "status": status, "stage": stage}))
 
 
 def _check(mutant):
@@ -149,16 +157,20 @@ def test_the_slips_find_their_sites_in_a_small_kernel():
     assert found["tail"] == ["tail.column@4", "tail.row@9"]
     mutated = dict(_mutations.atomic(text))["atomic.global@9"]
     assert "out[threadIdx.x] += v;" in mutated and "// atomicAdd(&out[0], v);" in mutated
-    assert "in[threadIdx.x] / (C + 1)" in dict(_mutations.normalisation(text))["normalisation.mean@6"]
+    normalised = dict(_mutations.normalisation(text))["normalisation.mean@6"]
+    assert "in[threadIdx.x] / (C + 1)" in normalised
 
 
 # --- without a GPU: compiled and inspected -----------------------------------------------------
 
-def _judge_without_a_gpu(mutant, record_property):
+def _judge_without_a_gpu(mutant, record_property, request):
+    gap = KNOWN_GAPS.get((mutant.exercise, mutant.kind))
+    if gap:
+        request.applymarker(pytest.mark.xfail(reason=gap, strict=True))
     verdict = _check(mutant)
     rejected = verdict.message.startswith(NVCC_REJECTS)
     caught = (mutant.exercise, mutant.kind) in CAUGHT_WITHOUT_A_GPU
-    _record(record_property, mutant, verdict, "nvcc rejected" if rejected else
+    _record(record_property, mutant, verdict.status, "nvcc rejected" if rejected else
             "compile-only" if verdict.status == "NOT YET" else "needs a GPU")
     assert not rejected, f"{mutant.node}: a mutant must compile\n{verdict}"
     assert verdict.status in ("NOT YET", "NOT VERIFIED"), f"{mutant.node}: {verdict}"
@@ -171,16 +183,16 @@ def _judge_without_a_gpu(mutant, record_property):
 @needs_nvcc
 @no_gpu_here
 @pytest.mark.parametrize("node", sorted(SAMPLE))
-def test_a_sample_of_mutants_without_a_gpu(node, record_property):
-    _judge_without_a_gpu(BY_NODE[node], record_property)
+def test_a_sample_of_mutants_without_a_gpu(node, record_property, request):
+    _judge_without_a_gpu(BY_NODE[node], record_property, request)
 
 
 @needs_nvcc
 @no_gpu_here
 @pytest.mark.slow
 @pytest.mark.parametrize("node", [m.node for m in MUTANTS if m.node not in SAMPLE])
-def test_every_mutant_without_a_gpu(node, record_property):
-    _judge_without_a_gpu(BY_NODE[node], record_property)
+def test_every_mutant_without_a_gpu(node, record_property, request):
+    _judge_without_a_gpu(BY_NODE[node], record_property, request)
 
 
 # --- on a GPU: every mutant NOT YET ------------------------------------------------------------
@@ -188,14 +200,22 @@ def test_every_mutant_without_a_gpu(node, record_property):
 @pytest.mark.gpu
 @pytest.mark.parametrize("node", [m.node for m in MUTANTS])
 def test_every_mutant_is_not_yet_on_the_gpu(node, record_property, monkeypatch):
+    global _CONTEXT_LOST
     mutant = BY_NODE[node]
+    if _CONTEXT_LOST:  # a check that runs the kernel in this process: its error is sticky
+        _record(record_property, mutant, "NOT JUDGED", "not judged")
+        pytest.fail(f"not judged: {_CONTEXT_LOST} left this worker's CUDA context unusable")
     with monkeypatch.context() as hidden:  # what the compile and the static checks alone say
         hidden.setattr(gpu, "why_unavailable", lambda: "hidden by the mutation test")
         static = _check(mutant)
     verdict = _check(mutant)
+    try:
+        gpu.synchronize()
+    except Exception as exc:  # an illegal address in this process: later mutants here cannot run
+        _CONTEXT_LOST = f"{node} ({type(exc).__name__})"
     rejected = verdict.message.startswith(NVCC_REJECTS)
     stage = ("nvcc rejected" if rejected else "survived" if verdict.status != "NOT YET"
              else "compile-only" if static.status == "NOT YET" else "GPU")
-    _record(record_property, mutant, verdict, stage)
+    _record(record_property, mutant, verdict.status, stage)
     assert not rejected, f"{node}: a mutant must compile\n{verdict}"
     assert verdict.status == "NOT YET", f"{node} survived its check: {verdict}"
