@@ -30,27 +30,19 @@ KINDS = ("syncthreads", "bar_sync", "mean", "loop", "index", "global", "shared",
 #: rounds a value to bf16 and back: what an fp32 location receives when bf16 is stored there
 BF16 = "__bfloat162float(__float2bfloat16({}))"
 #: narrower than 128 bits: the first 8 bytes move, the rest of the vector is zeros or unwritten
-LOAD64_PACKED = """template <class T> __device__ __forceinline__ Packed128<T> load64(const T* a) {
-    Packed128<T> p = Packed128<T>::zeros();
-    *reinterpret_cast<uint2*>(&p) = *reinterpret_cast<const uint2*>(a);
-    return p;
+LOAD64_PACKED = """template <class T> __device__ Packed128<T> load64(const T* a) {
+    Packed128<T> p = Packed128<T>::zeros(); *(uint2*)&p = *(const uint2*)a; return p;
 }
-template <class T> __device__ __forceinline__ void store64(T* t, Packed128<T> v) {
-    *reinterpret_cast<uint2*>(t) = *reinterpret_cast<uint2*>(&v);
-}
+template <class T> __device__ void store64(T* t, Packed128<T> v) { *(uint2*)t = *(uint2*)&v; }
 """
 LOAD64_PLAIN = {
-    "float4": """__device__ __forceinline__ float4 load64(const float4* a) {
-    float2 h = *reinterpret_cast<const float2*>(a);
-    return make_float4(h.x, h.y, 0.0f, 0.0f);
+    "float4": """__device__ float4 load64(const float4* a) {
+    float2 h = *(const float2*)a; return make_float4(h.x, h.y, 0.0f, 0.0f);
 }
-__device__ __forceinline__ void store64(float4* t, float4 v) {
-    *reinterpret_cast<float2*>(t) = make_float2(v.x, v.y);
-}
+__device__ void store64(float4* t, float4 v) { *(float2*)t = make_float2(v.x, v.y); }
 """,
-    "uint4": """__device__ __forceinline__ uint4 load64(const uint4* a) {
-    uint2 h = *reinterpret_cast<const uint2*>(a);
-    return make_uint4(h.x, h.y, 0u, 0u);
+    "uint4": """__device__ uint4 load64(const uint4* a) {
+    uint2 h = *(const uint2*)a; return make_uint4(h.x, h.y, 0u, 0u);
 }
 """}
 
@@ -246,11 +238,44 @@ def _statement_span(text: str, start: int, end: int) -> tuple[int, int]:
 
 # --- the slip classes --------------------------------------------------------------------------
 
+def _shared_names(code: str) -> set[str]:
+    """Arrays in shared memory: declared ``__shared__``, or pointers set from one of them."""
+    names = set(re.findall(r"__shared__\s+[\w\s]+?\b(\w+)\s*(?:\[|;)", code))
+    while True:
+        more = {n for n, src in re.findall(r"\*\s*(\w+)\s*=\s*\(?\s*(\w+)", code)
+                if src in names} - names
+        if not more:
+            return names
+        names |= more
+
+
+def _unseen_barrier(code: str, start: int, end: int, barriers) -> bool:
+    """True where removing the barrier at ``code[start:end]`` cannot be observed: it is in no
+    loop, the code since the barrier before it writes only shared arrays (no global store, no
+    fence), and none of those arrays is named before the next barrier (v5's and v6's barrier
+    after zeroing: warp 0 reads the sums only after the row loop's own barriers)."""
+    if any(a < start < _body_end(code, b) for a, _, b in _for_headers(code)):
+        return False
+    before = code[max([e for s, e in barriers if e <= start], default=0):start]
+    after = code[end:min([s for s, e in barriers if s >= end], default=len(code))]
+    shared = _shared_names(code)
+    arrays = set(re.findall(r"\bstore128\w*\s*\(\s*(\w+)", before)) | set(
+        re.findall(r"\b(\w+)\s*\[[^\]]*\]\s*[+\-*/]?=(?!=)", before)) | set(
+        re.findall(r"\batomic\w+\s*\(\s*&?\s*(\w+)", before))
+    if "__threadfence" in before or any(w not in shared for w in arrays) or not arrays:
+        return False
+    return not any(re.search(rf"\b{w}\b", after) for w in arrays)
+
+
 def barrier(text: str):
-    """A barrier removed: ``__syncthreads();`` or a named barrier (``bar.sync``) statement."""
+    """A barrier removed: ``__syncthreads();`` or a named barrier (``bar.sync``) statement (not
+    one whose removal no run could see, :func:`_unseen_barrier`)."""
     code, sites = _blank_comments(text), []
     pattern = r"__syncthreads\s*\(\s*\)\s*;|asm\s+volatile\s*\(\s*\"bar(?:rier)?\.sync[^;]*;"
+    barriers = [m.span() for m in re.finditer(pattern, code)]
     for m in re.finditer(pattern, code):
+        if _unseen_barrier(code, m.start(), m.end(), barriers):
+            continue
         kind = "syncthreads" if m.group(0).startswith("__sync") else "bar_sync"
         start, end = _statement_span(text, m.start(), m.end())
         sites.append((kind, start, end, "" if (start, end) != (m.start(), m.end()) else ";"))
@@ -306,7 +331,7 @@ def atomic(text: str):
         if name == "atomicAdd" and before[-1:] in (";", "{", "}", ")") and \
                 code[close + 1:].lstrip().startswith(";"):
             target = args[0][1:].strip() if args[0].startswith("&") else f"*({args[0]})"
-            kind = "shared" if re.match(r"\w+", target.lstrip("*(")).group(0) in shared \
+            kind = "shared" if re.match(r"\w*", target.lstrip("*(")).group(0) in shared \
                 else "global"
             sites.append((kind, start, close + 1, f"{target} += {args[1]}"))
         elif name == "atomicInc" and (m := re.search(r"(\w+)\s*=\s*$", before)):
@@ -379,7 +404,7 @@ def width(text: str):
         cast = rf"reinterpret_cast\s*<\s*const\s+{vector}\s*\*\s*>"
         for start, open_, close, name in _calls(code, r"__ldg|__ldcg|__ldcs"):
             arg = code[open_ + 1:close].strip()
-            if re.match(cast, arg) or re.match(r"\w+", arg).group(0) in names:
+            if re.match(cast, arg) or re.match(r"\w*", arg).group(0) in names:
                 sites.append(("load", start, open_, "load64"))
                 preludes[start] = LOAD64_PLAIN[vector]
         for m in re.finditer(r"\b(\w+)\s*\[([^\]]+)\]", code):
