@@ -24,7 +24,7 @@ def pytest_runtest_logreport(report):
 
 
 def _names(records) -> str:
-    return ", ".join(f"{r['exercise'][:7]} {r['id']}" for r in records) or "none"
+    return ", ".join(f"lesson{r['exercise'][:2]} {r['id']}" for r in records) or "none"
 
 
 def score_lines(results) -> list[str]:

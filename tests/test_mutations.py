@@ -164,6 +164,21 @@ def test_the_slips_find_their_sites_in_a_small_kernel():
     assert "in[threadIdx.x] / (C + 1)" in normalised
 
 
+def test_the_score_line_counts_and_names_the_survivors():
+    import _mutation_report
+
+    def record(stage, gpu=True, id="tail.row@9"):
+        return {"gpu": gpu, "stage": stage, "exercise": "05_bf16_vectorized", "id": id}
+
+    lines = _mutation_report.score_lines([
+        record("GPU"), record("compile-only"), record("survived", id="normalisation.mean@36"),
+        record("needs a GPU", gpu=False), record("compile-only", gpu=False)])
+    assert lines == ["mutation score: 2/3 caught (compile-only 1, GPU 1); survivors: lesson05 "
+                     "normalisation.mean@36; rejected by nvcc: none",
+                     "mutation score without a GPU: 1/2 caught by the compile and the static "
+                     "checks (compile-only), 1 need a GPU to be judged; rejected by nvcc: none"]
+
+
 # --- without a GPU: compiled and inspected -----------------------------------------------------
 
 def _judge_without_a_gpu(mutant, record_property, request):
