@@ -40,7 +40,8 @@ location receiving a bf16-rounded value.
 Without a GPU (in ``make test``: a sample, the rest marked slow): every mutant compiles, no verdict
 is PASS, and the slips the static checks must catch (:data:`CAUGHT_WITHOUT_A_GPU`) are NOT YET. On
 a GPU (marker ``gpu``, one test per mutant, parallel-safe under pytest-xdist): every mutant is NOT
-YET.
+YET. Run it with ``pytest -n 8 --dist load -m gpu tests/test_mutations.py``: the Makefile's
+``--dist loadfile`` would give every mutant of this file to one worker.
 """
 from __future__ import annotations
 
@@ -216,6 +217,7 @@ def test_every_mutant_without_a_gpu(node, record_property, request):
 # --- on a GPU: every mutant NOT YET ------------------------------------------------------------
 
 @pytest.mark.gpu
+@pytest.mark.timeout(300)  # a mutant that hangs its kernel fails alone
 @pytest.mark.parametrize("node", [m.node for m in MUTANTS])
 def test_every_mutant_is_not_yet_on_the_gpu(node, record_property, monkeypatch):
     global _CONTEXT_LOST
