@@ -1,0 +1,241 @@
+"""The mutation suite: plausible slips written into every kernel exercise's solution must be judged
+NOT YET by the exercise's own check (issue 27, item 4).
+
+The slip classes are in :mod:`tests._mutations` (a function each, ``text -> [(id, mutated text)]``,
+at most ``CAP`` = 2 mutants per class and exercise); the solution texts are read from the notebooks
+when the tests are collected, so the suite follows the notebooks. ``tests/_mutation_report.py``
+prints the mutation score in the terminal summary.
+
+Mutants per class and exercise (each - names why the class has no site there):
+
+=================  =======  =======  ======  ======  =======  ====  =====
+exercise           barrier  normal.  stride  atomic  shuffle  tail  width
+=================  =======  =======  ======  ======  =======  ====  =====
+02 v1 (fp32)       -a       1        2       1       -b       2     2
+03 v2 (fp32)       -a       1        2       1       2        2     2
+04 v3 (fp32)       2        1        2       2       1        2     2
+05 v4 (bf16)       2        1        2       2       1        2     2
+06 v5 (bf16)       2        1        2       -c      1        2     2
+07 v6 (bf16)       2        1        2       1       1        2     2
+08 scale_wide      -a       -d       2       -e      -b       2     2
+09 v7 row_pass     -f       -g       2       -e      -h       2     1
+10 v3 fixed        2        1        2       2       1        2     2
+=================  =======  =======  ======  ======  =======  ====  =====
+
+a: no shared memory, so no barrier. b: no warp exchange (one thread per row; scale_wide's threads
+share nothing). c: v5 is atomic-free by design (its check forbids atomics). d: y = a * x divides
+by nothing. e: no atomic (every thread owns its outputs; row_pass's sums are this thread's alone).
+f: row_pass has no barrier (v7's are in the shipped code around it). g: the mean's division is in
+v7's shipped code, not in row_pass. h: row_pass returns this thread's part; exchange() (shipped)
+sums the lanes. So 08 and 09 have three classes: every other exercise has at least four.
+
+``barrier`` leaves out a barrier whose removal no run can see (v5's and v6's barrier after
+zeroing the shared sums: warp 0 reads them only after the row loop's own barriers).
+``shuffle`` covers the butterfly loop starting at offset 8 or stopping before offset 1, a
+``__shfl_xor_sync`` step removed, and, where the text calls common.cuh's ``warp_reduce_sum``, the
+whole exchange skipped (the lane's own part used as the row's sum). ``width`` covers a 128-bit
+load or store moving 8 bytes (a ``load64``/``store64`` helper of the mutant's own) and an fp32
+location receiving a bf16-rounded value.
+
+Without a GPU (in ``make test``: a sample, the rest marked slow): every mutant compiles, no verdict
+is PASS, and the slips the static checks must catch (:data:`CAUGHT_WITHOUT_A_GPU`) are NOT YET. On
+a GPU (marker ``gpu``, one test per mutant, parallel-safe under pytest-xdist): every mutant is NOT
+YET. Run it with ``pytest -n 8 --dist load -m gpu tests/test_mutations.py``: the Makefile's
+``--dist loadfile`` would give every mutant of this file to one worker.
+"""
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from rmsnorm_lessons import build, gpu, ladder, lessons
+
+import _mutations
+
+MUTANTS = _mutations.all_mutants()
+BY_NODE = {m.node: m for m in MUTANTS}
+#: the exercises' classes with no site, and why (the table above says the same)
+NO_SITE = {
+    ("02_naive", "barrier"): "no shared memory", ("02_naive", "shuffle"): "one thread per row",
+    ("03_warp_per_row", "barrier"): "no shared memory",
+    ("06_two_pass", "atomic"): "atomic-free by design",
+    ("08_bytes_in_flight", "barrier"): "no shared memory",
+    ("08_bytes_in_flight", "normalisation"): "y = a * x",
+    ("08_bytes_in_flight", "atomic"): "every thread owns its outputs",
+    ("08_bytes_in_flight", "shuffle"): "no warp exchange",
+    ("09_v7_step_by_step", "barrier"): "v7's barriers are shipped code",
+    ("09_v7_step_by_step", "normalisation"): "the mean is v7's shipped code",
+    ("09_v7_step_by_step", "atomic"): "the sums are this thread's alone",
+    ("09_v7_step_by_step", "shuffle"): "exchange() is v7's shipped code",
+}
+#: (exercise, class.kind) -> the static check that must catch it without a GPU
+CAUGHT_WITHOUT_A_GPU = {
+    ("02_naive", "atomic.global"): "a global atomic (REDG/ATOMG) on dweight",
+    ("03_warp_per_row", "atomic.global"): "a global atomic (REDG/ATOMG) on dweight",
+    ("03_warp_per_row", "shuffle.first"): "five SHFL.BFLY",
+    ("03_warp_per_row", "shuffle.last"): "five SHFL.BFLY",
+    ("04_shared_memory", "barrier.syncthreads"): "two BAR.SYNC",
+    ("04_shared_memory", "atomic.shared"): "a shared-memory atomic (ATOMS)",
+    ("04_shared_memory", "atomic.global"): "a global atomic per block and channel",
+    ("05_bf16_vectorized", "width.load"): "seven LDG.E.128",
+    ("05_bf16_vectorized", "width.store"): "a 128-bit store (STG.E.128)",
+    ("07_last_block", "atomic.ticket"): "an atomic ticket (ATOMG.INC)",
+    ("08_bytes_in_flight", "width.load"): "UNROLL LDG.E.128",
+    ("08_bytes_in_flight", "width.store"): "a 128-bit store (STG.E.128)",
+    ("10_finding_bugs", "barrier.syncthreads"): "two BAR.SYNC",
+    ("10_finding_bugs", "atomic.shared"): "a shared-memory atomic (ATOMS)",
+}
+#: static checks that do not yet catch what CAUGHT_WITHOUT_A_GPU asks of them (a strict xfail: when
+#: the check is fixed the test says XPASS and the entry goes)
+KNOWN_GAPS = {
+    ("05_bf16_vectorized", "width.load"):
+        "lesson05 counts LDG.E.128 (at least 7; the solution's unrolled loops have 25), so one "
+        "load narrowed to LDG.E.64 still passes; it should find no narrower LDG of a row tensor",
+}
+#: run in `make test` without a GPU: per exercise its first mutant the static checks must catch,
+#: and its first one only a GPU can judge
+SAMPLE = {
+    m.node for lesson in lessons.kernel_exercises() for caught in (True, False)
+    for m in [next((m for m in MUTANTS if m.exercise == lesson.stem
+                    and ((m.exercise, m.kind) in CAUGHT_WITHOUT_A_GPU) == caught), None)] if m}
+NVCC_REJECTS = "nvcc does not accept it"
+_CONTEXT_LOST = ""  # the GPU test that made this process's CUDA context unusable
+
+needs_nvcc = pytest.mark.skipif(build.find_nvcc() is None, reason="nvcc not found")
+no_gpu_here = pytest.mark.skipif(gpu.available(),
+                                 reason="checks what is said where there is no GPU")
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _forget_learners_rungs():
+    """The checks register yours_v1..yours_v7; later test modules see the shipped ladder only."""
+    yield
+    for name in [v for v in ladder.VERSIONS if v.startswith("yours_")]:
+        ladder.unregister(name)
+
+
+def _record(record_property, mutant, status: str, stage: str) -> None:
+    """What tests/_mutation_report.py sums up (xdist carries it to the controller)."""
+    record_property("mutation", json.dumps({"node": mutant.node, "exercise": mutant.exercise,
+                                            "id": mutant.id, "status": status, "stage": stage}))
+
+
+def _check(mutant):
+    return _mutations.check_function(lessons.by_stem(mutant.exercise))(mutant.text)
+
+
+# --- the mutants themselves (no nvcc) ----------------------------------------------------------
+
+@pytest.mark.parametrize("lesson", lessons.kernel_exercises(), ids=lambda l: l.stem)
+def test_every_kernel_exercise_yields_its_classes(lesson):
+    mutants = [m for m in MUTANTS if m.exercise == lesson.stem]
+    solution = _mutations.solution_text(lesson)
+    classes = {m.cls for m in mutants}
+    missing = {cls for cls in _mutations.CLASSES if cls not in classes}
+    assert missing == {cls for (stem, cls) in NO_SITE if stem == lesson.stem}, (
+        f"{lesson.stem}: classes without a mutant {sorted(missing)}; update NO_SITE and the "
+        "table in this module's docstring if the notebook changed")
+    assert len(classes) >= (3 if lesson.stem[:2] in ("08", "09") else 4)
+    assert len({m.id for m in mutants}) == len(mutants), "mutant ids are unique"
+    for m in mutants:
+        assert m.text != solution, f"{m.id} is the solution itself"
+        assert sum(m.text.count(b) for b in "({[") == sum(m.text.count(b) for b in ")}]"), m.id
+    for cls in _mutations.CLASSES:
+        assert sum(m.cls == cls for m in mutants) <= _mutations.CAP
+
+
+def test_the_slips_find_their_sites_in_a_small_kernel():
+    text = ("#include \"common.cuh\"\n__global__ void k(float* out, const float* in, int N, "
+            "int C) {\n    __shared__ float s[32];\n    for (int c = threadIdx.x; c < C; c += "
+            "blockDim.x) s[c] = 0.0f;\n    __syncthreads();\n"
+            "    float v = s[0] + in[threadIdx.x] / C;\n"
+            "    for (int offset = 16; offset > 0; offset /= 2) v += __shfl_xor_sync(0xffffffff, "
+            "v, offset);\n    // atomicAdd(&out[0], v); in a comment is no site\n"
+            "    if (threadIdx.x < N) atomicAdd(&out[threadIdx.x], v);\n}\n")
+    found = {cls: [i for i, _ in _mutations.SLIPS[cls](text)] for cls in _mutations.CLASSES}
+    assert found["barrier"] == ["barrier.syncthreads@5"]
+    assert found["normalisation"] == ["normalisation.mean@6"]
+    assert found["atomic"] == ["atomic.global@9"]
+    assert found["shuffle"] == ["shuffle.first@7", "shuffle.last@7"]
+    assert found["tail"] == ["tail.column@4", "tail.row@9"]
+    mutated = dict(_mutations.atomic(text))["atomic.global@9"]
+    assert "out[threadIdx.x] += v;" in mutated and "// atomicAdd(&out[0], v);" in mutated
+    normalised = dict(_mutations.normalisation(text))["normalisation.mean@6"]
+    assert "in[threadIdx.x] / (C + 1)" in normalised
+
+
+def test_the_score_line_counts_and_names_the_survivors():
+    import _mutation_report
+
+    def record(stage, gpu=True, id="tail.row@9"):
+        return {"gpu": gpu, "stage": stage, "exercise": "05_bf16_vectorized", "id": id}
+
+    lines = _mutation_report.score_lines([
+        record("GPU"), record("compile-only"), record("survived", id="normalisation.mean@36"),
+        record("needs a GPU", gpu=False), record("compile-only", gpu=False)])
+    assert lines == ["mutation score: 2/3 caught (compile-only 1, GPU 1); survivors: lesson05 "
+                     "normalisation.mean@36; rejected by nvcc: none",
+                     "mutation score without a GPU: 1/2 caught by the compile and the static "
+                     "checks (compile-only), 1 need a GPU to be judged; rejected by nvcc: none"]
+
+
+# --- without a GPU: compiled and inspected -----------------------------------------------------
+
+def _judge_without_a_gpu(mutant, record_property, request):
+    gap = KNOWN_GAPS.get((mutant.exercise, mutant.kind))
+    if gap:
+        request.applymarker(pytest.mark.xfail(reason=gap, strict=True))
+    verdict = _check(mutant)
+    rejected = verdict.message.startswith(NVCC_REJECTS)
+    caught = (mutant.exercise, mutant.kind) in CAUGHT_WITHOUT_A_GPU
+    _record(record_property, mutant, verdict.status, "nvcc rejected" if rejected else
+            "compile-only" if verdict.status == "NOT YET" else "needs a GPU")
+    assert not rejected, f"{mutant.node}: a mutant must compile\n{verdict}"
+    assert verdict.status in ("NOT YET", "NOT VERIFIED"), f"{mutant.node}: {verdict}"
+    if caught:
+        assert verdict.status == "NOT YET", (
+            f"{mutant.node}: the static checks must catch it "
+            f"({CAUGHT_WITHOUT_A_GPU[mutant.exercise, mutant.kind]})\n{verdict}")
+
+
+@needs_nvcc
+@no_gpu_here
+@pytest.mark.parametrize("node", sorted(SAMPLE))
+def test_a_sample_of_mutants_without_a_gpu(node, record_property, request):
+    _judge_without_a_gpu(BY_NODE[node], record_property, request)
+
+
+@needs_nvcc
+@no_gpu_here
+@pytest.mark.slow
+@pytest.mark.parametrize("node", [m.node for m in MUTANTS if m.node not in SAMPLE])
+def test_every_mutant_without_a_gpu(node, record_property, request):
+    _judge_without_a_gpu(BY_NODE[node], record_property, request)
+
+
+# --- on a GPU: every mutant NOT YET ------------------------------------------------------------
+
+@pytest.mark.gpu
+@pytest.mark.timeout(300)  # a mutant that hangs its kernel fails alone
+@pytest.mark.parametrize("node", [m.node for m in MUTANTS])
+def test_every_mutant_is_not_yet_on_the_gpu(node, record_property, monkeypatch):
+    global _CONTEXT_LOST
+    mutant = BY_NODE[node]
+    if _CONTEXT_LOST:  # a check that runs the kernel in this process: its error is sticky
+        _record(record_property, mutant, "NOT JUDGED", "not judged")
+        pytest.fail(f"not judged: {_CONTEXT_LOST} left this worker's CUDA context unusable")
+    with monkeypatch.context() as hidden:  # what the compile and the static checks alone say
+        hidden.setattr(gpu, "why_unavailable", lambda: "hidden by the mutation test")
+        static = _check(mutant)
+    verdict = _check(mutant)
+    try:
+        gpu.synchronize()
+    except Exception as exc:  # an illegal address in this process: later mutants here cannot run
+        _CONTEXT_LOST = f"{node} ({type(exc).__name__})"
+    rejected = verdict.message.startswith(NVCC_REJECTS)
+    stage = ("nvcc rejected" if rejected else "survived" if verdict.status != "NOT YET"
+             else "compile-only" if static.status == "NOT YET" else "GPU")
+    _record(record_property, mutant, verdict.status, stage)
+    assert not rejected, f"{node}: a mutant must compile\n{verdict}"
+    assert verdict.status == "NOT YET", f"{node} survived its check: {verdict}"
