@@ -19,6 +19,9 @@ from pathlib import Path
 
 import pytest
 
+# the mutation suite's score line in the terminal summary (tests/test_mutations.py)
+pytest_plugins = ["tests._mutation_report"]
+
 from rmsnorm_lessons import gpu
 
 ROOT = Path(__file__).resolve().parent
