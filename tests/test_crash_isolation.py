@@ -253,7 +253,8 @@ def test_a_misaligned_load_is_not_yet_naming_its_line_and_the_right_kernel_passe
     right = kernel_text("05_bf16_vectorized")
     assert right.count(MISALIGNED) == 1
     wrong = right.replace(MISALIGNED, MISALIGNED.replace("inp_row + c)", "inp_row + c + 1)"))
-    line = wrong.split("\n").index(next(ln for ln in wrong.split("\n") if "inp_row + c + 1" in ln))
+    # line k of the text is the k-th after '#line 1' (the text starts with a line break)
+    line = 1 + next(i for i, ln in enumerate(wrong.split("\n")) if "inp_row + c + 1" in ln)
     verdict = lesson05.check_v4_kernel(wrong, sanitize=False)
     assert verdict.status == "NOT YET", verdict.message
     assert "crashed" in verdict.message and "misaligned" in verdict.message, verdict.message
