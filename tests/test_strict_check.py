@@ -144,7 +144,7 @@ def test_shapes_respect_each_rungs_c_multiple_and_plan():
                                                                                         (7, 8)]
 
 
-# --- on the GPU: the shipped rungs pass through check_kernel, two slips do not ---------------------
+# --- on the GPU: the shipped rungs pass through check_kernel, two slips do not --------------
 
 
 def _shipped_as_learner(name, old=None, new=None):
