@@ -263,3 +263,33 @@ def test_a_misaligned_load_is_not_yet_naming_its_line_and_the_right_kernel_passe
     verdict = lesson05.check_v4_kernel(right)
     assert verdict.status == "PASS", verdict.message
     assert "yours" in verdict.message and "ms" in verdict.message
+
+
+def test_a_plain_kernel_runs_its_lessons_check_in_the_child_and_a_crash_names_the_line(
+        monkeypatch):
+    monkeypatch.setattr(sanitizer, "find", lambda: "cs")
+    memcheck = MEMCHECK.replace("yours_v4:3", "yours_scale:2")
+    fake = FakeChild((child.Finished(-6, "", "aborted"), None), (child.Finished(86, "", memcheck),
+                                                                  None))
+    run = lambda module: Outcome(True, "fine")  # noqa: E731 (a lesson passes a lambda)
+    ran = kernel_child.run_plain_in_child("yours_scale", "int a;\nint b;\n", run, runner=fake)
+    assert ran.crashed and "SIGABRT" in ran.outcome.message
+    assert "at line 2 of your text: int b;" in ran.outcome.message, ran.outcome.message
+    assert [c[0] for c in fake.calls] == [kernel_child.PLAIN_ACTION] * 2
+    assert fake.calls[0][1]["run"] is run and fake.calls[1][2][2] == "memcheck"
+
+
+def test_a_plain_kernels_race_note_reads_its_sass():
+    class I:
+        def __init__(self, opcode):
+            self.opcode, self.offset = opcode, 0
+
+    def listing(*opcodes):
+        fn = type("F", (), {"instructions": [I(o) for o in opcodes]})()
+        return type("L", (), {"functions": {"scale_wide": fn}})()
+
+    note = kernel_check._plain_race_note(listing("LDG.E.128", "STG.E.128"), ("scale_wide",))
+    assert "no barrier and no shared memory" in note
+    note = kernel_check._plain_race_note(listing("BAR.SYNC", "STS"), ("scale_wide",))
+    assert "has barriers or shared memory" in note
+    assert "not a rung" in kernel_check._plain_race_note(None, ("scale_wide",))
