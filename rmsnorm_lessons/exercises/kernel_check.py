@@ -256,7 +256,10 @@ def check_kernel(source, *, name: str, like=None, compare_with: str | None = Non
     if sanitize:
         found = kernel_running.sanitize_result(rung)
         if found.hazard:
-            verdict = failed(f"{head} {name} {outcome.message}, but {found.sentence}")
+            verdict = failed(f"{found.sentence}. The numbers were right ({name} "
+                             f"{outcome.message}), but a race can change them on another run or "
+                             "another GPU. "
+                             f"{head}{checked}")
             verdict.kinds = ("race",)
             return verdict
         extra.append(found.sentence)
