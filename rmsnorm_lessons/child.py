@@ -229,8 +229,32 @@ def do_job(job) -> dict:
     return result
 
 
+def use_the_parents_build(rung) -> None:
+    """In a child: launch ``rung`` from the cubin the parent built while inspecting the text (for
+    this GPU's arch, kept on disk by :func:`rmsnorm_lessons.build.compile_file`, in
+    ``$RMSNORM_CACHE_DIR``), instead of building it a second time through PyCUDA's SourceModule.
+    Only this process's ``build.source_module`` is changed, and only for ``rung``."""
+    from . import build, gpu
+
+    original = build.source_module
+    module = gpu.driver().module_from_buffer(build.compile_file(rung, gpu.facts().arch).binary)
+
+    def source_module(name, arch=None, defines=None):
+        if (name is rung or name == rung.name) and arch is None and not defines:
+            return module
+        return original(name, arch, defines)
+
+    build.source_module = source_module
+
+
 def call_rung(rung, N: int, C: int, calls: int = 1, seed: int = 0) -> dict:
-    """A job's action: :func:`run_rung`, its line as JSON."""
+    """A job's action: :func:`run_rung`, its line as JSON (the rung launched from the parent's
+    build, where it has its own source: :func:`use_the_parents_build`)."""
+    from . import gpu
+
+    gpu.require()  # no GPU: GpuUnavailable, saying why, before anything is built
+    if rung.source is not None:
+        use_the_parents_build(rung)
     return {"line": run_rung(rung, N, C, calls, seed)}
 
 

@@ -293,3 +293,21 @@ def test_a_plain_kernels_race_note_reads_its_sass():
     note = kernel_check._plain_race_note(listing("BAR.SYNC", "STS"), ("scale_wide",))
     assert "has barriers or shared memory" in note
     assert "not a rung" in kernel_check._plain_race_note(None, ("scale_wide",))
+
+
+@pytest.mark.skipif(build.find_nvcc() is None, reason="nvcc not found")
+def test_the_childs_build_comes_from_the_parents_disk_cache(monkeypatch, tmp_path):
+    """The parent compiles the text while inspecting it; the child (another process: no cache in
+    memory) finds the cubin on disk and runs no nvcc."""
+    monkeypatch.setenv("RMSNORM_CACHE_DIR", str(tmp_path))
+    rung = ladder.rung_from_source(name="yours_cached", source='#line 1 "yours_cached"\n'
+                                   'extern "C" __global__ void k(float* x) { x[0] = 1.0f; }\n',
+                                   like="v3_smem", kernels=("k",), register_it=False)
+    first = build.compile_file(rung, "sm_90")
+    build._compile_keyed.cache_clear()  # as in a new process
+
+    def no_nvcc(*args):
+        raise AssertionError("nvcc ran again")
+
+    monkeypatch.setattr(build, "_run_nvcc", no_nvcc)
+    assert build.compile_file(rung, "sm_90").binary == first.binary

@@ -57,6 +57,7 @@ def _say_at(N, C) -> None:
 def child_checks(rung, shapes, seed=0, rows_per_block=None, hints=None, time_shape=None) -> dict:
     """The child's side: every numeric check, then one call at ``time_shape``; the outcome as
     JSON."""
+    child.use_the_parents_build(rung)
     outcome = run_checks(rung, [tuple(s) for s in shapes], seed=seed,
                          rows_per_block=rows_per_block, hints=hints, on_shape=_say_at)
     if outcome.ok and time_shape is not None:
