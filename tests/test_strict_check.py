@@ -157,46 +157,59 @@ def _shipped_as_learner(name, old=None, new=None):
     return text
 
 
-@pytest.fixture
-def forget_rungs():
-    yield
-    for name in [v for v in ladder.VERSIONS if v.startswith("strict_")]:
+V4_SLIP = ("warp_reduce_sum(partial) * r / C;", "warp_reduce_sum(partial) * r / (C + 1);")
+V6_SLIP = ("        store128(dweight_shared + c, sum);\n    }\n    __syncthreads();\n",
+           "        store128(dweight_shared + c, sum);\n    }\n")
+
+
+@pytest.fixture(scope="module")
+def prebuilt():
+    """Every text this module's GPU tests check, compiled at once (nvcc side by side, into build's
+    disk cache), so each check finds its cubin built: the tests' time is the checks'."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from rmsnorm_lessons import build, gpu
+    from rmsnorm_lessons.exercises import kernel_check
+
+    texts = [(f"strict_{r.name}", r.name, _shipped_as_learner(r.name)) for r in ladder.SHIPPED]
+    texts += [("strict_v4_slip", "v4_vec_bf16", _shipped_as_learner("v4_vec_bf16", *V4_SLIP)),
+              ("strict_v6_slip", "v6_last_block", _shipped_as_learner("v6_last_block", *V6_SLIP))]
+    rungs = [kernel_check.register(text, name=name, like=like) for name, like, text in texts]
+    with ThreadPoolExecutor(8) as pool:
+        list(pool.map(lambda rung: build.compile_file(rung, gpu.facts().arch), rungs))
+    yield {name: text for name, _, text in texts}
+    for name, _, _ in texts:
         ladder.unregister(name)
 
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("name", [r.name for r in ladder.SHIPPED])
-def test_every_shipped_rung_passes_the_strict_check_at_the_new_shapes(name, forget_rungs):
+def test_every_shipped_rung_passes_the_strict_check_at_the_new_shapes(name, prebuilt):
     from rmsnorm_lessons.exercises import kernel_check
 
-    verdict = kernel_check.check_kernel(_shipped_as_learner(name), name=f"strict_{name}",
+    verdict = kernel_check.check_kernel(prebuilt[f"strict_{name}"], name=f"strict_{name}",
                                         like=name, sanitize=False, timing=False)
     assert verdict.status == "PASS", verdict.message
     assert "40" in verdict.message and "rounding" in verdict.message  # the small-C shapes ran
 
 
 @pytest.mark.gpu
-def test_a_mean_over_c_plus_one_in_v4_is_not_yet(forget_rungs):
+def test_a_mean_over_c_plus_one_in_v4_is_not_yet(prebuilt):
     from rmsnorm_lessons.exercises import kernel_check
 
-    text = _shipped_as_learner("v4_vec_bf16", "warp_reduce_sum(partial) * r / C;",
-                               "warp_reduce_sum(partial) * r / (C + 1);")
-    verdict = kernel_check.check_kernel(text, name="strict_v4_slip", like="v4_vec_bf16",
+    verdict = kernel_check.check_kernel(prebuilt["strict_v4_slip"], name="strict_v4_slip",
+                                        like="v4_vec_bf16",
                                         sanitize=False, timing=False)
     assert verdict.status == "NOT YET" and "dinp" in verdict.message, verdict.message
 
 
 @pytest.mark.gpu
-def test_a_barrier_removed_in_v6_is_not_yet(forget_rungs):
+def test_a_barrier_removed_in_v6_is_not_yet(prebuilt):
     from rmsnorm_lessons import sanitizer
     from rmsnorm_lessons.exercises import kernel_check
 
     if sanitizer.find() is None:
         pytest.skip("compute-sanitizer is not installed: a race may pass the numbers")
-    text = _shipped_as_learner("v6_last_block",
-                               "        store128(dweight_shared + c, sum);\n    }\n"
-                               "    __syncthreads();\n",
-                               "        store128(dweight_shared + c, sum);\n    }\n")
-    verdict = kernel_check.check_kernel(text, name="strict_v6_slip", like="v6_last_block",
-                                        timing=False)
+    verdict = kernel_check.check_kernel(prebuilt["strict_v6_slip"], name="strict_v6_slip",
+                                        like="v6_last_block", timing=False)
     assert verdict.status == "NOT YET", verdict.message
