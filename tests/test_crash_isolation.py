@@ -311,3 +311,11 @@ def test_the_childs_build_comes_from_the_parents_disk_cache(monkeypatch, tmp_pat
 
     monkeypatch.setattr(build, "_run_nvcc", no_nvcc)
     assert build.compile_file(rung, "sm_90").binary == first.binary
+
+
+def test_a_child_that_never_reached_the_kernel_does_not_blame_it():
+    fake = FakeChild((child.Finished(1, "", "rmsnorm_lessons.gpu.GpuUnavailable: no device"),
+                      None))
+    ran = kernel_child.run_in_child(RUNG, SHAPES, runner=fake)
+    assert not ran.outcome.ok and "stopped before it ran your kernel" in ran.outcome.message
+    assert "GpuUnavailable" in ran.outcome.message and len(fake.calls) == 1

@@ -123,10 +123,14 @@ def run_in_child(rung, shapes, *, seed=0, rows_per_block=None, hints=None, time_
     if result is not None and "error" not in result.get("kinds", ()):
         return ChildRun(Outcome(bool(result["ok"]), result["message"], tuple(result["kinds"])),
                         False, shape, done)
-    where = f"at N={shape[0]}, C={shape[1]} " if shape else ""
-    message = (f"{where}your kernel crashed the check's child process (this notebook's own GPU "
-               f"context is untouched): {what_happened(done, result, timeout)}.")
-    if shape is not None and not done.timed_out:
+    if shape is None:  # it never reached the kernel: a child that cannot start, not a crash
+        return ChildRun(Outcome(False, "the check's child process stopped before it ran your "
+                                       f"kernel: {what_happened(done, result, timeout)}",
+                                ("error",)), True, None, done)
+    message = (f"at N={shape[0]}, C={shape[1]} your kernel crashed the check's child process "
+               "(this notebook's own GPU context is untouched): "
+               f"{what_happened(done, result, timeout)}.")
+    if not done.timed_out:
         again = dict(kwargs, time_shape=None, shapes=[])
         if shape in kwargs["shapes"]:
             k = kwargs["shapes"].index(shape)
