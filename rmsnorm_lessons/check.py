@@ -1,8 +1,14 @@
-"""Comparing a GPU result with the reference, by the seed's rule.
+"""Comparing a GPU result with the reference: by the seed's rule, or by a bound on rounding.
 
-An element passes when ``|gpu - ref| <= tol + |ref| * eps`` (``eps`` = FLT_EPSILON for fp32 outputs,
-0.079 for bf16 ones); non-finite reference values are skipped, as the seed's ``validate_result``
-does, except that a non-finite GPU value where the reference is finite always fails.
+The seed's rule (:func:`compare`, :func:`compare_outputs`): an element passes when ``|gpu - ref| <=
+tol + |ref| * eps`` (``eps`` = FLT_EPSILON for fp32 outputs, 0.079 for bf16 ones); non-finite
+reference values are skipped, as the seed's ``validate_result`` does, except that a non-finite GPU
+value where the reference is finite always fails. bf16's 0.079 is about ten ulps: a mean over C + 1
+instead of C changes term 2 by one part in C + 1, far inside it.
+
+The learner-kernel checks use :func:`compare_strict` instead: each element's bound comes from a
+model of the rounding an fp32 kernel does (:func:`strict_bounds`), so an error of one part in C in
+any term shows at small C.
 """
 from __future__ import annotations
 
@@ -55,10 +61,12 @@ class Comparison:
     tol: float
     eps: float
     worst: list = field(default_factory=list)  # (index tuple, gpu, ref, |err|, allowed)
+    rule: str = ""  # the rule in words, where it is not the seed's
 
     def __str__(self) -> str:
+        rule = self.rule or f"|err| <= {self.tol:g} + |ref|*{self.eps:g}"
         head = (f"{self.name}: {'OK' if self.ok else 'FAIL'}  {self.failures}/{self.checked} "
-                f"outside |err| <= {self.tol:g} + |ref|*{self.eps:g}; max |err| "
+                f"outside {rule}; max |err| "
                 f"{self.max_abs_error:.3g}, ||err||/||ref|| {self.rel_l2_error:.3g}")
         if self.ok:
             return head
@@ -70,13 +78,25 @@ class Comparison:
 def compare(gpu, ref, tol: float, eps: float, name: str = "output", worst: int = 5) -> Comparison:
     """Compare element-wise with the seed's rule; keep the ``worst`` failing elements (largest
     excess)."""
+    r = np.asarray(ref).astype(np.float64)
+    return compare_bounded(gpu, r, tol + np.abs(r) * eps, name, worst, tol=tol, eps=eps)
+
+
+def compare_bounded(gpu, ref, allowed, name: str = "output", worst: int = 5, *,
+                    tol: float | None = None, eps: float = 0.0) -> Comparison:
+    """Compare element-wise: an element passes when ``|gpu - ref| <= allowed`` (an array of the
+    shape of ``ref``, or a number). ``tol``/``eps`` only label the rule in the report (default: the
+    largest bound)."""
     g = np.asarray(gpu).astype(np.float64)
     r = np.asarray(ref).astype(np.float64)
     if g.shape != r.shape:
         raise ValueError(f"{name}: the result has shape {g.shape} but the reference has {r.shape}")
+    allowed = np.broadcast_to(np.asarray(allowed, np.float64), r.shape)
+    rule = "" if tol is not None else "the element's rounding bound"
+    if tol is None:
+        tol = float(allowed.max()) if allowed.size else 0.0
     finite = np.isfinite(r)
     err = np.abs(g - r)
-    allowed = tol + np.abs(r) * eps
     bad = finite & ~(err <= allowed)  # NaN in gpu where ref is finite fails here
     err_f = np.where(finite, err, 0.0)
     err_f = np.where(np.isnan(err_f), np.inf, err_f)
@@ -95,7 +115,7 @@ def compare(gpu, ref, tol: float, eps: float, name: str = "output", worst: int =
     return Comparison(name=name, ok=n_bad == 0, checked=int(finite.sum()), failures=n_bad,
                       max_abs_error=float(err_f.max()) if err_f.size else 0.0,
                       rel_l2_error=err_norm / ref_norm if ref_norm > 0 else err_norm,
-                      tol=tol, eps=eps, worst=listed)
+                      tol=tol, eps=eps, worst=listed, rule=rule)
 
 
 @dataclass
@@ -146,3 +166,86 @@ def check_version(version, N: int, C: int, seed=0, accumulate: bool = True, *,
                              p["dweight"])
     name = f"{spec.name} (dinp=)" if overwrite else spec.name
     return compare_outputs(spec.dtype, N, (dinp, dweight), ref, name=name, C=C)
+
+
+# --------------------------------------------------------------------------------------------------
+# the learner-kernel checks' comparison: a bound per element from a model of the rounding
+
+U32 = 2.0 ** -24  # fp32's unit roundoff: one rounding changes a value by at most u * |value|
+#: the model's bound is multiplied by this, for what it leaves out (fast-math's division and
+#: reciprocal, an FMA the compiler forms or not, second-order terms)
+SAFETY = 2.0
+# fast math flushes fp32 subnormals to zero: each flushed operation may lose up to this much
+FTZ = 2.0 ** -126
+_MANTISSA = {np.dtype(np.float32): 23, bfloat16: 7}
+
+
+def ulp(x, dtype) -> np.ndarray:
+    """The spacing of ``dtype`` (float32 or bf16) numbers at ``|x|`` (the smallest normal's spacing
+    at zero and below)."""
+    bits = _MANTISSA[np.dtype(dtype)]
+    a = np.maximum(np.abs(np.asarray(x, np.float64)), 2.0 ** -126)
+    return np.exp2(np.floor(np.log2(a)) - bits)
+
+
+def round_to(x, dtype) -> np.ndarray:
+    """``x`` (float64) rounded to ``dtype`` (through float32, as a kernel's ``__float2bfloat16``
+    rounds its fp32 value) and widened back to float64."""
+    return np.asarray(x, np.float64).astype(np.float32).astype(np.dtype(dtype)).astype(np.float64)
+
+
+def strict_bounds(problem: dict, dtype) -> dict:
+    """``{"dinp": (want, allowed, ref), "dweight": (...)}`` for one call on ``problem`` (the inputs
+    the kernel saw: :func:`rmsnorm_lessons.reference.random_problem`'s dict, ``dinp``/``dweight``
+    their starting values) by a kernel that stores ``dtype`` and computes in fp32.
+
+    ``ref`` is the float64 result from those very inputs (bf16 values widened exactly), ``want`` is
+    ``ref`` rounded once to ``dtype``, and an element of the kernel's result passes when it is
+    within ``allowed`` of ``want``: ``SAFETY`` times a bound on the fp32 error of the sums, from the
+    magnitudes of their terms, plus one ulp of ``dtype`` at the result.
+
+    The sums: a sum of k terms in fp32, in any order (a loop, a butterfly, atomics, partials), is
+    within ``(k - 1) * u * sum|terms|`` of the exact sum (u = 2**-24, first order). A row's mean
+    ``m = sum_c dnorm*norm / C`` sums C terms, each a product of 3 or 4 factors (3 more roundings),
+    then multiplies by rstd and divides by C; ``dinp = d + rstd * (dnorm - norm * m)`` carries m's
+    error times ``rstd * |norm|``, and 4 roundings of its own terms, and one of the addition.
+    ``dweight[c]`` sums N products (2 roundings each) and its starting value: N + 1 terms."""
+    dtype = np.dtype(dtype)
+    x = np.asarray(problem["inp"]).astype(np.float64)
+    g = np.asarray(problem["dout"]).astype(np.float64)
+    w = np.asarray(problem["weight"]).astype(np.float64)
+    r = np.asarray(problem["rstd"]).astype(np.float64).reshape(-1, 1)
+    d0 = np.asarray(problem["dinp"]).astype(np.float64)
+    dw0 = np.asarray(problem["dweight"]).astype(np.float64)
+    N, C = x.shape
+    norm, dnorm = x * r, w * g
+    terms = dnorm * norm
+    m = terms.sum(axis=1, keepdims=True) / C
+    P = np.abs(terms).sum(axis=1, keepdims=True)
+    dm = (C + 8) * U32 * P / C + FTZ * (C + 8)
+    t = r * (dnorm - norm * m)
+    ref_dinp = d0 + t
+    acc_dinp = (r * np.abs(norm) * dm + 4 * U32 * r * (np.abs(dnorm) + np.abs(norm * m))
+                + U32 * (np.abs(d0) + np.abs(t)) + 8 * FTZ)
+    wterms = norm * g
+    ref_dw = dw0 + wterms.sum(axis=0)
+    acc_dw = (N + 4) * U32 * (np.abs(wterms).sum(axis=0) + np.abs(dw0)) + FTZ * (N + 4)
+    out = {}
+    for name, ref, acc in (("dinp", ref_dinp, acc_dinp), ("dweight", ref_dw, acc_dw)):
+        want = round_to(ref, dtype)
+        allowed = SAFETY * acc + ulp(np.abs(want) + SAFETY * acc, dtype)
+        out[name] = (want, allowed, ref)
+    return out
+
+
+def compare_strict(dtype, problem: dict, got, name: str = "result") -> CheckReport:
+    """Compare ``got = (dinp, dweight)`` of one call on ``problem`` with :func:`strict_bounds`: the
+    comparison of the learner-kernel checks (``kernel_running.run_checks``). ``dtype``: what the
+    kernel stores (or a version / Rung)."""
+    if isinstance(dtype, (str, ladder.Rung)):
+        dtype = ladder.get(dtype).dtype
+    bounds = strict_bounds(problem, dtype)
+    N, C = np.shape(problem["inp"])
+    parts = [compare_bounded(got[i], *bounds[k][:2], name=k) for i, k in enumerate(("dinp",
+                                                                                    "dweight"))]
+    return CheckReport(name, N, C, *parts)

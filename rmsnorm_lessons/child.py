@@ -11,14 +11,25 @@ Child side: :func:`run_rung` runs a rung ``calls`` times on one random problem a
 line. ``python -m rmsnorm_lessons.child SPEC`` rebuilds a rung from a JSON spec (:func:`rung_spec`:
 its CUDA text in a file, its shipped plan) and runs it: a learner's rung exists only in the parent's
 ladder.
+
+A job (:func:`run_job`) is the general way: a function of the package to call in a child, with its
+arguments pickled to a file (a learner's rung among them, its plan even where it is a function
+defined inside a lesson's check: :class:`_Pickler`); ``python -m rmsnorm_lessons.child --job FILE``
+registers the rung, calls the function and writes what it returns as JSON beside the file.
 """
 from __future__ import annotations
 
+import importlib
 import json
+import marshal
 import os
+import pickle
 import subprocess
 import sys
+import tempfile
+import types
 from dataclasses import dataclass
+from pathlib import Path
 
 
 @dataclass
@@ -50,6 +61,10 @@ def run(cmd: list[str], timeout: float = 600, env: dict | None = None, cwd=None)
     if not isinstance(timeout, (int, float)) or timeout <= 0:
         raise ValueError(f"timeout must be a positive number of seconds, got {timeout!r}")
     full_env = {**os.environ, "PYTHONUNBUFFERED": "1", **(env or {})}
+    # the child imports this very package, also where the parent found it by a sys.path entry of
+    # its own (a notebook's)
+    here = str(Path(__file__).resolve().parent.parent)
+    full_env["PYTHONPATH"] = os.pathsep.join(p for p in (here, full_env.get("PYTHONPATH")) if p)
     try:
         proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=full_env,
                               cwd=None if cwd is None else str(cwd))
@@ -123,13 +138,136 @@ def rebuild(spec: dict):
                                    defines=spec["defines"])
 
 
+# --------------------------------------------------------------------------------------------------
+# jobs: a function and its pickled arguments, run in a child
+
+
+def _importable(fn) -> bool:
+    """``fn`` is found again by its module and qualified name (what plain pickle does)."""
+    if "<locals>" in fn.__qualname__ or "<lambda>" in fn.__qualname__:
+        return False
+    try:
+        found = importlib.import_module(fn.__module__)
+        for part in fn.__qualname__.split("."):
+            found = getattr(found, part)
+    except (ImportError, AttributeError):
+        return False
+    return found is fn
+
+
+def _function(module, code, name, defaults, kwdefaults, cells):
+    try:
+        scope = vars(importlib.import_module(module))
+    except ImportError:  # a module the child cannot import (a test's): the closure alone is there
+        scope = {"__builtins__": __builtins__}
+    fn = types.FunctionType(marshal.loads(code), scope, name, defaults,
+                            tuple(types.CellType(c) for c in cells) if cells else None)
+    fn.__kwdefaults__ = kwdefaults
+    return fn
+
+
+class _Pickler(pickle.Pickler):
+    """Pickle, plus modules (by name) and functions defined inside another (a lesson's check
+    defines its rung's plan there): their code, their defaults and the values they close over,
+    their globals those of their module. The child is this same Python, so the code loads there."""
+
+    def reducer_override(self, obj):
+        if isinstance(obj, types.ModuleType):
+            return importlib.import_module, (obj.__name__,)
+        if isinstance(obj, types.FunctionType) and not _importable(obj):
+            cells = tuple(c.cell_contents for c in obj.__closure__ or ())
+            return _function, (obj.__module__, marshal.dumps(obj.__code__), obj.__name__,
+                               obj.__defaults__, obj.__kwdefaults__, cells)
+        return NotImplemented
+
+
+def write_job(folder, action: str, kwargs: dict) -> Path:
+    """``folder/job.pkl``: call ``action`` (``"package.module:function"``) with ``kwargs``."""
+    if ":" not in action:
+        raise ValueError(f"action must be 'module:function', got {action!r}")
+    path = Path(folder) / "job.pkl"
+    with open(path, "wb") as f:
+        _Pickler(f, protocol=pickle.HIGHEST_PROTOCOL).dump({"action": action, "kwargs": kwargs})
+    return path
+
+
+def result_path(job: Path) -> Path:
+    return Path(job).with_suffix(".json")
+
+
+def run_job(action: str, kwargs: dict, wrapper=(), timeout: float = 600,
+            env: dict | None = None) -> tuple[Finished, dict | None]:
+    """Call ``action(**kwargs)`` in a child Python (behind ``wrapper``, e.g. compute-sanitizer):
+    the child's :class:`Finished` and the JSON its function returned (None where it never
+    returned: it died, or was killed at the timeout)."""
+    with tempfile.TemporaryDirectory(prefix="rmsnorm-child-") as tmp:
+        job = write_job(tmp, action, kwargs)
+        done = run(command(["-m", "rmsnorm_lessons.child", "--job", job], wrapper), timeout, env)
+        try:
+            result = json.loads(result_path(job).read_text())
+        except (OSError, ValueError):
+            result = None
+    return done, result
+
+
+def do_job(job) -> dict:
+    """The child's side of :func:`run_job`: register the rung it carries (``kwargs["rung"]``, where
+    it is not a shipped one), call the function, write its JSON beside the job, return it."""
+    from . import ladder
+
+    with open(job, "rb") as f:
+        spec = pickle.load(f)
+    kwargs = spec["kwargs"]
+    rung = kwargs.get("rung")
+    if isinstance(rung, ladder.Rung) and rung.name not in {r.name for r in ladder.SHIPPED}:
+        ladder.register(rung, replace=True)
+    module, name = spec["action"].split(":")
+    result = getattr(importlib.import_module(module), name)(**kwargs)
+    tmp = result_path(job).with_suffix(".part")
+    tmp.write_text(json.dumps(result))
+    os.replace(tmp, result_path(job))
+    return result
+
+
+def use_the_parents_build(rung) -> None:
+    """In a child: launch ``rung`` from the cubin the parent built while inspecting the text (for
+    this GPU's arch, kept on disk by :func:`rmsnorm_lessons.build.compile_file`, in
+    ``$RMSNORM_CACHE_DIR``), instead of building it a second time through PyCUDA's SourceModule.
+    Only this process's ``build.source_module`` is changed, and only for ``rung``."""
+    from . import build, gpu
+
+    original = build.source_module
+    module = gpu.driver().module_from_buffer(build.compile_file(rung, gpu.facts().arch).binary)
+
+    def source_module(name, arch=None, defines=None):
+        if (name is rung or name == rung.name) and arch is None and not defines:
+            return module
+        return original(name, arch, defines)
+
+    build.source_module = source_module
+
+
+def call_rung(rung, N: int, C: int, calls: int = 1, seed: int = 0) -> dict:
+    """A job's action: :func:`run_rung`, its line as JSON (the rung launched from the parent's
+    build, where it has its own source: :func:`use_the_parents_build`)."""
+    from . import gpu
+
+    gpu.require()  # no GPU: GpuUnavailable, saying why, before anything is built
+    if rung.source is not None:
+        use_the_parents_build(rung)
+    return {"line": run_rung(rung, N, C, calls, seed)}
+
+
 def main(argv=None) -> int:
     """``python -m rmsnorm_lessons.child SPEC``: rebuild the rung of the JSON ``SPEC`` and call it
-    once."""
+    once; ``python -m rmsnorm_lessons.child --job FILE``: do the job (:func:`run_job`)."""
     args = sys.argv[1:] if argv is None else argv
+    if len(args) == 2 and args[0] == "--job":
+        do_job(args[1])
+        return 0
     if len(args) != 1:
-        print("usage: python -m rmsnorm_lessons.child SPEC (a JSON rung spec: child.rung_spec)",
-              file=sys.stderr)
+        print("usage: python -m rmsnorm_lessons.child SPEC (a JSON rung spec: child.rung_spec) | "
+              "--job FILE (child.run_job)", file=sys.stderr)
         return 2
     spec = json.loads(args[0])
     run_rung(rebuild(spec), spec["N"], spec["C"])

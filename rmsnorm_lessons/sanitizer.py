@@ -1,9 +1,9 @@
 """compute-sanitizer on one call of a rung, in a child Python process, and what its report says.
 
 compute-sanitizer runs a whole program, so :func:`run` starts a child Python (``python -m
-rmsnorm_lessons.child SPEC``, :mod:`rmsnorm_lessons.child`) under it. The child rebuilds the rung
-from its CUDA text and its shipped plan (a learner's rung lives only in the parent) and calls it
-once through ``rl.kernels.run`` on random inputs. The parent reads the report: :func:`parse_summary`
+rmsnorm_lessons.child --job FILE``, :func:`rmsnorm_lessons.child.run_job`) under it. The child gets
+the rung pickled (a learner's rung lives only in the parent) and calls it once through
+``rl.kernels.run`` on random inputs. The parent reads the report: :func:`parse_summary`
 for the totals, :func:`entries` for the findings (an error line and its details, the host backtrace
 dropped). ``kernel_check.sanitize`` (a learner's kernel) and ``tools/sanitize.py`` (every version)
 use this module; lesson 10 shows its reports.
@@ -12,9 +12,7 @@ Kernels are built with ``-lineinfo`` (``build.NVCC_FLAGS``), so a finding names 
 """
 from __future__ import annotations
 
-import json
 import re
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -186,17 +184,33 @@ def run_command(cmd: list[str], tool: str, what: str, timeout: float = 600) -> R
 
 
 def run(rung, tool: str, shape=(129, 776), timeout: float = 600) -> Report:
-    """compute-sanitizer's ``tool`` on one call of ``rung`` at ``shape`` (N, C), in a child process.
+    """compute-sanitizer's ``tool`` on one call of ``rung`` at ``shape`` (N, C; C rounded down to
+    the rung's multiple), in a child process (:func:`rmsnorm_lessons.child.run_job`: any rung, a
+    learner's too, whatever its plan).
 
     Raises :class:`ToolMissing` where compute-sanitizer is not installed."""
     exe = find()
     if exe is None:
         raise ToolMissing("compute-sanitizer was not found on PATH, under CUDA_HOME or in "
                           "/usr/local/cuda/bin; it comes with the CUDA toolkit (and needs a GPU)")
-    with tempfile.TemporaryDirectory(prefix="rmsnorm-sanitize-") as tmp:
-        src = Path(tmp) / f"{rung.name}.cu"
-        # a registered rung's text, or a shipped rung's file
-        src.write_text(build.kernel_text(rung)[1])
-        spec = child_spec(rung, shape, str(src))
-        cmd = child.command(["-m", "rmsnorm_lessons.child", json.dumps(spec)], wrapper(exe, tool))
-        return run_command(cmd, tool, f"{rung.name} at N={spec['N']}, C={spec['C']}", timeout)
+    N, C = shape
+    C = C - C % rung.c_multiple or rung.c_multiple
+    done, _ = child.run_job("rmsnorm_lessons.child:call_rung", dict(rung=rung, N=N, C=C),
+                            wrapper(exe, tool), timeout)
+    return Report(tool, f"{rung.name} at N={N}, C={C}", done.returncode,
+                  done.stdout if done.timed_out else done.output)
+
+
+_WHERE = re.compile(r"\bin (\S+?):(\d+)\b")
+
+
+def lines_of(entry: list[str], stem: str) -> list[int]:
+    """The source lines an entry names in the file ``stem`` (a learner's text is named with
+    ``#line 1 "stem"``, so memcheck says ``in stem:12``), in the order it names them."""
+    found = []
+    for line in entry:
+        for file, number in _WHERE.findall(line):
+            name = Path(file).name
+            if name == stem or Path(name).stem == stem:
+                found.append(int(number))
+    return found

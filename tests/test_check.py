@@ -176,3 +176,18 @@ def test_compare_outputs_reports_each_tensor():
     assert text.startswith("v9 N=6 C=50\n") and "dinp: OK" in text and "dweight: FAIL" in text
     report = check.compare_outputs(bf16.bfloat16, 6, got, ref, C=49)
     assert report.C == 49  # (as given)
+
+
+def test_compare_bounded_takes_a_bound_per_element_and_says_so():
+    ref = _ref((3, 4))
+    allowed = np.full(ref.shape, 1e-3)
+    allowed[1, 2] = 1.0
+    gpu = ref.copy()
+    gpu[1, 2] += 0.5  # inside its own bound
+    c = check.compare_bounded(gpu, ref, allowed, name="dinp")
+    assert c.ok and "rounding bound" in str(c)
+    gpu[0, 0] += 0.01  # outside its own
+    c = check.compare_bounded(gpu, ref, allowed, name="dinp")
+    assert not c.ok and c.failures == 1 and c.worst[0][0] == (0, 0)
+    # the seed's rule is the same comparison with tol + |ref| * eps
+    assert f"|err| <= {TOL:g} + |ref|*{EPS:g}" in str(check.compare(ref, ref, TOL, EPS))

@@ -136,3 +136,11 @@ def test_the_copy_kernel_is_timed_through_the_one_copy_bandwidth(monkeypatch):
             2))))
     assert bench.copy_kernel_bandwidth(1 << 20, repeats=7) == (1 << 20, 7.0)
     assert calls == [("stream_ceiling", "stream_copy")]
+
+
+def test_the_child_imports_this_very_package(tmp_path):
+    import rmsnorm_lessons
+
+    code = "import rmsnorm_lessons; print(rmsnorm_lessons.__file__)"
+    done = child.run(child.command(["-c", code]), env={"PYTHONPATH": ""}, cwd=tmp_path, timeout=120)
+    assert done.returncode == 0 and done.stdout.strip() == rmsnorm_lessons.__file__, done.output

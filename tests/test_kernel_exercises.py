@@ -3,8 +3,9 @@
 
 Here (no GPU): every solution compiles and says NOT VERIFIED, every skeleton says NOT YET, the
 mistakes the SASS shows say NOT YET with their own message, and the diagnosis of a wrong result
-names its kind (tried on made-up results). On a GPU (marker ``gpu``): every solution PASSes, every
-skeleton and every mistake fails, each with its own message.
+names its kind (tried on made-up results, with the seed's bounds and with a bound per element). On
+a GPU (marker ``gpu``): every solution PASSes (numbers in a child process, compute-sanitizer's race
+check by default, timing), every skeleton and every mistake fails, each with its own message.
 """
 from __future__ import annotations
 
@@ -419,3 +420,18 @@ def test_race_check_says_so_where_compute_sanitizer_is_missing(monkeypatch):
                                  dtype=ladder.FP32)
     assert kernel_check.sanitize(rung) == ("compute-sanitizer is not installed here, so no race "
                                            "check was run")
+
+
+def test_diagnosis_takes_a_bound_per_element():
+    """The learner-kernel checks diagnose with check.strict_bounds' bound, an array."""
+    from rmsnorm_lessons import check
+
+    p, ref, delta = _problem()
+    want, allowed, _ = check.strict_bounds(p, np.float32)["dinp"]
+    got = want.copy()
+    got[:, -1] = p["dinp"][:, -1]  # the last column never added to
+    kind, text = kernel_check.describe_output("dinp", got, want, p["dinp"], delta[0], allowed, 0.0)
+    assert "only the last column (199)" in text, text
+    kind, text = kernel_check.describe_output("dinp", p["dinp"], want, p["dinp"], delta[0], allowed,
+                                              0.0)
+    assert kind == "unchanged", text

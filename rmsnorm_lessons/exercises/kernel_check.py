@@ -13,20 +13,25 @@ timed.
    text.
 3. Without a GPU the verdict is **NOT VERIFIED (no GPU here)**, never PASS, and says what was
    checked.
-4. **Run** (GPU): random inputs, random non-zero starting ``dinp``/``dweight`` (a kernel must add
-   into them), scratch buffers filled with NaN before the checked call (a kernel must write what it
-   reads), odd shapes (N not a multiple of the warps, C not a power of two), compared with the
-   float64 reference (:func:`rmsnorm_lessons.check.compare_outputs`). A wrong result is diagnosed:
-   dinp or dweight, which rows and columns, overwritten instead of accumulated, off by a constant
-   factor, some blocks' partials missing or counted twice, different from run to run.
-5. **Time** it beside the lesson's shipped rung ("yours 0.41 ms, v3_smem 0.36 ms").
+4. **Run** (GPU), in a child process first (:mod:`.kernel_child`): random inputs, random non-zero
+   starting ``dinp``/``dweight`` (a kernel must add into them), scratch buffers filled with NaN
+   before the checked call (a kernel must write what it reads), odd shapes and small C
+   (:data:`~.kernel_running.SHAPES`), each element compared with a bound on fp32's rounding
+   (:func:`rmsnorm_lessons.check.compare_strict`: an error of one part in C shows), and one call at
+   the timing shape. A wrong result is diagnosed: dinp or dweight, which rows and columns,
+   overwritten instead of accumulated, off by a constant factor, some blocks' partials missing or
+   counted twice, different from run to run. A kernel that crashes the child (an illegal or
+   misaligned address) is NOT YET, with the line compute-sanitizer's memcheck names; the notebook's
+   own GPU context never ran it.
+5. **Race check** (GPU, once the numbers are right): compute-sanitizer's racecheck and synccheck on
+   one small call, where the tool is installed (the verdict says so where it is not). A hazard found
+   is NOT YET. ``sanitize=False`` skips it, for speed.
+6. **Time** it beside the lesson's shipped rung ("yours 0.41 ms, v3_smem 0.36 ms"), in this process:
+   only a kernel that passed in the child is launched here.
 
-``sanitize=True`` also runs compute-sanitizer's racecheck and synccheck on one small call, where the
-tool is installed, and sums its report up in a sentence.
-
-The parts live in three modules, re-exported here: :mod:`.kernel_static` (the static checks and text
-helpers), :mod:`.kernel_running` (the GPU run, timing, compute-sanitizer) and
-:mod:`.kernel_diagnosis` (what a wrong result tells).
+The parts live in four modules, re-exported here: :mod:`.kernel_static` (the static checks and text
+helpers), :mod:`.kernel_running` (the GPU run, timing, compute-sanitizer), :mod:`.kernel_child` (the
+child process) and :mod:`.kernel_diagnosis` (what a wrong result tells).
 """
 from __future__ import annotations
 
@@ -37,20 +42,23 @@ from .. import build, gpu, ladder
 from . import Verdict, failed, not_verified, passed
 from .kernel_diagnosis import describe_output
 from .kernel_diagnosis import _lines, _ranges  # noqa: F401 (lesson 08 names chunks with _ranges)
-from .kernel_running import (SHAPES, SHAPES_8, TIME_SHAPE, Outcome, run_checks, sanitize,
-                             time_against)
+from . import kernel_child, kernel_running
+from .kernel_running import (SHAPES, SHAPES_8, SMALL_C_SHAPES, TIME_SHAPE, Outcome, run_checks,
+                             sanitize, shapes_for, time_against)
 from .kernel_static import (GLOBAL_ATOMICS, SKELETON_BLOCK, Compiled, Static, no_local_memory,
                             nvcc_errors, sass_before, sass_has, sass_lacks, source_lacks,
                             strip_comments,
                             todo_lines, without_skeletons)
 from .kernel_static import _matching, _name  # noqa: F401 (lessons 08 and 09 count opcodes)
 
-__all__ = ["GLOBAL_ATOMICS", "SHAPES", "SHAPES_8", "SKELETON_BLOCK", "TIME_SHAPE", "Compiled",
+__all__ = ["GLOBAL_ATOMICS", "SHAPES", "SHAPES_8", "SKELETON_BLOCK", "SMALL_C_SHAPES", "TIME_SHAPE",
+           "Compiled",
            "Inspected",
            "Outcome", "Static", "check_kernel", "check_plain_kernel", "describe_output",
            "inspect_text",
            "no_local_memory", "nvcc_errors", "register", "run_checks", "sanitize", "sass_before",
-           "sass_has", "sass_lacks", "source_lacks", "strip_comments", "time_against", "todo_lines",
+           "sass_has", "sass_lacks", "shapes_for", "source_lacks", "strip_comments", "time_against",
+           "todo_lines",
            "without_skeletons"]
 
 
@@ -141,37 +149,66 @@ def inspect_text(source: str, name: str, kernels, static, compile_it: Callable, 
     return None, Inspected(arch, compiled, head, checked)
 
 
+def _plain_race_note(listing, kernels) -> str:
+    """What can be said of racecheck and synccheck for a kernel that is not a rung (its check has
+    no one small call to run under compute-sanitizer): from its SASS, whether they have anything to
+    look at."""
+    if listing is None:
+        return (" racecheck and synccheck were not run: a kernel that is not a rung has no one "
+                "small call to run under compute-sanitizer")
+    ins = [i for k in kernels if k in listing.functions for i in listing.functions[k].instructions]
+    touched = _matching(ins, ("BAR", "LDS", "STS", "ATOMS", "WARPSYNC"))
+    if not touched:
+        return (" racecheck and synccheck were not run: its SASS has no barrier and no shared "
+                "memory access, all they look at")
+    return (" racecheck and synccheck were not run: a kernel that is not a rung has no one small "
+            "call to run under compute-sanitizer, and its SASS has barriers or shared memory")
+
+
 def check_plain_kernel(source, *, name: str, kernels, static=(), run=None,
                        against: str = "NumPy") -> Verdict:
     """A learner's kernel that is not a rung (lesson 08's ``scale_wide``): compiled from its text
     alone (``#line 1`` in front, so nvcc's line numbers are the text's), inspected as
     :func:`check_kernel` inspects a rung, and where a GPU works handed to ``run(module)`` (the
-    loaded cubin, a PyCUDA module), which returns an :class:`Outcome`. Without a GPU: NOT VERIFIED,
-    never PASS."""
+    loaded cubin, a PyCUDA module; it returns an :class:`Outcome`) in a child process
+    (:func:`.kernel_child.run_plain_in_child`): a crash there is NOT YET with memcheck's line, and
+    this process never launches the kernel. compute-sanitizer's racecheck and synccheck are not run
+    (``run`` checks and times in one go, no one small call): the verdict says whether the SASS gives
+    them anything to look at. Without a GPU: NOT VERIFIED, never PASS."""
     from .. import sass
 
     if not isinstance(source, str) or not source.strip():
         return _not_text(source)
+    listings = []
+
+    def sass_of(compiled, arch):
+        listings.append(sass.parse_sass(sass.nvdisasm_json(compiled.binary), name, arch))
+        return listings[-1]
+
     stop, seen = inspect_text(
         source, name, kernels, static,
         lambda arch: build.compile_source(f'#line 1 "{name}"\n' + source, arch, name=name),
-        lambda compiled, arch: sass.parse_sass(sass.nvdisasm_json(compiled.binary), name, arch),
-        against=against)
+        sass_of, against=against)
     if stop is not None:
         return stop
     if run is None:
         return not_verified(f"no way to run it was given. {seen.head}{seen.checked}")
-    outcome = run(gpu.driver().module_from_buffer(seen.compiled.binary))
-    return (passed if outcome.ok else failed)(f"{seen.head}{seen.checked} {outcome.message}")
+    ran = kernel_child.run_plain_in_child(name, source, run)
+    note = _plain_race_note(listings[-1] if listings else None, kernels)
+    if not ran.outcome.ok:
+        verdict = failed(f"{seen.head}{seen.checked} {ran.outcome.message}")
+        verdict.kinds = ran.outcome.kinds
+        return verdict
+    return passed(f"{seen.head}{seen.checked} {ran.outcome.message}.{note}.")
 
 
 def check_kernel(source, *, name: str, like=None, compare_with: str | None = None, shapes=None,
                  rows_per_block: int | None = None, static=(), hints=None,
-                 sanitize_it: bool = False,
+                 sanitize: bool = True, sanitize_it: bool | None = None,
                  timing: bool = True, seed: int = 0, embed: Callable[[str], str] | None = None,
                  compare_config=None, compare_label: str | None = None, **fields) -> Verdict:
     """Register ``source`` as the rung ``name``, compile it, inspect it and (where a GPU works) run
-    it.
+    it: in a child process first, then (only where it passed there) the race check and the timing.
 
     ``like``: the shipped rung the learner's kernel stands in for (``"v3_smem"``): the learner's
     rung is a copy of it with the learner's text, and ``fields`` (``kernels``, ``plan``,
@@ -180,12 +217,18 @@ def check_kernel(source, *, name: str, like=None, compare_with: str | None = Non
     ``static``: the lesson's :class:`Static` checks; ``rows_per_block``: rows one block takes per
     step of its loop (default: warps per block), to name blocks in a diagnosis; ``hints``: extra
     sentences by diagnosis kind (e.g. ``{"dweight unchanged": "did the last block run?"}``);
+    ``shapes``: the check's shapes (default :data:`SHAPES`, see :func:`shapes_for`);
+    ``sanitize``: compute-sanitizer's racecheck and synccheck on one small call once the numbers
+    are right (a hazard is NOT YET); ``sanitize=False`` skips it, for speed (``sanitize_it`` is the
+    same switch under its older name);
     ``compare_with``: the shipped rung timed beside yours (default: ``like``), launched with
-    ``compare_config`` and named
-    ``compare_label``; ``embed``: splices the text into a shipped kernel (see :func:`register`); the
-    TODO lines and the source checks still read the learner's text alone. Returns PASS, NOT YET or
-    NOT VERIFIED (no GPU here).
+    ``compare_config`` and named ``compare_label``; ``timing=False`` skips the timing;
+    ``embed``: splices the text into a shipped kernel (see :func:`register`); the TODO lines and the
+    source checks still read the learner's text alone. Returns PASS, NOT YET or NOT VERIFIED (no
+    GPU here).
     """
+    if sanitize_it is not None:
+        sanitize = sanitize_it
     if not isinstance(source, str) or not source.strip():
         return _not_text(source)
     rung = register(source, name=name, like=like, embed=embed, **fields)
@@ -200,20 +243,30 @@ def check_kernel(source, *, name: str, like=None, compare_with: str | None = Non
     if stop is not None:
         return stop
     head, checked = seen.head, seen.checked
-    m = rung.c_multiple
-    shapes = [(N, C - C % m or m) for N, C in shapes or (SHAPES_8 if m == 8 else SHAPES)]
-    outcome = run_checks(rung, shapes, seed=seed, rows_per_block=rows_per_block, hints=hints)
+    ran = kernel_child.run_in_child(rung, shapes_for(rung, shapes), seed=seed,
+                                    rows_per_block=rows_per_block, hints=hints,
+                                    time_shape=TIME_SHAPE if timing else None,
+                                    text=f'#line 1 "{name}"\n' + source)
+    outcome = ran.outcome
     if not outcome.ok:
         verdict = failed(f"{head} {outcome.message}")
         verdict.kinds = outcome.kinds
         return verdict
     extra = []
+    if sanitize:
+        found = kernel_running.sanitize_result(rung)
+        if found.hazard:
+            verdict = failed(f"{found.sentence}. The numbers were right ({name} "
+                             f"{outcome.message}), but a race can change them on another run or "
+                             "another GPU. "
+                             f"{head}{checked}")
+            verdict.kinds = ("race",)
+            return verdict
+        extra.append(found.sentence)
     if timing:
         try:
             extra.append(time_against(rung, compare_with, config=compare_config,
                                       label=compare_label))
         except Exception as exc:  # timing is a bonus: never turns a right kernel into a failure
             extra.append(f"(not timed: {type(exc).__name__}: {str(exc)[:200]})")
-    if sanitize_it:
-        extra.append(sanitize(rung))
     return passed(f"{name} {outcome.message}.{checked} " + ". ".join(extra))

@@ -92,7 +92,8 @@ def describe_output(name: str, got, ref, initial, delta, tol, eps, *, problem=No
                     rows_per_block=None, hints=None) -> tuple[str, str]:
     """``(kind, sentence)`` saying how one wrong output (``dinp`` or ``dweight``) is wrong. ``kind``
     is one of ``unchanged``, ``overwritten``, ``factor``, ``blocks``, ``lost``, ``nonfinite``,
-    ``wrong``."""
+    ``wrong``. An element is wrong where ``|got - ref| > tol + |ref| * eps``: ``tol`` may be an
+    array, each element's bound (:func:`rmsnorm_lessons.check.strict_bounds`, with ``eps`` 0)."""
     hints = hints or {}
     g = np.asarray(got, np.float64)
     bad = _bad_mask(got, ref, tol, eps)
@@ -114,7 +115,7 @@ def describe_output(name: str, got, ref, initial, delta, tol, eps, *, problem=No
                                 "shared memory not zeroed) or past the end of a row")
     init = np.asarray(initial, np.float64)
     kept = np.all(np.abs(g - init) <= tol + np.abs(init) * eps)
-    if kept and np.abs(np.asarray(delta)).max() > tol:
+    if kept and (np.abs(np.asarray(delta)) > tol).any():
         return say("unchanged",
                    "it came back with its starting values: your kernel never adds to it")
     fit = _fit(g, init, delta)

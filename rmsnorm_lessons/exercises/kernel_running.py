@@ -1,10 +1,13 @@
 """Running a learner's rung on the GPU: random inputs, poisoned scratch, odd shapes, the float64
 reference.
 
-:func:`run_checks` runs the rung at each shape, adding into random non-zero ``dinp``/``dweight``,
-with scratch buffers filled with NaN before the checked call, and diagnoses the first failure
-(:mod:`~rmsnorm_lessons.exercises.kernel_diagnosis`); :func:`time_against` times it beside a shipped
-rung; :func:`sanitize` runs compute-sanitizer on one small call.
+:func:`run_checks` runs the rung at each shape (:func:`shapes_for`), adding into random non-zero
+``dinp``/``dweight``, with scratch buffers filled with NaN before the checked call, compares each
+element with a bound on fp32's rounding (:func:`rmsnorm_lessons.check.compare_strict`) and
+diagnoses the first failure (:mod:`~rmsnorm_lessons.exercises.kernel_diagnosis`); a learner's rung
+runs it in a child process first (:mod:`~rmsnorm_lessons.exercises.kernel_child`).
+:func:`time_against` times it beside a shipped rung; :func:`sanitize_result` runs
+compute-sanitizer's racecheck and synccheck on one small call.
 """
 from __future__ import annotations
 
@@ -15,12 +18,23 @@ import numpy as np
 from .. import check, gpu, ladder, reference
 from .kernel_diagnosis import _bad_mask, describe_output
 
-#: shapes of the GPU check, in this order: N not a multiple of the warps per block with C not a
-#: power of two (first: enough rows that a slip shows beyond bf16's tolerance, few enough blocks to
-#: name them); enough rows for every block of a persistent grid to take more than one (8195 = 2 *
-#: 4096 + 3); one row
-SHAPES = ((129, 1600), (1000, 777), (8195, 1024), (1, 7))
-SHAPES_8 = ((129, 1600), (1000, 776), (8195, 1024), (1, 8))
+#: shapes of the GPU check, in this order, each there for a reason:
+#:
+#: * (129, 1600): N not a multiple of the warps per block and C not a power of two; enough rows that
+#:   a slip shows, few enough blocks to name them in a diagnosis;
+#: * (1000, 777): C odd (776 where C must be a multiple of 8), so a loop that assumes whole warps or
+#:   whole 128-bit chunks of a row is caught;
+#: * (8195, 1024): enough rows that every block of a persistent grid takes more than one (8195 =
+#:   2 * 4096 + 3);
+#: * (1, 7): one row (one chunk of 8 where C must be a multiple of 8);
+#: * :data:`SMALL_C_SHAPES`: small C with N odd and a few hundred rows, where an error of one part
+#:   in C (a mean over C + 1, one term of a row's sum dropped) is far above the rounding bound of
+#:   :func:`rmsnorm_lessons.check.compare_strict`, even in bf16 (a bf16 ulp is 2**-7 relative, one
+#:   part in C is 1/8 .. 1/40 of term 2 here), and a row's sums have few enough terms that
+#:   dropping one row of dweight is above its bound too.
+SMALL_C_SHAPES = ((333, 8), (301, 16), (257, 24), (199, 40))
+SHAPES = ((129, 1600), (1000, 777), (8195, 1024), (1, 7)) + SMALL_C_SHAPES
+SHAPES_8 = ((129, 1600), (1000, 776), (8195, 1024), (1, 8)) + SMALL_C_SHAPES
 TIME_SHAPE = (8192, 1024)
 
 
@@ -57,8 +71,28 @@ def _run(rung, p, poison: bool):
     return kernels.run(rung, *args)
 
 
-def _differs(a, b, tol, eps) -> bool:
-    return bool(_bad_mask(a, np.asarray(b, np.float64), tol, eps).any())
+def shapes_for(rung, shapes=None) -> list:
+    """The check's shapes for ``rung``: ``shapes`` (default :data:`SHAPES`, or :data:`SHAPES_8`
+    where C must be a multiple of 8), C rounded down to the rung's multiple (up, where that is 0),
+    and without a shape the rung's plan refuses (a minimum C a plan needs), on this GPU or the
+    saved H200's facts."""
+    m = rung.c_multiple
+    device = gpu.facts_or_fallback()[0]
+    out = []
+    for N, C in shapes or (SHAPES_8 if m == 8 else SHAPES):
+        C = C - C % m or m
+        try:
+            ladder.plan(rung, N, C, device)
+        except ValueError:
+            continue
+        if (N, C) not in out:
+            out.append((N, C))
+    return out
+
+
+def _same_bits(a, b) -> bool:
+    return all(np.array_equal(np.ascontiguousarray(x).view(np.uint8),
+                              np.ascontiguousarray(y).view(np.uint8)) for x, y in zip(a, b))
 
 
 @dataclass
@@ -68,54 +102,50 @@ class Outcome:
     kinds: tuple = ()
 
 
-def run_checks(rung, shapes, *, seed=0, rows_per_block=None, hints=None) -> Outcome:
-    """Run ``rung`` at every shape against the float64 reference; the first failure diagnosed."""
+def run_checks(rung, shapes, *, seed=0, rows_per_block=None, hints=None,
+               on_shape=None) -> Outcome:
+    """Run ``rung`` at every shape, compared element by element with the bound of
+    :func:`rmsnorm_lessons.check.compare_strict` (the float64 result from the very inputs, rounded
+    once, plus fp32's rounding of the sums); the first failure diagnosed. ``on_shape(N, C)`` is
+    called before each shape runs (the child says which shape it is at, in case it dies there)."""
     done = []
     for k, (N, C) in enumerate(shapes):
+        if on_shape is not None:
+            on_shape(N, C)
         p = reference.random_problem(N, C, rung.dtype, seed=seed + k, accumulate=True)
         try:
             got = _run(rung, p, poison=True)
         except Exception as exc:  # the learner's kernel: an illegal address, a launch failure, ...
             return Outcome(False, f"at N={N}, C={C} running it failed: {type(exc).__name__}: "
-                                  f"{str(exc).strip()[:400]} (after an illegal address, restart "
-                                  f"the Python kernel before running anything else on the GPU)",
-                           ("error",))
-        ref = reference.backward(p["dout"], p["inp"], p["weight"], p["rstd"], p["dinp"],
-                                 p["dweight"])
-        delta = reference.backward(p["dout"], p["inp"], p["weight"], p["rstd"])
-        report = check.compare_outputs(rung.dtype, N, got, ref, name=rung.name, C=C)
+                                  f"{str(exc).strip()[:400]}", ("error",))
+        bounds = check.strict_bounds(p, rung.dtype)
+        report = check.compare_strict(rung.dtype, p, got, name=rung.name)
         if report.ok:
-            if rung.deterministic:
-                again = _run(rung, p, poison=False)
-                same = all(np.array_equal(np.ascontiguousarray(x).view(np.uint8),
-                                          np.ascontiguousarray(y).view(np.uint8)) for x,
-                           y in zip(got, again))
-                if not same:
-                    return Outcome(False,
-                                   f"at N={N}, C={C} the result is right but not bitwise the same "
-                                          "on a second run: this rung must be deterministic (no "
-                                          f"atomics on floats, every sum in a fixed order)",
-                                   ("nondeterministic",))
+            if rung.deterministic and not _same_bits(got, _run(rung, p, poison=False)):
+                return Outcome(False,
+                               f"at N={N}, C={C} the result is right but not bitwise the same on "
+                               "a second run: this rung must be deterministic (no atomics on "
+                               "floats, every sum in a fixed order)", ("nondeterministic",))
             done.append(f"{N}x{C}")
             continue
-        tol = check.tolerances(rung.dtype, N)
+        delta = reference.backward(p["dout"], p["inp"], p["weight"], p["rstd"])
         grid = ladder.plan(rung, N, C)[0].grid
         parts, kinds = [], []
         for i, name in enumerate(("dinp", "dweight")):
-            comparison = report.dinp if i == 0 else report.dweight
-            if comparison.ok:
+            if (report.dinp if i == 0 else report.dweight).ok:
                 continue
-            kind, text = describe_output(name, got[i], ref[i], p[name], delta[i], *tol[name],
-                                         problem=p,
-                                         grid=grid, rows_per_block=rows_per_block
-                                         or rung.block_size // 32,
+            want, allowed, _ = bounds[name]
+            kind, text = describe_output(name, got[i], want, p[name], delta[i], allowed, 0.0,
+                                         problem=p, grid=grid,
+                                         rows_per_block=rows_per_block or rung.block_size // 32,
                                          hints=hints)
             parts.append(text)
             kinds.append(kind)
         try:
             again = _run(rung, p, poison=False)
-            if any(_differs(got[i], again[i], *tol[name]) for i,
-                   name in enumerate(("dinp", "dweight"))):
+            if any(_bad_mask(got[i], np.asarray(again[i], np.float64),
+                             bounds[name][1], 0.0).any() for i, name in enumerate(("dinp",
+                                                                                    "dweight"))):
                 parts.append("and the result changes from run to run: a race (a missing "
                              "__syncthreads, or threads updating one value without an atomic)")
                 kinds.append("race")
@@ -124,8 +154,19 @@ def run_checks(rung, shapes, *, seed=0, rows_per_block=None, hints=None) -> Outc
         ok_so_far = f" (right at {', '.join(done)})" if done else ""
         return Outcome(False, f"at N={N}, C={C}{ok_so_far}: " + " ".join(parts), tuple(kinds))
     return Outcome(True,
-                   f"matches the float64 reference at {len(done)} shapes ({', '.join(done)}), "
-                         f"adding into random starting dinp and dweight")
+                   f"matches the float64 reference at {len(done)} shapes ({', '.join(done)}) "
+                   f"within a bound on {'fp32' if rung.dtype == np.float32 else 'bf16'}'s "
+                   "rounding, adding into random starting dinp and dweight")
+
+
+def run_once(rung, shape, seed: int = 0) -> None:
+    """One call of ``rung`` at ``shape`` on random inputs (the child's call at the timing shape:
+    the parent times only a kernel that ran there)."""
+    from .. import kernels
+
+    N, C = shape
+    p = reference.random_problem(N, C, rung.dtype, seed=seed, accumulate=True)
+    kernels.run(rung, p["dout"], p["inp"], p["weight"], p["rstd"], p["dinp"], p["dweight"])
 
 
 def time_against(rung, compare_with: str, shape=TIME_SHAPE, repeats: int = 20, config=None,
@@ -147,23 +188,44 @@ def time_against(rung, compare_with: str, shape=TIME_SHAPE, repeats: int = 20, c
 
 
 # --------------------------------------------------------------------------------------------------
-# compute-sanitizer (opt-in)
+# compute-sanitizer: racecheck and synccheck on one small call
 
-def sanitize(rung, tools=("racecheck", "synccheck"), shape=(129, 776)) -> str:
-    """One sentence: what compute-sanitizer's ``tools`` found in one small call of ``rung``
-    (:func:`rmsnorm_lessons.sanitizer.run`, a child process per tool)."""
+SANITIZE_SHAPE = (129, 776)  # a multiple of 8 (every rung's C rule), odd N: a few blocks, quick
+SANITIZE_TIMEOUT = 300.0
+MISSING = "compute-sanitizer is not installed here, so no race check was run"
+
+
+@dataclass
+class Sanitized:
+    """What compute-sanitizer said of a rung: ``hazard`` (an error found), in a sentence."""
+
+    hazard: bool
+    sentence: str
+
+
+def sanitize_result(rung, tools=("racecheck", "synccheck"), shape=SANITIZE_SHAPE) -> Sanitized:
+    """compute-sanitizer's ``tools`` on one call of ``rung`` at ``shape``, each in its own child
+    process (:func:`rmsnorm_lessons.sanitizer.run`), the tools side by side. A tool that could not
+    run (no summary) is said, not counted as a hazard."""
+    from concurrent.futures import ThreadPoolExecutor
+
     from .. import sanitizer
 
     if sanitizer.find() is None:
-        return "compute-sanitizer is not installed here, so no race check was run"
-    if not getattr(rung.plan, "__module__", "").startswith("rmsnorm_lessons.ladder."):
-        return "the race check needs a plan from rmsnorm_lessons.ladder (a shipped rung's plan)"
-    findings = []
-    for tool in tools:
-        report = sanitizer.run(rung, tool, shape)
-        if report.errors is None or report.errors > 0:
-            findings.append(report.sentence())
-    if not findings:
-        return (f"compute-sanitizer ({' and '.join(tools)}) found no hazard in one call at "
-                f"N={shape[0]}")
-    return "compute-sanitizer: " + "; ".join(findings)
+        return Sanitized(False, MISSING)
+    with ThreadPoolExecutor(len(tools)) as pool:
+        reports = list(pool.map(lambda tool: sanitizer.run(rung, tool, shape, SANITIZE_TIMEOUT),
+                                tools))
+    found = [r for r in reports if r.errors]
+    if found:
+        return Sanitized(True, "compute-sanitizer: " + "; ".join(
+            r.sentence() + (f" ({r.key_lines(1)})" if r.entries else "") for r in found))
+    failed = [r.sentence() for r in reports if r.errors is None]
+    clean = (f"compute-sanitizer ({' and '.join(tools)}) found no hazard in one call at "
+             f"N={shape[0]}")
+    return Sanitized(False, clean + ("; but " + "; ".join(failed) if failed else ""))
+
+
+def sanitize(rung, tools=("racecheck", "synccheck"), shape=SANITIZE_SHAPE) -> str:
+    """:func:`sanitize_result`'s sentence."""
+    return sanitize_result(rung, tools, shape).sentence

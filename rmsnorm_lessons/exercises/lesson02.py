@@ -87,9 +87,10 @@ def check_sectors(v1, v2, C: int = 1024) -> Verdict:
 # --- the kernel exercise: v1's loops, written by the learner
 # ----------------------------------------
 
-def check_v1_kernel(source: str, sanitize: bool = False) -> Verdict:
+def check_v1_kernel(source: str, sanitize: bool = True) -> Verdict:
     """Lesson 02's kernel exercise: the learner's ``rmsnorm_backward_v1`` (one thread per row),
-    checked as the rung ``yours_v1`` with v1_naive's plan, and timed beside v1_naive."""
+    checked as the rung ``yours_v1`` with v1_naive's plan, and timed beside v1_naive.
+    compute-sanitizer's race check runs by default; ``sanitize=False`` skips it, for speed."""
     from . import kernel_check as kc
 
     kernel = "rmsnorm_backward_v1"

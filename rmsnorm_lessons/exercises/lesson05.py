@@ -95,10 +95,11 @@ SLOT_HINT = ("where dinp is right, look at the staging: staged() must give each 
              "32), and the last loop reads channel c back from staged(c, C)")
 
 
-def check_v4_kernel(source: str, sanitize: bool = False) -> Verdict:
+def check_v4_kernel(source: str, sanitize: bool = True) -> Verdict:
     """Lesson 05's kernel exercise: the learner's ``rmsnorm_backward_v4`` and ``add_dweight_v4``
     (bf16 storage, Packed128, channel-planar staging), checked as the rung ``yours_v4`` with
-    v4_vec_bf16's plan, and timed beside v4_vec_bf16."""
+    v4_vec_bf16's plan, and timed beside v4_vec_bf16.
+    compute-sanitizer's race check runs by default; ``sanitize=False`` skips it, for speed."""
     from . import kernel_check as kc
 
     kernel = "rmsnorm_backward_v4"

@@ -70,10 +70,11 @@ def check_seed_tickets(launch2, launch3, blocks: int = 4) -> Verdict:
 # --- the kernel exercise: v6's fence, ticket and last block
 # ------------------------------------------
 
-def check_v6_kernel(source: str, sanitize: bool = False) -> Verdict:
+def check_v6_kernel(source: str, sanitize: bool = True) -> Verdict:
     """Lesson 07's kernel exercise: the learner's ``rmsnorm_backward_v6`` (the release fence, the
     atomicInc ticket, the last block's acquire fence and sum), checked as the rung ``yours_v6`` with
-    v6_last_block's plan and defines, and timed beside v6_last_block."""
+    v6_last_block's plan and defines, and timed beside v6_last_block.
+    compute-sanitizer's race check runs by default; ``sanitize=False`` skips it, for speed."""
     from . import kernel_check as kc
 
     kernel = "rmsnorm_backward_v6"

@@ -119,12 +119,13 @@ def _reads_weight4():
     return kc.Static("weight loaded from weight4 where it is not in registers", test, sass=False)
 
 
-def check_v7_kernel(source: str, sanitize: bool = False) -> Verdict:
+def check_v7_kernel(source: str, sanitize: bool = True) -> Verdict:
     """Lesson 09's kernel exercise: the learner's ``row_pass`` (pass 1 over a row held in registers:
     this thread's part of the dot product, and dweight's sums in its own slice of shared memory),
     spliced into kernels/v7_fast.cu in place of v7's own, checked as the rung ``yours_v7`` with
     v7_fast's plan and defines, and timed beside v7_fast's own register path (the staged rows would
-    not run row_pass)."""
+    not run row_pass).
+    compute-sanitizer's race check runs by default; ``sanitize=False`` skips it, for speed."""
     from .. import ladder
     from . import kernel_check as kc
 

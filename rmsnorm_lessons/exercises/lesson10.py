@@ -3,8 +3,8 @@
 The learner gets v3_smem with an early ``return`` for warps that have no row: in a block with fewer
 rows than warps, those warps leave before the block's ``__syncthreads()`` and its flush, so the
 channels they would flush never reach ``dweight``. The check is
-:func:`rmsnorm_lessons.exercises.kernel_check.check_kernel` with v3_smem's plan; ``sanitize=True``
-adds compute-sanitizer's racecheck and synccheck where it exists.
+:func:`rmsnorm_lessons.exercises.kernel_check.check_kernel` with v3_smem's plan, compute-sanitizer's
+racecheck and synccheck included where it exists (``sanitize=False`` skips them).
 """
 from __future__ import annotations
 
@@ -19,9 +19,10 @@ HINTS = {
 }
 
 
-def check_v3_fix(source: str, sanitize: bool = False) -> Verdict:
+def check_v3_fix(source: str, sanitize: bool = True) -> Verdict:
     """The learner's fixed ``rmsnorm_backward_v3``, checked as the rung ``yours_v3_fix`` with
-    v3_smem's plan (and, with ``sanitize``, under compute-sanitizer's racecheck and synccheck)."""
+    v3_smem's plan, and under compute-sanitizer's racecheck and synccheck
+    (``sanitize=False`` skips them, for speed)."""
     from . import kernel_check as kc
 
     return kc.check_kernel(
