@@ -46,7 +46,7 @@ from . import kernel_child, kernel_running
 from .kernel_running import (SHAPES, SHAPES_8, SMALL_C_SHAPES, TIME_SHAPE, Outcome, run_checks,
                              sanitize, shapes_for, time_against)
 from .kernel_static import (GLOBAL_ATOMICS, SKELETON_BLOCK, Compiled, Static, no_local_memory,
-                            nvcc_errors, sass_before, sass_has, sass_lacks, source_lacks,
+                            nvcc_errors, sass_before, sass_between, sass_has, sass_lacks, source_lacks,
                             strip_comments,
                             todo_lines, without_skeletons)
 from .kernel_static import _matching, _name  # noqa: F401 (lessons 08 and 09 count opcodes)
@@ -57,6 +57,7 @@ __all__ = ["GLOBAL_ATOMICS", "SHAPES", "SHAPES_8", "SKELETON_BLOCK", "SMALL_C_SH
            "Outcome", "Static", "check_kernel", "check_plain_kernel", "describe_output",
            "inspect_text",
            "no_local_memory", "nvcc_errors", "register", "run_checks", "sanitize", "sass_before",
+           "sass_between",
            "sass_has", "sass_lacks", "shapes_for", "source_lacks", "strip_comments", "time_against",
            "todo_lines",
            "without_skeletons"]

@@ -110,6 +110,25 @@ def sass_before(first: str, then: str, what: str, hint: str, kernel: str | None 
     return Static(what, test)
 
 
+def sass_between(first: str, middle: str, then: str, what: str, hint: str,
+                 kernel: str | None = None) -> Static:
+    """An instruction ``middle`` comes after some ``first`` and before the first ``then`` in the
+    code of ``kernel`` (a barrier between a fence and the atomic that publishes its writes)."""
+
+    def test(c: Compiled):
+        ins = c.instructions(kernel)
+        later = _matching(ins, then)
+        if not later:
+            return f"{hint} (no {_name(then)} in the SASS{' of ' + kernel if kernel else ''})"
+        fences = [i.offset for i in _matching(ins, first) if i.offset < later[0].offset]
+        between = [i for i in _matching(ins, middle)
+                   if fences and fences[0] < i.offset < later[0].offset]
+        return None if between else (f"{hint} (no {_name(middle)} between the {_name(first)} and "
+                                     f"the first {_name(then)} in the SASS)")
+
+    return Static(what, test)
+
+
 def no_local_memory(kernel: str | None = None) -> Static:
     def test(c: Compiled):
         spills = [r for k, r in c.compiled.resources.items() if (kernel is None or k == kernel)

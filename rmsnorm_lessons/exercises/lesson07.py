@@ -91,6 +91,13 @@ def check_v6_kernel(source: str, sanitize: bool = True) -> Verdict:
                                "another block may see the ticket before the partials; put "
                                "__threadfence() before atomicInc",
                                kernel=kernel),
+                kc.sass_between("MEMBAR", "BAR", ("ATOMG", "ATOM"),
+                                "a barrier (BAR) between the fence and the ticket",
+                                "no __syncthreads() between the fence and the ticket: thread 0 "
+                                "may draw the ticket while other warps of its block are still "
+                                "writing their partials, and the last block would sum them "
+                                "incomplete",
+                                kernel=kernel),
                 kc.sass_has("MEMBAR", "a second fence (MEMBAR) for the last block's acquire",
                             "the last block needs its own __threadfence() after drawing the last "
                             "ticket and before reading the partials (acquire)", kernel=kernel,
