@@ -26,9 +26,9 @@ def check_grid(n: int, block_size: int, grid, per_thread: int = 1) -> Verdict:
         idle = want * block_size - threads
         each = f"{threads} threads of {per_thread} elements; " if per_thread > 1 else ""
         bound = "n" if per_thread == 1 else f"n{per_thread}"  # scale4's thread count is n4
-        return passed(f"{each}{want} blocks of {block_size} = {want * block_size} threads; the last "
-                      f"{idle} find i >= {bound} and do nothing, which is why the kernel tests "
-                      f"`if (i < {bound})`")
+        return passed(f"{each}{want} blocks of {block_size} = {want * block_size} threads; the "
+                      f"last {idle} find i >= {bound} and do nothing, which is why the kernel "
+                      f"tests `if (i < {bound})`")
     if per_thread > 1 and got == -(-n // block_size):
         return failed(f"{got} blocks give one thread per element, but each thread takes "
                       f"{per_thread} elements: count threads first, n // {per_thread}")
