@@ -1,12 +1,14 @@
 """Lessons 00-03 without a GPU: their pictures, exercises (right answers pass, wrong ones fail with
 a useful message), compiling a source string, and the widgets. The GPU paths are marked ``gpu``."""
+import json
+import re
 from pathlib import Path
 
 import numpy as np
 import pytest
 from matplotlib.figure import Figure
 
-from rmsnorm_lessons import access, build, gpu, plots
+from rmsnorm_lessons import access, build, gpu, lessons, plots, student
 from rmsnorm_lessons.exercises import lesson00, lesson01, lesson02, lesson03
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -298,3 +300,139 @@ def test_check_and_time_runs_on_the_gpu():
     assert len(c.results) == 1
 
 
+
+
+# --- launch arithmetic for scale4 and an accumulating kernel (lesson 00's exercise) -------------
+
+
+def test_lesson00_grid_with_several_elements_per_thread():
+    n = 10_000_000
+    assert lesson00.check_grid(n, 256, (n // 4 + 255) // 256, per_thread=4)
+    per_float = lesson00.check_grid(n, 256, (n + 255) // 256, per_thread=4)
+    assert not per_float and "each thread takes 4" in per_float.message
+    rounded_down = lesson00.check_grid(n, 256, n // 4 // 256, per_thread=4)
+    assert not rounded_down and "rounds down" in rounded_down.message
+    with pytest.raises(ValueError, match="per_thread"):
+        lesson00.check_grid(10, 256, 1, per_thread=4)
+
+
+def test_lesson00_bytes_of_an_accumulating_kernel():
+    assert lesson00.check_bytes(10, 120, accumulate=True)
+    as_if_assigned = lesson00.check_bytes(10, 80, accumulate=True)
+    assert not as_if_assigned and "reads y before it writes" in as_if_assigned.message
+    assert not lesson00.check_bytes(10, 160, accumulate=True)
+    assert not lesson00.check_bytes(10, 120)  # y[i] = a * x[i] does not read y
+
+
+# --- the notebooks: the learner predicts and writes before any answer is on screen ----------------
+
+
+def _nb(stem):
+    return json.loads((ROOT / "notebooks" / f"{stem}.ipynb").read_text(encoding="utf-8"))
+
+
+def _text(value):
+    return "".join(value) if isinstance(value, list) else (value or "")
+
+
+def _outputs(cell):
+    return "\n".join(_text(o.get("text")) + _text(o.get("data", {}).get("text/plain"))
+                     for o in cell.get("outputs", []))
+
+
+def _tags(cell):
+    return cell.get("metadata", {}).get("tags", [])
+
+
+def _solution_lines(cells):
+    """Every line of code inside a solution region, stripped (markers and comments left out)."""
+    found = set()
+    for cell in cells:
+        inside = False
+        for line in _text(cell["source"]).splitlines():
+            if "BEGIN SOLUTION" in line or "END SOLUTION" in line:
+                inside = "BEGIN" in line
+            elif inside:
+                code = line.split("//")[0].split("#")[0].strip()
+                if len(code) >= 12:
+                    found.add(code)
+    return found
+
+
+STEMS = [n.removesuffix(".ipynb") for n in NOTEBOOKS]
+
+
+@pytest.mark.parametrize("stem", STEMS)
+def test_student_edition_shows_no_solution_line_or_numeric_answer(stem):
+    nb = _nb(stem)
+    lines = _solution_lines(nb["cells"])
+    answers = [a for c in nb["cells"]
+               for a in c.get("metadata", {}).get("rmsnorm_lessons", {}).get("answers", [])]
+    shown = []
+    for i, cell in enumerate(student.student_notebook(nb)["cells"]):
+        if "reveal" in _tags(cell) or "prediction" in _tags(cell):
+            continue  # the student edition clears these (tested with the student edition itself)
+        if cell["cell_type"] == "markdown":  # the question's own prose may name the definitions
+            shown += [(i, a) for a in answers if a in _text(cell["source"])]
+        else:
+            shown += [(i, s) for s in lines | set(answers) if s in _outputs(cell)]
+    assert not shown, shown
+
+
+@pytest.mark.parametrize("stem,count", [("00_setup", 2), ("02_naive", 2)])
+def test_numeric_exercises_carry_their_answers(stem, count):
+    cells = [c for c in _nb(stem)["cells"] if "BEGIN SOLUTION" in _text(c["source"])
+             and "kernel-exercise" not in _tags(c)]
+    assert len(cells) == count
+    for cell in cells:
+        assert cell["metadata"]["rmsnorm_lessons"]["answers"], _text(cell["source"])
+
+
+@pytest.mark.parametrize("stem", ["02_naive", "03_warp_per_row"])
+def test_the_rung_is_revealed_only_after_the_learners_check(stem):
+    lesson = lessons.by_stem(stem)
+    cells = _nb(stem)["cells"]
+    kernel = next(i for i, c in enumerate(cells) if "kernel-exercise" in _tags(c))
+    for cell in cells[:kernel]:
+        src = _text(cell["source"])
+        assert "kernel_source(" not in src and "getsource(" not in src, src
+    check = cells[kernel + 1]
+    assert "exercise-check" in _tags(check)
+    assert _text(check["source"]).splitlines()[-1] == "verdict"
+    assert "sanitize" not in _text(check["source"])
+    reveal = next(c for c in cells[kernel + 2:] if c["cell_type"] == "code")
+    assert "reveal" in _tags(reveal)
+    assert f'compare_with_ours(verdict, "{lesson.rung}")' in _text(reveal["source"])
+
+
+@pytest.mark.parametrize("stem,key", [("00_setup", "00.scale_pct"),
+                                      ("00_setup", "00.scale4_speedup"),
+                                      ("02_naive", "02.v1_ms"),
+                                      ("03_warp_per_row", "03.v2_speedup")])
+def test_a_prediction_comes_before_its_measurement(stem, key):
+    cells = _nb(stem)["cells"]
+    sources = [_text(c["source"]) for c in cells]
+    (guess,) = [i for i, s in enumerate(sources) if f'rl.predict.guess("{key}"' in s]
+    assert "prediction" in _tags(cells[guess]) and "..." in sources[guess]  # no pre-filled guess
+    assert cells[guess - 1]["cell_type"] == "markdown"  # what to predict, from what
+    name = sources[guess].split("=")[0].strip()
+    (measured,) = [i for i, s in enumerate(sources) if f"rl.predict.versus({name}," in s]
+    assert measured > guess
+    timed = re.compile(r"\bbench\.|gpu\.Timer\(|check_v\d_kernel")
+    timings = [i for i, s in enumerate(sources)
+               if cells[i]["cell_type"] == "code" and timed.search(s)]
+    # lesson 00 times scale, then scale4, each after its own prediction; 02, 03 time after theirs
+    nth = {"00.scale4_speedup": 1}.get(key, 0)
+    assert timings[nth] > guess, (timings, guess)
+
+
+@pytest.mark.parametrize("stem", STEMS)
+def test_prose_quotes_no_measured_figure(stem):
+    """Prose speaks in ratios; measured figures (and this GPU's facts) are printed by cells."""
+    for cell in _nb(stem)["cells"]:
+        if cell["cell_type"] == "markdown":
+            text = _text(cell["source"])
+            found = re.findall(r"(?<!\w)\d[\d.,]*\s*(?:GB/s|TFLOP/s|ns\b|ms\b|us\b|SMs\b|%)",
+                               text)
+            assert not found, (found, text[:200])
+            assert "2026-" not in text

@@ -1,56 +1,77 @@
 """Lesson 00: the launch of a one-thread-per-element kernel, and the bytes it moves.
 
-:func:`check_grid`: how many blocks a launch of ``n`` threads in blocks of ``block_size`` needs.
-:func:`check_bytes`: how many bytes ``y[i] = a * x[i]`` moves through device memory for ``n``
-floats.
+:func:`check_grid`: how many blocks a launch over ``n`` elements in blocks of ``block_size``
+threads needs, each thread taking ``per_thread`` elements (4 in ``scale4``).
+:func:`check_bytes`: how many bytes ``y[i] = a * x[i]`` (or, with ``accumulate``, ``y[i] += a *
+x[i]``) moves through device memory for ``n`` floats.
 """
 from __future__ import annotations
 
 from . import Verdict, failed, passed, read_number
 
 
-def check_grid(n: int, block_size: int, grid) -> Verdict:
+def check_grid(n: int, block_size: int, grid, per_thread: int = 1) -> Verdict:
     """``grid``: the fewest blocks of ``block_size`` threads that give each of ``n`` elements a
-    thread."""
+    thread, when each thread takes ``per_thread`` consecutive elements (``n`` a multiple of it)."""
     got, verdict = read_number(grid, "of grid with your answer (a number or an expression)",
                                whole=True)
     if verdict is not None:
         return verdict
-    n, block_size = int(n), int(block_size)
-    want = -(-n // block_size)
+    n, block_size, per_thread = int(n), int(block_size), int(per_thread)
+    if per_thread < 1 or n % per_thread:
+        raise ValueError(f"per_thread must be >= 1 and divide n = {n}, got {per_thread}")
+    threads = n // per_thread
+    want = -(-threads // block_size)
     if got == want:
-        idle = want * block_size - n
-        return passed(f"{want} blocks of {block_size} = {want * block_size} threads; the last "
-                      f"{idle} find i >= n and do nothing, which is why the kernel tests `if (i < "
-                      f"n)`")
-    if got == n // block_size and n % block_size:
-        return failed(f"n // block_size = {got} rounds down: the last {n % block_size} elements "
-                      f"would get no thread. Round up: (n + block_size - 1) // block_size")
-    if got == n:
-        return failed(f"{got} is one block per element: each block already has {block_size} "
+        idle = want * block_size - threads
+        each = f"{threads} threads of {per_thread} elements; " if per_thread > 1 else ""
+        bound = "n" if per_thread == 1 else f"n{per_thread}"  # scale4's thread count is n4
+        return passed(f"{each}{want} blocks of {block_size} = {want * block_size} threads; the "
+                      f"last {idle} find i >= {bound} and do nothing, which is why the kernel "
+                      f"tests `if (i < {bound})`")
+    if per_thread > 1 and got == -(-n // block_size):
+        return failed(f"{got} blocks give one thread per element, but each thread takes "
+                      f"{per_thread} elements: count threads first, n // {per_thread}")
+    if got == threads // block_size and threads % block_size:
+        t = "n" if per_thread == 1 else f"(n // {per_thread})"
+        lost = "elements" if per_thread == 1 else "threads' elements"
+        return failed(f"{t} // block_size = {got} rounds down: the last {threads % block_size} "
+                      f"{lost} would get no thread. Round up: ({t} + block_size - 1) "
+                      f"// block_size")
+    if got == threads:
+        return failed(f"{got} is one block per thread: each block already has {block_size} "
                       f"threads")
     if got < want:
-        return failed(f"{got} blocks give {got * block_size} threads, fewer than the {n} elements")
+        return failed(f"{got} blocks give {got * block_size} threads, fewer than the {threads} "
+                      f"needed")
     return failed(f"{got} blocks work but are more than needed: {got - want} whole block(s) would "
                   f"do nothing")
 
 
-def check_bytes(n: int, nbytes) -> Verdict:
-    """``nbytes``: bytes that ``y[i] = a * x[i]`` reads plus writes for ``n`` float32 elements."""
+def check_bytes(n: int, nbytes, accumulate: bool = False) -> Verdict:
+    """``nbytes``: bytes that ``y[i] = a * x[i]`` reads plus writes for ``n`` float32 elements;
+    with ``accumulate``, those of ``y[i] += a * x[i]`` (y is read before it is written)."""
     got, verdict = read_number(nbytes, "of nbytes with your answer (a number or an expression)",
                                whole=True)
     if verdict is not None:
         return verdict
     n = int(n)
-    if got == 8 * n:
-        return passed(f"{8 * n:,} bytes: 4 read and 4 written per element; "
+    want = (12 if accumulate else 8) * n
+    if got == want:
+        what = "x read, y read and y written" if accumulate else "4 read and 4 written"
+        return passed(f"{want:,} bytes: {what}, 4 bytes each per element; "
                       f"bandwidth = bytes / time")
+    if accumulate and got == 8 * n:
+        return failed("that is y[i] = a * x[i]; += reads y before it writes it: one more array of "
+                      "traffic (why the RMSNorm kernels read dinp as well as write it)")
     if got == 4 * n:
         return failed("that counts one array; the kernel reads x and writes y, 4 bytes each per "
                       "element")
-    if got == 2 * n:
-        return failed("a float32 is 4 bytes, not 1; and x is read while y is written")
+    if got in (2 * n, 3 * n):
+        return failed("a float32 is 4 bytes, not 1; count every array read or written")
     if got == 12 * n:
         return failed("y is only written (not read first): y[i] = a * x[i], not y[i] += ...")
-    return failed(f"{got:,} is not right: count the bytes of x read and of y written, per element, "
-                  f"times n")
+    if accumulate and got == 16 * n:
+        return failed("y is read once and written once, and x read once: three arrays of 4 bytes")
+    return failed(f"{got:,} is not right: count the bytes of every array read and written, per "
+                  f"element, times n")
