@@ -304,3 +304,92 @@ def _record(gap: Gap) -> None:
         verdicts.record_prediction(gap.key, gap.status, gap.headline(), gap.error)
     except Exception:  # recording is a convenience; never turn a measurement cell into an error
         pass
+
+
+# --- reading the predictions back from an executed notebook (``progress``) -----------------------
+
+HEADLINE = re.compile(r"^(\d\d\.[a-z0-9_]+): (?:your guess beside the measurement \(prediction "
+                      r"error (n/a|[\d.]+) %\)|measured; no guess was written)")
+WRITTEN = re.compile(r"^Prediction (\d\d\.[a-z0-9_]+)(?:: (.*?)\. The measurement below| is not "
+                     r"written yet)")
+#: notebook.gpu_cell's line before the output another run saved (not this learner's)
+SAVED = "Not run here ("
+_GUESS_CALL = re.compile(r"(?:(\w+)\s*=\s*)?\bpredict\.guess\(\s*[\"'](\d\d\.[a-z0-9_]+)[\"']")
+_VERSUS_CALL = re.compile(r"\bpredict\.versus\(\s*(?:[\"'](\d\d\.[a-z0-9_]+)[\"']|(\w+))")
+
+
+@dataclass
+class Seen:
+    """One prediction as an executed notebook shows it: ``guessed`` what the prediction cell said
+    ("" where no guess was written), ``gap`` the measurement cell's rows ("" where it did not run
+    here), ``error`` its prediction error."""
+
+    key: str
+    written: bool = False
+    guessed: str = ""
+    gap: str = ""
+    error: float | None = None
+    measured: bool = False
+
+    @property
+    def status(self) -> str:
+        return "PREDICTED" if self.written else "NOT PREDICTED"
+
+    @property
+    def detail(self) -> str:
+        if self.gap:
+            return self.gap
+        said = f"guessed {self.guessed}" if self.written else "no guess written"
+        return f"{said}; not measured here"
+
+
+def _shown(cell) -> str:
+    parts = []
+    for out in cell.get("outputs", []):
+        if out.get("output_type") == "stream":
+            parts.append("".join(out.get("text", "")))
+        elif out.get("output_type") in ("execute_result", "display_data"):
+            parts.append("".join(out.get("data", {}).get("text/plain", "")))
+    text = "\n".join(parts)
+    return text.split(SAVED)[0]  # what this run printed, not a saved output of another
+
+
+def _gap_rows(lines: list[str]) -> str:
+    rows = []
+    for line in lines[1:]:  # lines[0] is the table's head
+        cols = re.split(r"\s{2,}", line.strip(), maxsplit=3)
+        if len(cols) == 4:
+            rows.append(f"{cols[0]} {cols[1]} vs {cols[2]} ({cols[3]})")
+    return "; ".join(rows)
+
+
+def seen(nb: dict) -> list[Seen]:
+    """Each prediction of an executed notebook (a dict), in the order of its first cell: the guess
+    written or not, and, where its measurement cell ran here, the gap (read from the lines guess
+    and versus print)."""
+    found: dict = {}
+    names: dict = {}
+    for cell in nb.get("cells", []):
+        if cell.get("cell_type") != "code":
+            continue
+        source = "".join(cell.get("source", ""))
+        for var, key in _GUESS_CALL.findall(source):
+            found.setdefault(key, Seen(key))
+            names[var or key] = key
+        for key, var in _VERSUS_CALL.findall(source):
+            if key or var in names:
+                found.setdefault(key or names[var], Seen(key or names[var]))
+        lines = _shown(cell).splitlines()
+        for i, line in enumerate(lines):
+            m = WRITTEN.match(line)
+            if m:
+                s = found.setdefault(m.group(1), Seen(m.group(1)))
+                s.written, s.guessed = bool(m.group(2)), m.group(2) or ""
+            m = HEADLINE.match(line)
+            if m:
+                s = found.setdefault(m.group(1), Seen(m.group(1)))
+                table = [ln for ln in lines[i + 1:i + 2 + len(FIELDS)] if ln.startswith("  ")]
+                s.gap, s.measured = _gap_rows(table), True
+                s.written = m.group(2) is not None  # versus saw a written guess
+                s.error = float(m.group(2)) / 100 if m.group(2) not in (None, "n/a") else None
+    return list(found.values())

@@ -191,3 +191,50 @@ def test_recording_off_writes_nothing(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     predict.versus("02.v1_ms", ms=0.4)
     assert list(tmp_path.iterdir()) == []
+
+
+# --- reading the predictions back from an executed notebook (progress) ---------------------------
+
+def _printed(capsys, code):
+    capsys.readouterr()
+    exec(code, {"rl": rl})
+    return capsys.readouterr().out
+
+
+def _cell(source, text):
+    return {"cell_type": "code", "metadata": {}, "source": source,
+            "outputs": [{"output_type": "stream", "name": "stdout", "text": text}] if text else []}
+
+
+def test_seen_reads_what_guess_and_versus_printed(capsys):
+    saved = "Not run here (no GPU). Saved output from NVIDIA H200, 2026-12-02:\n"
+    nb = {"cells": [
+        _cell("mine = rl.predict.guess('02.v1_ms', ms=0.8, bound='latency')",
+              _printed(capsys, "rl.predict.guess('02.v1_ms', ms=0.8, bound='latency')")),
+        _cell("%%gpu\nrl.predict.versus(mine, ms=t.ms, bound='memory')",
+              _printed(capsys, "rl.predict.versus('02.v1_ms', ms=0.4, bound='memory', why='x')")),
+        _cell("m2 = rl.predict.guess('02.v2_ms', ms=...)",
+              _printed(capsys, "rl.predict.guess('02.v2_ms', ms=...)")),
+        # no GPU here: the H200's saved output (the author's guess) is not the learner's
+        _cell("%%gpu\nrl.predict.versus(m2, ms=t.ms)",
+              saved + _printed(capsys, "rl.predict.guess('02.v2_ms', ms=1)\n"
+                                       "rl.predict.versus('02.v2_ms', ms=0.5)")),
+        _cell("rl.predict.guess('02.v3_ms', ms=2)", _printed(capsys,
+                                                             "rl.predict.guess('02.v3_ms', ms=2)")),
+        _cell("%%gpu\nrl.predict.versus('02.v3_ms', ms=t.ms)", saved + "anything\n"),
+        _cell("rl.predict.versus('02.v4_ms', ms=t.ms)", ""),
+    ]}
+    got = {s.key: (s.status, s.error, s.detail) for s in predict.seen(nb)}
+    assert list(got) == ["02.v1_ms", "02.v2_ms", "02.v3_ms", "02.v4_ms"]
+    assert got["02.v1_ms"] == ("PREDICTED", 1.0, "ms 0.8 vs 0.4 (2.0x higher); bound latency vs "
+                                                 "memory (you said latency; it is memory)")
+    assert got["02.v2_ms"] == ("NOT PREDICTED", None, "no guess written; not measured here")
+    assert got["02.v3_ms"] == ("PREDICTED", None, "guessed 2 ms; not measured here")
+    assert got["02.v4_ms"] == ("NOT PREDICTED", None, "no guess written; not measured here")
+
+
+def test_seen_takes_versus_without_a_guess_cell(capsys):
+    text = _printed(capsys, "rl.predict.versus('05.v4_ms', ms=0.5)")
+    [s] = predict.seen({"cells": [_cell("rl.predict.versus('05.v4_ms', ms=t)", text)]})
+    assert (s.key, s.status, s.error, s.measured) == ("05.v4_ms", "NOT PREDICTED", None, True)
+    assert s.detail == "ms - vs 0.5 (not guessed)"
