@@ -16,11 +16,12 @@ from __future__ import annotations
 import math
 import numbers
 import re
+import statistics
 from dataclasses import dataclass, field
 
 __all__ = ["guess", "versus", "Prediction", "Gap", "NUMERIC", "WORDS", "BOUNDS", "get"]
 
-KEY = re.compile(r"^(\d\d)\.([a-z0-9_]+)$")
+KEY = re.compile(r"(\d\d)\.([a-z0-9_]+)")
 KEY_RULE = '"NN.name": NN the lesson number (two digits), name of a-z, 0-9 and _ (e.g. "02.v1_ms")'
 #: numeric fields, each with how a value reads in a sentence ("{}" is the number)
 NUMERIC = {"ms": "{} ms", "us": "{} us", "gbps": "{} GB/s", "pct_of_copy": "{} % of copy",
@@ -42,7 +43,7 @@ def _num(value: float) -> str:
 
 
 def _check_key(key) -> re.Match:
-    m = KEY.match(key) if isinstance(key, str) else None
+    m = KEY.fullmatch(key) if isinstance(key, str) else None
     if m is None:
         raise ValueError(f"key must be {KEY_RULE}; got {key!r}")
     return m
@@ -235,8 +236,8 @@ def _gap_words(name: str, g, m) -> tuple[str, float | None]:
     if error <= WITHIN:
         return f"within {100 * WITHIN:.0f} %", error
     ratio, side = (g / m, "higher") if g > m else (m / g, "lower")
-    if ratio < 1.5:
-        return f"{100 * (ratio - 1):.0f} % {side}", error
+    if ratio < 1.5:  # a percentage of the measurement, as the error is
+        return f"{100 * error:.0f} % {side}", error
     return f"{ratio:.1f}x {side}", error
 
 
@@ -330,6 +331,8 @@ class Seen:
     gap: str = ""
     error: float | None = None
     measured: bool = False
+    lesson: str = ""  # the notebook's stem, where progress ran it
+    learner: str = ""
 
     @property
     def status(self) -> str:
@@ -341,6 +344,36 @@ class Seen:
             return self.gap
         said = f"guessed {self.guessed}" if self.written else "no guess written"
         return f"{said}; not measured here"
+
+
+    def row(self) -> list:
+        """What progress's worker sends: [lesson, key, status, error, detail]."""
+        return [self.lesson, self.key, self.status, self.error, self.detail]
+
+    @classmethod
+    def from_row(cls, row, learner: str = "") -> "Seen":
+        """The inverse of :meth:`row`; ValueError for a row that is not one (a forged reply)."""
+        if not (isinstance(row, list) and len(row) == 5
+                and all(isinstance(row[k], str) for k in (0, 1, 4))
+                and row[2] in ("PREDICTED", "NOT PREDICTED")
+                and (row[3] is None or type(row[3]) in (int, float) and 0 <= row[3] < math.inf)):
+            raise ValueError(f"not a prediction's row: {row!r}")
+        lesson, key, status, error, detail = row
+        return cls(key, status == "PREDICTED", gap=detail, error=error, lesson=lesson,
+                   learner=learner)
+
+    def line(self, who: int = 12, width: int = 36) -> str:
+        """progress's row: learner, lesson, predict.KEY, status, error, detail."""
+        error = "-" if self.error is None else _pct(self.error)
+        return (f"{self.learner:<{who}} {self.lesson:<20} {'predict.' + self.key:<{width}} "
+                f"{self.status:<13} error {error}: {self.detail}")
+
+
+def total(seen_: list) -> str:
+    """``"2 of 3 predictions written, median error 40 %"``."""
+    errors = sorted(s.error for s in seen_ if s.error is not None)
+    median = f", median error {_pct(statistics.median(errors))}" if errors else ""
+    return f"{sum(s.written for s in seen_)} of {len(seen_)} predictions written{median}"
 
 
 def _shown(cell) -> str:

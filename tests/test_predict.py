@@ -39,7 +39,8 @@ def test_an_unwritten_guess_asks_for_each_dots(capsys):
     assert mine.pending == ["ms", "bound"] and mine.written == {"speedup": 3.0}
 
 
-@pytest.mark.parametrize("key", ["2.v1", "02-v1", "02.V1", "02.", "x02.v1", "02.v1 ", 2, None])
+@pytest.mark.parametrize("key", ["2.v1", "02-v1", "02.V1", "02.", "x02.v1", "02.v1 ", "02.v1\n", 2,
+                                 None])
 def test_a_bad_key_is_refused_naming_key(key):
     with pytest.raises(ValueError, match="key must be"):
         predict.guess(key, ms=1)
@@ -103,9 +104,10 @@ def test_versus_shows_each_gap_and_the_largest(capsys):
 
 
 def test_versus_lower_and_small_gaps():
-    predict.guess("04.v3", ms=0.1, speedup=1.3, gbps=3000)
-    gap = predict.versus("04.v3", ms=0.25, speedup=1.0, gbps=2900)
-    assert _rows(gap) == {"ms": "2.5x lower", "speedup": "30 % higher", "gbps": "within 10 %"}
+    predict.guess("04.v3", ms=0.1, speedup=1.3, gbps=3000, count=80)
+    gap = predict.versus("04.v3", ms=0.25, speedup=1.0, gbps=2900, count=100)
+    assert _rows(gap) == {"ms": "2.5x lower", "speedup": "30 % higher", "gbps": "within 10 %",
+                          "count": "20 % lower"}
     assert gap.error == pytest.approx(0.6)
 
 
