@@ -4,10 +4,10 @@
 Each notebook (a learner's own copy) is executed in a child process (nbclient; errors do not stop
 it, and cells that need a GPU run where there is one and say why not where there is none), then
 every call of a lesson's check (``lesson04.check_v3_kernel(...)``) gives one row with the word its
-verdict starts with, PASS, NOT YET or NOT VERIFIED; each prediction (:func:`.predict.seen`) one
-row, PREDICTED or NOT PREDICTED, guess against measurement, and a total with the median error. A
-lesson's exercises come from the registry (:mod:`.lessons`): one the notebook no longer calls is
-NOT YET. The notebook file itself is never written.
+verdict starts with, PASS, NOT YET or NOT VERIFIED; each prediction (``rl.predict``) one row,
+PREDICTED or NOT PREDICTED, guess against measurement (:mod:`.progress_predictions`), and a total
+with the median error. A lesson's exercises come from the registry (:mod:`.lessons`): one the
+notebook no longer calls is NOT YET. The notebook file itself is never written.
 
 Whose code runs as whom: the child (:mod:`.progress_worker`) runs one notebook, and its kernel, as
 the owner of the learner's folder (``subprocess``'s ``user=``/``group=``), never as root for someone
@@ -32,8 +32,9 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from . import lessons, predict
+from . import lessons
 from .exercises import STATES
+from .progress_predictions import Seen, total as predictions_total
 from .student import check_calls
 
 #: the folder of a learner's home the hub copies the student edition into (hub/jupyterhub_config.py)
@@ -75,7 +76,7 @@ class Outcome:
     learner: Learner
     notebook: Path
     results: list[Result] = field(default_factory=list)
-    predictions: list = field(default_factory=list)  # predict.Seen
+    predictions: list[Seen] = field(default_factory=list)
     error: str | None = None  # why the notebook could not be run (to the end)
     seconds: float = 0.0
 
@@ -275,7 +276,7 @@ def _reply(stdout: str) -> dict | None:
             and row[2] in STATES for row in rows):
         return None
     try:
-        reply["predictions"] = [predict.Seen.from_row(g) for g in reply.get("predictions", [])]
+        reply["predictions"] = [Seen.from_row(g) for g in reply.get("predictions", [])]
     except (ValueError, TypeError):
         return None
     return reply
@@ -358,8 +359,8 @@ def table(learner: Learner, outcomes: list[Outcome]) -> list[str]:
     results = [r for o in outcomes for r in o.results]
     failed = sum(o.error is not None for o in outcomes)
     guesses = [g for o in outcomes for g in o.predictions]
-    lines.append(f"{head} total: {totals(results)}" + (f"; {predict.total(guesses)}" if guesses
-                                                       else "")
+    lines.append(f"{head} total: {totals(results)}"
+                 + (f"; {predictions_total(guesses)}" if guesses else "")
                  + (f"; {failed} notebook(s) could not be run" if failed else ""))
     return lines
 
@@ -381,7 +382,7 @@ def summary(learners: list[Learner], outcomes: list[Outcome]) -> list[str]:
         guesses = [g for o in mine for g in o.predictions]
         lines.append(f"{learner.name:<16} {counts[0]:>5} {counts[1]:>8} {counts[2]:>13} "
                      f"{len(results):>4}  {sum(o.error is not None for o in mine)}"
-                     + (f"  {predict.total(guesses)}" if guesses else ""))
+                     + (f"  {predictions_total(guesses)}" if guesses else ""))
     passed: dict[str, set] = {}
     for o in outcomes:
         for r in o.results:

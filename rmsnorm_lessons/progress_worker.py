@@ -3,9 +3,9 @@
 
 It runs one notebook, and its kernel, as whoever it was started as (``progress`` starts it as the
 learner), and prints one line: ``rmsnorm-progress-reply `` and JSON with the verdicts, the
-predictions (:func:`rmsnorm_lessons.predict.seen`), the uid it ran as and, where the run did not
-get to the end, why. The notebook is read, executed in memory (nbclient; errors recorded, not
-raised) and never written.
+predictions (:func:`.progress_predictions.seen`), the uid it ran as and, where the run did not get
+to the end, why. The notebook is read, executed in memory (nbclient; errors recorded, not raised)
+and never written.
 """
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from .predict import seen
+from .progress_predictions import seen
 from .progress import INSTALL, NEEDS, REPLY, missing, verdicts
 
 

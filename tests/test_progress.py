@@ -253,14 +253,39 @@ def test_predictions_get_a_row_each_and_a_total_with_the_median_error(tmp_path):
     assert total and total[-1].endswith("2 of 3 predictions written, median error 100 %"), total
 
 
+def test_a_saved_measurement_is_set_beside_the_learners_own_guess(tmp_path):
+    # no GPU: the %%gpu cell shows the H200's saved output, whose gap (the author's guess, 0.9) is
+    # replayed with this learner's guess (0.2) beside the saved measurement (0.5)
+    from rmsnorm_lessons import gpu, predict
+
+    author = {"key": "00.copy_ms", "status": "PREDICTED", "error": 0.8, "why": "it streams",
+              "measured": {"ms": 0.5}, "rows": [["ms", "0.9", "0.5", "80 % higher"]]}
+    path = tiny_notebook(tmp_path / FIRST.notebook, FIRST, ["PASS: grid", "PASS: bytes"])
+    nb = json.loads(path.read_text())
+    nb["metadata"]["rmsnorm_lessons"] = {"device": "NVIDIA H200", "date": "2026-12-02"}
+    measure = _cell("%%gpu\nrl.predict.versus(mine, ms=0.4, why='it streams')")
+    measure["outputs"] = [{"output_type": "display_data", "metadata": {}, "data": {
+        "text/plain": "00.copy_ms: your guess beside ... 0.9 ...", predict.GAP_MIME: author}}]
+    nb["cells"] += [_cell("import rmsnorm_lessons as rl\nrl.notebook.setup()"),
+                    _cell("mine = rl.predict.guess('00.copy_ms', ms=0.2)"), measure]
+    path.write_text(json.dumps(nb))
+    p = _cli(path)
+    assert p.returncode == 0, p.stdout + p.stderr
+    [row] = [ln for ln in p.stdout.splitlines() if "predict.00.copy_ms" in ln]
+    measured = "0.5" if gpu.why_unavailable() else "0.4"  # saved, or measured here
+    ratio = "2.5x" if measured == "0.5" else "2.0x"
+    assert row.endswith(f"PREDICTED     error {'60' if ratio == '2.5x' else '50'} %: ms 0.2 vs "
+                        f"{measured} ({ratio} lower)"), row
+
+
 def test_the_room_summary_counts_predictions():
-    from rmsnorm_lessons import predict
+    from rmsnorm_lessons.progress_predictions import Seen
 
     learner = progress.Learner("ann", Path("/nowhere"), [Path("/nowhere/x.ipynb")])
-    seen = [predict.Seen("02.a", True, "1 ms", "ms 1 vs 2 (2.0x lower)", 0.5),
-            predict.Seen("02.b", True, "1 ms", "ms 1 vs 4 (4.0x lower)", 0.75),
-            predict.Seen("02.c", True, "1 ms", "ms 1 vs 1 (within 10 %)", 0.0),
-            predict.Seen("02.d")]
+    seen = [Seen("02.a", True, "1 ms", "ms 1 vs 2 (2.0x lower)", 0.5),
+            Seen("02.b", True, "1 ms", "ms 1 vs 4 (4.0x lower)", 0.75),
+            Seen("02.c", True, "1 ms", "ms 1 vs 1 (within 10 %)", 0.0),
+            Seen("02.d")]
     outcome = progress.Outcome(learner, learner.notebooks[0], predictions=seen)
     lines = progress.summary([learner], [outcome])
     assert lines[2].endswith("3 of 4 predictions written, median error 50 %"), lines
