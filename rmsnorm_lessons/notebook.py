@@ -88,11 +88,18 @@ def saved_outputs(cell: str, notebooks=None):
 
 
 def show(outputs) -> None:
-    """Display saved notebook outputs (streams, rich displays, results) in the running IPython."""
+    """Display saved notebook outputs (streams, rich displays, results) in the running IPython. A
+    saved prediction gap (:func:`.predict.versus`) shows this learner's guess beside the saved
+    measurement instead of the guess of the run that saved it."""
     from IPython.display import publish_display_data  # only inside IPython
+
+    from . import predict
 
     for out in outputs:
         kind = out.get("output_type")
+        gap = out.get("data", {}).get(predict.GAP_MIME)
+        if gap is not None and predict.replay(gap) is not None:
+            continue
         if kind == "stream":
             text = "".join(out.get("text", []))
             print(text, end="" if text.endswith("\n") else "\n")

@@ -221,6 +221,84 @@ def test_lesson07_seed_tickets_check():
         assert not v.passed and expect in v.message, v.message
 
 
+# --- lessons 06 and 07: the learner writes before ours shows --------------------------------------
+
+
+def _sources(name):
+    """(cell type, tags, source and saved outputs) of each cell of a notebook, read as JSON."""
+    import json
+
+    def shown(cell):
+        return "".join("".join(o.get("text") or o.get("data", {}).get("text/plain") or "")
+                       for o in cell.get("outputs", []))
+
+    nb = json.loads((ROOT / "notebooks" / name).read_text())
+    return [(c["cell_type"], c["metadata"].get("tags", []), "".join(c["source"]) + shown(c))
+            for c in nb["cells"]]
+
+
+def _tagged(cells, tag):
+    return [i for i, (_, tags, _) in enumerate(cells) if tag in tags]
+
+
+@pytest.mark.parametrize("name, rung, parts", [
+    ("06_two_pass.ipynb", "v5_two_pass", ("rmsnorm_backward_v5", "reduce_dweight_v5")),
+    ("07_last_block.ipynb", "v6_last_block", ("rmsnorm_backward_v6",))])
+def test_ours_shows_only_after_the_learners_check(name, rung, parts):
+    from rmsnorm_lessons import build, notebook
+
+    cells = _sources(name)
+    [exercise], [check], reveals = (_tagged(cells, t) for t in
+                                    ("kernel-exercise", "exercise-check", "reveal"))
+    assert reveals and exercise < check < min(reveals)
+    assert cells[check][2].rstrip().endswith("\nverdict"), "the check cell shows its verdict"
+    ours = build.kernel_source(rung)
+    for _, _, text in cells[:exercise]:  # nothing above the exercise prints ours
+        assert f'kernel_source("{rung}")' not in text, text
+        for part in parts:
+            assert notebook.part_of(ours, part) not in text
+    shown = "".join(cells[i][2] for i in reveals)
+    for part in parts:
+        assert f'part="{part}"' in shown
+        assert notebook.part_of(ours, part)  # the part exists in ours
+
+
+def test_lesson06_final_sum_kernel_starts_from_its_signature():
+    from rmsnorm_lessons import student
+
+    cells = _sources("06_two_pass.ipynb")
+    [exercise] = _tagged(cells, "kernel-exercise")
+    skeleton = student.strip_solutions(ast.parse(cells[exercise][2]).body[0].value.value)
+    head = skeleton.index('extern "C" __global__ void reduce_dweight_v5(')
+    body = skeleton[skeleton.index("{", head) + 1:skeleton.rindex("}")]
+    lines = [line.strip() for line in body.splitlines() if line.strip()]
+    assert lines and all(line.startswith("//") for line in lines), lines
+    assert sum(line.startswith("// TODO") for line in lines) >= 2
+    comment = skeleton[:head].rstrip().splitlines()[-1]
+    assert comment.startswith("//"), "a comment says what the kernel computes"
+
+
+def test_lesson07_atomic_inc_is_asked_before_its_rule_is_shown():
+    cells = _sources("07_last_block.ipynb")
+    [asked] = [i for i, (_, _, text) in enumerate(cells) if "def next_counter" in text]
+    for _, _, text in cells[:asked]:
+        assert "old + 1" not in text and "old >= limit" not in text, text
+
+
+@pytest.mark.parametrize("name, keys", [
+    ("06_two_pass.ipynb", ("06.scratch_traffic", "06.v5_vs_v4")),
+    ("07_last_block.ipynb", ("07.v6_vs_v5", "07.v6_bound"))])
+def test_lessons_06_07_predict_before_they_measure(name, keys):
+    cells = _sources(name)
+    for key in keys:
+        [guess] = [i for i, (_, tags, text) in enumerate(cells)
+                   if "prediction" in tags and f'guess("{key}"' in text]
+        assert "..." in cells[guess][2], "the saved notebook leaves the guess to the learner"
+        var = cells[guess][2].split("=")[0].strip()  # mine_x = rl.predict.guess(...)
+        [measured] = [i for i, (_, _, text) in enumerate(cells) if f"versus({var}," in text]
+        assert guess < measured
+
+
 # --- the widget -----------------------------------------------------------------------------------
 
 

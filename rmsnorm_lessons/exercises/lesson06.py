@@ -75,16 +75,21 @@ def check_scratch_bytes(answer, blocks: int = 264, C: int = 4096) -> Verdict:
 
 def check_v5_kernel(source: str, sanitize: bool = True) -> Verdict:
     """Lesson 06's kernel exercise: the learner's ``rmsnorm_backward_v5`` (partials written per
-    block) and
-    ``reduce_dweight_v5`` (summed in block order), checked as the rung ``yours_v5`` (deterministic:
-    two runs must agree bit for bit) with v5_two_pass's plan, and timed beside v5_two_pass.
+    block) and ``reduce_dweight_v5`` (written from its signature: summed in block order), checked
+    as the rung ``yours_v5`` (deterministic: two runs must agree bit for bit) with v5_two_pass's
+    plan, and timed beside v5_two_pass.
     compute-sanitizer's race check runs by default; ``sanitize=False`` skips it, for speed."""
     from . import kernel_check as kc
 
     atomics = kc.GLOBAL_ATOMICS + ("ATOMS",)
     return kc.check_kernel(
         source, name="yours_v5", like="v5_two_pass", rows_per_block=16, sanitize_it=sanitize,
-        hints={"dweight unchanged": "Does reduce_dweight_v5 add its sum into dweight[c]?"},
+        hints={"dweight unchanged": "Does reduce_dweight_v5 add its sum into dweight[c]?",
+               "dweight blocks": "reduce_dweight_v5 adds the rows of partials of blocks 0 to "
+                                 "blocks - 1, each once",
+               "dweight wrong": "In reduce_dweight_v5 thread c reads column c of every block's "
+                                "row (row b starts at partials + b * C); in the first kernel each "
+                                "block writes its own row"},
         static=(kc.sass_lacks(atomics, "no atomics in either kernel (the sums keep one order)",
                               "an atomic adds in whatever order the hardware serves it, so the "
                               "result changes from run to run: write partials, then sum them in "
