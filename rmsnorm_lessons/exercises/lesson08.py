@@ -122,81 +122,30 @@ def check_in_flight(answer_bytes, copy_gbps: float | None = None, latency_ns: fl
 # --- a part of a kernel file, to print only what a cell discusses
 # ------------------------------------------------------
 
-_NAMESPACE = re.compile(r"^\s*namespace\b[^{]*\{")
-_DEFINED = re.compile(r"\bstruct\s+(?:alignas\([^)]*\)\s*)?(\w+)\s*\{|\b(\w+)\s*\(")
 
-
-def _code(line: str) -> str:
-    return line.split("//", 1)[0]
-
-
-def _top_level(lines: list[str]):
-    """``(index, code)`` of the lines outside every function and struct body (a namespace's braces
-    do not count), each line's code without its ``//`` comment."""
+def _struct(text: str, name: str) -> str | None:
+    """``struct name { ... };`` in CUDA source ``text`` with its leading comment lines, or None."""
+    m = re.search(r"^((?:[ \t]*//.*\n)*)(?:template\s*<[^>]*>\s*\n)?struct\s+"
+                  r"(?:alignas\([^)]*\)\s*)?" + re.escape(name) + r"\s*\{", text, re.M)
+    if m is None:
+        return None
     depth = 0
-    for i, line in enumerate(lines):
-        code = _code(line)
-        if _NAMESPACE.match(code):
-            continue
+    for i in range(m.end() - 1, len(text)):
+        depth += {"{": 1, "}": -1}.get(text[i], 0)
         if depth == 0:
-            yield i, code
-        depth += code.count("{") - code.count("}")
-        if code.strip().startswith("}") and "namespace" in line and depth < 0:
-            depth = 0  # a namespace's closing brace
-
-
-def _end_of_body(lines: list[str], start: int) -> int | None:
-    """The line of the brace that closes the body opened at or after ``start``; None where a ``;``
-    comes first (a declaration or a call)."""
-    depth, opened = 0, False
-    for i in range(start, len(lines)):
-        for ch in _code(lines[i]):
-            if ch == ";" and not opened:
-                return None
-            if ch == "{":
-                depth, opened = depth + 1, True
-            elif ch == "}":
-                depth -= 1
-                if opened and depth == 0:
-                    return i
+            return text[m.start():text.index(";", i) + 1]
     return None
-
-
-def _leading(lines: list[str], start: int) -> int:
-    """The first line of a definition that starts at ``start``: back over its comment, a
-    ``template <...>`` line and the lines of its signature above (no blank line between)."""
-    while start > 0:
-        above = lines[start - 1].strip()
-        if not above or above.startswith("#") or above.endswith((";", "}", "{")) and \
-                not above.startswith("//"):
-            break
-        start -= 1
-    return start
 
 
 def kernel_part(source: str, part: str) -> str:
     """The definition of function, kernel or struct ``part`` in ``source`` (a rung or a file under
     kernels/, as :func:`rmsnorm_lessons.build.kernel_source` takes), from its leading comment to its
-    closing brace: what a cell prints instead of the whole file. ValueError (listing the names
-    defined there) for a name the file does not define."""
-    from .. import build
+    end: what a cell prints instead of the whole file. ValueError (listing the functions defined
+    there) for a name the file does not define."""
+    from .. import build, notebook
 
-    lines = build.kernel_source(source).split("\n")
-    names = []
-    for i, code in _top_level(lines):
-        if code[:1].isspace() or code.startswith("#"):
-            continue  # a signature's next line, or the preprocessor's
-        # the first name before a "(" (or after "struct") that is not an attribute is defined
-        found = (m.group(1) or m.group(2) for m in _DEFINED.finditer(code))
-        name = next((n for n in found if not n.startswith("__")), None)
-        end = _end_of_body(lines, i) if name and name not in names else None
-        if end is None:
-            continue
-        names.append(name)
-        if name == part:
-            return "\n".join(lines[_leading(lines, i):end + 1])
-    raise ValueError(f"part must name a function, kernel or struct of {source}; {part!r} is not "
-                     f"one: {', '.join(names)}")
+    text = build.kernel_source(source)
+    return _struct(text, part) or notebook.part_of(text, part)
 
 
 # --- the kernel exercise: more bytes in flight
