@@ -122,3 +122,33 @@ def test_bytes_in_flight_plot():
     assert "Little's law, 700 ns" in [t.get_text() for t in ax.get_legend().get_texts()]
     with pytest.raises(ValueError):
         plots.bytes_in_flight([])
+
+
+@pytest.mark.parametrize("source, part, first, last", [
+    ("bytes_in_flight", "pointer_chase", "// __ldcg: cached in L2 only", "}"),
+    ("bytes_in_flight", "scale_loop", "// T: float (4-byte loads)", "}"),
+    ("v7_fast", "Place", "// Where a thread works.", "};"),
+    ("v7_fast", "row_pass", "// Pass 1 over the registers", "}"),
+    ("v7_fast", "rmsnorm_backward_v7", "// One entry point;", "}"),
+])
+def test_a_part_of_a_kernel_file_is_its_definition_alone(source, part, first, last):
+    text = lesson08.kernel_part(source, part)
+    lines = text.splitlines()
+    assert lines[0].startswith(first) and lines[-1] == last, text
+    assert text in build.kernel_source(source)
+    # one definition: exactly as many braces close as open
+    assert text.count("{") == text.count("}")
+    assert f"{part}(" in text or f"struct {part}" in text
+
+
+def test_a_part_is_a_definition_not_a_call():
+    # row_pass is called inside backward: the part named is the definition, not the call's line
+    text = lesson08.kernel_part("v7_fast", "backward")
+    assert "row_pass<K, WEIGHT_IN_REGISTERS>(p, weight4" in text
+    assert "float dot = 0.0f;" not in text  # row_pass's own body
+
+
+def test_an_unknown_part_is_refused_naming_the_parts():
+    with pytest.raises(ValueError, match=r"'nope' is not a function .* pointer_chase, times, "
+                                         r"scale_loop$"):
+        lesson08.kernel_part("bytes_in_flight", "nope")

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import pytest
 
-from rmsnorm_lessons import gpu
+from rmsnorm_lessons import gpu, ladder
 from rmsnorm_lessons.exercises import tuning
 from rmsnorm_lessons.ladder.v7_fast import Config
 
@@ -110,3 +110,52 @@ def test_a_wrong_result_is_not_timed(monkeypatch):
     v = tuning.check_tuning(Config(K=4))
     assert v.status == "NOT YET" and "wrong at (16384, 4096)" in v.message and v.score is None
     assert timed == []
+
+
+def _lesson_cell() -> str:
+    """Lesson 09's tuning exercise: the one cell that calls the check."""
+    import json
+
+    from rmsnorm_lessons import lessons
+
+    nb = json.loads(lessons.by_stem("09_v7_step_by_step").path.read_text())
+    (cell,) = [c for c in nb["cells"] if "tuning.check_tuning(" in "".join(c["source"])]
+    assert "exercise-check" in cell["metadata"].get("tags", [])
+    return "".join(cell["source"])
+
+
+def _config_in(text: str) -> Config:
+    """The Config of the first ``yours_config = Config(...)`` line of ``text``."""
+    import re
+
+    return eval(re.search(r"^yours_config = (Config\(.*?\))", text, re.M).group(1),
+                {"Config": Config})
+
+
+def _configs(text: str) -> tuple:
+    """The Config the cell starts from (its skeleton) and the solution's."""
+    from rmsnorm_lessons import student
+
+    return (_config_in(student.strip_solutions(text)),
+            _config_in(text.split("### BEGIN SOLUTION")[1]))
+
+
+def test_the_lesson_states_the_target_and_starts_from_the_poor_config():
+    text = _lesson_cell()
+    assert f"target={tuning.TARGET:g})" in text
+    poor, good = _configs(text)
+    assert poor == tuning.POOR and good != poor
+    # both run the default shape on the H200's facts (the CPU check says NOT VERIFIED for either)
+    for config in (poor, good):
+        for N, C in tuning.SHAPES:
+            ladder.plan("v7_fast", N, C, gpu.H200, config=config)
+
+
+@pytest.mark.gpu
+def test_the_lessons_target_parts_the_poor_start_from_the_solution():
+    poor, good = _configs(_lesson_cell())
+    start = tuning.check_tuning(poor, target=tuning.TARGET)
+    assert start.status == "NOT YET" and "below the target" in start.message, start
+    solved = tuning.check_tuning(good, target=tuning.TARGET)
+    assert solved.passed, solved
+    assert solved.score > start.score, (solved, start)

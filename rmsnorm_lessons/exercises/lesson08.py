@@ -10,6 +10,8 @@ without one, and timed against the copy bandwidth and lesson 00's one-float-per-
 """
 from __future__ import annotations
 
+import re
+
 import numpy as np
 
 from .. import gpu, inflight, ladder
@@ -115,6 +117,35 @@ def check_in_flight(answer_bytes, copy_gbps: float | None = None, latency_ns: fl
     return failed(f"{got:g} is off by {100 * (got / want - 1):+.0f} %: bytes in flight = bandwidth "
                   "x latency (GB/s x 1e9 x ns x 1e-9), with bandwidth = copy / 2 (the loads' "
                   "share), per SM")
+
+
+# --- a part of a kernel file, to print only what a cell discusses
+# ------------------------------------------------------
+
+
+def _struct(text: str, name: str) -> str | None:
+    """``struct name { ... };`` in CUDA source ``text`` with its leading comment lines, or None."""
+    m = re.search(r"^((?:[ \t]*//.*\n)*)(?:template\s*<[^>]*>\s*\n)?struct\s+"
+                  r"(?:alignas\([^)]*\)\s*)?" + re.escape(name) + r"\s*\{", text, re.M)
+    if m is None:
+        return None
+    depth = 0
+    for i in range(m.end() - 1, len(text)):
+        depth += {"{": 1, "}": -1}.get(text[i], 0)
+        if depth == 0:
+            return text[m.start():text.index(";", i) + 1]
+    return None
+
+
+def kernel_part(source: str, part: str) -> str:
+    """The definition of function, kernel or struct ``part`` in ``source`` (a rung or a file under
+    kernels/, as :func:`rmsnorm_lessons.build.kernel_source` takes), from its leading comment to its
+    end: what a cell prints instead of the whole file. ValueError (listing the functions defined
+    there) for a name the file does not define."""
+    from .. import build, notebook
+
+    text = build.kernel_source(source)
+    return _struct(text, part) or notebook.part_of(text, part)
 
 
 # --- the kernel exercise: more bytes in flight
