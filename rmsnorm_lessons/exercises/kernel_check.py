@@ -47,7 +47,7 @@ from .kernel_running import (SHAPES, SHAPES_8, SMALL_C_SHAPES, TIME_SHAPE, Outco
                              sanitize, shapes_for, time_against)
 from .kernel_static import (GLOBAL_ATOMICS, SKELETON_BLOCK, Compiled, Static, no_local_memory,
                             nvcc_errors, sass_before, sass_between, sass_has, sass_lacks,
-                             source_lacks,
+                            source_lacks,
                             strip_comments,
                             todo_lines, without_skeletons)
 from .kernel_static import _matching, _name  # noqa: F401 (lessons 08 and 09 count opcodes)
