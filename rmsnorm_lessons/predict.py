@@ -313,13 +313,11 @@ def versus(mine, why: str = "", **measured) -> Gap:
         if value is ... or value is None:
             raise ValueError(f"measured field {name!r} has no value: pass the measurement")
         values[name] = _value(name, value, "the measured", zero_ok=True)
-    return _compare(key, prediction, why, values)
+    return _shown(_compare(key, prediction, why, values))
 
 
-def replay(data) -> Gap | None:
-    """The learner's guess beside a measurement another run saved (``data``: a gap's
-    :meth:`Gap.data`), where the measurement cell cannot run here (:func:`.notebook.gpu_cell`
-    shows the saved output instead). None for data that is not a gap's."""
+def _saved(data) -> tuple | None:
+    """(key, why, measured values) of a gap's saved data; None for data that is not a gap's."""
     try:
         key, why = data["key"], str(data.get("why") or "")
         _check_key(key)
@@ -327,13 +325,35 @@ def replay(data) -> Gap | None:
                   for n, v in dict(data["measured"]).items()}
     except (KeyError, TypeError, ValueError, AttributeError):
         return None
-    if not values:
+    return (key, why, values) if values else None
+
+
+def replay(data) -> Gap | None:
+    """The learner's guess beside a measurement another run saved (``data``: a gap's
+    :meth:`Gap.data`), where the measurement cell cannot run here (:func:`.notebook.gpu_cell`
+    shows the saved output instead). None for data that is not a gap's."""
+    if _saved(data) is None:
         return None
+    key, why, values = _saved(data)
     mine = _GUESSES.get(key)
     if mine is not None and not set(values) <= set(mine.fields):
         kept = {n: v for n, v in values.items() if n in mine.fields}
         mine, values = (mine, kept) if kept else (None, values)
-    return _compare(key, mine, why, values)
+    return _shown(_compare(key, mine, why, values))
+
+
+def measurement_only(data) -> dict | None:
+    """A saved gap's output without the guess of the run that saved it (the student edition keeps
+    the measurement, for :func:`replay`, and hides the author's guess); None for data that is not a
+    gap's."""
+    if _saved(data) is None:
+        return None
+    key, why, values = _saved(data)
+    gap = _compare(key, None, why, values)
+    text = str(gap).split("\n", 1)
+    text[0] = (f"{key}: what the course's GPU measured (run this cell after your prediction to "
+               f"see your guess beside it)")
+    return {"text/plain": "\n".join(text), GAP_MIME: gap.data()}
 
 
 def _compare(key: str, prediction: Prediction | None, why: str, values: dict) -> Gap:
@@ -346,6 +366,10 @@ def _compare(key: str, prediction: Prediction | None, why: str, values: dict) ->
             errors[name] = error
     gap = Gap(key, prediction, values, rows, max(errors.values()) if errors else None,
               _summary(rows, errors), why.strip())
+    return gap
+
+
+def _shown(gap: Gap) -> Gap:
     gap._print()
     _record(gap)
     return gap
