@@ -10,6 +10,10 @@ A field whose value is ``...`` (or None) is not written yet. :func:`guess` keeps
 the process under its key, so :func:`versus` also takes the key. Where recording is on
 (:data:`rmsnorm_lessons.verdicts.ENV`) :func:`versus` records one line, exercise
 ``predict.<key>``, status PREDICTED or NOT PREDICTED, with the prediction error.
+
+In IPython a gap is a display whose data (:data:`GAP_MIME`) keeps the measurement: where a
+``%%gpu`` measurement cell cannot run, :func:`.notebook.gpu_cell` shows the output the course's GPU
+saved and :func:`replay` sets the learner's own guess beside that saved measurement.
 """
 from __future__ import annotations
 
@@ -18,7 +22,8 @@ import numbers
 import re
 from dataclasses import dataclass, field
 
-__all__ = ["guess", "versus", "Prediction", "Gap", "NUMERIC", "WORDS", "BOUNDS", "get"]
+__all__ = ["guess", "versus", "Prediction", "Gap", "NUMERIC", "WORDS", "BOUNDS", "get", "replay",
+           "measurement_only", "GAP_MIME"]
 
 KEY = re.compile(r"(\d\d)\.([a-z0-9_]+)")
 KEY_RULE = '"NN.name": NN the lesson number (two digits), name of a-z, 0-9 and _ (e.g. "02.v1_ms")'
