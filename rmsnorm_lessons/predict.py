@@ -10,6 +10,10 @@ A field whose value is ``...`` (or None) is not written yet. :func:`guess` keeps
 the process under its key, so :func:`versus` also takes the key. Where recording is on
 (:data:`rmsnorm_lessons.verdicts.ENV`) :func:`versus` records one line, exercise
 ``predict.<key>``, status PREDICTED or NOT PREDICTED, with the prediction error.
+
+In IPython a gap is a display whose data (:data:`GAP_MIME`) keeps the measurement: where a
+``%%gpu`` measurement cell cannot run, :func:`.notebook.gpu_cell` shows the output the course's GPU
+saved and :func:`replay` sets the learner's own guess beside that saved measurement.
 """
 from __future__ import annotations
 
@@ -18,7 +22,8 @@ import numbers
 import re
 from dataclasses import dataclass, field
 
-__all__ = ["guess", "versus", "Prediction", "Gap", "NUMERIC", "WORDS", "BOUNDS", "get"]
+__all__ = ["guess", "versus", "Prediction", "Gap", "NUMERIC", "WORDS", "BOUNDS", "get", "replay",
+           "measurement_only", "GAP_MIME"]
 
 KEY = re.compile(r"(\d\d)\.([a-z0-9_]+)")
 KEY_RULE = '"NN.name": NN the lesson number (two digits), name of a-z, 0-9 and _ (e.g. "02.v1_ms")'
@@ -313,13 +318,11 @@ def versus(mine, why: str = "", **measured) -> Gap:
         if value is ... or value is None:
             raise ValueError(f"measured field {name!r} has no value: pass the measurement")
         values[name] = _value(name, value, "the measured", zero_ok=True)
-    return _compare(key, prediction, why, values)
+    return _shown(_compare(key, prediction, why, values))
 
 
-def replay(data) -> Gap | None:
-    """The learner's guess beside a measurement another run saved (``data``: a gap's
-    :meth:`Gap.data`), where the measurement cell cannot run here (:func:`.notebook.gpu_cell`
-    shows the saved output instead). None for data that is not a gap's."""
+def _saved(data) -> tuple | None:
+    """(key, why, measured values) of a gap's saved data; None for data that is not a gap's."""
     try:
         key, why = data["key"], str(data.get("why") or "")
         _check_key(key)
@@ -327,13 +330,35 @@ def replay(data) -> Gap | None:
                   for n, v in dict(data["measured"]).items()}
     except (KeyError, TypeError, ValueError, AttributeError):
         return None
-    if not values:
+    return (key, why, values) if values else None
+
+
+def replay(data) -> Gap | None:
+    """The learner's guess beside a measurement another run saved (``data``: a gap's
+    :meth:`Gap.data`), where the measurement cell cannot run here (:func:`.notebook.gpu_cell`
+    shows the saved output instead). None for data that is not a gap's."""
+    if _saved(data) is None:
         return None
+    key, why, values = _saved(data)
     mine = _GUESSES.get(key)
     if mine is not None and not set(values) <= set(mine.fields):
         kept = {n: v for n, v in values.items() if n in mine.fields}
         mine, values = (mine, kept) if kept else (None, values)
-    return _compare(key, mine, why, values)
+    return _shown(_compare(key, mine, why, values))
+
+
+def measurement_only(data) -> dict | None:
+    """A saved gap's output without the guess of the run that saved it (the student edition keeps
+    the measurement, for :func:`replay`, and hides the author's guess); None for data that is not a
+    gap's."""
+    if _saved(data) is None:
+        return None
+    key, why, values = _saved(data)
+    gap = _compare(key, None, why, values)
+    text = str(gap).split("\n", 1)
+    text[0] = (f"{key}: what the course's GPU measured (run this cell after your prediction to "
+               f"see your guess beside it)")
+    return {"text/plain": "\n".join(text), GAP_MIME: gap.data()}
 
 
 def _compare(key: str, prediction: Prediction | None, why: str, values: dict) -> Gap:
@@ -346,6 +371,10 @@ def _compare(key: str, prediction: Prediction | None, why: str, values: dict) ->
             errors[name] = error
     gap = Gap(key, prediction, values, rows, max(errors.values()) if errors else None,
               _summary(rows, errors), why.strip())
+    return gap
+
+
+def _shown(gap: Gap) -> Gap:
     gap._print()
     _record(gap)
     return gap

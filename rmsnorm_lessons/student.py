@@ -4,7 +4,8 @@ The notebooks ship as the instructor edition: every exercise filled in between n
 markers, so every check cell says PASS on a GPU. The student edition is the same notebooks with each
 solution region replaced by its skeleton, the outputs of the solution cells and of the cells that
 show or check their answers cleared, the outputs of the cells tagged ``reveal`` (our kernel, shown
-after the learner's check) and ``prediction`` (the author's guess) cleared too, and every other
+after the learner's check) and ``prediction`` (the author's guess) cleared too, a saved measurement
+shown beside a guess (:func:`.predict.versus`) kept without the author's guess, and every other
 output (the H200 tables and figures) kept.
 
 Markers. A line containing ``BEGIN SOLUTION`` opens a solution region and a line containing
@@ -152,8 +153,10 @@ def student_notebook(nb: dict) -> dict:
     answers: set[str] = set()  # names an earlier solution cell binds (and no other cell does)
     for cell in cells:
         text = _source(cell)
+        _hide_guesses(cell)
         if has_solution(text):
-            answers.update({a or b for a, b in _BOUND.findall(text)} - bound_elsewhere)
+            if "prediction" not in tags(cell):  # a guess is no answer that later cells must hide
+                answers.update({a or b for a, b in _BOUND.findall(text)} - bound_elsewhere)
             cell["source"] = strip_solutions(text)
             _clear(cell)
         elif any(t in CLEARED_TAGS for t in tags(cell)):
@@ -163,6 +166,15 @@ def student_notebook(nb: dict) -> dict:
                                                          + r")\b", text)):
             _clear(cell)  # it checks or shows an answer
     return nb
+
+
+def _hide_guesses(cell) -> None:
+    from . import predict
+
+    for out in cell.get("outputs", []):
+        gap = out.get("data", {}).get(predict.GAP_MIME)
+        if gap is not None:
+            out["data"] = predict.measurement_only(gap) or {}
 
 
 def _sources(sources) -> list[Path]:

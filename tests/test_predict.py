@@ -295,3 +295,34 @@ def test_seen_reads_a_gaps_data_live_or_replayed_and_skips_saved_text():
     [s] = progress_predictions.seen({"cells": [cell]})
     assert (s.key, s.status, s.measured, s.guessed) == ("06.v5_ms", "PREDICTED", True, "")
     assert s.error == pytest.approx(2 / 3) and s.detail == "ms 0.1 vs 0.3 (3.0x lower)"
+
+
+@pytest.mark.gpu
+def test_on_a_gpu_the_measurement_cell_measures_and_shows_the_gap_once(tmp_path, monkeypatch):
+    from rmsnorm_lessons import gpu, notebook
+
+    reason = gpu.why_unavailable()
+    if reason is not None:
+        pytest.skip(reason)
+    IPython = pytest.importorskip("IPython")
+    from IPython.testing.globalipapp import get_ipython
+
+    ip = get_ipython()
+    notebook.load_ipython_extension(ip)
+    record = tmp_path / "v.jsonl"
+    monkeypatch.setenv(verdicts.ENV, str(record))
+    ip.run_cell("import rmsnorm_lessons as rl\n"
+                "mine = rl.predict.guess('02.v1_ms', ms=0.5, pct_of_copy=10)", store_history=True)
+    with IPython.utils.capture.capture_output() as cap:
+        result = ip.run_cell("%%gpu\nt = rl.bench.bench_version('v1_naive', 1024, 768, 3000.0, "
+                             "repeats=5)\nrl.predict.versus(mine, ms=t.ms, "
+                             "pct_of_copy=100 * t.fraction_of_copy)", store_history=True)
+    assert result.success, cap.stdout
+    [shown] = [o.data for o in cap.outputs]  # once, though the call is the cell's value
+    data = shown[predict.GAP_MIME]
+    ms, pct = data["measured"]["ms"], data["measured"]["pct_of_copy"]
+    assert ms > 0 and pct > 0 and data["status"] == "PREDICTED"
+    assert data["error"] == pytest.approx(max(abs(0.5 - ms) / ms, abs(10 - pct) / pct))
+    [line] = verdicts.read(record)
+    assert (line.exercise, line.status) == ("predict.02.v1_ms", "PREDICTED")
+    assert line.prediction_error == pytest.approx(data["error"])

@@ -66,8 +66,8 @@ def test_every_exercise_has_a_solution_and_the_student_edition_has_none(lesson):
     called = [f"lesson{n}.{fn}" for c in checks for n, fn in student.check_calls(_src(c))]
     assert list(dict.fromkeys(called)) == list(lessons.by_stem(lesson).exercises)
     solutions = [c for c in nb["cells"] if c["cell_type"] == "code"
-                 and student.has_solution(_src(c))]
-    assert len(solutions) == len(checks), "one solution cell per check"
+                 and student.has_solution(_src(c)) and "prediction" not in student.tags(c)]
+    assert len(solutions) == len(checks), "one solution cell per check (a guess is no exercise)"
     st = student.student_notebook(nb)
     assert len(st["cells"]) == len(nb["cells"])
     kept = 0
@@ -78,12 +78,20 @@ def test_every_exercise_has_a_solution_and_the_student_edition_has_none(lesson):
         elif (student.has_solution(_src(before)) or student.check_calls(_src(before))
               or _cleared_by_tag(before)):
             assert after["outputs"] == [] and after["execution_count"] is None
+        elif _shows_a_guess(before):  # the measurement stays, the author's guess goes
+            assert len(after["outputs"]) == len(before["outputs"])
         elif before.get("outputs"):
             kept += after["outputs"] == before["outputs"]
     # the H200's tables and figures stay
     assert kept >= sum(1 for c in nb["cells"] if c.get("outputs")
-                       and not student.has_solution(_src(c))
+                       and not student.has_solution(_src(c)) and not _shows_a_guess(c)
                        and not student.check_calls(_src(c)) and not _cleared_by_tag(c)) - 1
+
+
+def _shows_a_guess(cell) -> bool:
+    from rmsnorm_lessons import predict
+
+    return any(predict.GAP_MIME in o.get("data", {}) for o in cell.get("outputs", []))
 
 
 def _cleared_by_tag(cell) -> bool:
@@ -106,6 +114,31 @@ def test_reveal_and_prediction_cells_lose_their_outputs():
     assert [bool(c["outputs"]) for c in st["cells"]] == [False, True, True, False]
     assert st["cells"][0]["execution_count"] is None and st["cells"][1]["execution_count"] == 3
     assert nb["cells"][0]["outputs"], "the instructor edition is not changed"
+
+
+def test_the_student_edition_keeps_a_measurement_but_not_the_authors_guess(capsys):
+    from rmsnorm_lessons import predict
+
+    predict.guess("02.v1_ms", ms=0.8)
+    gap = predict.versus("02.v1_ms", ms=0.4, why="atomics wait in L2")
+    guess = ("### BEGIN SOLUTION\nmine = rl.predict.guess('02.v1_ms', ms=0.8)\n### END SOLUTION\n"
+             "### BEGIN SKELETON\n# mine = rl.predict.guess('02.v1_ms', ms=...)\n"
+             "### END SKELETON")
+    out = {"output_type": "display_data", "metadata": {},
+           "data": {"text/plain": str(gap), predict.GAP_MIME: gap.data()}}
+    nb = {"cells": [{"cell_type": "code", "metadata": {"tags": ["prediction"]}, "source": guess,
+                     "execution_count": 1, "outputs": []},
+                    {"cell_type": "code", "metadata": {"tags": ["gpu"]}, "execution_count": 2,
+                     "source": "%%gpu\nt = time_it()\nrl.predict.versus(mine, ms=t.ms)",
+                     "outputs": [out]}], "metadata": {}, "nbformat": 4, "nbformat_minor": 5}
+    st = student.student_notebook(nb)
+    assert _src(st["cells"][0]) == "mine = rl.predict.guess('02.v1_ms', ms=...)"
+    [kept] = st["cells"][1]["outputs"]  # the measurement stays: a later cell using mine is kept
+    text, data = kept["data"]["text/plain"], kept["data"][predict.GAP_MIME]
+    assert "0.8" not in text and "0.8" not in json.dumps(data) and "0.4" in text
+    assert data["measured"] == {"ms": 0.4} and data["status"] == "NOT PREDICTED"
+    assert text.startswith("02.v1_ms: what the course's GPU measured")
+    assert "0.8" in json.dumps(nb), "the instructor edition is not changed"
 
 
 def test_solution_lines_are_the_lines_inside_the_regions():
