@@ -93,7 +93,8 @@ LESSONS: tuple[Lesson, ...] = (
     Lesson("09_v7_step_by_step", "v7: past the seed, step by step", "`v7_fast`",
            "past the seed: each change predicted then measured, the final sum that waits for "
            "nobody",
-           ("lesson09.check_partials_fraction", "lesson09.check_v7_kernel"), minutes=120,
+           ("lesson09.check_partials_fraction", "tuning.check_tuning",
+            "lesson09.check_v7_kernel"), minutes=120,
            rung="v7_fast", kernel_exercise="lesson09.check_v7_kernel"),
     Lesson("10_finding_bugs", "Finding bugs and bottlenecks", "(three broken rungs)",
            "compute-sanitizer's racecheck, synccheck and memcheck; Nsight Compute: latency- vs "

@@ -113,14 +113,14 @@ def verdicts(nb: dict, lesson: str, width: int = 100) -> list[Result]:
             continue
         text, error = _text(cell.get("outputs", []))
         shown = _VERDICT.findall(text)
-        for k, (number, fn) in enumerate(calls):
+        for k, (module, fn) in enumerate(calls):
             if k < len(shown):
                 status, message = shown[k]
             elif error:
                 status, message = "NOT YET", f"(no verdict: the cell raised {error})"
             else:
                 status, message = "NOT YET", "(no verdict: the cell did not run)"
-            name = f"lesson{number}.{fn}"
+            name = f"{module}.{fn}"
             found.pop(name, None)
             found[name] = Result(lesson, name, status, _short(message, width))
     try:

@@ -42,7 +42,7 @@ from pathlib import Path
 BEGIN, END = "BEGIN SOLUTION", "END SOLUTION"
 BEGIN_SKELETON, END_SKELETON = "BEGIN SKELETON", "END SKELETON"
 #: a cell that calls a lesson's check: ``lesson04.check_v3_kernel(yours_v3)``
-CHECK_CALL = re.compile(r"\blesson(\d\d)\.(check_\w+)\s*\(")
+CHECK_CALL = re.compile(r"\b(lesson\d\d|tuning)\.(check_\w+)\s*\(")
 _BOUND = re.compile(r"^\s*(?:def\s+(\w+)|(\w+)\s*=[^=])", re.M)
 #: cells whose outputs the student edition clears whatever they call: our kernel after the check,
 #: and the guess written in the instructor edition
@@ -133,7 +133,8 @@ def _source(cell) -> str:
 
 
 def check_calls(text: str) -> list[tuple[str, str]]:
-    """``[(lesson number, check function name), ...]`` called in a cell's text."""
+    """``[(module, check function name), ...]`` called in a cell's text: ``("lesson04",
+    "check_v3_kernel")``, ``("tuning", "check_tuning")``."""
     return [(m.group(1), m.group(2)) for m in CHECK_CALL.finditer(text)]
 
 

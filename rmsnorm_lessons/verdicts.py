@@ -115,7 +115,7 @@ def exercise_of(source: str) -> str | None:
 def lesson_of(exercise: str) -> str:
     """The lesson (notebook stem) whose registry row lists ``exercise``; "tuning" for the tuning
     exercise; else the lesson of its number (``lesson04.x`` -> 04's stem), else ""."""
-    if exercise == TUNING:
+    if exercise == TUNING and not any(TUNING in lesson.exercises for lesson in lessons.LESSONS):
         return "tuning"
     if is_prediction(exercise):  # predict.02.v1_ms: lesson 02
         exercise = f"lesson{exercise[len(PREDICT):len(PREDICT) + 2]}."
@@ -128,8 +128,10 @@ def lesson_of(exercise: str) -> str:
 
 
 def exercises() -> list[str]:
-    """Every exercise of the course, in course order (the registry's), then the tuning exercise."""
-    return [e for lesson in lessons.LESSONS for e in lesson.exercises] + [TUNING]
+    """Every exercise of the course, in course order (the registry's), with the tuning exercise
+    (at the end where no lesson lists it)."""
+    names = [e for lesson in lessons.LESSONS for e in lesson.exercises]
+    return names + ([] if TUNING in names else [TUNING])
 
 
 def record_path() -> Path | None:
