@@ -150,14 +150,15 @@ def student_notebook(nb: dict) -> dict:
     bound_elsewhere = set()
     for cell in cells:
         if not has_solution(_source(cell)):
-            bound_elsewhere.update(a or b for a, b in _BOUND.findall(_source(cell)))
+            bound_elsewhere.update(bound_names(_source(cell)))
     answers: set[str] = set()  # names an earlier solution cell binds (and no other cell does)
     for cell in cells:
         text = _source(cell)
         _hide_guesses(cell)
+        _drop_answers(cell)
         if has_solution(text):
             if "prediction" not in tags(cell):  # a guess is no answer that later cells must hide
-                answers.update({a or b for a, b in _BOUND.findall(text)} - bound_elsewhere)
+                answers.update(bound_names(text) - bound_elsewhere)
             cell["source"] = strip_solutions(text)
             _clear(cell)
         elif any(t in CLEARED_TAGS for t in tags(cell)):
@@ -167,6 +168,46 @@ def student_notebook(nb: dict) -> dict:
                                                          + r")\b", text)):
             _clear(cell)  # it checks or shows an answer
     return nb
+
+
+def bound_names(text: str) -> set[str]:
+    """The names a cell's Python binds at its top level (assignments, ``def``, ``for``, imports):
+    read from its syntax tree, so the C inside a kernel's string (``r = rstd[row];``) binds
+    nothing. A cell that does not parse (IPython magics aside) falls back to a line pattern."""
+    import ast
+
+    lines = [line for line in text.splitlines() if not line.lstrip().startswith(("%", "!"))]
+    try:
+        tree = ast.parse("\n".join(lines))
+    except SyntaxError:
+        return {a or b for a, b in _BOUND.findall(text)}
+    names: set[str] = set()
+
+    def visit(node) -> None:
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            names.add(node.name)
+            return  # what a function binds inside stays inside
+        if isinstance(node, (ast.Lambda, ast.ListComp, ast.SetComp, ast.DictComp,
+                             ast.GeneratorExp)):
+            return
+        if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store):
+            names.add(node.id)
+        elif isinstance(node, (ast.Import, ast.ImportFrom)):
+            names.update((a.asname or a.name).split(".")[0] for a in node.names)
+        for child in ast.iter_child_nodes(node):
+            visit(child)
+
+    visit(tree)
+    return names
+
+
+def _drop_answers(cell) -> None:
+    """The strings that would give a numeric answer away stay in the instructor's edition."""
+    meta = cell.get("metadata", {}).get("rmsnorm_lessons")
+    if isinstance(meta, dict) and "answers" in meta:
+        del meta["answers"]
+        if not meta:
+            del cell["metadata"]["rmsnorm_lessons"]
 
 
 def _hide_guesses(cell) -> None:

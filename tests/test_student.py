@@ -330,3 +330,28 @@ def test_progress_reads_verdicts_from_outputs():
                     "(no verdict: the cell raised NameError: y)")]
     assert progress.totals(progress.verdicts(nb,
                                              "lesson")) == "1 PASS, 1 NOT YET, 1 NOT VERIFIED of 3"
+
+
+def test_the_c_inside_a_kernels_string_binds_no_python_name():
+    cell = "yours_v6 = r'''\nconst float r = rstd[row];\nunsigned ticket = 0;\n'''\n"
+    assert student.bound_names(cell) == {"yours_v6"}
+    nb = {"cells": [
+        {"cell_type": "code", "metadata": {}, "outputs": [], "execution_count": None,
+         "source": cell.replace("const float r", "// ### BEGIN SOLUTION\nconst float r")
+         .replace("0;\n'''", "0;\n// ### END SOLUTION\n'''")},
+        {"cell_type": "code", "metadata": {}, "execution_count": 2,
+         "source": "r = t.ms / copy_ms\nprint(r)",
+         "outputs": [{"output_type": "stream", "name": "stdout", "text": "1.5\n"}]}]}
+    out = student.student_notebook(nb)
+    assert out["cells"][1]["outputs"], "a later cell using `r` is not an answer to a kernel"
+
+
+def test_the_answers_metadata_stays_in_the_instructors_edition():
+    meta = {"rmsnorm_lessons": {"answers": ["0.125"]}, "tags": ["x"]}
+    nb = {"cells": [{"cell_type": "code", "metadata": meta, "outputs": [],
+                     "execution_count": None,
+                     "source": "answer = None\n### BEGIN SOLUTION\nanswer = 0.125\n"
+                               "### END SOLUTION\n"}]}
+    out = student.student_notebook(nb)
+    assert out["cells"][0]["metadata"] == {"tags": ["x"]}
+    assert nb["cells"][0]["metadata"]["rmsnorm_lessons"] == {"answers": ["0.125"]}
