@@ -2,8 +2,8 @@
 
 ``import rmsnorm_lessons as rl`` gives the reference math (``rl.reference``), the version ladder and
 ``rl.kernels.run``, building (``rl.build``), the GPU (``rl.gpu``), checking (``rl.check``) and,
-loaded on first use, timing (``rl.bench``), pictures (``rl.plots``), widgets, exercises, inspection
-(``rl.sass``,
+loaded on first use, predictions (``rl.predict``), timing (``rl.bench``), pictures (``rl.plots``),
+widgets, exercises, inspection (``rl.sass``,
 ``rl.occupancy``) and the notebook magic. Nothing here touches a GPU until asked to; see
 ``python -m rmsnorm_lessons info``.
 """
@@ -14,7 +14,7 @@ from .gpu import GpuUnavailable
 
 _LAZY = ("access", "bench", "cli", "exercises", "lessons", "libcuda", "notebook", "nsight",
          "occupancy",
-         "peers", "plots", "sanitizer", "sass", "widgets")
+         "peers", "plots", "predict", "sanitizer", "sass", "widgets")
 
 __all__ = ["bf16", "build", "check", "devices", "gpu", "kernels", "ladder", "launch", "reference",
            "validate", "GpuUnavailable", *_LAZY]

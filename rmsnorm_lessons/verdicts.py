@@ -9,7 +9,9 @@ Each line of ``~/.rmsnorm-lessons/verdicts.jsonl`` is one check a learner ran in
 ``status`` is the verdict's word (PASS, NOT YET, NOT VERIFIED), ``message`` its first line
 (shortened), ``score`` the check's figure where it has one (the tuning exercise: % of the same-bytes
 ceiling), and ``prediction_error`` (optional) how far a recorded prediction was from the
-measurement.
+measurement. A prediction (:func:`rmsnorm_lessons.predict.versus`) is a line of its own: exercise
+``predict.<key>`` (``predict.02.v1_ms``), status PREDICTED or NOT PREDICTED (no guess was written),
+``prediction_error`` the largest relative gap between guess and measurement.
 
 Recording is on only where :data:`ENV` names the file (the hub sets it for every learner's server):
 on a laptop, in the tests and when the notebooks are executed for the site, nothing is written to
@@ -35,6 +37,9 @@ ENV = "RMSNORM_LESSONS_VERDICTS"
 #: where the hub asks for it, relative to a learner's home (the dashboard reads it there)
 HOME_FILE = ".rmsnorm-lessons/verdicts.jsonl"
 STATES = ("PASS", "NOT YET", "NOT VERIFIED")
+#: a prediction's record: its exercise is PREDICT + the prediction's key, "predict.02.v1_ms"
+PREDICT = "predict."
+PREDICTION_STATES = ("PREDICTED", "NOT PREDICTED")
 #: the tuning exercise (:mod:`rmsnorm_lessons.exercises.tuning`): outside the lessons' registry
 TUNING = "tuning.check_tuning"
 MESSAGE_MAX = 300
@@ -67,8 +72,9 @@ class Record:
         for key in ("time", "lesson", "exercise", "status", "message"):
             if not isinstance(d.get(key), str):
                 raise ValueError(f"a record's {key} must be a string")
-        if d["status"] not in STATES:
-            raise ValueError(f"a record's status must be one of {STATES}, got {d['status']!r}")
+        states = PREDICTION_STATES if is_prediction(d["exercise"]) else STATES
+        if d["status"] not in states:
+            raise ValueError(f"a record's status must be one of {states}, got {d['status']!r}")
         numbers = {}
         for key in ("score", "prediction_error"):
             value = d.get(key)
@@ -77,6 +83,10 @@ class Record:
                 raise ValueError(f"a record's {key} must be a finite number or null")
             numbers[key] = None if value is None else float(value)
         return cls(d["time"], d["lesson"], d["exercise"], d["status"], d["message"], **numbers)
+
+
+def is_prediction(exercise: str) -> bool:
+    return exercise.startswith(PREDICT)
 
 
 def now() -> str:
@@ -106,6 +116,8 @@ def lesson_of(exercise: str) -> str:
     exercise; else the lesson of its number (``lesson04.x`` -> 04's stem), else ""."""
     if exercise == TUNING:
         return "tuning"
+    if is_prediction(exercise):  # predict.02.v1_ms: lesson 02
+        exercise = f"lesson{exercise[len(PREDICT):len(PREDICT) + 2]}."
     for lesson in lessons.LESSONS:
         if exercise in lesson.exercises:
             return lesson.stem
@@ -137,10 +149,33 @@ def record(exercise: str, verdict, path=None) -> bool:
     ``path`` (default :func:`record_path`; nothing where that is None). True when the line was
     written; never raises (a read-only home, a full disk: the line is lost, the check is not)."""
     try:
+        return _append(make_record(exercise, verdict), path)
+    except Exception:  # recording is a convenience; the verdict is what matters
+        return False
+
+
+def record_prediction(key: str, status: str, message: str, error: float | None,
+                      path=None) -> bool:
+    """Append a prediction's line (exercise ``predict.<key>``, status PREDICTED or NOT PREDICTED,
+    ``prediction_error`` = ``error``); like :func:`record`, never raises."""
+    try:
+        if status not in PREDICTION_STATES:
+            return False
+        if error is not None and not (isinstance(error, (int, float)) and math.isfinite(error)):
+            error = None
+        exercise = PREDICT + key
+        return _append(Record(now(), lesson_of(exercise), exercise, status, first_line(message),
+                              None, None if error is None else float(error)), path)
+    except Exception:
+        return False
+
+
+def _append(rec: Record, path) -> bool:
+    try:
         path = Path(path) if path is not None else record_path()
         if path is None:
             return False
-        line = (make_record(exercise, verdict).to_json() + "\n").encode()
+        line = (rec.to_json() + "\n").encode()
         path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
         fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW, 0o600)
         try:
