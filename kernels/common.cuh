@@ -72,12 +72,15 @@ __device__ inline void zero_block_shared(float* shared, int n) {
     for (int i = threadIdx.x; i < n; i += blockDim.x) shared[i] = 0.0f;
 }
 
-// One warp a row, in a grid-stride loop over all rows:
-//     for (long long row = first_row_of_warp(); row < N; row += warps_in_grid())
-// warp w of block b (W warps a block) takes row b * W + w, then every (gridDim.x * W)-th row after.
+// One warp a row, in a grid-stride loop over all rows: warp w of block b (W warps a block) takes
+// row b * W + w, then every (gridDim.x * W)-th row after it.
+//     const long long stride = warps_in_grid();
+//     for (long long row = first_row_of_warp(); row < N; row += stride)
 __device__ inline long long first_row_of_warp() {
-    return (long long)blockIdx.x * (blockDim.x / WARP_SIZE) + threadIdx.x / WARP_SIZE;
+    int warps_per_block = blockDim.x / WARP_SIZE;
+    return (long long)blockIdx.x * warps_per_block + threadIdx.x / WARP_SIZE;
 }
 __device__ inline long long warps_in_grid() {
-    return (long long)gridDim.x * (blockDim.x / WARP_SIZE);
+    int warps_per_block = blockDim.x / WARP_SIZE;
+    return (long long)gridDim.x * warps_per_block;
 }

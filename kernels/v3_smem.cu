@@ -14,7 +14,8 @@ extern "C" __global__ void rmsnorm_backward_v3(float* dinp, float* dweight, cons
     __syncthreads();  // no warp may add before every entry is zero
 
     int lane = threadIdx.x % WARP_SIZE;
-    for (long long row = first_row_of_warp(); row < N; row += warps_in_grid()) {
+    const long long stride = warps_in_grid();
+    for (long long row = first_row_of_warp(); row < N; row += stride) {
         const float* dout_row = dout + row * C;
         const float* inp_row = inp + row * C;
         float* dinp_row = dinp + row * C;

@@ -35,7 +35,8 @@ extern "C" __global__ void rmsnorm_backward_v4(__nv_bfloat16* dinp, float* dweig
     __syncthreads();  // no warp may add before every entry is zero
 
     int lane = threadIdx.x % WARP_SIZE;
-    for (long long row = first_row_of_warp(); row < N; row += warps_in_grid()) {
+    const long long stride = warps_in_grid();
+    for (long long row = first_row_of_warp(); row < N; row += stride) {
         const __nv_bfloat16* dout_row = dout + row * C;
         const __nv_bfloat16* inp_row = inp + row * C;
         __nv_bfloat16* dinp_row = dinp + row * C;
