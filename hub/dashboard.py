@@ -6,7 +6,8 @@ from their private homes, and shows
 
 * a grid, learner x exercise (the exercises of the lesson registry, then the tuning exercise): the
   last verdict of each (PASS / NOT YET / NOT VERIFIED, or not tried), the time of the learner's last
-  attempt, and the mean error of their recorded predictions ("-" until there are some);
+  attempt, and their predictions (``rl.predict``): how many were written of those measured and the
+  median prediction error ("-" until there are some);
 * a leaderboard of the tuning exercise: each learner's best % of the same-bytes ceiling.
 
 The page refreshes its tables every few seconds. Who may open it: the hub lets through only users
@@ -64,13 +65,14 @@ def tables(room: dict) -> str:
                 score = f" {r.score:.1f}%" if r.score is not None else ""
                 cls = r.status.lower().replace(" ", "-")
                 cells.append(f'<td class="{cls}" title="{esc(tip)}">'
-                             f"{esc(SHORT[r.status])}{esc(score)}</td>")
-        error = "-" if row.prediction_error is None else f"{row.prediction_error:.1f}"
+                             f"{esc(SHORT.get(r.status, r.status))}{esc(score)}</td>")
+        error = predictions(row)
         rows.append(f'<tr data-learner="{esc(row.learner)}"><th>{esc(row.learner)}</th>'
                     f"<td>{row.passed}/{len(names)}</td><td>{esc(_clock(row.last_time))}</td>"
                     f"<td>{esc(error)}</td>{''.join(cells)}</tr>")
     grid = ('<table id="grid"><thead><tr><th>learner</th><th>passed</th>'
-            f"<th>last attempt (UTC)</th><th>prediction error</th>{head}</tr></thead>"
+            f"<th>last attempt (UTC)</th><th>predictions written, median error</th>{head}"
+            "</tr></thead>"
             f"<tbody>{''.join(rows)}</tbody></table>")
     board = verdicts.leaderboard(room)
     lines = "".join(f"<tr><td>{i}</td><td>{esc(n)}</td><td>{s:.1f} %</td>"
@@ -81,6 +83,14 @@ def tables(room: dict) -> str:
     return (f"<h2>Exercises</h2>{grid}"
             "<h2>Tuning: v7_fast's variants against the same-bytes ceiling</h2>"
             f'{leader}<p class="stamp">read at {esc(verdicts.now())}</p>')
+
+
+def predictions(row) -> str:
+    """``"3/4, 40 %"``: predictions written of those measured, and the median prediction error."""
+    if not row.predictions and row.prediction_error is None:
+        return "-"
+    error = "-" if row.prediction_error is None else f"{100 * row.prediction_error:.0f} %"
+    return f"{row.predicted}/{row.predictions}, {error}"
 
 
 def lessons_title(exercise: str) -> str:

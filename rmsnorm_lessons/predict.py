@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 
 __all__ = ["guess", "versus", "Prediction", "Gap", "NUMERIC", "WORDS", "BOUNDS", "get"]
 
-KEY = re.compile(r"^(\d\d)\.([a-z0-9_]+)$")
+KEY = re.compile(r"(\d\d)\.([a-z0-9_]+)")
 KEY_RULE = '"NN.name": NN the lesson number (two digits), name of a-z, 0-9 and _ (e.g. "02.v1_ms")'
 #: numeric fields, each with how a value reads in a sentence ("{}" is the number)
 NUMERIC = {"ms": "{} ms", "us": "{} us", "gbps": "{} GB/s", "pct_of_copy": "{} % of copy",
@@ -31,6 +31,8 @@ WORDS = {"bound": "{} bound", "stall": "stall {}"}
 FIELDS = (*NUMERIC, *WORDS)
 WITHIN = 0.10  # a numeric guess this close (relative to the measurement) reads "within 10 %"
 NO_GUESS = "no guess was written: predict first next time (the cell above)"
+#: the MIME type of a gap's data in a notebook's output (beside its text/plain)
+GAP_MIME = "application/vnd.rmsnorm-lessons.gap+json"
 
 _GUESSES: dict = {}
 
@@ -42,7 +44,7 @@ def _num(value: float) -> str:
 
 
 def _check_key(key) -> re.Match:
-    m = KEY.match(key) if isinstance(key, str) else None
+    m = KEY.fullmatch(key) if isinstance(key, str) else None
     if m is None:
         raise ValueError(f"key must be {KEY_RULE}; got {key!r}")
     return m
@@ -89,25 +91,42 @@ def _reads(name: str, value) -> str:
 
 
 class _Shown:
-    """Printed where made; IPython's display of the same object in that cell adds nothing."""
+    """Shown where made (in IPython, with its data for :func:`replay`); IPython's display of the
+    same object in that cell adds nothing."""
 
     _shown_in = None
 
+    def _bundle(self) -> dict | None:
+        return None
+
+    def _show(self) -> None:
+        bundle = self._bundle()
+        if bundle is not None and _shell() is not None:
+            from IPython.display import publish_display_data
+
+            publish_display_data({"text/plain": str(self), **bundle})
+        else:
+            print(str(self))
+
     def _print(self) -> None:
-        print(str(self))
+        self._show()
         self._shown_in = _cell_count()
 
     def _ipython_display_(self):
         if self._shown_in is None or self._shown_in != _cell_count():
-            print(str(self))
+            self._show()
 
 
-def _cell_count():
+def _shell():
     try:
         from IPython import get_ipython
     except ImportError:
         return None
-    ip = get_ipython()
+    return get_ipython()
+
+
+def _cell_count():
+    ip = _shell()
     return None if ip is None else ip.execution_count
 
 
@@ -206,6 +225,17 @@ class Gap(_Shown):
     def _repr_pretty_(self, p, cycle):
         p.text(str(self))
 
+    def data(self) -> dict:
+        """What the notebook output keeps beside the text (:data:`GAP_MIME`): enough to show
+        another learner's guess beside this measurement (:func:`replay`) and for ``progress``."""
+        return {"key": self.key, "status": self.status, "error": self.error, "why": self.why,
+                "measured": dict(self.measured), "rows": [
+                    [n, None if g is None else _cell(n, g), _cell(n, m), w]
+                    for n, g, m, w in self.rows]}
+
+    def _bundle(self) -> dict:
+        return {GAP_MIME: self.data()}
+
 
 def _pct(error: float) -> str:
     return f"{100 * error:.0f} %" if error >= 0.1 else f"{100 * error:.1f} %"
@@ -235,8 +265,8 @@ def _gap_words(name: str, g, m) -> tuple[str, float | None]:
     if error <= WITHIN:
         return f"within {100 * WITHIN:.0f} %", error
     ratio, side = (g / m, "higher") if g > m else (m / g, "lower")
-    if ratio < 1.5:
-        return f"{100 * (ratio - 1):.0f} % {side}", error
+    if ratio < 1.5:  # a percentage of the measurement, as the error is
+        return f"{100 * error:.0f} % {side}", error
     return f"{ratio:.1f}x {side}", error
 
 
@@ -283,6 +313,30 @@ def versus(mine, why: str = "", **measured) -> Gap:
         if value is ... or value is None:
             raise ValueError(f"measured field {name!r} has no value: pass the measurement")
         values[name] = _value(name, value, "the measured", zero_ok=True)
+    return _compare(key, prediction, why, values)
+
+
+def replay(data) -> Gap | None:
+    """The learner's guess beside a measurement another run saved (``data``: a gap's
+    :meth:`Gap.data`), where the measurement cell cannot run here (:func:`.notebook.gpu_cell`
+    shows the saved output instead). None for data that is not a gap's."""
+    try:
+        key, why = data["key"], str(data.get("why") or "")
+        _check_key(key)
+        values = {n: _value(n, v, "the measured", zero_ok=True)
+                  for n, v in dict(data["measured"]).items()}
+    except (KeyError, TypeError, ValueError, AttributeError):
+        return None
+    if not values:
+        return None
+    mine = _GUESSES.get(key)
+    if mine is not None and not set(values) <= set(mine.fields):
+        kept = {n: v for n, v in values.items() if n in mine.fields}
+        mine, values = (mine, kept) if kept else (None, values)
+    return _compare(key, mine, why, values)
+
+
+def _compare(key: str, prediction: Prediction | None, why: str, values: dict) -> Gap:
     rows, errors = [], {}
     for name, m in values.items():
         g = prediction.fields.get(name) if prediction is not None else None
@@ -304,3 +358,4 @@ def _record(gap: Gap) -> None:
         verdicts.record_prediction(gap.key, gap.status, gap.headline(), gap.error)
     except Exception:  # recording is a convenience; never turn a measurement cell into an error
         pass
+

@@ -4,9 +4,10 @@
 Each notebook (a learner's own copy) is executed in a child process (nbclient; errors do not stop
 it, and cells that need a GPU run where there is one and say why not where there is none), then
 every call of a lesson's check (``lesson04.check_v3_kernel(...)``) gives one row with the word its
-verdict starts with, PASS, NOT YET or NOT VERIFIED. A lesson's exercises come from the registry
-(:mod:`.lessons`): one the notebook no longer calls is NOT YET. The notebook file itself is never
-written.
+verdict starts with, PASS, NOT YET or NOT VERIFIED; each prediction (``rl.predict``) one row,
+PREDICTED or NOT PREDICTED, guess against measurement (:mod:`.progress_predictions`), and a total
+with the median error. A lesson's exercises come from the registry (:mod:`.lessons`): one the
+notebook no longer calls is NOT YET. The notebook file itself is never written.
 
 Whose code runs as whom: the child (:mod:`.progress_worker`) runs one notebook, and its kernel, as
 the owner of the learner's folder (``subprocess``'s ``user=``/``group=``), never as root for someone
@@ -33,6 +34,7 @@ from pathlib import Path
 
 from . import lessons
 from .exercises import STATES
+from .progress_predictions import Seen, total as predictions_total
 from .student import check_calls
 
 #: the folder of a learner's home the hub copies the student edition into (hub/jupyterhub_config.py)
@@ -74,6 +76,7 @@ class Outcome:
     learner: Learner
     notebook: Path
     results: list[Result] = field(default_factory=list)
+    predictions: list[Seen] = field(default_factory=list)
     error: str | None = None  # why the notebook could not be run (to the end)
     seconds: float = 0.0
 
@@ -272,6 +275,10 @@ def _reply(stdout: str) -> dict | None:
             isinstance(row, list) and len(row) == 4 and all(isinstance(x, str) for x in row)
             and row[2] in STATES for row in rows):
         return None
+    try:
+        reply["predictions"] = [Seen.from_row(g) for g in reply.get("predictions", [])]
+    except (ValueError, TypeError):
+        return None
     return reply
 
 
@@ -309,6 +316,9 @@ def run_notebook(learner: Learner, path: Path, python: str, timeout: int) -> Out
         outcome.error = f"ran as uid {reply.get('uid')}, not {learner.uid}: no verdicts counted"
         return outcome
     outcome.results = [Result(*row, learner=learner.name) for row in reply["results"]]
+    outcome.predictions = reply["predictions"]
+    for seen in outcome.predictions:
+        seen.learner = learner.name
     outcome.error = reply.get("error") and str(reply["error"])
     return outcome
 
@@ -321,7 +331,6 @@ def missing(name: str) -> bool:
         return importlib.util.find_spec(name) is None
     except ImportError:
         return True
-
 
 
 # --- the report -----------------------------------------------------------------------------------
@@ -341,7 +350,7 @@ def table(learner: Learner, outcomes: list[Outcome]) -> list[str]:
         return [f"{head} refused: {learner.refused}"]
     lines = []
     for o in outcomes:
-        lines += [r.line(who) for r in o.results]
+        lines += [r.line(who) for r in o.results] + [g.line(who) for g in o.predictions]
         if o.error:
             lines.append(f"{head} {o.notebook.stem:<20} could not be run: {o.error}")
         if o.results or not o.error:
@@ -349,7 +358,9 @@ def table(learner: Learner, outcomes: list[Outcome]) -> list[str]:
                          + (totals(o.results) if o.results else "no exercises"))
     results = [r for o in outcomes for r in o.results]
     failed = sum(o.error is not None for o in outcomes)
+    guesses = [g for o in outcomes for g in o.predictions]
     lines.append(f"{head} total: {totals(results)}"
+                 + (f"; {predictions_total(guesses)}" if guesses else "")
                  + (f"; {failed} notebook(s) could not be run" if failed else ""))
     return lines
 
@@ -368,8 +379,10 @@ def summary(learners: list[Learner], outcomes: list[Outcome]) -> list[str]:
         mine = [o for o in outcomes if o.learner is learner]
         results = [r for o in mine for r in o.results]
         counts = [sum(r.status == s for r in results) for s in STATES]
+        guesses = [g for o in mine for g in o.predictions]
         lines.append(f"{learner.name:<16} {counts[0]:>5} {counts[1]:>8} {counts[2]:>13} "
-                     f"{len(results):>4}  {sum(o.error is not None for o in mine)}")
+                     f"{len(results):>4}  {sum(o.error is not None for o in mine)}"
+                     + (f"  {predictions_total(guesses)}" if guesses else ""))
     passed: dict[str, set] = {}
     for o in outcomes:
         for r in o.results:

@@ -2,9 +2,10 @@
 ``python -m rmsnorm_lessons.progress_worker NOTEBOOK SECONDS``.
 
 It runs one notebook, and its kernel, as whoever it was started as (``progress`` starts it as the
-learner), and prints one line: ``rmsnorm-progress-reply `` and JSON with the verdicts, the uid it
-ran as and, where the run did not get to the end, why. The notebook is read, executed in memory
-(nbclient; errors recorded, not raised) and never written.
+learner), and prints one line: ``rmsnorm-progress-reply `` and JSON with the verdicts, the
+predictions (:func:`.progress_predictions.seen`), the uid it ran as and, where the run did not get
+to the end, why. The notebook is read, executed in memory (nbclient; errors recorded, not raised)
+and never written.
 """
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ import sys
 import tempfile
 from pathlib import Path
 
+from .progress_predictions import seen
 from .progress import INSTALL, NEEDS, REPLY, missing, verdicts
 
 
@@ -29,7 +31,7 @@ def _kernelspec(folder: Path) -> None:
 
 def run(path: str, timeout: int) -> dict:
     """The verdicts of one notebook run in this process's account, or why there are none."""
-    reply = {"uid": os.getuid(), "results": []}
+    reply = {"uid": os.getuid(), "results": [], "predictions": []}
     absent = [name for name in NEEDS if missing(name)]
     if absent:
         reply["error"] = f"{', '.join(absent)} missing for {sys.executable}: {INSTALL}"
@@ -56,6 +58,9 @@ def run(path: str, timeout: int) -> dict:
             reply["error"] = f"{type(exc).__name__}: {first[:200]}"
     reply["results"] = [[r.lesson, r.exercise, r.status, r.message]
                         for r in verdicts(nb, path.stem)]
+    for found in seen(nb):
+        found.lesson = path.stem
+        reply["predictions"].append(found.row())
     return reply
 
 

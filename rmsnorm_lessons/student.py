@@ -3,7 +3,9 @@
 The notebooks ship as the instructor edition: every exercise filled in between nbgrader's region
 markers, so every check cell says PASS on a GPU. The student edition is the same notebooks with each
 solution region replaced by its skeleton, the outputs of the solution cells and of the cells that
-show or check their answers cleared, and every other output (the H200 tables and figures) kept.
+show or check their answers cleared, the outputs of the cells tagged ``reveal`` (our kernel, shown
+after the learner's check) and ``prediction`` (the author's guess) cleared too, and every other
+output (the H200 tables and figures) kept.
 
 Markers. A line containing ``BEGIN SOLUTION`` opens a solution region and a line containing
 ``END SOLUTION`` closes it, whatever the comment mark (``### BEGIN SOLUTION`` in Python,
@@ -41,6 +43,9 @@ BEGIN_SKELETON, END_SKELETON = "BEGIN SKELETON", "END SKELETON"
 #: a cell that calls a lesson's check: ``lesson04.check_v3_kernel(yours_v3)``
 CHECK_CALL = re.compile(r"\blesson(\d\d)\.(check_\w+)\s*\(")
 _BOUND = re.compile(r"^\s*(?:def\s+(\w+)|(\w+)\s*=[^=])", re.M)
+#: cells whose outputs the student edition clears whatever they call: our kernel after the check,
+#: and the guess written in the instructor edition
+CLEARED_TAGS = ("reveal", "prediction")
 
 
 class MarkerError(ValueError):
@@ -104,6 +109,23 @@ def solution_only(text: str) -> str:
     return "\n".join(out)
 
 
+def solution_lines(text: str) -> list[str]:
+    """The lines inside the solution regions of ``text`` (markers and skeletons excluded)."""
+    out, inside = [], False
+    for line in text.split("\n"):
+        if BEGIN in line:
+            inside = True
+        elif END in line:
+            inside = False
+        elif inside:
+            out.append(line)
+    return out
+
+
+def tags(cell) -> list:
+    return cell.get("metadata", {}).get("tags", [])
+
+
 def _source(cell) -> str:
     src = cell.get("source", "")
     return "".join(src) if isinstance(src, list) else src
@@ -133,6 +155,8 @@ def student_notebook(nb: dict) -> dict:
         if has_solution(text):
             answers.update({a or b for a, b in _BOUND.findall(text)} - bound_elsewhere)
             cell["source"] = strip_solutions(text)
+            _clear(cell)
+        elif any(t in CLEARED_TAGS for t in tags(cell)):
             _clear(cell)
         elif check_calls(text) or (answers
                                    and re.search(r"\b(" + "|".join(map(re.escape, sorted(answers)))

@@ -26,6 +26,7 @@ import math
 import os
 import re
 import stat
+import statistics
 import time as _time
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -255,7 +256,9 @@ class Row:
     cells: dict  # exercise -> its last Record, for the exercises tried
     last_time: str | None  # the learner's last attempt at anything
     passed: int
-    prediction_error: float | None  # mean of the last prediction errors recorded, None where none
+    prediction_error: float | None  # median of the last prediction errors recorded, None where none
+    predicted: int = 0  # predictions (predict.<key>) whose last record is PREDICTED
+    predictions: int = 0  # predictions measured, written or not
 
 
 def room_rows(room: dict) -> list[Row]:
@@ -264,9 +267,11 @@ def room_rows(room: dict) -> list[Row]:
     for learner, records in room.items():
         last = latest(records)
         errors = [r.prediction_error for r in last.values() if r.prediction_error is not None]
+        guesses = [r for e, r in last.items() if is_prediction(e)]
         rows.append(Row(learner, last, max((r.time for r in records), default=None),
                         sum(r.status == "PASS" for r in last.values()),
-                        sum(errors) / len(errors) if errors else None))
+                        statistics.median(errors) if errors else None,
+                        sum(r.status == "PREDICTED" for r in guesses), len(guesses)))
     return rows
 
 

@@ -51,6 +51,21 @@ def test_grid_and_leaderboard(monkeypatch):
     assert "no kernel timed yet" in d.tables({"grace": []})
 
 
+def test_predictions_show_as_a_count_and_a_median_and_break_nothing(monkeypatch):
+    d = _dashboard(monkeypatch)
+    room = {"ada": [verdicts.Record("2026-12-04T10:00:00Z", "02_naive", "predict.02.v1_ms",
+                                    "PREDICTED", "<i>x</i>", None, 0.4),
+                    verdicts.Record("2026-12-04T10:01:00Z", "02_naive", "predict.02.v2_ms",
+                                    "NOT PREDICTED", "m", None, None),
+                    _rec("lesson00.check_grid", "PASS", "2026-12-04T10:02:00Z")],
+            "grace": []}
+    html = d.tables(room)
+    ada = html[html.index("data-learner=\"ada\""):html.index("data-learner=\"grace\"")]
+    assert "<td>1/2, 40 %</td>" in ada and "<td>1/" in ada
+    assert "predict.02" not in html  # the grid's columns stay the exercises
+    assert html.count("<th title=") == len(verdicts.exercises())
+
+
 def test_who_is_let_in(monkeypatch):
     d = _dashboard(monkeypatch)
     assert d.allowed({"name": "teach"}) and d.allowed({"name": "other", "admin": True})

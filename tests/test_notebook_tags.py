@@ -47,6 +47,19 @@ def test_an_untagged_machine_dependent_cell_is_caught(source, text):
     assert tag_notebooks.untagged(nb) == []
 
 
+def test_reveal_and_versus_cells_need_the_tag_and_prediction_cells_do_not():
+    reveal = _cell("rl.notebook.compare_with_ours(verdict, 'v1_naive')", "Ours stays hidden\n",
+                   tags=["reveal"])
+    versus = _cell("rl.predict.versus(mine, ms=t.ms)", "02.v1_ms: your guess beside\n")
+    guess = _cell("mine = rl.predict.guess('02.v1_ms', ms=0.8)",
+                  "Prediction 02.v1_ms: 0.8 ms. The measurement below shows it\n",
+                  tags=["prediction"])
+    nb = {"cells": [reveal, versus, guess]}
+    assert [n for n, _ in tag_notebooks.untagged(nb)] == [0, 1]
+    guess["metadata"]["tags"] = []  # untagged, its "0.8 ms" reads as a timing
+    assert [n for n, _ in tag_notebooks.untagged(nb)] == [0, 1, 2]
+
+
 def test_a_deterministic_cell_needs_no_tag():
     nb = {"cells": [_cell("print(rl.build.kernel_source('v1_naive'))",
                           "// v1_naive.cu\n__global__ ...\n"),

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 import rmsnorm_lessons as rl
-from rmsnorm_lessons import lessons, predict, verdicts
+from rmsnorm_lessons import lessons, predict, progress_predictions, verdicts
 
 
 @pytest.fixture(autouse=True)
@@ -39,7 +39,8 @@ def test_an_unwritten_guess_asks_for_each_dots(capsys):
     assert mine.pending == ["ms", "bound"] and mine.written == {"speedup": 3.0}
 
 
-@pytest.mark.parametrize("key", ["2.v1", "02-v1", "02.V1", "02.", "x02.v1", "02.v1 ", 2, None])
+@pytest.mark.parametrize("key", ["2.v1", "02-v1", "02.V1", "02.", "x02.v1", "02.v1 ", "02.v1\n", 2,
+                                 None])
 def test_a_bad_key_is_refused_naming_key(key):
     with pytest.raises(ValueError, match="key must be"):
         predict.guess(key, ms=1)
@@ -103,9 +104,10 @@ def test_versus_shows_each_gap_and_the_largest(capsys):
 
 
 def test_versus_lower_and_small_gaps():
-    predict.guess("04.v3", ms=0.1, speedup=1.3, gbps=3000)
-    gap = predict.versus("04.v3", ms=0.25, speedup=1.0, gbps=2900)
-    assert _rows(gap) == {"ms": "2.5x lower", "speedup": "30 % higher", "gbps": "within 10 %"}
+    predict.guess("04.v3", ms=0.1, speedup=1.3, gbps=3000, count=80)
+    gap = predict.versus("04.v3", ms=0.25, speedup=1.0, gbps=2900, count=100)
+    assert _rows(gap) == {"ms": "2.5x lower", "speedup": "30 % higher", "gbps": "within 10 %",
+                          "count": "20 % lower"}
     assert gap.error == pytest.approx(0.6)
 
 
@@ -164,10 +166,47 @@ def test_ipython_shows_each_once():
         ip.run_cell("rl.predict.guess('02.v9_ms', ms=0.5)", store_history=True)
         ip.run_cell("g = rl.predict.versus('02.v9_ms', ms=0.5)\ng", store_history=True)
     assert cap.stdout.count("Prediction 02.v9_ms: 0.5 ms") == 1
-    assert cap.stdout.count("02.v9_ms: your guess beside") == 1
+    # in IPython a gap is a display with its data beside the text
+    [shown] = [o.data for o in cap.outputs]
+    assert shown["text/plain"].startswith("02.v9_ms: your guess beside")
+    assert shown[predict.GAP_MIME]["measured"] == {"ms": 0.5}
     with IPython.utils.capture.capture_output() as cap:
         ip.run_cell("g", store_history=True)  # a later cell shows it again
-    assert "02.v9_ms: your guess beside" in cap.stdout
+    assert [o.data["text/plain"][:27] for o in cap.outputs] == ["02.v9_ms: your guess beside"]
+
+
+def test_a_saved_gap_shows_this_learners_guess_beside_the_saved_measurement():
+    IPython = pytest.importorskip("IPython")
+    from IPython.testing.globalipapp import get_ipython
+
+    from rmsnorm_lessons import notebook
+
+    get_ipython()
+    predict.guess("02.v1_ms", ms=0.8)  # the author's guess, on the H200
+    saved = predict.versus("02.v1_ms", ms=0.4, why="atomics wait in L2")
+    outputs = [{"output_type": "stream", "name": "stdout", "text": "v1 took 0.4 ms\n"},
+               {"output_type": "display_data", "metadata": {},
+                "data": {"text/plain": str(saved), predict.GAP_MIME: saved.data()}}]
+    predict.guess("02.v1_ms", ms=0.2)  # the learner's, here
+    with IPython.utils.capture.capture_output() as cap:
+        notebook.show(json.loads(json.dumps(outputs)))  # as read from the notebook file
+    assert cap.stdout == "v1 took 0.4 ms\n"
+    [shown] = [o.data for o in cap.outputs]
+    assert shown[predict.GAP_MIME]["rows"] == [["ms", "0.2", "0.4", "2.0x lower"]]
+    assert shown["text/plain"].endswith("Atomics wait in L2.") and "0.8" not in shown["text/plain"]
+
+
+def test_replay_without_a_guess_or_with_other_fields():
+    data = {"key": "03.v2_ms", "measured": {"ms": 0.3, "bound": "memory"}, "why": ""}
+    assert predict.replay(data).status == "NOT PREDICTED"
+    predict.guess("03.v2_ms", bound="latency")
+    gap = predict.replay(data)
+    assert [r[0] for r in gap.rows] == ["bound"] and gap.status == "PREDICTED"
+    predict.guess("03.v2_ms", gbps=100)
+    assert predict.replay(data).status == "NOT PREDICTED"
+    for bad in (None, {}, {"key": "x", "measured": {"ms": 1}}, {"key": "03.a", "measured": {}},
+                {"key": "03.a", "measured": {"ms": -1}}, {"key": "03.a", "measured": [1]}):
+        assert predict.replay(bad) is None, bad
 
 
 def test_versus_records_a_line_where_recording_is_on(tmp_path, monkeypatch):
@@ -191,3 +230,68 @@ def test_recording_off_writes_nothing(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     predict.versus("02.v1_ms", ms=0.4)
     assert list(tmp_path.iterdir()) == []
+
+
+# --- reading the predictions back from an executed notebook (progress) ---------------------------
+
+def _printed(capsys, code):
+    capsys.readouterr()
+    exec(code, {"rl": rl})
+    return capsys.readouterr().out
+
+
+def _cell(source, text):
+    return {"cell_type": "code", "metadata": {}, "source": source,
+            "outputs": [{"output_type": "stream", "name": "stdout", "text": text}] if text else []}
+
+
+def test_seen_reads_what_guess_and_versus_printed(capsys):
+    saved = "Not run here (no GPU). Saved output from NVIDIA H200, 2026-12-02:\n"
+    nb = {"cells": [
+        _cell("mine = rl.predict.guess('02.v1_ms', ms=0.8, bound='latency')",
+              _printed(capsys, "rl.predict.guess('02.v1_ms', ms=0.8, bound='latency')")),
+        _cell("%%gpu\nrl.predict.versus(mine, ms=t.ms, bound='memory')",
+              _printed(capsys, "rl.predict.versus('02.v1_ms', ms=0.4, bound='memory', why='x')")),
+        _cell("m2 = rl.predict.guess('02.v2_ms', ms=...)",
+              _printed(capsys, "rl.predict.guess('02.v2_ms', ms=...)")),
+        # no GPU here: the H200's saved output (the author's guess) is not the learner's
+        _cell("%%gpu\nrl.predict.versus(m2, ms=t.ms)",
+              saved + _printed(capsys, "rl.predict.guess('02.v2_ms', ms=1)\n"
+                                       "rl.predict.versus('02.v2_ms', ms=0.5)")),
+        _cell("rl.predict.guess('02.v3_ms', ms=2)", _printed(capsys,
+                                                             "rl.predict.guess('02.v3_ms', ms=2)")),
+        _cell("%%gpu\nrl.predict.versus('02.v3_ms', ms=t.ms)", saved + "anything\n"),
+        _cell("rl.predict.versus('02.v4_ms', ms=t.ms)", ""),
+    ]}
+    got = {s.key: (s.status, s.error, s.detail) for s in progress_predictions.seen(nb)}
+    assert list(got) == ["02.v1_ms", "02.v2_ms", "02.v3_ms", "02.v4_ms"]
+    assert got["02.v1_ms"] == ("PREDICTED", 1.0, "ms 0.8 vs 0.4 (2.0x higher); bound latency vs "
+                                                 "memory (you said latency; it is memory)")
+    assert got["02.v2_ms"] == ("NOT PREDICTED", None, "no guess written; not measured here")
+    assert got["02.v3_ms"] == ("PREDICTED", None, "guessed 2 ms; not measured here")
+    assert got["02.v4_ms"] == ("NOT PREDICTED", None, "no guess written; not measured here")
+
+
+def test_seen_takes_versus_without_a_guess_cell(capsys):
+    text = _printed(capsys, "rl.predict.versus('05.v4_ms', ms=0.5)")
+    [s] = progress_predictions.seen({"cells": [_cell("rl.predict.versus('05.v4_ms', ms=t)",
+                                                     text)]})
+    assert (s.key, s.status, s.error, s.measured) == ("05.v4_ms", "NOT PREDICTED", None, True)
+    assert s.detail == "ms - vs 0.5 (not guessed)"
+
+
+def test_seen_reads_a_gaps_data_live_or_replayed_and_skips_saved_text():
+    predict.guess("06.v5_ms", ms=0.1)
+    gap = predict.versus("06.v5_ms", ms=0.3)
+    display = {"output_type": "display_data", "metadata": {},
+               "data": {"text/plain": str(gap), predict.GAP_MIME: gap.data()}}
+    saved = {"output_type": "stream", "name": "stdout",
+             "text": "Not run here (no GPU). Saved output from NVIDIA H200, 2026-12-02:\n"}
+    author = {"output_type": "stream", "name": "stdout",
+              "text": "Prediction 06.v5_ms: 9 ms. The measurement below shows it beside what "
+                      "it measures.\n"}
+    cell = {"cell_type": "code", "metadata": {}, "source": "%%gpu\nrl.predict.versus(mine, ms=t)",
+            "outputs": [saved, author, display]}
+    [s] = progress_predictions.seen({"cells": [cell]})
+    assert (s.key, s.status, s.measured, s.guessed) == ("06.v5_ms", "PREDICTED", True, "")
+    assert s.error == pytest.approx(2 / 3) and s.detail == "ms 0.1 vs 0.3 (3.0x lower)"

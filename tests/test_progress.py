@@ -211,6 +211,89 @@ def test_a_forged_or_broken_reply_is_a_failed_run():
     assert progress._reply("no reply at all") is None
 
 
+def test_a_forged_prediction_row_is_a_failed_run():
+    row = ["02_naive", "02.v1_ms", "PREDICTED", 0.5, "ms 0.8 vs 0.4 (2.0x higher)"]
+    good = {"uid": 5, "results": [], "predictions": [row]}
+    (seen,) = progress._reply(progress.REPLY + json.dumps(good))["predictions"]
+    assert (seen.key, seen.status, seen.error, seen.detail) == (
+        "02.v1_ms", "PREDICTED", 0.5, "ms 0.8 vs 0.4 (2.0x higher)")
+    assert progress._reply(progress.REPLY + json.dumps({"uid": 5, "results": []})) is not None
+    for bad in ([row[:4]], [row[:2] + ["PASS"] + row[3:]], [row[:3] + ["0.5"] + row[4:]],
+                [row[:3] + [-1] + row[4:]], [row[:3] + [True] + row[4:]], "x", 3):
+        forged = progress.REPLY + json.dumps(dict(good, predictions=bad))
+        assert progress._reply(forged) is None, bad
+
+
+def _guessing_notebook(path: Path) -> Path:
+    """Lesson 00 stand-in with two predictions: one written and measured, one left as ``...``."""
+    path = tiny_notebook(path, FIRST, ["PASS: grid", "PASS: bytes"])
+    nb = json.loads(path.read_text())
+    nb["cells"] += [_cell("import rmsnorm_lessons as rl"),
+                    _cell("mine = rl.predict.guess('00.copy_ms', ms=0.8, bound='latency')"),
+                    _cell("rl.predict.versus(mine, ms=0.4, bound='memory', why='it streams')"),
+                    _cell("later = rl.predict.guess('00.grid_ms', ms=...)"),
+                    _cell("rl.predict.versus(later, ms=1.25)"),
+                    _cell("rl.predict.guess('00.never_ms', us=3)")]
+    path.write_text(json.dumps(nb))
+    return path
+
+
+def test_predictions_get_a_row_each_and_a_total_with_the_median_error(tmp_path):
+    path = _guessing_notebook(tmp_path / FIRST.notebook)
+    p = _cli(path)
+    assert p.returncode == 0, p.stdout + p.stderr
+    rows = {ln.split()[2]: ln.split(None, 3)[3] for ln in p.stdout.splitlines()
+            if len(ln.split()) > 3 and ln.split()[2].startswith("predict.")}
+    assert rows == {
+        "predict.00.copy_ms": "PREDICTED     error 100 %: ms 0.8 vs 0.4 (2.0x higher); bound "
+                              "latency vs memory (you said latency; it is memory)",
+        "predict.00.grid_ms": "NOT PREDICTED error -: ms - vs 1.25 (not guessed)",
+        "predict.00.never_ms": "PREDICTED     error -: guessed 3 us; not measured here"}, p.stdout
+    total = [ln for ln in p.stdout.splitlines() if re.search(r"^\S+\s+total: ", ln)]
+    assert total and total[-1].endswith("2 of 3 predictions written, median error 100 %"), total
+
+
+def test_a_saved_measurement_is_set_beside_the_learners_own_guess(tmp_path):
+    # no GPU: the %%gpu cell shows the H200's saved output, whose gap (the author's guess, 0.9) is
+    # replayed with this learner's guess (0.2) beside the saved measurement (0.5)
+    from rmsnorm_lessons import gpu, predict
+
+    author = {"key": "00.copy_ms", "status": "PREDICTED", "error": 0.8, "why": "it streams",
+              "measured": {"ms": 0.5}, "rows": [["ms", "0.9", "0.5", "80 % higher"]]}
+    path = tiny_notebook(tmp_path / FIRST.notebook, FIRST, ["PASS: grid", "PASS: bytes"])
+    nb = json.loads(path.read_text())
+    nb["metadata"]["rmsnorm_lessons"] = {"device": "NVIDIA H200", "date": "2026-12-02"}
+    measure = _cell("%%gpu\nrl.predict.versus(mine, ms=0.4, why='it streams')")
+    measure["outputs"] = [{"output_type": "display_data", "metadata": {}, "data": {
+        "text/plain": "00.copy_ms: your guess beside ... 0.9 ...", predict.GAP_MIME: author}}]
+    nb["cells"] += [_cell("import rmsnorm_lessons as rl\nrl.notebook.setup()"),
+                    _cell("mine = rl.predict.guess('00.copy_ms', ms=0.2)"), measure]
+    path.write_text(json.dumps(nb))
+    p = _cli(path)
+    assert p.returncode == 0, p.stdout + p.stderr
+    [row] = [ln for ln in p.stdout.splitlines() if "predict.00.copy_ms" in ln]
+    measured = "0.5" if gpu.why_unavailable() else "0.4"  # saved, or measured here
+    ratio = "2.5x" if measured == "0.5" else "2.0x"
+    assert row.endswith(f"PREDICTED     error {'60' if ratio == '2.5x' else '50'} %: ms 0.2 vs "
+                        f"{measured} ({ratio} lower)"), row
+
+
+def test_the_room_summary_counts_predictions():
+    from rmsnorm_lessons.progress_predictions import Seen
+
+    learner = progress.Learner("ann", Path("/nowhere"), [Path("/nowhere/x.ipynb")])
+    seen = [Seen("02.a", True, "1 ms", "ms 1 vs 2 (2.0x lower)", 0.5),
+            Seen("02.b", True, "1 ms", "ms 1 vs 4 (4.0x lower)", 0.75),
+            Seen("02.c", True, "1 ms", "ms 1 vs 1 (within 10 %)", 0.0),
+            Seen("02.d")]
+    outcome = progress.Outcome(learner, learner.notebooks[0], predictions=seen)
+    lines = progress.summary([learner], [outcome])
+    assert lines[2].endswith("3 of 4 predictions written, median error 50 %"), lines
+    assert progress.table(learner, [outcome])[-1].endswith(
+        "total: 0 PASS, 0 NOT YET, 0 NOT VERIFIED of 0; 3 of 4 predictions written, "
+        "median error 50 %")
+
+
 # --- a room of two real accounts ------------------------------------------------------------------
 
 

@@ -75,14 +75,43 @@ def test_every_exercise_has_a_solution_and_the_student_edition_has_none(lesson):
         assert "SOLUTION" not in _src(after) and "SKELETON" not in _src(after)
         if before["cell_type"] != "code":
             assert after == before
-        elif student.has_solution(_src(before)) or student.check_calls(_src(before)):
+        elif (student.has_solution(_src(before)) or student.check_calls(_src(before))
+              or _cleared_by_tag(before)):
             assert after["outputs"] == [] and after["execution_count"] is None
         elif before.get("outputs"):
             kept += after["outputs"] == before["outputs"]
     # the H200's tables and figures stay
     assert kept >= sum(1 for c in nb["cells"] if c.get("outputs")
                        and not student.has_solution(_src(c))
-                       and not student.check_calls(_src(c))) - 1
+                       and not student.check_calls(_src(c)) and not _cleared_by_tag(c)) - 1
+
+
+def _cleared_by_tag(cell) -> bool:
+    return any(t in student.CLEARED_TAGS for t in student.tags(cell))
+
+
+def test_reveal_and_prediction_cells_lose_their_outputs():
+    def cell(source, tags=(), text="out\n"):
+        return {"cell_type": "code", "metadata": {"tags": list(tags)}, "source": source,
+                "execution_count": 3,
+                "outputs": [{"output_type": "stream", "name": "stdout", "text": text}]}
+
+    nb = {"cells": [cell("mine = rl.predict.guess('02.v1_ms', ms=0.8)", ["prediction"]),
+                    cell("t = rl.bench.time('v1_naive')", ["gpu"], "0.4 ms\n"),
+                    cell("rl.predict.versus(mine, ms=t.ms)"),
+                    cell("rl.notebook.compare_with_ours(verdict, 'v1_naive')", ["reveal"],
+                         "Ours: kernels/v1_naive.cu\n__global__ ...\n")],
+          "metadata": {}, "nbformat": 4, "nbformat_minor": 5}
+    st = student.student_notebook(nb)
+    assert [bool(c["outputs"]) for c in st["cells"]] == [False, True, True, False]
+    assert st["cells"][0]["execution_count"] is None and st["cells"][1]["execution_count"] == 3
+    assert nb["cells"][0]["outputs"], "the instructor edition is not changed"
+
+
+def test_solution_lines_are_the_lines_inside_the_regions():
+    text = ("a;\n// ### BEGIN SOLUTION\n    x += 1;\n// ### END SOLUTION\n"
+            "#if 0 // ### BEGIN SKELETON\n    // TODO\n#endif // ### END SKELETON\nb;")
+    assert student.solution_lines(text) == ["    x += 1;"]
 
 
 def _solution_lines(text: str) -> tuple[set, set]:

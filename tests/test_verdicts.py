@@ -138,6 +138,34 @@ def test_room_rows_and_leaderboard():
     assert [(n, s) for n, s, _ in board] == [("grace", 95.0), ("ada", 91.5)]
 
 
+def test_predictions_are_records_of_their_own(target):
+    assert verdicts.record_prediction("02.v1_ms", "PREDICTED", "02.v1_ms: your guess ...", 1.1)
+    assert verdicts.record_prediction("03.v2_ms", "NOT PREDICTED", "no guess", None)
+    assert not verdicts.record_prediction("03.v2_ms", "PASS", "a check's word", None)
+    first, second = verdicts.read(target)
+    assert (first.exercise, first.lesson, first.status, first.prediction_error) == (
+        "predict.02.v1_ms", lessons.LESSONS[2].stem, "PREDICTED", 1.1)
+    assert (second.lesson, second.status, second.prediction_error) == (
+        lessons.LESSONS[3].stem, "NOT PREDICTED", None)
+    # a prediction's word for a check, or a check's word for a prediction: not a record
+    for exercise, status in (("lesson00.check_grid", "PREDICTED"), ("predict.02.x", "PASS")):
+        with pytest.raises(ValueError, match="status"):
+            verdicts.Record.from_dict({"time": "t", "lesson": "l", "exercise": exercise,
+                                       "status": status, "message": "m"})
+
+
+def test_room_rows_count_predictions_and_take_the_median_error():
+    room = {"ada": [_rec("predict.02.a", "PREDICTED", "2026-12-04T10:00:00Z", error=0.9),
+                    _rec("predict.02.a", "PREDICTED", "2026-12-04T10:01:00Z", error=0.1),
+                    _rec("predict.02.b", "PREDICTED", "2026-12-04T10:02:00Z", error=0.5),
+                    _rec("predict.03.c", "PREDICTED", "2026-12-04T10:03:00Z", error=3.0),
+                    _rec("predict.03.d", "NOT PREDICTED", "2026-12-04T10:04:00Z"),
+                    _rec("lesson00.check_grid", "PASS", "2026-12-04T10:05:00Z")]}
+    (row,) = verdicts.room_rows(room)
+    assert (row.passed, row.predicted, row.predictions) == (1, 3, 4)
+    assert row.prediction_error == 0.5  # the median of the last errors 0.1, 0.5 and 3.0
+
+
 def test_verdict_score():
     assert Verdict(True, "m", score=90).score == 90
     assert not_verified("m").score is None

@@ -41,7 +41,14 @@ SOURCE_RULES = {
     "a timing": r"\bbench\.|%%?timeit|\bperf_counter\(|\btime\.time\(",
     "a kernel exercise's check (it runs the kernel only where a GPU is)":
         r"\bcheck_warp_sum\(|\bcheck_v\d_kernel\(",
+    "a measurement beside a guess": r"\bpredict\.versus\(",
 }
+# cells tagged so: the tag says what their output depends on
+TAG_RULES = {
+    "reveal": "a reveal cell (ours is shown only where the check passed: a GPU ran it)",
+}
+# a prediction cell prints the learner's own numbers ("0.8 ms"): no output rule applies to it
+PREDICTION = "prediction"
 # what committed output text shows that another machine would print differently
 OUTPUT_RULES = {
     "a timing": r"\b\d+(\.\d+)?\s?(ms|us|µs|ns)\b|\bGB/s\b|\bTFLOP/s\b",
@@ -71,9 +78,13 @@ def reasons(cell: dict) -> list[str]:
     """Why this code cell's output depends on the machine ([] for a deterministic cell)."""
     src = _text(cell.get("source"))
     out = output_text(cell)
+    tags = cell.get("metadata", {}).get("tags", [])
     found = [why for why, rx in SOURCE_RULES.items() if re.search(rx, src)]
-    found += [f"its output shows {why}" for why, rx in OUTPUT_RULES.items() if re.search(rx, out)]
-    if "gpu" in cell.get("metadata", {}).get("tags", []) and re.search(GPU_FLOAT, out):
+    found += [why for tag, why in TAG_RULES.items() if tag in tags]
+    if PREDICTION not in tags:
+        found += [f"its output shows {why}" for why, rx in OUTPUT_RULES.items()
+                  if re.search(rx, out)]
+    if "gpu" in tags and re.search(GPU_FLOAT, out):
         found.append("a gpu cell printing measured numbers")
     return found
 
