@@ -73,9 +73,7 @@ __device__ inline void zero_block_shared(float* shared, int n) {
 }
 
 // One warp a row, in a grid-stride loop over all rows: warp w of block b (W warps a block) takes
-// row b * W + w, then every (gridDim.x * W)-th row after it.
-//     const long long stride = warps_in_grid();
-//     for (long long row = first_row_of_warp(); row < N; row += stride)
+// row b * W + w (first_row_of_warp), then every (gridDim.x * W)-th row after it (warps_in_grid).
 __device__ inline long long first_row_of_warp() {
     int warps_per_block = blockDim.x / WARP_SIZE;
     return (long long)blockIdx.x * warps_per_block + threadIdx.x / WARP_SIZE;

@@ -369,6 +369,17 @@ def test_v3_and_v4_walk_their_rows_with_the_helpers_the_lessons_name():
         assert "warps_per_block + threadIdx.x" not in _exercise_text(name)
 
 
+def test_lesson04_shows_v2_as_it_ships():
+    # v2 stands in the markdown (v3's solution repeats its arithmetic, so printed it would read as
+    # a leaked solution line); the text must be kernels/v2_warp.cu's
+    from rmsnorm_lessons import build
+
+    v2 = build.kernel_source("v2_warp")
+    prose = [c.source for c in _cells("04_shared_memory.ipynb") if c.cell_type == "markdown"]
+    [block] = [t.split("```cuda\n")[1].split("```")[0] for t in prose if "```cuda" in t]
+    assert block == v2[v2.index('extern "C"'):]
+
+
 # --- on the GPU -----------------------------------------------------------------------------------
 
 
