@@ -1,7 +1,8 @@
 // common.cuh: the small toolbox every kernel of the course includes.
 // Packed128 (a 16-byte vector of floats or bf16s), 128-bit load/store helpers with cache hints,
-// the warp butterfly reduction and ceil_div. Kernels are compiled with no_extern_c, so each file
-// marks its entry points extern "C" and may use templates freely.
+// the warp butterfly reduction, ceil_div, and two pieces v3 and v4 share: zeroing a block's shared
+// array and a warp's rows in a grid-stride loop. Kernels are compiled with no_extern_c, so each
+// file marks its entry points extern "C" and may use templates freely.
 #pragma once
 #include <cuda_bf16.h>
 
@@ -63,4 +64,21 @@ __device__ inline float warp_reduce_sum(float value) {
         value += __shfl_xor_sync(0xffffffffu, value, offset);
     }
     return value;
+}
+
+// The block's threads zero n floats of shared memory together (thread t takes t, t + blockDim.x,
+// ...). A __syncthreads() must follow before any warp adds into them.
+__device__ inline void zero_block_shared(float* shared, int n) {
+    for (int i = threadIdx.x; i < n; i += blockDim.x) shared[i] = 0.0f;
+}
+
+// One warp a row, in a grid-stride loop over all rows: warp w of block b (W warps a block) takes
+// row b * W + w (first_row_of_warp), then every (gridDim.x * W)-th row after it (warps_in_grid).
+__device__ inline long long first_row_of_warp() {
+    int warps_per_block = blockDim.x / WARP_SIZE;
+    return (long long)blockIdx.x * warps_per_block + threadIdx.x / WARP_SIZE;
+}
+__device__ inline long long warps_in_grid() {
+    int warps_per_block = blockDim.x / WARP_SIZE;
+    return (long long)gridDim.x * warps_per_block;
 }

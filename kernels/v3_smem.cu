@@ -10,14 +10,12 @@ extern "C" __global__ void rmsnorm_backward_v3(float* dinp, float* dweight, cons
                                                const float* inp, const float* weight,
                                                const float* rstd, int N, int C) {
     extern __shared__ float dweight_shared[];  // C floats, sized at launch
-    for (int c = threadIdx.x; c < C; c += blockDim.x) dweight_shared[c] = 0.0f;
-    __syncthreads();
+    zero_block_shared(dweight_shared, C);
+    __syncthreads();  // no warp may add before every entry is zero
 
     int lane = threadIdx.x % WARP_SIZE;
-    int warps_per_block = blockDim.x / WARP_SIZE;
-    long long warps_in_grid = (long long)gridDim.x * warps_per_block;
-    for (long long row = (long long)blockIdx.x * warps_per_block + threadIdx.x / WARP_SIZE; row < N;
-         row += warps_in_grid) {
+    const long long stride = warps_in_grid();
+    for (long long row = first_row_of_warp(); row < N; row += stride) {
         const float* dout_row = dout + row * C;
         const float* inp_row = inp + row * C;
         float* dinp_row = dinp + row * C;

@@ -31,14 +31,12 @@ extern "C" __global__ void rmsnorm_backward_v4(__nv_bfloat16* dinp, float* dweig
                                                const __nv_bfloat16* weight, const float* rstd,
                                                int N, int C) {
     extern __shared__ float dweight_shared[];
-    for (int c = threadIdx.x; c < C; c += blockDim.x) dweight_shared[c] = 0.0f;
-    __syncthreads();
+    zero_block_shared(dweight_shared, C);
+    __syncthreads();  // no warp may add before every entry is zero
 
     int lane = threadIdx.x % WARP_SIZE;
-    int warps_per_block = blockDim.x / WARP_SIZE;
-    long long warps_in_grid = (long long)gridDim.x * warps_per_block;
-    for (long long row = (long long)blockIdx.x * warps_per_block + threadIdx.x / WARP_SIZE; row < N;
-         row += warps_in_grid) {
+    const long long stride = warps_in_grid();
+    for (long long row = first_row_of_warp(); row < N; row += stride) {
         const __nv_bfloat16* dout_row = dout + row * C;
         const __nv_bfloat16* inp_row = inp + row * C;
         __nv_bfloat16* dinp_row = dinp + row * C;

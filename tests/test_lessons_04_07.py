@@ -151,6 +151,10 @@ def test_lesson05_half_ulp():
     assert lesson05.check_half_ulp(0.125).passed
     assert lesson05.check_half_ulp(2 ** -8, lo=1.0).passed
     assert lesson05.check_half_ulp(0.5, lo=128.0).passed
+    # the notebook's question: between 1/16 and 1/8
+    assert lesson05.check_half_ulp(2 ** -12, lo=1 / 16).passed
+    v = lesson05.check_half_ulp(2 ** -11, lo=1 / 16)
+    assert not v.passed and "spacing" in v.message, v.message
     for wrong, expect in [(0.25, "spacing"), (0.125 / 2 ** 16, "float32"), (0.1, "not 0.1"),
                           (None, "replace"),
                           ("x", "number")]:
