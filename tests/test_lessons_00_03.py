@@ -215,6 +215,136 @@ def test_lesson03_compile_error_points_at_the_learners_line():
     assert "your_warp_sum(2)" in verdict.message, verdict.message
 
 
+# --- check_warp_sum's child process (a fake child, or a real one on a machine without a GPU)
+
+
+class _FakeChild:
+    """In place of child.run_job: answers each call with the next (Finished, result)."""
+
+    def __init__(self, *answers):
+        self.answers, self.calls = list(answers), []
+
+    def __call__(self, action, kwargs, wrapper=(), timeout=600, env=None):
+        self.calls.append((action, kwargs, [str(w) for w in wrapper]))
+        return self.answers.pop(0)
+
+
+@pytest.fixture
+def seems_to_have_a_gpu(monkeypatch):
+    """This process says a GPU works (an H200's arch), so check_warp_sum hands the kernel to its
+    child; nothing here touches a GPU."""
+    from types import SimpleNamespace
+
+    from rmsnorm_lessons import sanitizer
+
+    monkeypatch.setattr(gpu, "why_unavailable", lambda: None)
+    monkeypatch.setattr(gpu, "facts", lambda: SimpleNamespace(arch="sm_90"))
+    monkeypatch.setattr(sanitizer, "find", lambda: None)
+    return monkeypatch
+
+
+def _lanes_answer(reduce):
+    from rmsnorm_lessons import child
+
+    return (child.Finished(0, lesson03.LAUNCHING + "\n", ""),
+            {"ok": True, "one_hot": reduce(lesson03.one_hot_input()).tolist(),
+             "random": reduce(lesson03.random_input()).tolist()})
+
+
+@needs_nvcc
+def test_lesson03_with_the_gpu_hidden_no_child_runs_and_it_is_not_verified(monkeypatch):
+    from rmsnorm_lessons import child
+
+    def no_child(*args, **kwargs):
+        raise AssertionError("a child ran without a GPU")
+
+    monkeypatch.setattr(gpu, "why_unavailable", lambda: "hidden by the test")
+    monkeypatch.setattr(child, "run_job", no_child)
+    verdict = lesson03.check_warp_sum(lesson03.SOLUTION)
+    assert verdict.status == "NOT VERIFIED", verdict
+
+
+@needs_nvcc
+@pytest.mark.parametrize("reduce,status,expect", [
+    (_xor_reduction, "PASS", "ran it on the GPU: every lane of 64 random warps holds"),
+    (lambda x: _xor_reduction(x, (16, 8, 4, 2)), "NOT YET", "16 lanes, not 32"),
+])
+def test_lesson03_judges_the_lanes_its_child_sends_back(seems_to_have_a_gpu, reduce, status,
+                                                         expect):
+    from rmsnorm_lessons import child
+
+    fake = _FakeChild(_lanes_answer(reduce))
+    seems_to_have_a_gpu.setattr(child, "run_job", fake)
+    verdict = lesson03.check_warp_sum(lesson03.SOLUTION)
+    assert verdict.status == status and expect in verdict.message, verdict
+    assert verdict.message.startswith("nvcc compiled it for sm_90"), verdict
+    (action, kwargs, wrapper), = fake.calls
+    assert action == lesson03.ACTION and wrapper == []
+    # the child gets the parent's build: the cubin of the very text nvcc checked here
+    assert kwargs["binary"] == lesson03.compile_body(lesson03.SOLUTION, "sm_90")[0].binary
+
+
+MEMCHECK_WARP_SUM = """========= COMPUTE-SANITIZER
+========= Invalid __global__ read of size 4 bytes
+=========     at warp_sum(float)+0x70 in your_warp_sum:2
+=========     by thread (3,0,0) in block (0,0,0)
+=========     Address 0x1000 is out of bounds
+=========
+========= ERROR SUMMARY: 1 error
+"""
+WILD = """
+    const float* wild = reinterpret_cast<const float*>(0x1000ull);
+    value += wild[threadIdx.x];
+    for (int offset = 16; offset > 0; offset /= 2)
+        value += __shfl_xor_sync(0xffffffff, value, offset);
+    return value;
+"""
+
+
+@needs_nvcc
+def test_lesson03_a_child_killed_by_a_signal_is_not_yet_and_says_so(seems_to_have_a_gpu):
+    from rmsnorm_lessons import child
+
+    fake = _FakeChild((child.Finished(-11, lesson03.LAUNCHING + "\n", "Fatal Python error"),
+                       None))
+    seems_to_have_a_gpu.setattr(child, "run_job", fake)
+    verdict = lesson03.check_warp_sum(WILD)
+    assert verdict.status == "NOT YET", verdict
+    assert "crashed the check's child process" in verdict.message and "SIGSEGV" in verdict.message
+    assert "untouched" in verdict.message and "restart" not in verdict.message
+    assert "compute-sanitizer is not installed here" in verdict.message, verdict.message
+    assert len(fake.calls) == 1
+
+
+@needs_nvcc
+def test_lesson03_a_fault_in_the_child_names_memchecks_line(seems_to_have_a_gpu):
+    from rmsnorm_lessons import child, sanitizer
+
+    caught = {"ok": False, "kinds": ["error"], "message": "running it failed: LaunchError: "
+              "cuMemcpyDtoH failed: an illegal memory access was encountered"}
+    fake = _FakeChild((child.Finished(0, lesson03.LAUNCHING + "\n", ""), caught),
+                      (child.Finished(86, "", MEMCHECK_WARP_SUM), None))
+    seems_to_have_a_gpu.setattr(child, "run_job", fake)
+    seems_to_have_a_gpu.setattr(sanitizer, "find", lambda: "/usr/bin/compute-sanitizer")
+    verdict = lesson03.check_warp_sum(WILD)
+    assert verdict.status == "NOT YET", verdict
+    assert "an illegal memory access" in verdict.message, verdict.message
+    assert "at line 2 of your text: value += wild[threadIdx.x];" in verdict.message, verdict
+    assert [c[0] for c in fake.calls] == [lesson03.ACTION] * 2
+    assert fake.calls[1][2][:3] == ["/usr/bin/compute-sanitizer", "--tool", "memcheck"]
+    assert fake.calls[1][1] == fake.calls[0][1]
+
+
+@needs_nvcc
+@pytest.mark.skipif(gpu.available(), reason="a real child without a GPU")
+def test_lesson03_a_real_child_without_a_gpu_never_reaches_the_kernel(seems_to_have_a_gpu):
+    # this process pretends a GPU works; the child finds none and stops before any launch
+    verdict = lesson03.check_warp_sum(lesson03.SOLUTION)
+    assert verdict.status == "NOT YET", verdict
+    assert "stopped before it ran your warp_sum" in verdict.message, verdict.message
+    assert "GpuUnavailable" in verdict.message, verdict.message
+
+
 @needs_nvcc
 def test_compile_source_reports_resources_and_errors():
     compiled = build.compile_source('extern "C" __global__ void k(float* x) { x[threadIdx.x] *= '
