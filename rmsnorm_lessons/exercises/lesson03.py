@@ -38,8 +38,9 @@ SOLUTION = """\
     return value;
 """
 
-_HEADER = ("#define WARP_SIZE 32\n\n__device__ float warp_sum(float value) {\n#line 1 "
-           "\"your_warp_sum\"\n")
+NAME = "your_warp_sum"  # what nvcc and memcheck call the file of the learner's lines
+_HEADER = ("#define WARP_SIZE 32\n\n__device__ float warp_sum(float value) {\n"
+           f'#line 1 "{NAME}"\n')
 _FOOTER = """}
 #line 1 "lesson03_harness"
 extern "C" __global__ void run_warp_sum(float* out, const float* in) {
@@ -48,7 +49,6 @@ extern "C" __global__ void run_warp_sum(float* out, const float* in) {
 }
 """
 BLOCK = 128  # four warps per block, as in v2: a solution that mixes up warps of one block fails
-NAME = "your_warp_sum"  # what nvcc and memcheck call the file of the learner's lines
 ACTION = "rmsnorm_lessons.exercises.lesson03:child_warp_sum"
 LAUNCHING = "lesson03: launching"  # the child's line before it launches the learner's kernel
 
