@@ -1,7 +1,8 @@
 """Lesson 08 (bytes in flight): the floor time, Little's law, the pointer chase's chain and the
 kernels of kernels/bytes_in_flight.cu as the lesson describes them (CPU: nvcc and the SASS, no
 launch); on a GPU the latency and the scale variants are measured (marker ``gpu``). The kernel
-exercise is tested with the others in tests/test_kernel_exercises.py."""
+exercise is tested with the others in tests/test_kernel_exercises.py; here, that its GPU run
+happens in the check's child process alone."""
 from __future__ import annotations
 
 import numpy as np
@@ -152,3 +153,57 @@ def test_an_unknown_part_is_refused_naming_the_parts():
     with pytest.raises(ValueError, match=r"'nope' is not a function .* pointer_chase, times, "
                                          r"scale_loop$"):
         lesson08.kernel_part("bytes_in_flight", "nope")
+
+
+# --- the kernel exercise's GPU run: in the check's child process only
+
+
+def test_the_scale_check_hands_its_run_to_the_child_and_never_runs_it_here(monkeypatch):
+    from types import SimpleNamespace
+
+    from test_kernel_exercises import kernel_text
+
+    from rmsnorm_lessons import child
+    from rmsnorm_lessons.exercises import kernel_child
+    from rmsnorm_lessons.exercises.kernel_running import Outcome
+
+    if build.find_nvcc() is None:
+        pytest.skip("nvcc not found")
+    monkeypatch.setattr(gpu, "why_unavailable", lambda: None)  # as if a GPU worked
+    monkeypatch.setattr(gpu, "facts", lambda: SimpleNamespace(arch="sm_90"))
+    ran_here = []
+    monkeypatch.setattr(lesson08, "_run_scale", lambda function_of: ran_here.append(1))
+    handed = []
+
+    def in_child(name, source, run, **kwargs):
+        handed.append((name, source, run))
+        return kernel_child.ChildRun(Outcome(False, "your kernel crashed the check's child "
+                                                    "process: SIGSEGV.", ("error",)),
+                                     True, None, child.Finished(-11, "", ""))
+
+    monkeypatch.setattr(kernel_child, "run_plain_in_child", in_child)
+    text = kernel_text("08_bytes_in_flight")
+    verdict = lesson08.check_scale_kernel(text)
+    assert verdict.status == "NOT YET" and "crashed the check's child" in verdict.message, verdict
+    assert "restart" not in verdict.message
+    assert ran_here == [] and [h[:2] for h in handed] == [("yours_scale", text)]
+    handed[0][2](SimpleNamespace(get_function=None))  # the run handed over is _run_scale's
+    assert ran_here == [1]
+
+
+def test_a_failed_launch_in_the_scale_run_says_what_failed_and_no_restart(monkeypatch):
+    class Buffer:
+        def free(self):
+            pass
+
+    monkeypatch.setattr(gpu, "driver", lambda: type("Driver", (), {
+        "to_device": staticmethod(lambda a: Buffer())})())
+
+    def scale_wide(*args, **kwargs):
+        raise RuntimeError("cuLaunchKernel failed: an illegal memory access was encountered")
+
+    outcome = lesson08._run_scale(lambda name: scale_wide)
+    assert not outcome.ok and outcome.kinds == ("error",)
+    assert outcome.message.startswith(f"at n4 = {lesson08.CHECK_SIZES[0]} running it failed: "
+                                      "RuntimeError: cuLaunchKernel failed"), outcome.message
+    assert "restart" not in outcome.message

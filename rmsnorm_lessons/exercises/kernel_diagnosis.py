@@ -154,4 +154,5 @@ def describe_output(name: str, got, ref, initial, delta, tol, eps, *, problem=No
                    "its starting value is lost (= where += belongs?), and this call's part is not "
                            "right either")
     return say("wrong",
-               "not a simple slip: compare your code with the lesson's kernel line by line")
+               "not a simple slip: compare your code with the lesson's comment and its TODOs, or "
+               "call rl.notebook.compare_with_ours(verdict, ..., anyway=True) to see ours")

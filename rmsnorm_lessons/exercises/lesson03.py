@@ -4,8 +4,11 @@ The learner writes the body of ``__device__ float warp_sum(float value)``: every
 number and every lane must get back the sum of all 32. :func:`check_warp_sum` always compiles it
 with nvcc (no GPU needed, errors point at the learner's lines). Without a GPU it reads the SASS
 (:func:`static_check`: five ``SHFL.BFLY``, or one-way shuffles followed by a broadcast) and says NOT
-YET or NOT VERIFIED, never PASS. Where a GPU works it launches it with PyCUDA's ``SourceModule`` on
-two inputs and compares every lane with NumPy:
+YET or NOT VERIFIED, never PASS. Where a GPU works a child process (:func:`child_warp_sum`, through
+:func:`rmsnorm_lessons.child.run_job`) runs the compiled kernel on two inputs and sends every lane's
+result back, which is compared with NumPy here; a kernel that crashes the child is NOT YET, saying
+what happened (and memcheck's line where compute-sanitizer is installed), and the notebook's own
+process never launches the learner's code. The two inputs:
 
 * one-hot warps (warp ``w`` holds 1 in lane ``w``, 0 elsewhere), which show whose values reach each
   lane: that is how "only 4 steps" or "only lane 0 holds the sum" are told apart and named;
@@ -17,7 +20,7 @@ import re
 
 import numpy as np
 
-from .. import access, build, gpu
+from .. import access, build, child, gpu
 from . import Verdict, failed, not_verified, passed
 
 WARP = access.WARP  # lanes in a warp
@@ -35,8 +38,9 @@ SOLUTION = """\
     return value;
 """
 
-_HEADER = ("#define WARP_SIZE 32\n\n__device__ float warp_sum(float value) {\n#line 1 "
-           "\"your_warp_sum\"\n")
+NAME = "your_warp_sum"  # what nvcc and memcheck call the file of the learner's lines
+_HEADER = ("#define WARP_SIZE 32\n\n__device__ float warp_sum(float value) {\n"
+           f'#line 1 "{NAME}"\n')
 _FOOTER = """}
 #line 1 "lesson03_harness"
 extern "C" __global__ void run_warp_sum(float* out, const float* in) {
@@ -45,6 +49,8 @@ extern "C" __global__ void run_warp_sum(float* out, const float* in) {
 }
 """
 BLOCK = 128  # four warps per block, as in v2: a solution that mixes up warps of one block fails
+ACTION = "rmsnorm_lessons.exercises.lesson03:child_warp_sum"
+LAUNCHING = "lesson03: launching"  # the child's line before it launches the learner's kernel
 
 
 def source(body: str) -> str:
@@ -52,10 +58,14 @@ def source(body: str) -> str:
 
     Blank lines before the body are dropped, so nvcc's line 1 is the body's first line of text.
     """
+    return _HEADER + "\n".join(_body_lines(body)) + "\n" + _FOOTER
+
+
+def _body_lines(body: str) -> list[str]:
     lines = body.rstrip().splitlines()
     while lines and not lines[0].strip():
         lines.pop(0)
-    return _HEADER + "\n".join(lines) + "\n" + _FOOTER
+    return lines
 
 
 def _strip_comments(code: str) -> str:
@@ -187,15 +197,11 @@ def static_check(body: str, arch: str):
     return None, f"checked in the SASS: {seen}"
 
 
-def _launch(body: str):
-    """Compile with SourceModule on this GPU and run the test kernel on both inputs."""
+def _launch(binary: bytes):
+    """Load the compiled test kernel on this GPU and run it on both inputs."""
     from pycuda import gpuarray  # lazy: PyCUDA loads libcuda, present only where a GPU is
-    from pycuda.compiler import SourceModule
 
-    gpu.require()
-    module = SourceModule(source(body), nvcc=build.require_nvcc(), options=list(build.NVCC_FLAGS),
-                          no_extern_c=True)
-    fn = module.get_function("run_warp_sum")
+    fn = gpu.driver().module_from_buffer(binary).get_function("run_warp_sum")
     results = []
     for x in (one_hot_input(), random_input()):
         x_gpu = gpuarray.to_gpu(x)
@@ -205,9 +211,46 @@ def _launch(body: str):
     return results
 
 
+def child_warp_sum(binary: bytes) -> dict:
+    """The child's side of :func:`check_warp_sum` (a job's action): run the parent's build of the
+    test kernel on both inputs; every lane's results as JSON, or how running it failed."""
+    gpu.require()
+    print(LAUNCHING, flush=True)
+    try:
+        one_hot_out, random_out = _launch(binary)
+    except Exception as exc:  # a CUDA error from the learner's kernel, reported as one line
+        return {"ok": False, "kinds": ["error"],
+                "message": f"running it failed: {type(exc).__name__}: {str(exc).strip()[:300]}"}
+    return {"ok": True, "one_hot": one_hot_out.tolist(), "random": random_out.tolist()}
+
+
+def _run_in_child(body: str, binary: bytes, built: str) -> Verdict:
+    """Run the learner's kernel in a child process and judge what it sends back; a crash there is
+    NOT YET, saying how (with memcheck's line where it can), and leaves this process untouched."""
+    from . import kernel_child
+
+    runner = child.run_job  # looked up now, so that a test can put a fake child in its place
+    timeout = kernel_child.CHECK_TIMEOUT
+    kwargs = dict(binary=binary)
+    done, result = runner(ACTION, kwargs, timeout=timeout)
+    if result is not None and result.get("ok"):
+        verdict = judge(result["one_hot"], random_input(), result["random"])
+        return Verdict(verdict.passed, f"{built} and ran it on the GPU: {verdict.message}")
+    happened = kernel_child.what_happened(done, result, timeout)
+    if LAUNCHING not in done.stdout:  # it never reached the kernel: not the learner's doing
+        return failed(f"{built}, but the check's child process stopped before it ran your "
+                      f"warp_sum: {happened}")
+    message = (f"{built}, but running it crashed the check's child process (this notebook's own "
+               f"GPU context is untouched): {happened}.")
+    if not done.timed_out:
+        text = f'#line 1 "{NAME}"\n' + "\n".join(_body_lines(body))
+        message += " " + kernel_child.memcheck_sentence(kwargs, NAME, text, runner, ACTION)
+    return failed(message)
+
+
 def check_warp_sum(body: str) -> Verdict:
-    """Compile the learner's body of ``warp_sum`` (always) and, where a GPU works, run and judge
-    it."""
+    """Compile the learner's body of ``warp_sum`` (always) and, where a GPU works, run it in a
+    child process and judge what it returns."""
     if not isinstance(body, str):
         return failed(f"pass the body as a string (r'''...'''), not {type(body).__name__}")
     code = _strip_comments(body)
@@ -234,14 +277,7 @@ def check_warp_sum(body: str) -> Verdict:
         return not_verified(f"no GPU here, so it was compiled and inspected but not run. {built}; "
                             f"{checked}. On a GPU this check also runs it and compares every lane "
                             "with NumPy.")
-    try:
-        one_hot_out, random_out = _launch(body)
-    except Exception as exc:  # a CUDA error from the learner's kernel, reported as one line
-        return failed(f"{built}, but running it failed: {type(exc).__name__}: "
-                      f"{str(exc).strip()[:300]} (after an illegal address or a similar error, "
-                      "restart the Python kernel)")
-    verdict = judge(one_hot_out, random_input(), random_out)
-    return Verdict(verdict.passed, f"{built} and ran it on the GPU: {verdict.message}")
+    return _run_in_child(body, compiled.binary, built)
 
 
 # --- the kernel exercise: v2's coalesced loops and the butterfly

@@ -213,7 +213,8 @@ def _wrong_where(got: np.ndarray, want: np.ndarray) -> str:
 
 
 def _run_scale(function_of) -> "object":
-    """Run the learner's scale_wide at :data:`CHECK_SIZES` against NumPy, then time it (GPU)."""
+    """Run the learner's scale_wide at :data:`CHECK_SIZES` against NumPy, then time it (GPU). Only
+    the check's child process calls it (:func:`check_scale_kernel`), never the notebook's."""
     from .. import bench
 
     drv = gpu.driver()
@@ -229,10 +230,8 @@ def _run_scale(function_of) -> "object":
             fn(y_d, x_d, np.float32(-1.75), np.int32(n4), block=(BLOCK, 1, 1), grid=(grid, 1))
             drv.memcpy_dtoh(y, y_d)
         except Exception as exc:  # the learner's kernel: an illegal address, ...
-            return kc.Outcome(False,
-                              f"at n4 = {n4} running it failed: {type(exc).__name__}: "
-                                     f"{str(exc)[:300]} (after an illegal address, restart the "
-                                     "Python kernel)", ("error",))
+            return kc.Outcome(False, f"at n4 = {n4} running it failed: {type(exc).__name__}: "
+                                     f"{str(exc)[:300]}", ("error",))
         finally:
             x_d.free()
             y_d.free()
