@@ -296,6 +296,7 @@ def test_progress_prints_one_line_per_exercise_and_a_total(tmp_path):
     assert proc.returncode == 0, proc.stderr[-2000:]
     # every row starts with the learner: the owner of the notebooks' folders (this account here)
     lines = [ln.split()[1:] for ln in proc.stdout.splitlines()]
+    lines = [ln for ln in lines if not (len(ln) > 1 and ln[1].startswith("predict."))]
     kernel = "PASS" if gpu.available() else "NOT VERIFIED"
     instructor, learner = lines[:4], lines[4:]
     assert [ln[:2] for ln in instructor[:3]] == [[lesson, e] for e in exercises]

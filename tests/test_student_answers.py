@@ -2,8 +2,8 @@
 solution line or a numeric answer; each lesson 02-09 asks for a prediction before it measures; our
 kernel is revealed only after the learner's check.
 
-Read without running anything (CPU). The notebooks are being restructured: the tests on today's
-notebooks are xfail until they land; the tests of the detectors themselves are not."""
+Read without running anything (CPU): the shipped notebooks, and notebooks made up here to test the
+detectors themselves."""
 from __future__ import annotations
 
 import html
@@ -14,8 +14,6 @@ import pytest
 
 from rmsnorm_lessons import lessons, student
 
-RESTRUCTURING = pytest.mark.xfail(strict=False,
-                                  reason="notebooks being restructured for issue 27")
 LESSONS = [lesson.stem for lesson in lessons.LESSONS]
 PREDICTING = [lesson.stem for lesson in lessons.LESSONS if "02" <= lesson.number <= "09"]
 MIN_CHARS = 16  # a solution line this long (spaces not counted) is not a coincidence
@@ -96,7 +94,6 @@ def _lesson(stem):
     return nb, student.student_notebook(nb)
 
 
-@RESTRUCTURING
 @pytest.mark.parametrize("stem", LESSONS)
 def test_no_output_of_the_student_edition_shows_a_solution_line(stem):
     nb, st = _lesson(stem)
@@ -104,7 +101,6 @@ def test_no_output_of_the_student_edition_shows_a_solution_line(stem):
     assert not found, f"{stem}.ipynb (student edition) shows solution lines:\n" + "\n".join(found)
 
 
-@RESTRUCTURING
 @pytest.mark.parametrize("stem", LESSONS)
 def test_no_output_or_markdown_of_the_student_edition_shows_an_answer(stem):
     nb, st = _lesson(stem)
@@ -134,7 +130,6 @@ def predictions_measured(nb: dict, number: str) -> tuple[list[str], list[str]]:
     return list(dict.fromkeys(measured)), problems
 
 
-@RESTRUCTURING
 @pytest.mark.parametrize("stem", PREDICTING)
 def test_each_lesson_02_to_09_predicts_before_it_measures(stem):
     nb, _ = _lesson(stem)

@@ -37,7 +37,6 @@ FAULTS = (
     ("too many resources requested", "too many resources requested for the launch (registers or "
                                      "shared memory per block)"),
 )
-_CONTEXT_LOST = "(after an illegal address, restart the Python kernel)"
 
 
 @dataclass
@@ -79,7 +78,7 @@ def child_plain(name: str, source: str, run) -> dict:
     gpu.require()
     compiled = build.compile_source(f'#line 1 "{name}"\n' + source, gpu.facts().arch, name=name)
     outcome = run(gpu.driver().module_from_buffer(compiled.binary))
-    return {"ok": outcome.ok, "message": outcome.message.replace(_CONTEXT_LOST, "").strip(),
+    return {"ok": outcome.ok, "message": outcome.message.strip(),
             "kinds": list(outcome.kinds)}
 
 
