@@ -88,11 +88,7 @@ CAUGHT_WITHOUT_A_GPU = {
 }
 #: static checks that do not yet catch what CAUGHT_WITHOUT_A_GPU asks of them (a strict xfail: when
 #: the check is fixed the test says XPASS and the entry goes)
-KNOWN_GAPS = {
-    ("05_bf16_vectorized", "width.load"):
-        "lesson05 counts LDG.E.128 (at least 7; the solution's unrolled loops have 25), so one "
-        "load narrowed to LDG.E.64 still passes; it should find no narrower LDG of a row tensor",
-}
+KNOWN_GAPS: dict = {}
 #: run in `make test` without a GPU: per exercise its first mutant the static checks must catch,
 #: and its first one only a GPU can judge
 SAMPLE = {

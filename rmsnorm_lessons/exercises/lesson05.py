@@ -95,6 +95,26 @@ SLOT_HINT = ("where dinp is right, look at the staging: staged() must give each 
              "32), and the last loop reads channel c back from staged(c, C)")
 
 
+def only_wide_row_accesses(kernel: str):
+    """Every LDG of ``kernel`` is 128 bits wide but one 32-bit load (``rstd[row]``), and every STG
+    is 128 bits wide: a row tensor read or written narrower anywhere is NOT YET (counting the
+    128-bit loads alone lets one narrowed load through the unrolled loops)."""
+    from . import kernel_static as ks
+
+    def test(c):
+        ins = c.instructions(kernel)
+        narrow_loads = [i.opcode for i in ks._matching(ins, "LDG") if ".128" not in i.opcode]
+        narrow_stores = [i.opcode for i in ks._matching(ins, "STG") if ".128" not in i.opcode]
+        if len(narrow_loads) <= 1 and not narrow_stores:
+            return None
+        found = ", ".join(sorted(set(narrow_loads[1:] + narrow_stores)))
+        return (f"a row of dout, inp, weight or dinp is read or written narrower than 128 bits "
+                f"({len(narrow_loads) - 1 + len(narrow_stores)} x {found} besides rstd's one "
+                f"32-bit load): every row access goes through load128 / store128 (Packed128)")
+
+    return ks.Static("no row access narrower than 128 bits (rstd's one 32-bit load aside)", test)
+
+
 def check_v4_kernel(source: str, sanitize: bool = True) -> Verdict:
     """Lesson 05's kernel exercise: the learner's ``rmsnorm_backward_v4`` and ``add_dweight_v4``
     (bf16 storage, Packed128, channel-planar staging), checked as the rung ``yours_v4`` with
@@ -119,4 +139,5 @@ def check_v4_kernel(source: str, sanitize: bool = True) -> Verdict:
                                 "then hit banks (8 * lane + k) % 32, 4 banks with 8 lanes each, an "
                                 "8-way conflict on every shared atomic; return the planar slot of "
                                 "channel c = 8q + k, k * (C / 8) + q"),
+                only_wide_row_accesses(kernel),
                 kc.no_local_memory(kernel)))
