@@ -19,8 +19,6 @@ from pathlib import Path
 
 import pytest
 
-# the mutation suite's score line in the terminal summary (tests/test_mutations.py)
-pytest_plugins = ["tests._mutation_report"]
 
 from rmsnorm_lessons import gpu
 
@@ -42,6 +40,14 @@ def pytest_configure(config):
     # xdist gives its workers `workerinput`; the environment's PYTEST_XDIST_WORKER would also be inherited
     # by a pytest that a test starts in a subprocess, which is no worker
     _XDIST_WORKER = hasattr(config, "workerinput")
+    # the mutation suite's score line in the terminal summary (tests/test_mutations.py); a copy of
+    # this file run elsewhere (tests/test_failure_log.py) has no tests package beside it
+    try:
+        from tests import _mutation_report
+    except ImportError:
+        _mutation_report = None
+    if _mutation_report is not None and not config.pluginmanager.is_registered(_mutation_report):
+        config.pluginmanager.register(_mutation_report, "mutation-report")
     # nbval's option exists only where nbval is installed; an explicit --nbval-sanitize-with wins
     option = config.option
     if getattr(option, "nbval", False) or getattr(option, "nbval_lax", False):
