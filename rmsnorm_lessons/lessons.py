@@ -24,6 +24,9 @@ class Lesson:
     ``kernel_exercise`` is the one among them that judges a CUDA kernel the learner writes, if any.
     ``minutes`` is the lesson's own estimate of a sitting; ``kernel`` is what the README's table
     shows in its kernel column (the rung's name, or the other kernels the lesson builds).
+    ``prerequisites`` are the stems of the earlier lessons whose code or ideas this one uses
+    directly (the rest follow through theirs); :mod:`rmsnorm_lessons.schedule` plans a two-day
+    workshop from them and the minutes, and refuses a lesson placed before one it needs.
     """
 
     stem: str
@@ -34,6 +37,7 @@ class Lesson:
     minutes: int
     rung: str | None = None
     kernel_exercise: str | None = None
+    prerequisites: tuple[str, ...] = ()
 
     @property
     def number(self) -> str:
@@ -52,54 +56,63 @@ class Lesson:
 LESSONS: tuple[Lesson, ...] = (
     Lesson("00_setup", "Setup: a first kernel and the copy bandwidth", "-",
            "what is here, a first `SourceModule` kernel, CUDA events, the copy bandwidth",
-           ("lesson00.check_grid", "lesson00.check_bytes"), minutes=60),
+           ("lesson00.check_grid", "lesson00.check_bytes"), minutes=60, prerequisites=()),
     Lesson("01_rmsnorm_math", "The math of RMSNorm", "`rmsnorm_forward`",
            "forward and backward derived, the NumPy reference, finite differences",
-           ("lesson01.check_term2",), minutes=45),
+           ("lesson01.check_term2",), minutes=45, prerequisites=()),
     Lesson("02_naive", "v1: one thread per row", "`v1_naive`",
            "one thread per row, two loops over C, dweight by global `atomicAdd`",
            ("lesson02.check_atomics", "lesson02.check_sectors", "lesson02.check_v1_kernel"),
-           minutes=50, rung="v1_naive", kernel_exercise="lesson02.check_v1_kernel"),
+           minutes=50, rung="v1_naive", kernel_exercise="lesson02.check_v1_kernel",
+           prerequisites=("00_setup", "01_rmsnorm_math")),
     Lesson("03_warp_per_row", "v2: one warp per row", "`v2_warp`",
            "one warp per row: coalesced loads, the `__shfl_xor_sync` butterfly",
            ("lesson03.check_warp_sum", "lesson03.check_v2_kernel"), minutes=50,
-           rung="v2_warp", kernel_exercise="lesson03.check_v2_kernel"),
+           rung="v2_warp", kernel_exercise="lesson03.check_v2_kernel", prerequisites=("02_naive",)),
     Lesson("04_shared_memory", "v3: dweight in shared memory", "`v3_smem`",
            "dweight per block in shared memory, one global atomic per block and channel",
            ("lesson04.check_v3_atomics", "lesson04.check_bank_conflict_degree",
             "lesson04.check_v3_kernel"),
-           minutes=80, rung="v3_smem", kernel_exercise="lesson04.check_v3_kernel"),
+           minutes=80, rung="v3_smem", kernel_exercise="lesson04.check_v3_kernel",
+           prerequisites=("03_warp_per_row",)),
     Lesson("05_bf16_vectorized", "v4: bf16 and 128-bit loads", "`v4_vec_bf16`",
            "bf16 storage, fp32 math, 128-bit `Packed128` loads/stores, cache hints",
            ("lesson05.check_bf16_round", "lesson05.check_half_ulp", "lesson05.check_v4_kernel"),
-           minutes=90, rung="v4_vec_bf16", kernel_exercise="lesson05.check_v4_kernel"),
+           minutes=90, rung="v4_vec_bf16", kernel_exercise="lesson05.check_v4_kernel",
+           prerequisites=("04_shared_memory",)),
     Lesson("06_two_pass", "v5: deterministic in two passes", "`v5_two_pass`",
            "determinism: per-block partials, a second kernel sums them",
            ("lesson06.check_block_order_sum", "lesson06.check_scratch_bytes",
             "lesson06.check_v5_kernel"),
-           minutes=60, rung="v5_two_pass", kernel_exercise="lesson06.check_v5_kernel"),
+           minutes=60, rung="v5_two_pass", kernel_exercise="lesson06.check_v5_kernel",
+           prerequisites=("05_bf16_vectorized",)),
     Lesson("07_last_block", "v6: the seed's kernel10, the last block sums", "`v6_last_block`",
            "the seed's kernel10: one kernel, an `atomicInc` ticket, the last block sums",
            ("lesson07.check_atomic_inc", "lesson07.check_seed_tickets",
             "lesson07.check_v6_kernel"),
-           minutes=75, rung="v6_last_block", kernel_exercise="lesson07.check_v6_kernel"),
+           minutes=75, rung="v6_last_block", kernel_exercise="lesson07.check_v6_kernel",
+           prerequisites=("06_two_pass",)),
     Lesson("08_bytes_in_flight", "Bytes in flight: the floor of a memory-bound kernel",
            "(copy, `scale`, the streaming ceiling)",
            "Little's law: latency x bandwidth, vector width, unrolling, the floor of a "
            "memory-bound kernel",
            ("lesson08.check_floor_time", "lesson08.check_in_flight",
             "lesson08.check_scale_kernel"),
-           minutes=75, kernel_exercise="lesson08.check_scale_kernel"),
+           minutes=75, kernel_exercise="lesson08.check_scale_kernel",
+           prerequisites=("00_setup", "05_bf16_vectorized")),
     Lesson("09_v7_step_by_step", "v7: past the seed, step by step", "`v7_fast`",
            "past the seed: each change predicted then measured, the final sum that waits for "
            "nobody",
            ("lesson09.check_partials_fraction", "tuning.check_tuning",
             "lesson09.check_v7_kernel"), minutes=120,
-           rung="v7_fast", kernel_exercise="lesson09.check_v7_kernel"),
+           rung="v7_fast", kernel_exercise="lesson09.check_v7_kernel",
+           prerequisites=("07_last_block", "08_bytes_in_flight")),
     Lesson("10_finding_bugs", "Finding bugs and bottlenecks", "(three broken rungs)",
            "compute-sanitizer's racecheck, synccheck and memcheck; Nsight Compute: latency- vs "
            "bandwidth-bound",
-           ("lesson10.check_v3_fix",), minutes=70, kernel_exercise="lesson10.check_v3_fix"),
+           ("lesson10.check_v3_fix",), minutes=70, kernel_exercise="lesson10.check_v3_fix",
+           prerequisites=("04_shared_memory", "06_two_pass", "07_last_block",
+                          "09_v7_step_by_step")),
 )
 
 _BY_STEM = {lesson.stem: lesson for lesson in LESSONS}

@@ -47,3 +47,72 @@ def test_lookup_by_stem_and_refusal():
         lessons.by_stem("99_nothing")
     assert [lesson.number for lesson in lessons.kernel_exercises()] == [
         "02", "03", "04", "05", "06", "07", "08", "09", "10"]
+
+
+def test_prerequisites_are_earlier_lessons():
+    seen = []
+    for lesson in lessons.LESSONS:
+        assert len(set(lesson.prerequisites)) == len(lesson.prerequisites), lesson.stem
+        for need in lesson.prerequisites:
+            assert need in seen, f"{lesson.stem} needs {need}, which is not a lesson before it"
+        seen.append(lesson.stem)
+    assert any(lesson.prerequisites for lesson in lessons.LESSONS)
+
+
+def _plan_holds(days, given, limit):
+    from rmsnorm_lessons import schedule
+
+    planned = [slot.lesson for day in days for slot in day.slots]
+    assert planned == list(given), "every lesson once, in course order"
+    before: set[str] = set()
+    for day in days:
+        assert day.minutes <= limit
+        assert day.slots[0].start == schedule.DAY_START
+        for slot, nxt in zip(day.slots, day.slots[1:] + (None,)):
+            assert slot.end - slot.start == slot.lesson.minutes
+            assert set(slot.lesson.prerequisites) <= before, slot.lesson.stem
+            before.add(slot.lesson.stem)
+            if nxt is not None:
+                gap = nxt.start - slot.end
+                expected = (schedule.LUNCH_MINUTES if day.lunch == slot.end
+                            else schedule.BREAK_MINUTES)
+                assert gap == expected
+    return planned
+
+
+def test_two_day_plan_covers_the_course_in_order_within_each_day():
+    from rmsnorm_lessons import schedule
+
+    days = schedule.two_day_plan()
+    assert [day.number for day in days] == [1, 2]
+    _plan_holds(days, lessons.LESSONS, schedule.DAY_MINUTES)
+    first, second = (day.minutes for day in days)
+    total = first + second
+    # the most even split in course order: no other split point is closer to half and fits
+    cut = len(days[0].slots)
+    for k in range(1, len(lessons.LESSONS)):
+        left = sum(lesson.minutes for lesson in lessons.LESSONS[:k])
+        if left <= schedule.DAY_MINUTES and total - left <= schedule.DAY_MINUTES:
+            assert abs(total - 2 * first) <= abs(total - 2 * left), (k, cut)
+
+
+def test_two_day_plan_follows_a_changed_registry_and_refuses_the_impossible():
+    import dataclasses
+
+    from rmsnorm_lessons import schedule
+
+    rows = tuple(dataclasses.replace(lesson, minutes=30) for lesson in lessons.LESSONS)
+    days = schedule.two_day_plan(rows)
+    _plan_holds(days, rows, schedule.DAY_MINUTES)
+    assert abs(days[0].minutes - days[1].minutes) <= 30
+    swapped = (lessons.LESSONS[0], lessons.LESSONS[3], lessons.LESSONS[2])
+    with pytest.raises(ValueError, match="prerequisite '02_naive' is not a lesson before it"):
+        schedule.two_day_plan(swapped)
+    with pytest.raises(ValueError, match="no split in course order"):
+        schedule.two_day_plan(lessons.LESSONS, day_minutes=300)
+    with pytest.raises(ValueError, match="at least two lessons"):
+        schedule.two_day_plan(lessons.LESSONS[:1])
+    with pytest.raises(ValueError, match="minutes must be positive"):
+        schedule.two_day_plan((dataclasses.replace(lessons.LESSONS[0], minutes=0),
+                               lessons.LESSONS[1]))
+    assert schedule.clock(9 * 60 + 5) == "09:05"

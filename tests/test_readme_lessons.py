@@ -62,16 +62,44 @@ def test_render_follows_a_changed_registry_and_refuses_a_pipe(tool):
         tool.render(())
 
 
+def test_readme_schedule_is_the_plan(tool):
+    assert tool.readme_schedule_block() == tool.render_schedule(), (
+        "README.md's schedule differs from rmsnorm_lessons/schedule.py's plan: "
+        "run python tools/readme_lessons.py --write")
+
+
+def test_schedule_rows_are_the_lessons_with_minutes_and_prerequisites(tool):
+    text = tool.render_schedule()
+    rows = [line for line in text.splitlines() if line.startswith("| ") and "notebooks/" in line]
+    assert len(rows) == len(LESSONS)
+    for row, lesson in zip(rows, LESSONS):
+        cells = [c.strip() for c in row.strip("|").split("|")]
+        assert cells[1] == f"[`{lesson.stem}`](notebooks/{lesson.notebook}) {lesson.title}"
+        assert cells[2] == str(lesson.minutes)
+        assert cells[3] == (", ".join(p[:2] for p in lesson.prerequisites) or "-")
+    assert text.count("**Day ") == 2 and "The rule: lessons in course order" in " ".join(
+        text.split())
+
+
 def test_check_and_write(tool, tmp_path, monkeypatch, capsys):
     readme = tmp_path / "README.md"
-    readme.write_text("# x\n\n<!-- lessons:start -->\nold\n<!-- lessons:end -->\n\nrest\n")
+    readme.write_text("# x\n\n<!-- lessons:start -->\nold\n<!-- lessons:end -->\n\nrest\n"
+                      "<!-- schedule:start -->\nold\n<!-- schedule:end -->\nend\n")
     monkeypatch.setattr(tool, "README", readme)
     assert tool.main(["--check"]) == 1
+    assert "lesson table and schedule differ" in capsys.readouterr().err
     assert tool.main(["--write"]) == 0
     assert tool.main(["--check"]) == 0
     text = readme.read_text()
     assert text.startswith("# x\n\n<!-- lessons:start -->\n| # |")
-    assert text.endswith("<!-- lessons:end -->\n\nrest\n")
+    assert "<!-- lessons:end -->\n\nrest\n<!-- schedule:start -->\nThe rule: " in text
+    assert text.endswith("<!-- schedule:end -->\nend\n")
+    readme.write_text(text.replace("| 60 |", "| 61 |", 1))
+    assert tool.main(["--check"]) == 1
+    assert "lesson table differs" in capsys.readouterr().err
     readme.write_text("# no markers\n")
     with pytest.raises(SystemExit, match="no '<!-- lessons:start -->'"):
+        tool.main(["--check"])
+    readme.write_text("<!-- lessons:start -->\n<!-- lessons:end -->\n")
+    with pytest.raises(SystemExit, match="no '<!-- schedule:start -->'"):
         tool.main(["--check"])

@@ -350,3 +350,45 @@ def test_site_has_the_workshop_pages_and_values_yaml_on_paper(site):
     assert "rmsnorm-lessons" in " ".join(single["lifecycleHooks"]["postStart"]["exec"]["command"])
     assert values["cull"]["enabled"] is True
     assert "student" in (ROOT / "hub" / "Dockerfile").read_text()
+
+
+def test_the_card_page_keeps_every_anchor_and_lesson_links_follow_it():
+    """Without a build: the card's Markdown renders with each ``<a id>`` the linker may use, and a
+    lesson page's ``reference_card.md#x`` becomes ``reference_card.html#x``."""
+    pytest.importorskip("mistune")
+    tool = _tool()
+    page = tool._markdown(tool.CARD.read_text())
+    ids = set(re.findall(r'<a id="([\w-]+)"></a>', page))
+    assert ids == set(re.findall(r'<a id="([\w-]+)"></a>', tool.CARD.read_text()))
+    assert {"sm", "warp", "lane", "block", "occupancy", "coalescing", "bank", "sass"} <= ids
+    html = ('<a href="reference_card.md#warp">warp</a> <a href="reference_card.md">card</a> '
+            '<a href="other.md#warp">other</a>')
+    assert tool.card_links(html) == ('<a href="reference_card.html#warp">warp</a> '
+                                     '<a href="reference_card.html">card</a> '
+                                     '<a href="other.md#warp">other</a>')
+
+
+def test_site_has_the_card_and_the_two_day_plan(site):
+    from rmsnorm_lessons import schedule
+
+    card = site / "reference_card.html"
+    assert card.is_file()
+    ids = set(re.findall(r'id="([\w-]+)"', card.read_text()))
+    index = (site / "index.html").read_text()
+    assert 'href="reference_card.html"' in index
+    for page in sorted(site.rglob("*.html")):
+        text = page.read_text()
+        assert "reference_card.html" in text, f"{page.name}: no link to the card in its bar"
+        for anchor in re.findall(r'href="(?:\.\./)*reference_card\.html#([\w-]+)"', text):
+            assert anchor in ids, f"{page.name} links to #{anchor}, which the card lacks"
+    words = _page_text(site / "index.html")
+    for day in schedule.two_day_plan():
+        assert f"Day {day.number}, {schedule.clock(day.start)} to {schedule.clock(day.end)}" \
+            in words
+        for slot in day.slots:
+            needs = ", ".join(p[:2] for p in slot.lesson.prerequisites) or "-"
+            row = re.search(rf'<td>{schedule.clock(slot.start)}-{schedule.clock(slot.end)}</td>\s*'
+                            rf'<td><a href="{slot.lesson.stem}\.html">.*?</td>\s*'
+                            rf'<td[^>]*>{slot.lesson.minutes}</td>\s*<td>{re.escape(needs)}</td>',
+                            index, re.S)
+            assert row, f"the index's plan has no row for {slot.lesson.stem}"

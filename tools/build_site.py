@@ -12,7 +12,10 @@ HTTP server, e.g. ``python -m http.server -d build/site``):
 * ``kernels/<file>.html`` for every file of ``kernels/``, highlighted, with a link to the plain file
   (copied beside it);
 * ``workshop.html``, ``gpu-sharing.html``, ``kubernetes.html``: hub/README.md, hub/gpu-sharing.md
-  and hub/kubernetes.md (running the course for a room of learners).
+  and hub/kubernetes.md (running the course for a room of learners);
+* ``reference_card.html``: notebooks/reference_card.md, the terms and SASS opcodes the lessons link
+  to (``reference_card.md#warp`` in a notebook becomes ``reference_card.html#warp`` in its page);
+  the index shows the two-day plan of rmsnorm_lessons/schedule.py beside it.
 
 Renderer: nbconvert's HTML exporter with its ``lab`` template. It is installed already (JupyterLab
 pulls it in), so the site costs no new dependency and no Node build; it writes each figure into the
@@ -44,6 +47,10 @@ ROOT = Path(__file__).resolve().parent.parent
 NOTEBOOKS = ROOT / "notebooks"
 KERNELS = ROOT / "kernels"
 README = ROOT / "README.md"
+CARD = NOTEBOOKS / "reference_card.md"
+CARD_PAGE = "reference_card.html"
+#: a link to the card as the notebooks write it (beside them), in the HTML nbconvert makes of it
+CARD_LINK = re.compile(r'href="reference_card\.md(#[\w-]*)?"')
 PAGES = [  # (source, page, title)
     (ROOT / "hub" / "README.md", "workshop.html", "Running a workshop: the hub"),
     (ROOT / "hub" / "gpu-sharing.md", "gpu-sharing.html", "Twenty learners on one H200"),
@@ -207,6 +214,8 @@ def _nav(lessons: list[str], here: str | None = None, kernels: list[str] = (),
             parts.append(f'<a class="next" rel="next" '
                          f'href="{up}{lessons[i + 1]}.html">{lessons[i + 1]} &rarr;</a>')
     parts.append(f'<a href="{up}kernels/index.html">Kernels</a>')
+    mark = ' class="here"' if here == CARD_PAGE else ""
+    parts.append(f'<a href="{up}{CARD_PAGE}"{mark}>Reference card</a>')
     parts.append(f'<a href="{up}workshop.html">Workshop</a>')
     if kernels:
         links = ", ".join(f'<a class="kernel" href="{up}kernels/{k}.html">{k}</a>' for k in kernels)
@@ -239,7 +248,12 @@ def render_lesson(path: Path, lessons: list[str], row: dict | None,
     if not n:
         raise RuntimeError(f"{path.name}: nbconvert's page has no <body>")
     footer = nav.replace('class="site-nav"', 'class="site-nav site-footer"')
-    return body.replace("</body>", f"{footer}\n</body>", 1)
+    return card_links(body.replace("</body>", f"{footer}\n</body>", 1))
+
+
+def card_links(page: str) -> str:
+    """``page`` with its links to the card's Markdown pointed at the card's page (same anchor)."""
+    return CARD_LINK.sub(lambda m: f'href="{CARD_PAGE}{m.group(1) or ""}"', page)
 
 
 def render_kernel(path: Path, lessons: list[str], users: list[str]) -> str:
@@ -274,6 +288,11 @@ def build(out: Path, instructor: bool = False) -> list[Path]:
     missing = sorted(set(rows) - set(lessons))
     if missing:
         raise SystemExit(f"site: the lesson registry names notebooks not in notebooks/: {missing}")
+    if not CARD.is_file():
+        raise SystemExit(f"site: {CARD.relative_to(ROOT)} is missing; the lessons link to it")
+    (out / CARD_PAGE).write_text(_page("Reference card: rmsnorm-lessons",
+                                       _nav(lessons, CARD_PAGE), _markdown(CARD.read_text())))
+    written.append(out / CARD_PAGE)
     for p in paths:
         page = out / f"{p.stem}.html"
         page.write_text(render_lesson(p, lessons, rows.get(p.stem), instructor))
@@ -304,6 +323,7 @@ def build(out: Path, instructor: bool = False) -> list[Path]:
             written.append(out / name)
 
     from rmsnorm_lessons import project  # the repository's address: pyproject.toml's [project.urls]
+    from rmsnorm_lessons import schedule
 
     table = ["| lesson | kernel | what it adds | min | open |", "| --- | --- | --- | ---: | --- |"]
     for name in lessons:
@@ -328,6 +348,11 @@ def build(out: Path, instructor: bool = False) -> list[Path]:
              f"runtime; lesson 00 says how to set it up) or, without a GPU, in "
              f"[Binder]({project.binder_url()}); the source is at "
              f"[{project.repository_path()}]({project.repository_url()}).\n\n"
+             f"The words the lessons use and the SASS opcodes the checks name are on one page: "
+             f"[the reference card]({CARD_PAGE}).\n\n"
+             "## Two days\n\nThe lessons as a two-day workshop, from each lesson's minutes and "
+             "prerequisites:\n\n" + schedule.plan_markdown(lambda lesson: f"{lesson.stem}.html")
+             + "\n\n"
              "## For instructors\n\n"
              "- [Running a workshop](workshop.html): a JupyterHub for a room of learners on one "
              "GPU machine.\n- [Twenty learners on one H200](gpu-sharing.html): time-slicing, MPS, "

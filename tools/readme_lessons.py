@@ -1,12 +1,14 @@
-"""The README's lesson table, rendered from the lesson registry (rmsnorm_lessons/lessons.py).
+"""The README's lesson table and two-day schedule, rendered from the lesson registry
+(rmsnorm_lessons/lessons.py; the plan is rmsnorm_lessons/schedule.py's).
 
     python tools/readme_lessons.py            # print what the README should hold
     python tools/readme_lessons.py --check    # exit 1 if README.md holds something else
     python tools/readme_lessons.py --write    # rewrite README.md between the markers
 
-README.md holds the rendered text between ``<!-- lessons:start -->`` and ``<!-- lessons:end -->``;
-tests/test_readme_lessons.py fails when it differs from what this renders, so a lesson added to, or
-changed in, the registry reaches the front page with ``--write``.
+README.md holds the table between ``<!-- lessons:start -->`` and ``<!-- lessons:end -->`` and the
+schedule between ``<!-- schedule:start -->`` and ``<!-- schedule:end -->``;
+tests/test_readme_lessons.py fails when either differs from what this renders, so a lesson added
+to, or changed in, the registry reaches the front page with ``--write``.
 """
 from __future__ import annotations
 
@@ -18,6 +20,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 README = ROOT / "README.md"
 START, END = "<!-- lessons:start -->", "<!-- lessons:end -->"
+SCHEDULE_START, SCHEDULE_END = "<!-- schedule:start -->", "<!-- schedule:end -->"
 WIDTH = 105
 COLAB_BADGE = "https://colab.research.google.com/assets/colab-badge.svg"
 
@@ -50,16 +53,34 @@ def render(lessons=None) -> str:
     return "\n".join(rows + [""] + textwrap.wrap(line, WIDTH, break_on_hyphens=False))
 
 
-def _split(text: str):
-    start = text.find(START)
-    end = text.find(END, start + len(START)) if start >= 0 else -1
+def render_schedule(lessons=None) -> str:
+    """The two-day plan (rmsnorm_lessons.schedule): its rule, then per day the lessons with their
+    times, minutes and prerequisites, each linked to its notebook."""
+    sys.path.insert(0, str(ROOT))
+    from rmsnorm_lessons import schedule
+
+    if lessons is None:
+        from rmsnorm_lessons.lessons import LESSONS as lessons
+    text = schedule.plan_markdown(lambda lesson: f"notebooks/{lesson.notebook}", lessons)
+    return "\n".join(line if line.startswith("|") else "\n".join(
+        textwrap.wrap(line, WIDTH, break_on_hyphens=False)) for line in text.split("\n"))
+
+
+def _split(text: str, start_mark: str = START, end_mark: str = END):
+    start = text.find(start_mark)
+    end = text.find(end_mark, start + len(start_mark)) if start >= 0 else -1
     if start < 0 or end < 0:
-        raise SystemExit(f"README.md has no '{START}' ... '{END}' block")
-    return text[:start + len(START)], text[start + len(START):end].strip("\n"), text[end:]
+        raise SystemExit(f"README.md has no '{start_mark}' ... '{end_mark}' block")
+    return (text[:start + len(start_mark)], text[start + len(start_mark):end].strip("\n"),
+            text[end:])
 
 
 def readme_block(readme: Path = README) -> str:
     return _split(readme.read_text())[1]
+
+
+def readme_schedule_block(readme: Path = README) -> str:
+    return _split(readme.read_text(), SCHEDULE_START, SCHEDULE_END)[1]
 
 
 def main(argv=None) -> int:
@@ -70,20 +91,27 @@ def main(argv=None) -> int:
     mode.add_argument("--check", action="store_true",
                       help="exit 1 if README.md differs from the rendering")
     args = parser.parse_args(argv)
-    rendered = render()
+    blocks = (("lesson table", START, END, render()),
+              ("schedule", SCHEDULE_START, SCHEDULE_END, render_schedule()))
     if not (args.write or args.check):
-        print(rendered)
+        print("\n\n".join(rendered for *_, rendered in blocks))
         return 0
-    before, inside, after = _split(README.read_text())
-    if args.write:
-        README.write_text(f"{before}\n{rendered}\n{after}")
-        print("README.md: lesson table rendered from rmsnorm_lessons/lessons.py")
-    elif args.check:
+    text, differ = README.read_text(), []
+    for name, start, end, rendered in blocks:
+        before, inside, after = _split(text, start, end)
         if inside != rendered:
-            print("README.md's lesson table differs from the registry: "
-                  "run python tools/readme_lessons.py --write", file=sys.stderr)
-            return 1
-        print("README.md's lesson table is the registry's")
+            differ.append(name)
+        text = f"{before}\n{rendered}\n{after}"
+    if args.write:
+        README.write_text(text)
+        print("README.md: lesson table and schedule rendered from rmsnorm_lessons/lessons.py")
+    elif differ:
+        verb = "differ" if len(differ) > 1 else "differs"
+        print(f"README.md's {' and '.join(differ)} {verb} from the registry: "
+              "run python tools/readme_lessons.py --write", file=sys.stderr)
+        return 1
+    else:
+        print("README.md's lesson table and schedule are the registry's")
     return 0
 
 
