@@ -37,10 +37,13 @@ from __future__ import annotations
 import copy
 import json
 import re
+import shutil
 from pathlib import Path
 
 BEGIN, END = "BEGIN SOLUTION", "END SOLUTION"
 BEGIN_SKELETON, END_SKELETON = "BEGIN SKELETON", "END SKELETON"
+#: files beside the lessons that they link to, copied into every edition
+COMPANIONS = ("reference_card.md",)
 #: a cell that calls a lesson's check: ``lesson04.check_v3_kernel(yours_v3)``
 CHECK_CALL = re.compile(r"\b(lesson\d\d|tuning)\.(check_\w+)\s*\(")
 _BOUND = re.compile(r"^\s*(?:def\s+(\w+)|(\w+)\s*=[^=])", re.M)
@@ -262,6 +265,10 @@ def write_edition(sources, out_dir, instructor: bool = False, overwrite: bool = 
                 f.write("\n")
         partial.replace(target)
         written.append(target)
+    for folder in dict.fromkeys(path.parent for path in paths):
+        for name in COMPANIONS:  # what the lessons link to travels with them
+            if (folder / name).is_file() and folder.resolve() != out.resolve():
+                shutil.copyfile(folder / name, out / name)
     return written, kept
 
 

@@ -18,7 +18,16 @@ BINDER = re.compile(r"https://mybinder\.org/v2/gh/[^)\s\"'<>]+")
 
 
 def _shipped(*suffixes):
-    for path in ROOT.rglob("*"):
+    """The files of the checkout git would ship (tracked, or new and not ignored: a stale build
+    folder or egg-info left by an older install is no part of it); every file outside git."""
+    try:
+        listed = subprocess.run(["git", "-C", str(ROOT), "ls-files", "--cached", "--others",
+                                 "--exclude-standard"], capture_output=True, text=True,
+                                check=True).stdout.splitlines()
+        paths = [ROOT / name for name in listed]
+    except (OSError, subprocess.CalledProcessError):
+        paths = list(ROOT.rglob("*"))
+    for path in paths:
         if (path.is_file() and path.suffix in suffixes
                 and not SKIP_DIRS & set(path.relative_to(ROOT).parts)):
             yield path

@@ -356,3 +356,9 @@ def test_the_answers_metadata_stays_in_the_instructors_edition():
     out = student.student_notebook(nb)
     assert out["cells"][0]["metadata"] == {"tags": ["x"]}
     assert nb["cells"][0]["metadata"]["rmsnorm_lessons"] == {"answers": ["0.125"]}
+
+
+def test_the_reference_card_travels_with_the_student_edition(tmp_path):
+    student.write_student_edition([NOTEBOOKS], tmp_path)
+    assert (tmp_path / "reference_card.md").read_text() == \
+        (NOTEBOOKS / "reference_card.md").read_text()
