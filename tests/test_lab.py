@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from _checkout import ROOT, copy_checkout, git, status
-from rmsnorm_lessons import lessons
+from rmsnorm_lessons import lessons, student
 
 pytestmark = pytest.mark.skipif(shutil.which("make") is None or shutil.which("git") is None,
                                 reason="needs make and git")
@@ -31,16 +31,18 @@ def repo(tmp_path_factory):
     return copy_checkout(tmp_path_factory.mktemp("checkout") / "repo")
 
 
-def test_the_lessons_folder_holds_lessons_only(repo):
+def test_the_lessons_folder_holds_the_lessons_and_what_they_link_to(repo):
     tracked = git(repo, "ls-files", "notebooks").split()
-    assert sorted(tracked) == sorted(f"notebooks/{lesson.notebook}" for lesson in lessons.LESSONS)
+    assert sorted(tracked) == sorted([f"notebooks/{lesson.notebook}" for lesson in lessons.LESSONS]
+                                     + [f"notebooks/{name}" for name in student.COMPANIONS])
 
 
 def test_student_edition_by_default_kept_between_runs_git_clean(repo):
     p = _make(repo)
     assert p.returncode == 0, p.stdout + p.stderr
     work = repo / "work" / "student"
-    assert sorted(f.name for f in work.iterdir()) == sorted(l.notebook for l in lessons.LESSONS)
+    assert sorted(f.name for f in work.iterdir()) == sorted([l.notebook for l in lessons.LESSONS]
+                                                            + list(student.COMPANIONS))
     assert not any("BEGIN SOLUTION" in f.read_text() for f in work.iterdir())
     assert status(repo) == ""
     # a learner's work stays; a lesson they deleted comes back
