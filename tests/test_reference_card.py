@@ -143,7 +143,6 @@ def test_the_card_ships_in_the_wheel():
     assert data["package-dir"]["rmsnorm_lessons.notebooks"] == "notebooks"
 
 
-@pytest.mark.xfail(strict=False, reason="links added by the lead after the H200 re-execution")
 def test_shipped_lessons_link_every_term_at_first_use(tool, capsys):
     code = tool.main(["--check", *(str(lesson.path) for lesson in LESSONS)])
     assert code == 0, capsys.readouterr().out
