@@ -146,3 +146,13 @@ def test_the_card_ships_in_the_wheel():
 def test_shipped_lessons_link_every_term_at_first_use(tool, capsys):
     code = tool.main(["--check", *(str(lesson.path) for lesson in LESSONS)])
     assert code == 0, capsys.readouterr().out
+
+
+def test_the_colab_cell_is_left_as_its_own_tool_renders_it(tool):
+    colab = ("On **Binder** (no GPU: compiling, SASS): "
+             "[![Binder](https://mybinder.org/badge_logo.svg)](https://mybinder.org/v2/gh/o/r/main)")
+    nb = {"cells": [{"cell_type": "markdown", "metadata": {}, "source": colab},
+                    {"cell_type": "markdown", "metadata": {}, "source": "Read the SASS."}]}
+    linked, _ = tool.link_notebook(nb)
+    assert linked["cells"][0]["source"] == colab
+    assert "reference_card.md#sass" in "".join(linked["cells"][1]["source"])

@@ -106,8 +106,13 @@ def _uses(text: str):
         pos = p.end()
 
 
+#: cells another tool renders (tools/colab_links.py's Colab/Binder set-up): left as it writes them
+RENDERED = ("colab.research.google.com", "mybinder.org")
+
+
 def _markdown_cells(nb: dict):
-    return [c for c in nb.get("cells", []) if c.get("cell_type") == "markdown"]
+    return [c for c in nb.get("cells", []) if c.get("cell_type") == "markdown"
+            and not any(mark in _text(c) for mark in RENDERED)]
 
 
 def _text(cell) -> str:
