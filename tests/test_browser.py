@@ -158,11 +158,12 @@ def test_lesson_in_browser(lab, lesson, tmp_path):
 
 
 def test_lab_lists_the_lessons_only(lab):
-    """The file browser's root (the contents API it reads): the lessons and the smoke notebook,
-    nothing else (no conftest.py, no tracked files of the repository)."""
+    """The file browser's root (the contents API it reads): the lessons, what they link to (the
+    reference card) and the smoke notebook, nothing else (no conftest.py, no tracked files of the
+    repository)."""
     with urllib.request.urlopen(f"{lab.url}/api/contents?token={lab.token}", timeout=30) as r:
         names = sorted(item["name"] for item in json.load(r)["content"])
-    from rmsnorm_lessons import lessons
+    from rmsnorm_lessons import lessons, student
 
     shown = [n for n in names if n != f"{SMOKE}.ipynb"]
-    assert shown == sorted(l.notebook for l in lessons.LESSONS), names
+    assert shown == sorted([l.notebook for l in lessons.LESSONS] + list(student.COMPANIONS)), names

@@ -150,7 +150,8 @@ def test_shipped_lessons_link_every_term_at_first_use(tool, capsys):
 
 def test_the_colab_cell_is_left_as_its_own_tool_renders_it(tool):
     colab = ("On **Binder** (no GPU: compiling, SASS): "
-             "[![Binder](https://mybinder.org/badge_logo.svg)](https://mybinder.org/v2/gh/o/r/main)")
+             "[![Binder](https://mybinder.org/badge_logo.svg)]"
+             "(https://mybinder.org/v2/gh/o/r/main)")
     nb = {"cells": [{"cell_type": "markdown", "metadata": {}, "source": colab},
                     {"cell_type": "markdown", "metadata": {}, "source": "Read the SASS."}]}
     linked, _ = tool.link_notebook(nb)
