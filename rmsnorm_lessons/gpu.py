@@ -223,6 +223,18 @@ def facts_or_fallback() -> tuple[DeviceFacts, str]:
     return H200, f"{H200.name} (saved facts of {SAVED_DATE}: no GPU here)"
 
 
+def target_facts_or_fallback() -> tuple[DeviceFacts, str]:
+    """:func:`facts_or_fallback` as the build target has them (``RMSNORM_ARCH``,
+    :func:`rmsnorm_lessons.devices.facts_for_target`): the facts plans and checks read."""
+    from . import devices
+
+    f, label = facts_or_fallback()
+    target = devices.facts_for_target(f)
+    if target is f:
+        return f, label
+    return target, f"{target.name} (built for {devices.target_arch()})"
+
+
 def copy_bandwidth_or_saved() -> tuple[float, str]:
     """The copy bandwidth measured now on this GPU, or the H200's saved figure, with a label saying
     which."""

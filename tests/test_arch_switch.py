@@ -8,6 +8,7 @@ compute_80 and JIT-compiled by the driver, and v7 takes the path of that archite
 import pytest
 
 from rmsnorm_lessons import build, devices, gpu, kernels, ladder, launch
+from rmsnorm_lessons.exercises import tuning
 from rmsnorm_lessons.ladder import v7_fast
 
 from _gpu_support import install_fake_cuda
@@ -73,6 +74,18 @@ def test_ladder_plan_takes_the_target(no_target, monkeypatch):
     p = ladder.plan("v7_fast", 70000, 4096)
     assert p.path == "register" and "sm_75 has no cp.async" in p.why
     assert p[0].grid <= gpu.H200.multiprocessors  # the device's SMs
+
+
+def test_the_exercises_plan_for_the_target(no_target, monkeypatch):
+    monkeypatch.setattr(gpu, "facts_or_fallback", lambda: (gpu.H200, "saved"))
+    assert gpu.target_facts_or_fallback() == (gpu.H200, "saved")
+    build.use_target("compute_75")
+    facts, label = gpu.target_facts_or_fallback()
+    assert facts.arch == "sm_75" and label == f"{facts.name} (built for compute_75)"
+    # the tuning exercise's solution on the H200 needs cp.async: on an sm_75 a verdict, not a crash
+    verdict = tuning.check_tuning(v7_fast.Config(staged=True))
+    assert not verdict.passed and verdict.verified
+    assert "cp.async" in verdict.message and "sm_75" in verdict.message
 
 
 @pytest.mark.parametrize("C", WIDTHS)

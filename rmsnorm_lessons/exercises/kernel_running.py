@@ -77,7 +77,7 @@ def shapes_for(rung, shapes=None) -> list:
     and without a shape the rung's plan refuses (a minimum C a plan needs), on this GPU or the
     saved H200's facts."""
     m = rung.c_multiple
-    device = gpu.facts_or_fallback()[0]
+    device = gpu.target_facts_or_fallback()[0]
     out = []
     for N, C in shapes or (SHAPES_8 if m == 8 else SHAPES):
         C = C - C % m or m

@@ -11,7 +11,7 @@ from . import Verdict, call_answer, failed, passed, read_number
 def _device(sms: int | None):
     """This GPU's facts (the H200's saved facts where there is none) and their label; ``sms`` asks
     "what if the GPU had this many SMs"."""
-    device, label = gpu.facts_or_fallback()
+    device, label = gpu.target_facts_or_fallback()
     if sms is not None:
         device, label = dataclasses.replace(device,
                                             multiprocessors=int(sms)), f"a GPU of {int(sms)} SMs"

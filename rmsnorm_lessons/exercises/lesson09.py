@@ -1,12 +1,12 @@
 """Lesson 09 (v7 step by step): what the partials add to a call's bytes, and v7's row pass.
 
-The grid defaults to v7_fast's plan on this GPU; where there is no GPU, on the H200's saved facts
-(:func:`rmsnorm_lessons.gpu.facts_or_fallback`). The floor time of a shape is lesson 08's
-(:mod:`rmsnorm_lessons.exercises.lesson08`).
+The grid defaults to v7_fast's plan on this GPU as the build targets it; where there is no GPU, on
+the H200's saved facts (:func:`rmsnorm_lessons.gpu.target_facts_or_fallback`). The floor time of
+a shape is lesson 08's (:mod:`rmsnorm_lessons.exercises.lesson08`).
 """
 from __future__ import annotations
 
-from .. import gpu, ladder
+from .. import ladder
 from . import Verdict, failed, passed, read_number
 from .lesson08 import kernel_part  # noqa: F401  (lesson 09 prints v7_fast.cu a part at a time)
 
@@ -35,8 +35,7 @@ def check_partials_fraction(answer, N: int = 4096, C: int = 16384,
     if verdict is not None:
         return verdict
     if grid is None:
-        device, _ = gpu.facts_or_fallback()
-        grid = ladder.plan("v7_fast", N, C, device)[0].grid
+        grid = ladder.plan("v7_fast", N, C)[0].grid
     want = partials_fraction(N, C, grid)
     if _close(got, want, 0.03):
         return passed(f"{100 * want:.2f} %: {grid} blocks x {C} floats, written and read back, "

@@ -83,7 +83,7 @@ def check_tuning(config, target: float = TARGET, shapes=SHAPES, overwrite: bool 
     config, verdict = _config(config)
     if verdict is not None:
         return verdict
-    device, where = gpu.facts_or_fallback()
+    device, where = gpu.target_facts_or_fallback()
     for N, C in shapes:
         try:
             ladder.plan("v7_fast", N, C, device, overwrite=overwrite, config=config)

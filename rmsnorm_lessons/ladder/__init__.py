@@ -16,7 +16,6 @@ import importlib
 from typing import Callable
 
 from .. import gpu
-from ..devices import facts_for_target
 from .rung import (BF16, CONFIG_TAKERS, FP32, STANDARD_TENSORS, TENSOR_NAMES, Launch, Plan, Rung,
                    Scratch, Tensor, ceil_div, persistent_grid, standard_args, tensor_args)
 
@@ -159,7 +158,7 @@ def rung_from_source(*, name: str, source: str, like=None, plan: Callable = _UNS
 def _device(device):
     """``device``, else the target's facts (:func:`rmsnorm_lessons.devices.facts_for_target`) on
     this GPU, else on the saved H200 facts."""
-    return device if device is not None else facts_for_target(gpu.facts_or_fallback()[0])
+    return device if device is not None else gpu.target_facts_or_fallback()[0]
 
 
 def plan(version, N: int, C: int, device=None, *, block_size: int | None = None,
