@@ -1,4 +1,4 @@
-// Lesson 08, bytes in flight: how long one load takes, and how many bytes a kernel keeps asking
+// Lesson 09, bytes in flight: how long one load takes, and how many bytes a kernel keeps asking
 // for.
 //  - pointer_chase: one thread follows a chain of indices, each load's address being the value the
 //    previous load returned, so exactly one load is in flight: time / steps is the latency of one

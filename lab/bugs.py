@@ -1,4 +1,4 @@
-"""The three bugs of lesson 10 (``rmsnorm_lessons.bugs``) on the H200: float64 check and sanitizer report.
+"""The three bugs of lesson 13 (``rmsnorm_lessons.bugs``) on the H200: float64 check and sanitizer report.
 
     python lab/bugs.py [--compile-only] [--json F]
 

@@ -9,7 +9,7 @@ Plain NumPy, no drawing and no GPU: :mod:`rmsnorm_lessons.plots` draws these num
 * the shuffle butterfly of ``warp_sum``: :func:`butterfly_values`, :func:`butterfly_contents`,
   :func:`butterfly_feeders` (lesson 03);
 * shared-memory banks: :func:`bank_layout`, :func:`bank_conflict_degree` (lesson 04);
-* ``atomicInc``'s wrap-around (lesson 07) and which chunk of a row each v7 thread loads (lesson 09).
+* ``atomicInc``'s wrap-around (lesson 08) and which chunk of a row each v7 thread loads (lesson 10).
 """
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Three bugs for lesson 10, each one edit away from a shipped rung, and the compute-sanitizer tool
+"""Three bugs for lesson 13, each one edit away from a shipped rung, and the compute-sanitizer tool
 that finds it.
 
 * ``bug_race_v5``: v5_two_pass without the ``__syncthreads()`` between the warps' stores to the

@@ -1,4 +1,4 @@
-"""Bytes in flight (lesson 08): Little's law, a pointer chase for the latency, and ``y = a * x``
+"""Bytes in flight (lesson 09): Little's law, a pointer chase for the latency, and ``y = a * x``
 four ways.
 
 Little's law: a memory system that answers each request after ``latency`` seconds delivers at most

@@ -6,7 +6,7 @@ reasons.
 calls the rung twice (the first call compiles and warms up; ncu profiles the second) and ncu prints
 one CSV row per profiled kernel. :func:`parse_csv` reads that CSV (the raw page: a header of metric
 names, a row of units, a row per kernel; the details page's long form too) and :func:`profile`
-returns a :class:`Profile`: the few numbers lesson 10 needs. The child is started by
+returns a :class:`Profile`: the few numbers lesson 13 needs. The child is started by
 :mod:`rmsnorm_lessons.child`, which also runs the rung there.
 
 ``--clock-control none`` keeps the GPU's own clocks (ncu otherwise locks them to base clocks, and on

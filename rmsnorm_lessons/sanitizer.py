@@ -6,7 +6,7 @@ the rung pickled (a learner's rung lives only in the parent) and calls it once t
 ``rl.kernels.run`` on random inputs. The parent reads the report: :func:`parse_summary`
 for the totals, :func:`entries` for the findings (an error line and its details, the host backtrace
 dropped). ``kernel_check.sanitize`` (a learner's kernel) and ``tools/sanitize.py`` (every version)
-use this module; lesson 10 shows its reports.
+use this module; lesson 13 shows its reports.
 
 Kernels are built with ``-lineinfo`` (``build.NVCC_FLAGS``), so a finding names the source line.
 """
@@ -19,7 +19,7 @@ from pathlib import Path
 from . import build, child
 
 TOOLS = ("memcheck", "racecheck", "synccheck", "initcheck")
-#: what each tool looks for (lesson 10's table)
+#: what each tool looks for (lesson 13's table)
 FINDS = {
     "memcheck": "out-of-bounds and misaligned accesses to global, shared and local memory",
     "racecheck": "shared-memory hazards: two threads of a block touch one address, at least one "

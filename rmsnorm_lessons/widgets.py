@@ -201,7 +201,7 @@ def check_and_time(versions=None, N: int = 8192, C: int = 1024, repeats: int = 2
     return CheckAndTime(versions, N, C, repeats, version)
 
 
-# --- lessons 04-07
+# --- lessons 04-08
 # ----------------------------------------------------------------------------------
 
 

@@ -18,8 +18,8 @@ import pytest
 
 from rmsnorm_lessons import build, gpu, ladder, reference, student
 from rmsnorm_lessons.exercises import (Verdict, kernel_check, lesson02, lesson03, lesson04,
-                                       lesson05, lesson06,
-                                       lesson07, lesson08, lesson09, lesson10)
+                                       lesson05, lesson07,
+                                       lesson08, lesson09, lesson10, lesson13)
 
 NOTEBOOKS = Path(__file__).resolve().parent.parent / "notebooks"
 needs_nvcc = pytest.mark.skipif(build.find_nvcc() is None, reason="nvcc not found")
@@ -32,10 +32,10 @@ no_gpu_here = pytest.mark.skipif(gpu.available(),
 CHECKS = {"02_naive": lesson02.check_v1_kernel, "03_warp_per_row": lesson03.check_v2_kernel,
           "04_shared_memory": lesson04.check_v3_kernel,
           "05_bf16_vectorized": lesson05.check_v4_kernel,
-          "06_two_pass": lesson06.check_v5_kernel, "07_last_block": lesson07.check_v6_kernel,
-          "08_bytes_in_flight": lesson08.check_scale_kernel,
-          "09_v7_step_by_step": lesson09.check_v7_kernel,
-          "10_finding_bugs": lesson10.check_v3_fix}
+          "07_two_pass": lesson07.check_v5_kernel, "08_last_block": lesson08.check_v6_kernel,
+          "09_bytes_in_flight": lesson09.check_scale_kernel,
+          "10_v7_step_by_step": lesson10.check_v7_kernel,
+          "13_finding_bugs": lesson13.check_v3_fix}
 
 #: (lesson, mistake, text of the solution, replaced by, words its message holds, caught without
 #: running)
@@ -68,69 +68,69 @@ MISTAKES = [
      "(c % x128::size) * (C / x128::size) + c / x128::size;",
      "(c % x128::size) * WARP_SIZE + c / x128::size;",
      ("dweight", "a slot of its own", "staged(c, C)"), False),
-    ("06_two_pass", "off-by-one: the last block", "for (int b = 0; b < blocks; b++) sum +=",
+    ("07_two_pass", "off-by-one: the last block", "for (int b = 0; b < blocks; b++) sum +=",
      "for (int b = 0; b < blocks - 1; b++) sum +=", ("dweight", "missing", "blocks"), False),
-    ("06_two_pass", "= for +=", "dweight[c] = __float2bfloat16((float)dweight[c] + sum);",
+    ("07_two_pass", "= for +=", "dweight[c] = __float2bfloat16((float)dweight[c] + sum);",
      "dweight[c] = __float2bfloat16(sum);", ("dweight", "+="), False),
-    ("06_two_pass", "an atomic",
+    ("07_two_pass", "an atomic",
      "for (int b = 0; b < blocks; b++) sum += partials[(size_t)b * C + c];",
      "for (int b = 0; b < blocks; b++) sum += partials[(size_t)b * C + c];\n"
      "    atomicAdd((float*)partials + c, 0.0f);", ("atomic", "block order"), True),
-    ("07_last_block", "no fence", "    // ### BEGIN SOLUTION\n    __threadfence();\n",
+    ("08_last_block", "no fence", "    // ### BEGIN SOLUTION\n    __threadfence();\n",
      "    // ### BEGIN SOLUTION\n",
      ("no fence", "MEMBAR"), True),
-    ("07_last_block", "no acquire fence", "        if (ticket == gridDim.x - 1) __threadfence();\n",
+    ("08_last_block", "no acquire fence", "        if (ticket == gridDim.x - 1) __threadfence();\n",
      "",
      ("acquire", "1 MEMBAR"), True),
-    ("07_last_block", "the seed's limit", "atomicInc(ticket_counter, gridDim.x - 1)",
+    ("08_last_block", "the seed's limit", "atomicInc(ticket_counter, gridDim.x - 1)",
      "atomicInc(ticket_counter, gridDim.x)", ("dweight", "starting values", "ticket"), False),
-    # lesson 08: y = a * x with 128-bit loads, all of a thread's issued before the first store
-    ("08_bytes_in_flight", "a store after each load",
+    # lesson 09: y = a * x with 128-bit loads, all of a thread's issued before the first store
+    ("09_bytes_in_flight", "a store after each load",
      "        if (i < n4) v[k] = x[i];\n    }\n    #pragma unroll\n    for (int k = 0; k < UNROLL; "
      "k++) {  // ... before the first is used\n        const int i = base + k * blockDim.x;\n",
      "        if (i < n4) v[k] = x[i];\n",
      ("only 1 LDG.E.128 before the first store",), True),
-    ("08_bytes_in_flight", "four 4-byte loads", "if (i < n4) v[k] = x[i];",
+    ("09_bytes_in_flight", "four 4-byte loads", "if (i < n4) v[k] = x[i];",
      "if (i < n4) { const float* f = (const float*)x; v[k] = make_float4(f[4 * i], f[4 * i + 1], "
      "f[4 * i + 2], f[4 * i + 3]); }", ("no 128-bit loads", "0 LDG.128"), True),
-    ("08_bytes_in_flight", "no guard on the store", "if (i < n4) y[i] = make_float4(",
+    ("09_bytes_in_flight", "no guard on the store", "if (i < n4) y[i] = make_float4(",
      "y[i] = make_float4(",
      ("wrote past the end", "if (i < n4)"), False),
-    ("08_bytes_in_flight", "a thread's chunks side by side",
+    ("09_bytes_in_flight", "a thread's chunks side by side",
      "const int i = base + k * blockDim.x;\n        if (i < n4) y",
      "const int i = base + k;\n        if (i < n4) y", ("never written", "base + k * blockDim.x"),
      False),
-    # lesson 09: the learner's row_pass, spliced into v7_fast.cu
-    ("09_v7_step_by_step", "a barrier in the row pass",
+    # lesson 10: the learner's row_pass, spliced into v7_fast.cu
+    ("10_v7_step_by_step", "a barrier in the row pass",
      "            sum[k] += inp_k * r * dout_k;\n        }\n",
      "            sum[k] += inp_k * r * dout_k;\n        }\n        __syncthreads();\n",
      ("__syncthreads", "BAR", "v7_fast's"), True),
-    ("09_v7_step_by_step", "the lanes summed in the row pass", "    return dot;\n}",
+    ("10_v7_step_by_step", "the lanes summed in the row pass", "    return dot;\n}",
      "    return warp_reduce_sum(dot);\n}", ("exchange()", "SHFL", "32 times"), True),
-    ("09_v7_step_by_step", "= for +=", "sum[k] += inp_k * r * dout_k;",
+    ("10_v7_step_by_step", "= for +=", "sum[k] += inp_k * r * dout_k;",
      "sum[k] = inp_k * r * dout_k;",
      ("dweight", "+=", "right at 129x1600"), False),
-    ("09_v7_step_by_step", "no weight in the dot product", "dot += widen(wj, k) * dout_k * inp_k;",
+    ("10_v7_step_by_step", "no weight in the dot product", "dot += widen(wj, k) * dout_k * inp_k;",
      "dot += dout_k * inp_k;", ("dinp", "weight * dout * inp"), False),
-    ("09_v7_step_by_step", "the sums never written back",
+    ("10_v7_step_by_step", "the sums never written back",
      "        if (chunk < p.chunks) {\n            sums(p, 0, chunk) = make_float4(sum[0], sum[1], "
      "sum[2], sum[3]);\n            sums(p, 1, chunk) = make_float4(sum[4], sum[5], sum[6], "
      "sum[7]);\n        }\n", "",
      ("dweight", "starting values", "never stores the sums"), False),
-    ("09_v7_step_by_step", "weight not loaded where it is not in registers",
+    ("10_v7_step_by_step", "weight not loaded where it is not in registers",
      "            if (!WEIGHT_IN_REGISTERS) wj = __ldg(weight4 + chunk);\n", "",
      ("WEIGHT_IN_REGISTERS", "__ldg(weight4 + chunk)"), True),
-    # lesson 10: the fourth bug (an early return before the block's barrier and flush) and two wrong
+    # lesson 13: the fourth bug (an early return before the block's barrier and flush) and two wrong
     # fixes
-    ("10_finding_bugs", "the bug left in",
+    ("13_finding_bugs", "the bug left in",
      "    // no early return: the loop's condition already skips",
      "    if (first_row >= N) return;\n    // the loop's condition already skips",
      ("dweight", "flush"), False),
-    ("10_finding_bugs", "the barrier removed too",
+    ("13_finding_bugs", "the barrier removed too",
      "    __syncthreads();\n    for (int c = threadIdx.x; c < C; c += blockDim.x) atomicAdd(",
      "    for (int c = threadIdx.x; c < C; c += blockDim.x) atomicAdd(", ("__syncthreads", "1 BAR"),
      True),
-    ("10_finding_bugs", "every warp flushes every channel",
+    ("13_finding_bugs", "every warp flushes every channel",
      "    for (int c = threadIdx.x; c < C; c += blockDim.x) atomicAdd(&dweight[c]",
      "    for (int c = lane; c < C; c += WARP_SIZE) atomicAdd(&dweight[c]",
      ("dweight", "more than once"), False),
@@ -248,17 +248,17 @@ def test_compile_errors_point_at_the_line_of_the_cell():
 
 @needs_nvcc
 def test_lesson09_errors_point_at_the_cell_or_at_v7_fast():
-    text = kernel_text("09_v7_step_by_step")
+    text = kernel_text("10_v7_step_by_step")
     lines = text.split("\n")
     at = next(i for i, ln in enumerate(lines) if "a = sums(p, 0, chunk);" in ln)
     lines[at] = lines[at].replace("sums(p, 0, chunk)", "sum(p, 0, chunk)")  # not a function
-    verdict = lesson09.check_v7_kernel("\n".join(lines))
+    verdict = lesson10.check_v7_kernel("\n".join(lines))
     assert verdict.status == "NOT YET" and f"line {at + 1}: " in verdict.message, verdict.message
     # the learner's function renamed: v7's own call to row_pass fails, at v7_fast.cu's line
-    verdict = lesson09.check_v7_kernel(text.replace("float row_pass(",
+    verdict = lesson10.check_v7_kernel(text.replace("float row_pass(",
                                                     "float my_row_pass(") + "\nint row_pass;")
     assert verdict.status == "NOT YET" and "v7_fast.cu(" in verdict.message, verdict.message
-    verdict = lesson09.check_v7_kernel(text.replace("row_pass", "pass_one"))
+    verdict = lesson10.check_v7_kernel(text.replace("row_pass", "pass_one"))
     assert verdict.status == "NOT YET", verdict.message
     assert "keep the function row_pass" in verdict.message, verdict.message
 
@@ -269,13 +269,13 @@ def test_lesson09_solution_is_v7s_own_row_pass():
     def code(t):
         return [ln.strip() for ln in kernel_check.strip_comments(t).splitlines() if ln.strip()]
 
-    before, after, line = lesson09.v7_around_row_pass()
+    before, after, line = lesson10.v7_around_row_pass()
     shipped = build.kernel_source("v7_fast")
     # the #line after the text is v7_fast.cu's
     assert shipped.splitlines()[line - 1:] == after.splitlines()
     own = shipped[len(before):len(shipped) - len(after)]
-    assert code(student.solution_only(kernel_text("09_v7_step_by_step"))) == code(own)
-    spliced = lesson09.splice_row_pass('#line 1 "yours_v7"\n' + own)
+    assert code(student.solution_only(kernel_text("10_v7_step_by_step"))) == code(own)
+    spliced = lesson10.splice_row_pass('#line 1 "yours_v7"\n' + own)
     assert spliced.count("float row_pass(") == 1 and spliced.startswith('#line 1 "v7_fast.cu"')
 
 
@@ -307,7 +307,7 @@ def test_lesson09_times_the_learner_against_v7s_register_path(monkeypatch):
     assert line.endswith("the register path 0.050 ms")
     seen = {}
     monkeypatch.setattr(kernel_check, "check_kernel", lambda source, **kw: seen.update(kw))
-    lesson09.check_v7_kernel("float row_pass() {}")
+    lesson10.check_v7_kernel("float row_pass() {}")
     assert seen["like"] == "v7_fast" and seen["compare_config"] == staged_off
     assert "register path" in seen["compare_label"]
 

@@ -1,4 +1,4 @@
-"""Lessons 04-07 without a GPU: their pictures, exercises (right answers pass, wrong ones fail with
+"""Lessons 04-08 without a GPU: their pictures, exercises (right answers pass, wrong ones fail with
 a useful message), the shared-memory widget and the notebooks' shape. The GPU paths are marked
 ``gpu``."""
 import ast
@@ -11,11 +11,11 @@ import pytest
 from matplotlib.figure import Figure
 
 from rmsnorm_lessons import access, bf16, gpu, kernels, ladder, launch, occupancy, plots
-from rmsnorm_lessons.exercises import Verdict, lesson04, lesson05, lesson06, lesson07
+from rmsnorm_lessons.exercises import Verdict, lesson04, lesson05, lesson07, lesson08
 
 ROOT = Path(__file__).resolve().parent.parent
-NOTEBOOKS = ["04_shared_memory.ipynb", "05_bf16_vectorized.ipynb", "06_two_pass.ipynb",
-             "07_last_block.ipynb"]
+NOTEBOOKS = ["04_shared_memory.ipynb", "05_bf16_vectorized.ipynb", "07_two_pass.ipynb",
+             "08_last_block.ipynb"]
 
 
 # --- plots ----------------------------------------------------------------------------------------
@@ -169,63 +169,63 @@ def test_half_ulp_is_what_ml_dtypes_does():
 
 
 def test_lesson06_block_order_sum():
-    loop = lambda p: lesson06.block_order_sum(p)  # noqa: E731
-    assert lesson06.check_block_order_sum(loop).passed
-    assert lesson06.check_block_order_sum(lambda p: np.cumsum(p, axis=0,
+    loop = lambda p: lesson07.block_order_sum(p)  # noqa: E731
+    assert lesson07.check_block_order_sum(loop).passed
+    assert lesson07.check_block_order_sum(lambda p: np.cumsum(p, axis=0,
                                                               dtype=np.float32)[-1]).passed
     cases = [(lambda p: p.astype(np.float64).sum(axis=0).astype(np.float32), "float64"),
-             (lambda p: lesson06.block_order_sum(p[::-1]), "last block"),
-             (lambda p: lesson06.block_order_sum(p).astype(np.float64), "float32"),
+             (lambda p: lesson07.block_order_sum(p[::-1]), "last block"),
+             (lambda p: lesson07.block_order_sum(p).astype(np.float64), "float32"),
              (lambda p: np.sort(p, axis=0).sum(axis=0), "differ"),
              (lambda p: p.sum(), "shape"),
              (lambda p: None, "returns None"),
              (lambda p: p[99999], "IndexError")]
     for fn, expect in cases:
-        v = lesson06.check_block_order_sum(fn)
+        v = lesson07.check_block_order_sum(fn)
         assert not v.passed and expect in v.message, v.message
 
 
 def test_lesson06_scratch_bytes():
-    assert lesson06.check_scratch_bytes(264 * 4096 * 4).passed
+    assert lesson07.check_scratch_bytes(264 * 4096 * 4).passed
     for wrong, expect in [(264 * 4096 * 2, "float32"), (264 * 4096, "floats, not bytes"),
                           (1, "not 1"),
                           (None, "replace"), ("x", "whole")]:
-        v = lesson06.check_scratch_bytes(wrong)
+        v = lesson07.check_scratch_bytes(wrong)
         assert not v.passed and expect in v.message, v.message
 
 
 def test_lesson07_atomic_inc():
-    assert lesson07.check_atomic_inc(lambda old, limit: 0 if old >= limit else old + 1).passed
+    assert lesson08.check_atomic_inc(lambda old, limit: 0 if old >= limit else old + 1).passed
     cases = [(lambda old, limit: 0 if old > limit else old + 1, "wraps when old >= limit"),
              (lambda old, limit: 0 if old >= limit - 1 else old + 1, "still becomes limit"),
              (lambda old, limit: old + 1, "atomicInc stores"),
              (lambda old, limit: None, "returns None"),
              (lambda old, limit: {}[old], "KeyError")]
     for fn, expect in cases:
-        v = lesson07.check_atomic_inc(fn)
+        v = lesson08.check_atomic_inc(fn)
         assert not v.passed and expect in v.message, v.message
 
 
 def test_seed_tickets_and_v6_tickets():
-    assert lesson07.seed_tickets(4, 3) == [[0, 1, 2, 3], [4, 0, 1, 2], [3, 4, 0, 1]]
+    assert lesson08.seed_tickets(4, 3) == [[0, 1, 2, 3], [4, 0, 1, 2], [3, 4, 0, 1]]
     # v6's limit gridDim.x - 1: every launch draws 0..G-1 and the counter comes back to 0
     for G in (1, 2, 5, 264):
-        assert lesson07.seed_tickets(G, 4, limit=G - 1) == [list(range(G))] * 4
+        assert lesson08.seed_tickets(G, 4, limit=G - 1) == [list(range(G))] * 4
 
 
 def test_lesson07_seed_tickets_check():
-    assert lesson07.check_seed_tickets([4, 0, 1, 2], [3, 4, 0, 1]).passed
-    assert lesson07.check_seed_tickets((4, 0, 1, 2), np.array([3, 4, 0, 1])).passed
+    assert lesson08.check_seed_tickets([4, 0, 1, 2], [3, 4, 0, 1]).passed
+    assert lesson08.check_seed_tickets((4, 0, 1, 2), np.array([3, 4, 0, 1])).passed
     for l2, l3, expect in [([0, 1, 2, 3], [0, 1, 2, 3], "not 0"),
                            ([4, 0, 1, 2], [0, 1, 2, 3], "launch 3"),
                            ([1, 2, 3, 4], [3, 4, 0, 1], "launch 2 is not"),
                            (None, None, "replace None"),
                            (["a"], [1], "whole numbers")]:
-        v = lesson07.check_seed_tickets(l2, l3)
+        v = lesson08.check_seed_tickets(l2, l3)
         assert not v.passed and expect in v.message, v.message
 
 
-# --- lessons 06 and 07: the learner writes before ours shows --------------------------------------
+# --- lessons 07 and 08: the learner writes before ours shows --------------------------------------
 
 
 def _sources(name):
@@ -246,8 +246,8 @@ def _tagged(cells, tag):
 
 
 @pytest.mark.parametrize("name, rung, parts", [
-    ("06_two_pass.ipynb", "v5_two_pass", ("rmsnorm_backward_v5", "reduce_dweight_v5")),
-    ("07_last_block.ipynb", "v6_last_block", ("rmsnorm_backward_v6",))])
+    ("07_two_pass.ipynb", "v5_two_pass", ("rmsnorm_backward_v5", "reduce_dweight_v5")),
+    ("08_last_block.ipynb", "v6_last_block", ("rmsnorm_backward_v6",))])
 def test_ours_shows_only_after_the_learners_check(name, rung, parts):
     from rmsnorm_lessons import build, notebook
 
@@ -274,7 +274,7 @@ def test_ours_shows_only_after_the_learners_check(name, rung, parts):
 def test_lesson06_final_sum_kernel_starts_from_its_signature():
     from rmsnorm_lessons import student
 
-    cells = _sources("06_two_pass.ipynb")
+    cells = _sources("07_two_pass.ipynb")
     [exercise] = _tagged(cells, "kernel-exercise")
     skeleton = student.strip_solutions(ast.parse(cells[exercise][2]).body[0].value.value)
     head = skeleton.index('extern "C" __global__ void reduce_dweight_v5(')
@@ -287,15 +287,15 @@ def test_lesson06_final_sum_kernel_starts_from_its_signature():
 
 
 def test_lesson07_atomic_inc_is_asked_before_its_rule_is_shown():
-    cells = _sources("07_last_block.ipynb")
+    cells = _sources("08_last_block.ipynb")
     [asked] = [i for i, (_, _, text) in enumerate(cells) if "def next_counter" in text]
     for _, _, text in cells[:asked]:
         assert "old + 1" not in text and "old >= limit" not in text, text
 
 
 @pytest.mark.parametrize("name, keys", [
-    ("06_two_pass.ipynb", ("06.scratch_traffic", "06.v5_vs_v4")),
-    ("07_last_block.ipynb", ("07.v6_vs_v5", "07.v6_bound"))])
+    ("07_two_pass.ipynb", ("07.scratch_traffic", "07.v5_vs_v4")),
+    ("08_last_block.ipynb", ("08.v6_vs_v5", "08.v6_bound"))])
 def test_lessons_06_07_predict_before_they_measure(name, keys):
     cells = _sources(name)
     for key in keys:
@@ -414,7 +414,7 @@ def test_v6_counter_reads_zero_after_every_launch():
 
 @pytest.mark.gpu
 def test_v4_accumulator_readback_is_what_dweight_adds():
-    # lesson 06 reads v4's fp32 sums from the launcher's scratch: they must be this call's sums
+    # lesson 07 reads v4's fp32 sums from the launcher's scratch: they must be this call's sums
     from rmsnorm_lessons import gpu, reference
 
     N, C = 4099, 1600

@@ -37,7 +37,7 @@ def _cell(source, text, tags=()):
     # PASS on a GPU, NOT VERIFIED without one: nothing in the text names the machine
     ("lesson03.check_warp_sum(my_body)",
      "PASS: nvcc compiled it for sm_90 (14 registers) and ran it\n"),
-    ("lesson07.check_v6_kernel(yours_v6)",
+    ("lesson08.check_v6_kernel(yours_v6)",
      "PASS: yours_v6 matches the float64 reference at 4 shapes\n"),
 ])
 def test_an_untagged_machine_dependent_cell_is_caught(source, text):

@@ -1,5 +1,5 @@
 """rmsnorm_lessons.plots (CPU): every figure is reachable as ``rl.plots.X`` from its lesson's
-module, the figures of the bench and of lessons 09-10 draw from made-up rows, and both ways of
+module, the figures of the bench and of lessons 10-13 draw from made-up rows, and both ways of
 making a figure agree."""
 import importlib
 
@@ -8,7 +8,7 @@ from matplotlib.figure import Figure
 
 from rmsnorm_lessons import bench, gpu, nsight, plots
 
-MODULES = ("figure", "lessons_00_03", "lessons_04_07", "lesson08", "lesson09", "lesson10")
+MODULES = ("figure", "lessons_00_03", "lessons_04_07", "lesson09", "lesson10", "lesson13")
 
 
 def _rows():

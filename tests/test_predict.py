@@ -67,12 +67,12 @@ def test_no_field_is_refused():
 
 
 def test_bound_is_one_of_five_words_and_stall_is_free_text(capsys):
-    mine = predict.guess("07.stall", bound="Memory-bound", stall="Long Scoreboard")
+    mine = predict.guess("08.stall", bound="Memory-bound", stall="Long Scoreboard")
     assert mine.fields == {"bound": "memory", "stall": "long_scoreboard"}
     with pytest.raises(ValueError, match="memory, latency, compute, atomics, launch"):
-        predict.guess("07.stall", bound="bandwidth")
+        predict.guess("08.stall", bound="bandwidth")
     with pytest.raises(ValueError, match="stall"):
-        predict.guess("07.stall", stall="")
+        predict.guess("08.stall", stall="")
 
 
 def test_numpy_numbers_are_numbers():
@@ -118,12 +118,12 @@ def test_versus_takes_the_key_of_the_last_guess():
 
 
 def test_without_a_guess_versus_shows_the_measurement_and_never_raises(capsys):
-    gap = predict.versus("06.v5_ms", ms=0.2, why="the second kernel is short")
+    gap = predict.versus("07.v5_ms", ms=0.2, why="the second kernel is short")
     out = capsys.readouterr().out
     assert gap.error is None and gap.status == "NOT PREDICTED"
     assert "no guess was written: predict first next time (the cell above)" in out
     assert "0.2" in out and "The second kernel is short." in out
-    mine = predict.guess("06.v5_ms", ms=...)
+    mine = predict.guess("07.v5_ms", ms=...)
     assert predict.versus(mine, ms=0.2).status == "NOT PREDICTED"
 
 
@@ -144,13 +144,13 @@ def test_measured_fields_must_have_been_guessed():
 
 
 def test_a_measured_zero_is_shown_not_divided_by():
-    mine = predict.guess("08.conflicts", count=4, ms=1)
+    mine = predict.guess("09.conflicts", count=4, ms=1)
     gap = predict.versus(mine, count=0, ms=1.05)
     assert _rows(gap)["count"] == "measured 0" and gap.error == pytest.approx(0.05 / 1.05)
 
 
 def test_words_alone_give_no_error_but_a_sentence():
-    mine = predict.guess("09.stall", stall="long_scoreboard", bound="memory")
+    mine = predict.guess("10.stall", stall="long_scoreboard", bound="memory")
     gap = predict.versus(mine, stall="barrier", bound="memory")
     assert gap.error is None and gap.status == "PREDICTED"
     assert _rows(gap) == {"stall": "you said long_scoreboard; it is barrier", "bound": "right"}
@@ -281,8 +281,8 @@ def test_seen_takes_versus_without_a_guess_cell(capsys):
 
 
 def test_seen_reads_a_gaps_data_live_or_replayed_and_skips_saved_text():
-    predict.guess("06.v5_ms", ms=0.1)
-    gap = predict.versus("06.v5_ms", ms=0.3)
+    predict.guess("07.v5_ms", ms=0.1)
+    gap = predict.versus("07.v5_ms", ms=0.3)
     display = {"output_type": "display_data", "metadata": {},
                "data": {"text/plain": str(gap), predict.GAP_MIME: gap.data()}}
     saved = {"output_type": "stream", "name": "stdout",
@@ -293,7 +293,7 @@ def test_seen_reads_a_gaps_data_live_or_replayed_and_skips_saved_text():
     cell = {"cell_type": "code", "metadata": {}, "source": "%%gpu\nrl.predict.versus(mine, ms=t)",
             "outputs": [saved, author, display]}
     [s] = progress_predictions.seen({"cells": [cell]})
-    assert (s.key, s.status, s.measured, s.guessed) == ("06.v5_ms", "PREDICTED", True, "")
+    assert (s.key, s.status, s.measured, s.guessed) == ("07.v5_ms", "PREDICTED", True, "")
     assert s.error == pytest.approx(2 / 3) and s.detail == "ms 0.1 vs 0.3 (3.0x lower)"
 
 

@@ -244,7 +244,7 @@ def _host_cells():
 def _run_cell(setup, text):
     ns = {}
     exec("\n".join(ln for ln in setup.splitlines() if not ln.startswith("%")), ns)
-    ns["COPY"] = ns["rl"].gpu.copy_bandwidth_or_saved()[0]  # lesson 08's cell above its exercises
+    ns["COPY"] = ns["rl"].gpu.copy_bandwidth_or_saved()[0]  # lesson 09's cell above its exercises
     tree = ast.parse(text)
     last = tree.body.pop()
     exec(compile(tree, "<cell>", "exec"), ns)
@@ -271,7 +271,7 @@ def test_host_solution_passes_and_its_placeholder_does_not(lesson, setup, text):
 
 @needs_nvcc
 @pytest.mark.slow
-# lesson 09 runs for about three minutes on the H200, longer beside the suite
+# lesson 10 runs for about three minutes on the H200, longer beside the suite
 @pytest.mark.timeout(900)
 @pytest.mark.parametrize("lesson", LESSONS)
 def test_student_edition_runs_under_nbval(lesson, tmp_path):
@@ -320,14 +320,14 @@ def test_progress_reads_verdicts_from_outputs():
             "text/plain": "PASS: 13 blocks x 768 channels"}}]),
         cell("print(lesson05.check_half_ulp(x))", [{"output_type": "stream", "name": "stdout",
                                                     "text": "NOT VERIFIED: no GPU here\nmore\n"}]),
-        cell("lesson06.check_scratch_bytes(y)",
+        cell("lesson07.check_scratch_bytes(y)",
              [{"output_type": "error", "ename": "NameError", "evalue": "y"}]),
         cell("x = 1", []),
     ]}
     got = [(r.exercise, r.status, r.message) for r in progress.verdicts(nb, "lesson")]
     assert got == [("lesson04.check_v3_atomics", "PASS", "13 blocks x 768 channels"),
                    ("lesson05.check_half_ulp", "NOT VERIFIED", "no GPU here"),
-                   ("lesson06.check_scratch_bytes", "NOT YET",
+                   ("lesson07.check_scratch_bytes", "NOT YET",
                     "(no verdict: the cell raised NameError: y)")]
     assert progress.totals(progress.verdicts(nb,
                                              "lesson")) == "1 PASS, 1 NOT YET, 1 NOT VERIFIED of 3"

@@ -5,7 +5,7 @@ resources.
 The plan is data (``ladder.plan("v7_fast", ...)`` on ``gpu.H200``); its variants are chosen with
 ``ladder.v7_fast.Config``, never with globals or environment variables. The version itself is also
 in every parametrized test over ``rl.kernels.VERSIONS``. On the GPU: tests/test_v7_gpu.py; the
-bench's rows, the peers, the streaming ceiling and lesson 09's exercise: tests/test_v7_measure.py.
+bench's rows, the peers, the streaming ceiling and lesson 10's exercise: tests/test_v7_measure.py.
 """
 import dataclasses
 import re

@@ -1,5 +1,5 @@
 """Around v7_fast (CPU, but for two GPU tests of the ceiling): the peers' byte counts and why they
-cannot run, the bench's rows and command (GPU parts replaced by fakes), lesson 09's exercise, the
+cannot run, the bench's rows and command (GPU parts replaced by fakes), lesson 10's exercise, the
 streaming ceiling and the fixed-cost fit.
 """
 import dataclasses
@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from rmsnorm_lessons import bench, bf16, build, gpu, kernels, ladder, peers
-from rmsnorm_lessons.exercises import lesson09
+from rmsnorm_lessons.exercises import lesson10
 
 V7 = kernels.get("v7_fast")
 
@@ -92,26 +92,26 @@ def test_records_by_shape_and_against():
 
 
 # --------------------------------------------------------------------------------------------------
-# lesson 09's exercise (CPU): the right answer passes, wrong ones are reported (lesson 08's floor
-# time: tests/test_lesson08.py)
+# lesson 10's exercise (CPU): the right answer passes, wrong ones are reported (lesson 09's floor
+# time: tests/test_lesson09.py)
 
 
 def test_lesson09_partials_fraction(monkeypatch):
-    right = lesson09.partials_fraction(4096, 16384, 132)
+    right = lesson10.partials_fraction(4096, 16384, 132)
     assert right == pytest.approx(2 * 132 * 16384 * 4 / V7.bytes_moved(4096, 16384))
-    assert lesson09.check_partials_fraction(right, grid=132)
+    assert lesson10.check_partials_fraction(right, grid=132)
     for wrong, says in [(None, "replace None"), (100 * right, "percentage"), (right / 2, "half"),
                         (2 * right, "twice"), (0.5, "is off")]:
-        v = lesson09.check_partials_fraction(wrong, grid=132)
+        v = lesson10.check_partials_fraction(wrong, grid=132)
         assert not v.passed and says in v.message, (wrong, v.message)
     # by default, the grid v7_fast's plan launches on this GPU, or on the H200 (132 blocks at
     # this shape)
     monkeypatch.setattr(gpu, "facts_or_fallback", lambda: (gpu.H200, "saved"))
     assert plan(4096, 16384)[0].grid == 132
-    assert lesson09.check_partials_fraction(right)
+    assert lesson10.check_partials_fraction(right)
     small = dataclasses.replace(gpu.H200, multiprocessors=66)
     monkeypatch.setattr(gpu, "facts_or_fallback", lambda: (small, "a smaller GPU"))
-    assert lesson09.check_partials_fraction(lesson09.partials_fraction(4096, 16384, 66))
+    assert lesson10.check_partials_fraction(lesson10.partials_fraction(4096, 16384, 66))
 
 
 
@@ -178,7 +178,7 @@ def test_bench_command_writes_every_row(tmp_path, monkeypatch):
 
 
 # --------------------------------------------------------------------------------------------------
-# the streaming ceiling and the fixed-cost fit (lab/v7_explore.py, lab/v7_fixed_cost.py, lesson 08)
+# the streaming ceiling and the fixed-cost fit (lab/v7_explore.py, lab/v7_fixed_cost.py, lesson 09)
 
 
 def test_fit_fixed_cost_recovers_a_line():

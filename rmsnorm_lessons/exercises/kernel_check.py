@@ -41,7 +41,7 @@ from typing import Callable
 from .. import build, gpu, ladder
 from . import Verdict, failed, not_verified, passed
 from .kernel_diagnosis import describe_output
-from .kernel_diagnosis import _lines, _ranges  # noqa: F401 (lesson 08 names chunks with _ranges)
+from .kernel_diagnosis import _lines, _ranges  # noqa: F401 (lesson 09 names chunks with _ranges)
 from . import kernel_child, kernel_running
 from .kernel_running import (SHAPES, SHAPES_8, SMALL_C_SHAPES, TIME_SHAPE, Outcome, run_checks,
                              sanitize, shapes_for, time_against)
@@ -50,7 +50,7 @@ from .kernel_static import (GLOBAL_ATOMICS, SKELETON_BLOCK, Compiled, Static, no
                             source_lacks,
                             strip_comments,
                             todo_lines, without_skeletons)
-from .kernel_static import _matching, _name  # noqa: F401 (lessons 08 and 09 count opcodes)
+from .kernel_static import _matching, _name  # noqa: F401 (lessons 09 and 10 count opcodes)
 
 __all__ = ["GLOBAL_ATOMICS", "SHAPES", "SHAPES_8", "SKELETON_BLOCK", "SMALL_C_SHAPES", "TIME_SHAPE",
            "Compiled",
@@ -169,7 +169,7 @@ def _plain_race_note(listing, kernels) -> str:
 
 def check_plain_kernel(source, *, name: str, kernels, static=(), run=None,
                        against: str = "NumPy") -> Verdict:
-    """A learner's kernel that is not a rung (lesson 08's ``scale_wide``): compiled from its text
+    """A learner's kernel that is not a rung (lesson 09's ``scale_wide``): compiled from its text
     alone (``#line 1`` in front, so nvcc's line numbers are the text's), inspected as
     :func:`check_kernel` inspects a rung, and where a GPU works handed to ``run(module)`` (the
     loaded cubin, a PyCUDA module; it returns an :class:`Outcome`) in a child process

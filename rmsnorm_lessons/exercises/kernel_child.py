@@ -8,7 +8,7 @@ YET and says what happened; the shape it died at runs again under compute-saniti
 which names the line of the learner's text (the kernels are built with ``-lineinfo``, and the text
 starts with ``#line 1 "<name>"``). The parent launches only a kernel that passed here.
 
-:func:`run_plain_in_child` does the same for a kernel that is not a rung (lesson 08's): the child
+:func:`run_plain_in_child` does the same for a kernel that is not a rung (lesson 09's): the child
 loads the compiled text and runs the lesson's own ``run(module)``, checks and timing both.
 """
 from __future__ import annotations

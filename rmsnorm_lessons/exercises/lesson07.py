@@ -1,108 +1,97 @@
-"""Lesson 07 (the last block): atomicInc's wrap-around, and what happens without a reset."""
+"""Lesson 07 (two passes, determinism): summing partials in block order, and the scratch size."""
 from __future__ import annotations
 
-from ..access import atomic_inc
-from . import Verdict, call_answer, failed, passed
+import numpy as np
 
-PAIRS = [(old, limit) for limit in (0, 1, 2, 3, 7, 263, 264, 2**32 - 1)
-         for old in sorted({0, 1, 2, limit - 1, limit, limit + 1, 2**32 - 1}) if 0 <= old < 2**32]
+from . import Verdict, call_answer, failed, passed, read_number
 
 
-def check_atomic_inc(fn) -> Verdict:
-    """``fn(old, limit)`` -> the value atomicInc stores (it returns ``old``, the ticket)."""
-    for old, limit in PAIRS:
-        got, verdict = call_answer(fn, old, limit, at=f"at old={old}, limit={limit}")
-        if verdict is not None:
-            return verdict
-        want = atomic_inc(old, limit)
-        if got != want:
-            hint = ""
-            if old == limit and got == old + 1:
-                hint = " (the counter wraps when old >= limit, not when it passes limit)"
-            elif old == limit - 1 and got == 0:
-                hint = " (it wraps after reaching limit, so old = limit - 1 still becomes limit)"
-            return failed(f"at old={old}, limit={limit}: you gave {got}, atomicInc stores "
-                          f"{want}{hint}")
-    return passed(f"right on all {len(PAIRS)} cases: ((old >= limit) ? 0 : old + 1)")
+def _partials(blocks: int = 264, C: int = 64, seed: int = 6) -> np.ndarray:
+    rng = np.random.default_rng(seed)
+    scale = 10.0 ** rng.uniform(-3, 3, (blocks, 1))
+    return (rng.standard_normal((blocks, C)) * scale).astype(np.float32)
 
 
-def seed_tickets(blocks: int, launches: int, limit: int | None = None, start: int = 0):
-    """Tickets drawn in each launch (in finishing order) when nobody resets the counter between
-    launches.
-
-    The seed calls ``atomicInc(flag, gridDim.x)`` (``limit = blocks``); v6 calls it with ``blocks -
-    1``.
-    """
-    limit = blocks if limit is None else limit
-    counter, out = start, []
-    for _ in range(launches):
-        drawn = []
-        for _ in range(blocks):
-            drawn.append(counter)
-            counter = atomic_inc(counter, limit)
-        out.append(drawn)
-    return out
+def block_order_sum(partials: np.ndarray) -> np.ndarray:
+    """What reduce_dweight_v5 computes: for each channel, a float32 sum from block 0 to the last
+    block."""
+    p = np.asarray(partials, np.float32)
+    total = np.zeros(p.shape[1], np.float32)
+    for row in p:
+        total = total + row  # float32 + float32, rounded after every step, like the kernel
+    return total
 
 
-def check_seed_tickets(launch2, launch3, blocks: int = 4) -> Verdict:
-    """The tickets of launches 2 and 3 (in finishing order) of the seed's kernel with no host
-    reset."""
-    if launch2 is None or launch3 is None:
-        return failed("replace None with two lists of tickets, e.g. [0, 1, 2, 3]")
-    _, want2, want3 = seed_tickets(blocks, 3)
-    try:
-        got2, got3 = [int(t) for t in launch2], [int(t) for t in launch3]
-    except (TypeError, ValueError):
-        return failed("give each launch as a list of whole numbers")
-    if got2 == want2 and got3 == want3:
-        return passed(f"launch 2 draws {want2}: nobody gets {blocks - 1}, so nobody adds into "
-                      f"dweight; launch 3 draws {want3}: the FIRST block to finish sums partials "
-                      f"the others have not written yet")
-    if got2 == list(range(blocks)):
-        return failed("after launch 1 the counter is not 0: the seed's atomicInc(flag, gridDim.x) "
-                      "stops at gridDim.x and wraps only on the next call")
-    if got2 != want2:
-        return failed(f"launch 2 is not {got2}: start from the counter launch 1 leaves behind")
-    return failed(f"launch 2 is right; launch 3 is not {got3}: continue from where launch 2 leaves "
-                  "the counter")
+def check_block_order_sum(fn) -> Verdict:
+    """``fn(partials)`` (float32, shape (blocks, C)) -> float32 (C,) bit-identical to the kernel's
+    sum."""
+    p = _partials()
+    got, verdict = call_answer(fn, p.copy())
+    if verdict is not None:
+        return verdict
+    got = np.asarray(got)
+    if got.shape != (p.shape[1],):
+        return failed(f"expected one sum per channel, shape ({p.shape[1]},); got shape {got.shape}")
+    want = block_order_sum(p)
+    got32 = got.astype(np.float32)
+    same = got32.view(np.uint32) == want.view(np.uint32)
+    if same.all() and got.dtype == np.float32:
+        return passed(f"bit-identical in all {p.shape[1]} channels: same order, same float32 "
+                      "roundings")
+    if same.all():
+        return failed(f"the values match but come back as {got.dtype}; return float32 like the "
+                      "kernel")
+    in64 = p.astype(np.float64).sum(axis=0).astype(np.float32)
+    hint = ""
+    if np.array_equal(got32.view(np.uint32), in64.view(np.uint32)):
+        hint = (": you summed in float64; the kernel adds float32 numbers, rounding after each "
+                "addition")
+    elif np.array_equal(got32.view(np.uint32), block_order_sum(p[::-1]).view(np.uint32)):
+        hint = ": you went from the last block to the first; the kernel starts at block 0"
+    diff = np.abs(got32.astype(np.float64) - want.astype(np.float64))
+    return failed(f"{int((~same).sum())} of {p.shape[1]} channels differ in their bits (largest "
+                  f"difference {diff.max():.3g}){hint}")
 
 
-# --- the kernel exercise: v6's fence, ticket and last block
-# ------------------------------------------
+def check_scratch_bytes(answer, blocks: int = 264, C: int = 4096) -> Verdict:
+    """Bytes of v5's partials buffer for a grid of ``blocks`` blocks at C channels (fp32
+    partials)."""
+    value, verdict = read_number(answer, "with a number of bytes", whole=True)
+    if verdict is not None:
+        return verdict
+    want = blocks * C * 4
+    if value == want:
+        return passed(f"{blocks} blocks x {C} channels x 4 bytes = {want} bytes "
+                      f"({want / 2**20:.1f} MiB)")
+    if value == blocks * C * 2:
+        return failed("the partials are float32 (4 bytes), even though dweight itself is bf16")
+    if value == blocks * C:
+        return failed("that counts floats, not bytes")
+    return failed(f"not {value}: one float32 per block and channel")
 
-def check_v6_kernel(source: str, sanitize: bool = True) -> Verdict:
-    """Lesson 07's kernel exercise: the learner's ``rmsnorm_backward_v6`` (the release fence, the
-    atomicInc ticket, the last block's acquire fence and sum), checked as the rung ``yours_v6`` with
-    v6_last_block's plan and defines, and timed beside v6_last_block.
+
+# --- the kernel exercise: v5's per-block partials and the second kernel
+# ------------------------------
+
+def check_v5_kernel(source: str, sanitize: bool = True) -> Verdict:
+    """Lesson 07's kernel exercise: the learner's ``rmsnorm_backward_v5`` (partials written per
+    block) and ``reduce_dweight_v5`` (written from its signature: summed in block order), checked
+    as the rung ``yours_v5`` (deterministic: two runs must agree bit for bit) with v5_two_pass's
+    plan, and timed beside v5_two_pass.
     compute-sanitizer's race check runs by default; ``sanitize=False`` skips it, for speed."""
     from . import kernel_check as kc
 
-    kernel = "rmsnorm_backward_v6"
+    atomics = kc.GLOBAL_ATOMICS + ("ATOMS",)
     return kc.check_kernel(
-        source, name="yours_v6", like="v6_last_block", rows_per_block=16, sanitize_it=sanitize,
-        hints={"dweight unchanged": "No block drew the last ticket in this (second) launch: the "
-                                    "counter must be back at 0 when a launch ends, so atomicInc's "
-                                    "limit is gridDim.x - 1",
-               "dweight blocks": "Only the block holding the last ticket may sum the partials, "
-                                 "after all others have written theirs"},
-        static=(kc.sass_before("MEMBAR", ("ATOMG", "ATOM"),
-                               "a fence (MEMBAR) before the ticket's atomic (ATOMG)",
-                               "no fence between writing the partials and taking the ticket: "
-                               "another block may see the ticket before the partials; put "
-                               "__threadfence() before atomicInc",
-                               kernel=kernel),
-                kc.sass_between("MEMBAR", "BAR", ("ATOMG", "ATOM"),
-                                "a barrier (BAR) between the fence and the ticket",
-                                "no __syncthreads() between the fence and the ticket: thread 0 "
-                                "may draw the ticket while other warps of its block are still "
-                                "writing their partials, and the last block would sum them "
-                                "incomplete",
-                                kernel=kernel),
-                kc.sass_has("MEMBAR", "a second fence (MEMBAR) for the last block's acquire",
-                            "the last block needs its own __threadfence() after drawing the last "
-                            "ticket and before reading the partials (acquire)", kernel=kernel,
-                            at_least=2),
-                kc.sass_has(("ATOMG", "ATOM"), "an atomic ticket (ATOMG.INC)",
-                            "take the ticket with atomicInc(ticket_counter, gridDim.x - 1)",
-                            kernel=kernel),
-                kc.no_local_memory(kernel)))
+        source, name="yours_v5", like="v5_two_pass", rows_per_block=16, sanitize_it=sanitize,
+        hints={"dweight unchanged": "Does reduce_dweight_v5 add its sum into dweight[c]?",
+               "dweight blocks": "reduce_dweight_v5 adds the rows of partials of blocks 0 to "
+                                 "blocks - 1, each once",
+               "dweight wrong": "In reduce_dweight_v5 thread c reads column c of every block's "
+                                "row (row b starts at partials + b * C); in the first kernel each "
+                                "block writes its own row"},
+        static=(kc.sass_lacks(atomics, "no atomics in either kernel (the sums keep one order)",
+                              "an atomic adds in whatever order the hardware serves it, so the "
+                              "result changes from run to run: write partials, then sum them in "
+                              "block order"),
+                kc.no_local_memory()))

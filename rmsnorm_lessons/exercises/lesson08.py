@@ -1,277 +1,108 @@
-"""Lesson 08 (bytes in flight): the floor time of a shape, Little's law, and a kernel that keeps
-more bytes in flight.
-
-The copy bandwidth defaults to this GPU's (measured now); where there is no GPU, to the H200's saved
-figure (:func:`rmsnorm_lessons.gpu.copy_bandwidth_or_saved`). The kernel exercise is not a rung: it
-is
-``y = a * x`` with 128-bit loads, several issued per thread before the first is used, checked
-against NumPy on the GPU (with its output poisoned and guarded past the end), its SASS checked
-without one, and timed against the copy bandwidth and lesson 00's one-float-per-thread ``scale``.
-"""
+"""Lesson 08 (the last block): atomicInc's wrap-around, and what happens without a reset."""
 from __future__ import annotations
 
-import re
+from ..access import atomic_inc
+from . import Verdict, call_answer, failed, passed
 
-import numpy as np
-
-from .. import gpu, inflight, ladder
-from . import Verdict, failed, kernel_check as kc, passed, read_number
-from .kernel_diagnosis import found
+PAIRS = [(old, limit) for limit in (0, 1, 2, 3, 7, 263, 264, 2**32 - 1)
+         for old in sorted({0, 1, 2, limit - 1, limit, limit + 1, 2**32 - 1}) if 0 <= old < 2**32]
 
 
-def bytes_moved(N: int, C: int, overwrite: bool = False, version: str = "v7_fast") -> int:
-    """What v7_fast must move (:meth:`rmsnorm_lessons.ladder.Rung.bytes_moved`): dout, inp, (dinp
-    read unless overwriting), dinp written; rstd (4 bytes a row); weight read, dweight read and
-    written."""
-    return ladder.get(version).bytes_moved(N, C, overwrite)
+def check_atomic_inc(fn) -> Verdict:
+    """``fn(old, limit)`` -> the value atomicInc stores (it returns ``old``, the ticket)."""
+    for old, limit in PAIRS:
+        got, verdict = call_answer(fn, old, limit, at=f"at old={old}, limit={limit}")
+        if verdict is not None:
+            return verdict
+        want = atomic_inc(old, limit)
+        if got != want:
+            hint = ""
+            if old == limit and got == old + 1:
+                hint = " (the counter wraps when old >= limit, not when it passes limit)"
+            elif old == limit - 1 and got == 0:
+                hint = " (it wraps after reaching limit, so old = limit - 1 still becomes limit)"
+            return failed(f"at old={old}, limit={limit}: you gave {got}, atomicInc stores "
+                          f"{want}{hint}")
+    return passed(f"right on all {len(PAIRS)} cases: ((old >= limit) ? 0 : old + 1)")
 
 
-def floor_us(N: int, C: int, copy_gbps: float, overwrite: bool = False) -> float:
-    """The time moving those bytes takes at the copy bandwidth (GB/s = 1e9 bytes per second), in
-    us."""
-    return bytes_moved(N, C, overwrite) / (copy_gbps * 1e9) * 1e6
+def seed_tickets(blocks: int, launches: int, limit: int | None = None, start: int = 0):
+    """Tickets drawn in each launch (in finishing order) when nobody resets the counter between
+    launches.
+
+    The seed calls ``atomicInc(flag, gridDim.x)`` (``limit = blocks``); v6 calls it with ``blocks -
+    1``.
+    """
+    limit = blocks if limit is None else limit
+    counter, out = start, []
+    for _ in range(launches):
+        drawn = []
+        for _ in range(blocks):
+            drawn.append(counter)
+            counter = atomic_inc(counter, limit)
+        out.append(drawn)
+    return out
 
 
-def _close(got: float, want: float, rel: float = 0.01) -> bool:
-    return abs(got - want) <= rel * abs(want)
-
-
-def check_floor_time(answer_us, N: int = 32768, C: int = 1024, copy_gbps: float | None = None,
-                     overwrite: bool = False) -> Verdict:
-    """``answer_us``: the floor time of one backward call at (N, C) in microseconds (within 1 %), at
-    ``copy_gbps`` (default: measured now on this GPU, else the H200's saved figure)."""
-    got, verdict = read_number(answer_us, "with a number of microseconds")
-    if verdict is not None:
-        return verdict
-    if copy_gbps is None:
-        copy_gbps, _ = gpu.copy_bandwidth_or_saved()
-    want = floor_us(N, C, copy_gbps, overwrite)
-    if _close(got, want):
-        return passed(f"{want:.1f} us: {bytes_moved(N, C, overwrite) / 1e6:.1f} MB at "
-                      f"{copy_gbps:.0f} GB/s. No kernel with these semantics runs much faster on "
-                      "this GPU")
-    other = floor_us(N, C, copy_gbps, not overwrite)
-    # the same count with 4-byte values: what an fp32 rung (v1_naive) moves
-    bf16_as_fp32 = bytes_moved(N, C, overwrite, version="v1_naive") / (copy_gbps * 1e9) * 1e6
-    for wrong, hint in (
-        (other,
-         "you counted the tensors of the other mode: with dinp += the kernel reads dinp too (4 row "
-                "tensors), with dinp = it does not (3)"),
-        (want * 1e-3, "that is milliseconds: the answer is in microseconds (x 1000)"),
-        (want * 1e3, "that is nanoseconds: the answer is in microseconds (/ 1000)"),
-        (bf16_as_fp32, "the tensors are bf16: 2 bytes per value, not 4"),
-        (want / 2,
-         "count both directions: the copy bandwidth counts bytes read plus bytes written, and so "
-                   "must the kernel's bytes (every tensor once, dinp once each way)"),
-        (want * 1.073741824, "GB/s here means 1e9 bytes per second, not 2**30"),
-        (want / 1.073741824, "GB/s here means 1e9 bytes per second, not 2**30"),
-    ):
-        if _close(got, wrong, 0.02):
-            return failed(f"{got:g} us is not it: {hint}")
-    return failed(f"{got:g} us is off by {100 * (got / want - 1):+.0f} %: bytes = (row tensors) * "
-                  f"N * C * 2 + 4 * N + 3 * C * 2, time = bytes / (GB/s * 1e9)")
-
-
-# --- Little's law
-# ---------------------------------------------------------------------------------------
-
-
-def in_flight_for_copy(copy_gbps: float, latency_ns: float, sms: int) -> float:
-    """Bytes of loads each SM must keep outstanding for ``y = a * x`` to run at the copy bandwidth:
-    it reads half of the bytes it moves, so its loads must bring copy / 2 (Little's law), shared by
-    ``sms``."""
-    return inflight.needed_in_flight(copy_gbps / 2, latency_ns) / sms
-
-
-def check_in_flight(answer_bytes, copy_gbps: float | None = None, latency_ns: float = 800.0,
-                    sms: int | None = None) -> Verdict:
-    """``answer_bytes``: the bytes of loads per SM that ``y = a * x`` needs in flight to reach the
-    copy bandwidth, at ``latency_ns`` per load (within 2 %). ``sms`` defaults to this GPU's (else
-    the H200's)."""
-    got, verdict = read_number(answer_bytes, "with a number of bytes per SM")
-    if verdict is not None:
-        return verdict
-    if copy_gbps is None:
-        copy_gbps, _ = gpu.copy_bandwidth_or_saved()
-    if sms is None:
-        sms = gpu.facts_or_fallback()[0].multiprocessors
-    want = in_flight_for_copy(copy_gbps, latency_ns, sms)
-    scale = 2048 * 4  # lesson 00's scale: 2048 threads per SM, one 4-byte load each
-    if _close(got, want, 0.02):
-        return passed(f"{want / 1024:.1f} KiB per SM ({want * sms / 2**20:.2f} MiB on {sms} SMs): "
-                      f"{copy_gbps / 2:.0f} GB/s of loads x {latency_ns:g} ns. Lesson 00's scale "
-                      f"asks for {scale // 1024} KiB (2048 threads x 4 B): "
-                      f"{100 * scale / want:.0f} % of it")
-    for wrong, hint in (
-        (2 * want,
-         "the copy bandwidth counts bytes read plus written; y = a * x reads only half of what it "
-                   "moves, so its loads must bring copy / 2"),
-        (want * sms, "that is for the whole GPU: divide by the SMs"),
-        (want / 1024, "that is KiB: the answer is in bytes"),
-        (want / 1e3, "that is kB: the answer is in bytes"),
-        (2 * want * sms,
-         "that is the whole GPU's, at the full copy rate: loads bring copy / 2, shared by the SMs"),
-    ):
-        if _close(got, wrong, 0.02):
-            return failed(f"{got:g} is not it: {hint}")
-    return failed(f"{got:g} is off by {100 * (got / want - 1):+.0f} %: bytes in flight = bandwidth "
-                  "x latency (GB/s x 1e9 x ns x 1e-9), with bandwidth = copy / 2 (the loads' "
-                  "share), per SM")
-
-
-# --- a part of a kernel file, to print only what a cell discusses
-# ------------------------------------------------------
-
-
-def _struct(text: str, name: str) -> str | None:
-    """``struct name { ... };`` in CUDA source ``text`` with its leading comment lines, or None."""
-    m = re.search(r"^((?:[ \t]*//.*\n)*)(?:template\s*<[^>]*>\s*\n)?struct\s+"
-                  r"(?:alignas\([^)]*\)\s*)?" + re.escape(name) + r"\s*\{", text, re.M)
-    if m is None:
-        return None
-    depth = 0
-    for i in range(m.end() - 1, len(text)):
-        depth += {"{": 1, "}": -1}.get(text[i], 0)
-        if depth == 0:
-            return text[m.start():text.index(";", i) + 1]
-    return None
-
-
-def kernel_part(source: str, part: str) -> str:
-    """The definition of function, kernel or struct ``part`` in ``source`` (a rung or a file under
-    kernels/, as :func:`rmsnorm_lessons.build.kernel_source` takes), from its leading comment to its
-    end: what a cell prints instead of the whole file. ValueError (listing the functions defined
-    there) for a name the file does not define."""
-    from .. import build, notebook
-
-    text = build.kernel_source(source)
-    return _struct(text, part) or notebook.part_of(text, part)
-
-
-# --- the kernel exercise: more bytes in flight
-# ----------------------------------------------------------
-
-KERNEL = "scale_wide"
-UNROLL = 4  # the exercise's chunks per thread
-BLOCK = 256
-#: n4 (float4 chunks) of the GPU check: a partial last block, one chunk, whole blocks, a larger tail
-CHECK_SIZES = (37 * BLOCK * UNROLL + 333, 1, 8 * BLOCK * UNROLL,
-               1000 * BLOCK * UNROLL + BLOCK * UNROLL - 1)
-# float4s past the end, filled with NaN: any write of the grid past n4 lands there
-GUARD = BLOCK * UNROLL
-TIME_FLOATS = 64 * 2**20
-
-
-def _loads_before_store(kernel: str = KERNEL, at_least: int = UNROLL):
-    """A static check: at least ``at_least`` 128-bit loads come before the first store in the
-    SASS."""
-
-    def test(c):
-        ins = c.instructions(kernel)
-        stores = kc._matching(ins, "STG")
-        loads = kc._matching(ins, "LDG.128")
-        first = stores[0].offset if stores else float("inf")
-        before = sum(1 for i in loads if i.offset < first)
-        if before >= at_least:
-            return None
-        return (f"only {before} LDG.E.128 before the first store: issue all {at_least} loads of a "
-                "thread before the first y[...] = ... (a first loop of loads into v[k], then a "
-                "loop of stores); a store between them makes each load wait for the one before, "
-                "since y might be x")
-
-    return kc.Static(f"{at_least} LDG.E.128 before the first store (all of a thread's loads in "
-                     "flight at once)",
-                     test)
-
-
-def _static_checks():
-
-    return (kc.sass_has("LDG.128", f"128-bit loads (at least {UNROLL} LDG.E.128)",
-                        "no 128-bit loads: read x as float4, one 16-byte load per chunk (v[k] = "
-                        "x[i]), not as four floats", kernel=KERNEL, at_least=UNROLL),
-            kc.sass_has("STG.128", "128-bit stores (STG.E.128)",
-                        "no 128-bit stores: write y[i] as one float4 (make_float4(a * v.x, ...))",
-                        kernel=KERNEL),
-            _loads_before_store(),
-            kc.no_local_memory(KERNEL))
-
-
-def _wrong_where(got: np.ndarray, want: np.ndarray) -> str:
-
-    n4 = want.shape[0]
-    never = np.flatnonzero(np.isnan(got[:n4]).any(axis=1))
-    wrong = np.flatnonzero(~np.isnan(got[:n4]).any(axis=1) & (got[:n4] != want).any(axis=1))
-    past = np.flatnonzero(~np.isnan(got[n4:]).all(axis=1))
-    return "; ".join(found(
-        (past, f"it wrote past the end: {past.size} of the {GUARD} float4 after y[n4 - 1] "
-               "changed; guard every store with if (i < n4), the last block has threads past "
-               "the end"),
-        (never, f"{kc._ranges(never, n4, 'chunk')} never written (still NaN): does every thread "
-                f"cover base + k * blockDim.x for k = 0..{UNROLL - 1}, and every k?"),
-        (wrong, f"{kc._ranges(wrong, n4, 'chunk')} hold a wrong value: y[i] = a * x[i], the "
-                f"chunk's own four floats (v[k] from x[base + k * blockDim.x])")))
-
-
-def _run_scale(function_of) -> "object":
-    """Run the learner's scale_wide at :data:`CHECK_SIZES` against NumPy, then time it (GPU). Only
-    the check's child process calls it (:func:`check_scale_kernel`), never the notebook's."""
-    from .. import bench
-
-    drv = gpu.driver()
-    fn = function_of(KERNEL)
-    rng = np.random.default_rng(8)
-    done = []
-    for n4 in CHECK_SIZES:
-        x = rng.standard_normal((n4, 4)).astype(np.float32)
-        y = np.full((n4 + GUARD, 4), np.nan, np.float32)
-        x_d, y_d = drv.to_device(x), drv.to_device(y)
-        try:
-            grid = -(-n4 // (BLOCK * UNROLL))
-            fn(y_d, x_d, np.float32(-1.75), np.int32(n4), block=(BLOCK, 1, 1), grid=(grid, 1))
-            drv.memcpy_dtoh(y, y_d)
-        except Exception as exc:  # the learner's kernel: an illegal address, ...
-            return kc.Outcome(False, f"at n4 = {n4} running it failed: {type(exc).__name__}: "
-                                     f"{str(exc)[:300]}", ("error",))
-        finally:
-            x_d.free()
-            y_d.free()
-        want = np.float32(-1.75) * x
-        if not (np.array_equal(y[:n4], want) and np.isnan(y[n4:]).all()):
-            ok_so_far = f" (right at n4 = {', '.join(map(str, done))})" if done else ""
-            return kc.Outcome(False, f"at n4 = {n4}{ok_so_far}: {_wrong_where(y, want)}",
-                              ("wrong",))
-        done.append(str(n4))
-    copy_gbps = gpu.copy_bandwidth()
-    n4 = TIME_FLOATS // 4
-    host = rng.standard_normal(TIME_FLOATS).astype(np.float32)
-    x_d, y_d = drv.to_device(host), drv.mem_alloc(host.nbytes)
+def check_seed_tickets(launch2, launch3, blocks: int = 4) -> Verdict:
+    """The tickets of launches 2 and 3 (in finishing order) of the seed's kernel with no host
+    reset."""
+    if launch2 is None or launch3 is None:
+        return failed("replace None with two lists of tickets, e.g. [0, 1, 2, 3]")
+    _, want2, want3 = seed_tickets(blocks, 3)
     try:
-        grid = -(-n4 // (BLOCK * UNROLL))
-        ms = float(np.median(bench.time_ms(
-            lambda _: fn(y_d, x_d, np.float32(2.0), np.int32(n4), block=(BLOCK, 1, 1),
-                         grid=(grid, 1)), repeats=20)))
-    finally:
-        x_d.free()
-        y_d.free()
-    mine = 2 * host.nbytes / (ms * 1e-3) / 1e9
-    base = inflight.time_scale("scale_f32_x1", copy_gbps)
-    return kc.Outcome(True,
-                      f"scale_wide matches NumPy at {len(done)} sizes ({', '.join(done)} float4), "
-                            f"writing nothing past the end. At {TIME_FLOATS // 2**20} Mi floats: "
-                            f"yours {ms:.3f} ms, {mine:.0f} GB/s = {100 * mine / copy_gbps:.0f} % "
-                            f"of copy ({copy_gbps:.0f} GB/s); lesson 00's scale (one 4-byte load "
-                            f"per thread) {base.ms:.3f} ms, {100 * base.fraction_of_copy:.0f} % of "
-                            "copy")
+        got2, got3 = [int(t) for t in launch2], [int(t) for t in launch3]
+    except (TypeError, ValueError):
+        return failed("give each launch as a list of whole numbers")
+    if got2 == want2 and got3 == want3:
+        return passed(f"launch 2 draws {want2}: nobody gets {blocks - 1}, so nobody adds into "
+                      f"dweight; launch 3 draws {want3}: the FIRST block to finish sums partials "
+                      f"the others have not written yet")
+    if got2 == list(range(blocks)):
+        return failed("after launch 1 the counter is not 0: the seed's atomicInc(flag, gridDim.x) "
+                      "stops at gridDim.x and wraps only on the next call")
+    if got2 != want2:
+        return failed(f"launch 2 is not {got2}: start from the counter launch 1 leaves behind")
+    return failed(f"launch 2 is right; launch 3 is not {got3}: continue from where launch 2 leaves "
+                  "the counter")
 
 
-def check_scale_kernel(source: str) -> Verdict:
-    """Lesson 08's kernel exercise: ``scale_wide(float4* y, const float4* x, float a, int n4)``
-    computes
-    ``y = a * x`` with each thread loading its :data:`UNROLL` float4 chunks (``base + k *
-    blockDim.x``) before it stores any. Checked in the SASS without a GPU (128-bit loads and stores,
-    the loads ahead of the first store, no local memory), against NumPy on one (poisoned output, a
-    guard past the end, sizes that leave a partial last block), then timed against copy and lesson
-    00's scale."""
-    return kc.check_plain_kernel(source, name="yours_scale", kernels=(KERNEL,),
-                                 static=_static_checks(),
-                                 run=lambda module: _run_scale(module.get_function))
+# --- the kernel exercise: v6's fence, ticket and last block
+# ------------------------------------------
+
+def check_v6_kernel(source: str, sanitize: bool = True) -> Verdict:
+    """Lesson 08's kernel exercise: the learner's ``rmsnorm_backward_v6`` (the release fence, the
+    atomicInc ticket, the last block's acquire fence and sum), checked as the rung ``yours_v6`` with
+    v6_last_block's plan and defines, and timed beside v6_last_block.
+    compute-sanitizer's race check runs by default; ``sanitize=False`` skips it, for speed."""
+    from . import kernel_check as kc
+
+    kernel = "rmsnorm_backward_v6"
+    return kc.check_kernel(
+        source, name="yours_v6", like="v6_last_block", rows_per_block=16, sanitize_it=sanitize,
+        hints={"dweight unchanged": "No block drew the last ticket in this (second) launch: the "
+                                    "counter must be back at 0 when a launch ends, so atomicInc's "
+                                    "limit is gridDim.x - 1",
+               "dweight blocks": "Only the block holding the last ticket may sum the partials, "
+                                 "after all others have written theirs"},
+        static=(kc.sass_before("MEMBAR", ("ATOMG", "ATOM"),
+                               "a fence (MEMBAR) before the ticket's atomic (ATOMG)",
+                               "no fence between writing the partials and taking the ticket: "
+                               "another block may see the ticket before the partials; put "
+                               "__threadfence() before atomicInc",
+                               kernel=kernel),
+                kc.sass_between("MEMBAR", "BAR", ("ATOMG", "ATOM"),
+                                "a barrier (BAR) between the fence and the ticket",
+                                "no __syncthreads() between the fence and the ticket: thread 0 "
+                                "may draw the ticket while other warps of its block are still "
+                                "writing their partials, and the last block would sum them "
+                                "incomplete",
+                                kernel=kernel),
+                kc.sass_has("MEMBAR", "a second fence (MEMBAR) for the last block's acquire",
+                            "the last block needs its own __threadfence() after drawing the last "
+                            "ticket and before reading the partials (acquire)", kernel=kernel,
+                            at_least=2),
+                kc.sass_has(("ATOMG", "ATOM"), "an atomic ticket (ATOMG.INC)",
+                            "take the ticket with atomicInc(ticket_counter, gridDim.x - 1)",
+                            kernel=kernel),
+                kc.no_local_memory(kernel)))

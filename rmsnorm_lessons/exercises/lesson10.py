@@ -1,39 +1,176 @@
-"""Lesson 10 (finding bugs and bottlenecks): the kernel exercise, a fourth bug to find and fix.
+"""Lesson 10 (v7 step by step): what the partials add to a call's bytes, and v7's row pass.
 
-The learner gets v3_smem with an early ``return`` for warps that have no row: in a block with fewer
-rows than warps, those warps leave before the block's ``__syncthreads()`` and its flush, so the
-channels they would flush never reach ``dweight``. The check is
-:func:`rmsnorm_lessons.exercises.kernel_check.check_kernel` with v3_smem's plan, compute-sanitizer's
-racecheck and synccheck included where it exists (``sanitize=False`` skips them).
+The grid defaults to v7_fast's plan on this GPU as the build targets it; where there is no GPU, on
+the H200's saved facts (:func:`rmsnorm_lessons.gpu.target_facts_or_fallback`). The floor time of
+a shape is lesson 09's (:mod:`rmsnorm_lessons.exercises.lesson09`).
 """
 from __future__ import annotations
 
-from . import Verdict
-
-KERNEL = "rmsnorm_backward_v3"
-HINTS = {
-    "dweight wrong": "Which threads run the last loop, the block's flush? In a block with fewer "
-                     "rows than warps, do all of its threads get there?",
-    "dweight blocks": "Each channel of a block must be flushed once, by one thread of the block: "
-                      "the flush loop strides by the block's threads, not by a warp's lanes",
-}
+from .. import ladder
+from . import Verdict, failed, passed, read_number
+from .lesson09 import kernel_part  # noqa: F401  (lesson 10 prints v7_fast.cu a part at a time)
 
 
-def check_v3_fix(source: str, sanitize: bool = True) -> Verdict:
-    """The learner's fixed ``rmsnorm_backward_v3``, checked as the rung ``yours_v3_fix`` with
-    v3_smem's plan, and under compute-sanitizer's racecheck and synccheck
-    (``sanitize=False`` skips them, for speed)."""
+def bytes_moved(N: int, C: int, overwrite: bool = False) -> int:
+    """What v7_fast must move in one call (:meth:`rmsnorm_lessons.ladder.Rung.bytes_moved`)."""
+    return ladder.get("v7_fast").bytes_moved(N, C, overwrite)
+
+
+def _close(got: float, want: float, rel: float = 0.01) -> bool:
+    return abs(got - want) <= rel * abs(want)
+
+
+def partials_fraction(N: int, C: int, grid: int) -> float:
+    """Extra traffic of the partials (written once, read once, fp32) over the accumulate-mode
+    bytes."""
+    return 2 * grid * C * 4 / bytes_moved(N, C)
+
+
+def check_partials_fraction(answer, N: int = 4096, C: int = 16384,
+                            grid: int | None = None) -> Verdict:
+    """``answer``: the partials' traffic as a fraction of the kernel's bytes (e.g. 0.05 for 5 %),
+    for a grid of ``grid`` blocks (default: what v7_fast's plan launches at (N, C) on this GPU, else
+    on the H200)."""
+    got, verdict = read_number(answer, "with a fraction, e.g. 0.05 for 5 %")
+    if verdict is not None:
+        return verdict
+    if grid is None:
+        grid = ladder.plan("v7_fast", N, C)[0].grid
+    want = partials_fraction(N, C, grid)
+    if _close(got, want, 0.03):
+        return passed(f"{100 * want:.2f} %: {grid} blocks x {C} floats, written and read back, "
+                      f"against {bytes_moved(N, C) / 1e6:.0f} MB. It grows as grid / N: fewer rows "
+                      f"per block, more partials per row")
+    if _close(got, 100 * want, 0.03):
+        return failed("that is a percentage: give the fraction (divide by 100)")
+    if _close(got, want / 2, 0.03):
+        return failed("half of it: the partials are fp32 (4 bytes each) and move twice, written by "
+                      "every block and read back by the final sum")
+    if _close(got, 2 * want, 0.03):
+        return failed("twice too much: the partials move once each way, and the kernel's row "
+                      "tensors are bf16 (2 bytes a value)")
+    return failed(f"{got:g} is off: partial bytes = 2 * grid * C * 4; the kernel's bytes = 4 * N * "
+                  f"C * 2 + 4 * N + 3 * C * 2")
+
+
+# --- the kernel exercise: v7's row pass
+# ---------------------------------------------------------------
+
+#: where v7's own row_pass starts in kernels/v7_fast.cu (its template line and signature)
+ROW_PASS_START = ("template <int K, bool WEIGHT_IN_REGISTERS>\n__device__ __forceinline__ float "
+                  "row_pass(")
+V7_FILE = "v7_fast.cu"
+
+
+def v7_around_row_pass() -> tuple[str, str, int]:
+    """kernels/v7_fast.cu cut around its ``row_pass``: the text before it, the text after it, and
+    the line of v7_fast.cu the text after it starts at."""
+    from .. import build
+
+    source = build.kernel_source("v7_fast")
+    start = source.index(ROW_PASS_START)
+    end = source.index("\n}\n", start) + len("\n}\n")
+    return source[:start], source[end:], source[:end].count("\n") + 1
+
+
+def splice_row_pass(text: str) -> str:
+    """v7_fast.cu with ``text`` (the learner's row_pass, ``#line 1`` in front) in place of its own
+    row_pass.
+    ``#line`` directives keep nvcc's line numbers those of v7_fast.cu before and after it."""
+    before, after, line = v7_around_row_pass()
+    return f'#line 1 "{V7_FILE}"\n{before}{text}\n#line {line} "{V7_FILE}"\n{after}'
+
+
+def _at_most_v7(prefix: str, what: str, hint: str, kernel: str = "rmsnorm_backward_v7"):
+    """A static check: the learner's v7 has no more ``prefix`` instructions than v7_fast itself
+    (row_pass needs none of them: v7's own come from the other steps)."""
+    from .. import sass
     from . import kernel_check as kc
 
+    def test(c):
+        mine = len(kc._matching(c.instructions(kernel), prefix))
+        theirs = len(kc._matching(sass.listing("v7_fast",
+                                               c.listing.arch).functions[kernel].instructions,
+                                  prefix))
+        if mine <= theirs:
+            return None
+        return f"{hint} (the SASS of {kernel} has {mine} {kc._name(prefix)}, v7_fast's {theirs})"
+
+    return kc.Static(what, test)
+
+
+def _reads_weight4():
+    """A source check: the body uses ``weight4`` (the signature names it once). Where the plan
+    prefetches, WEIGHT_IN_REGISTERS is false and w[j] holds zeros: weight must come from memory. On
+    the GPU the slip is hard to see, since the dot product's term in dinp is small beside bf16's
+    tolerance at random data."""
+    import re
+
+    from . import kernel_check as kc
+
+    def test(c):
+        if len(re.findall(r"\bweight4\b", c.text)) >= 2:
+            return None
+        return ("weight is in w[j] only when WEIGHT_IN_REGISTERS is true; where the plan "
+                "prefetches (accumulate mode, C = 1024..8192) w[j] holds zeros and row_pass loads "
+                "weight's chunk itself: if (!WEIGHT_IN_REGISTERS) wj = __ldg(weight4 + chunk); "
+                "(your text uses weight4 only in the signature)")
+
+    return kc.Static("weight loaded from weight4 where it is not in registers", test, sass=False)
+
+
+def check_v7_kernel(source: str, sanitize: bool = True) -> Verdict:
+    """Lesson 10's kernel exercise: the learner's ``row_pass`` (pass 1 over a row held in registers:
+    this thread's part of the dot product, and dweight's sums in its own slice of shared memory),
+    spliced into kernels/v7_fast.cu in place of v7's own, checked as the rung ``yours_v7`` with
+    v7_fast's plan and defines, and timed beside v7_fast's own register path (the staged rows would
+    not run row_pass).
+    compute-sanitizer's race check runs by default; ``sanitize=False`` skips it, for speed."""
+    from .. import ladder
+    from . import kernel_check as kc
+
+    if isinstance(source, str) and "row_pass" not in kc.strip_comments(source):
+        return failed("keep the function row_pass (its template line and signature, as given): the "
+                      "rest of v7 calls it")
+    kernel = "rmsnorm_backward_v7"
+    v7 = ladder.v7_fast
+
+    # where row_pass runs, at every C
+    def register_path(N, C, device, *, block, overwrite=False, config=None):
+        return v7.plan(N, C, device, block=block, overwrite=overwrite, config=config
+                       or v7.Config(staged=False))
+
     return kc.check_kernel(
-        source, name="yours_v3_fix", like="v3_smem", sanitize_it=sanitize,
-        hints=HINTS,
-        static=(kc.sass_has("BAR",
-                            "two barriers (BAR.SYNC): after zeroing, before the block's flush",
-                            "keep both __syncthreads: one after zeroing dweight_shared, one before "
-                            "the block's flush to dweight (removing a barrier trades this bug for "
-                            "a race)", kernel=KERNEL,
-                            at_least=2),
-                kc.sass_has("ATOMS", "a shared-memory atomic (ATOMS) into dweight_shared",
-                            "keep the shared-memory atomicAdd into dweight_shared", kernel=KERNEL),
-                kc.no_local_memory(KERNEL)))
+        source, name="yours_v7", like="v7_fast", kernels=(kernel, "reduce_dweight_v7"),
+                           plan=register_path,
+        compare_config=v7.Config(staged=False), compare_label="v7_fast's register path",
+        rows_per_block=1,  # v7 deals rows round-robin: row % grid is the block that took it
+        sanitize_it=sanitize, embed=splice_row_pass,
+        hints={"dweight unchanged": "Your row pass never stores the sums: write sum[0..3] back to "
+                                    "sums(p, 0, chunk) and sum[4..7] to sums(p, 1, chunk) (only "
+                                    "where chunk < p.chunks)",
+               "dweight wrong": "dweight comes from the sums alone (the rest of v7 is given): each "
+                                "row must add into what is already there (read sums(p, 0/1, "
+                                "chunk), sum[k] += inp * r * dout, write them back), not replace "
+                                "it (= where += belongs), and norm is inp * r",
+               "dweight nonfinite": "the sums of a chunk past the end of the row (chunk >= "
+                                    "p.chunks) belong to no one: read and write sums(...) only "
+                                    "where chunk < p.chunks",
+               "dinp wrong": "in dinp your part is the dot product (the rest of v7 is given): dot "
+                             "sums weight * dout * inp over this thread's 8 K channels; weight is "
+                             "w[j] when WEIGHT_IN_REGISTERS, else __ldg(weight4 + chunk) (the "
+                             "prefetching shapes, accumulate mode at C = 1024..8192)"},
+        static=(_reads_weight4(),
+                kc.no_local_memory(kernel),
+                _at_most_v7("BAR", "no barrier of its own (as many BAR as v7_fast)",
+                            "a barrier in the row pass: the sums are this thread's alone, so "
+                            "nothing needs __syncthreads here, and a barrier in the row loop waits "
+                            "for row groups that have fewer rows (a hang)"),
+                _at_most_v7("SHFL", "no shuffle of its own (as many SHFL as v7_fast)",
+                            "row_pass returns this thread's part of the dot product only: "
+                            "exchange() sums the lanes and the warps; a warp_reduce_sum here "
+                            "counts every part 32 times"),
+                kc.sass_lacks("ATOMS", "no shared-memory atomic (no ATOMS)",
+                              "no atomicAdd on the sums: no other thread touches this thread's "
+                              "slice",
+                              kernel=kernel)))

@@ -21,8 +21,8 @@ from . import Verdict, failed, not_verified
 
 #: the default shapes: above L2, where v7 is bandwidth-bound (bench.LARGE_SHAPES's middle one)
 SHAPES = ((16384, 4096),)
-#: lesson 09's target, set between what the H200 measured at 16384x4096 accumulating: the plan's
-#: own choice (rows staged in shared memory) 93.4 % of the ceiling (lesson 09's staged-rows cell,
+#: lesson 10's target, set between what the H200 measured at 16384x4096 accumulating: the plan's
+#: own choice (rows staged in shared memory) 93.4 % of the ceiling (lesson 10's staged-rows cell,
 #: 2026-12-04) and 90.1 % in the steady-state sweep (results/h200-2026-12-03e/ceiling/burst.log);
 #: the register path 85.3 % (the same cell); one chunk a thread (K = 1, two or three blocks an SM)
 #: 81-85 % (results/h200-2026-12-02/explore.json), and Config(K=1) keeps fewer bytes in flight
@@ -122,5 +122,5 @@ def _measure(config, target, shapes, overwrite, repeats) -> Verdict:
     if score >= target:
         return Verdict(True, f"{said}: at or above the target of {target:g} %", score=score)
     hint = ("Which choice keeps fewer bytes in flight than the plan's? "
-            "(lesson 08: K, prefetch, per_sm)")
+            "(lesson 09: K, prefetch, per_sm)")
     return Verdict(False, f"{said}: below the target of {target:g} %. {hint}", score=score)

@@ -3,7 +3,7 @@
 Each thread holds K 16-byte chunks of a row; a row group of G threads holds the whole row
 (G * K * 8 >= C); a block holds several row groups; the grid is persistent. What the plan chooses
 (K, prefetch, blocks per SM, staging) can be overridden with a :class:`Config`, passed as
-``run(..., config=...)``: the lab's experiments and lesson 09's register path do that.
+``run(..., config=...)``: the lab's experiments and lesson 10's register path do that.
 
 Rows of :data:`STAGED_C` (1024 <= C <= 16384) are staged in shared memory by per-thread
 asynchronous copies instead (:func:`staged_layout`; cp.async, sm_80 and newer: below, the register

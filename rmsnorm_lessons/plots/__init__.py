@@ -11,9 +11,9 @@ from .lessons_00_03 import access_pattern, butterfly, gradient_check, speedup_ba
 from .lessons_04_07 import (bank_conflicts, bf16_error_histogram, partials_reduction,
                             shared_memory_chart,
                             ticket_timeline, v4_staging_banks)
-from .lesson08 import bytes_in_flight
-from .lesson09 import fixed_cost, floor_and_fixed, speed_of_light, v7_row_layout
-from .lesson10 import profile_bars, seed_loop_rows
+from .lesson09 import bytes_in_flight
+from .lesson10 import fixed_cost, floor_and_fixed, speed_of_light, v7_row_layout
+from .lesson13 import profile_bars, seed_loop_rows
 
 __all__ = [
     "COPY_COLOR", "DPI", "FIGSIZE", "bandwidth_bars", "access_pattern", "butterfly",

@@ -1,4 +1,4 @@
-"""Lessons 04-07: shared memory (bank conflicts, v4's staging), bf16's error, the partials and the
+"""Lessons 04-08: shared memory (bank conflicts, v4's staging), bf16's error, the partials and the
 last block's ticket, and the shared memory each rung asks for."""
 from __future__ import annotations
 

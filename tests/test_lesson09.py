@@ -1,4 +1,4 @@
-"""Lesson 08 (bytes in flight): the floor time, Little's law, the pointer chase's chain and the
+"""Lesson 09 (bytes in flight): the floor time, Little's law, the pointer chase's chain and the
 kernels of kernels/bytes_in_flight.cu as the lesson describes them (CPU: nvcc and the SASS, no
 launch); on a GPU the latency and the scale variants are measured (marker ``gpu``). The kernel
 exercise is tested with the others in tests/test_kernel_exercises.py; here, that its GPU run
@@ -9,28 +9,28 @@ import numpy as np
 import pytest
 
 from rmsnorm_lessons import build, gpu, inflight
-from rmsnorm_lessons.exercises import lesson08
+from rmsnorm_lessons.exercises import lesson09
 
 needs_sass = pytest.mark.skipif(build.find_tool("nvdisasm") is None, reason="no nvdisasm")
 
 
 def test_floor_time(monkeypatch):
-    right = lesson08.floor_us(32768, 1024, 4260)
+    right = lesson09.floor_us(32768, 1024, 4260)
     assert right == pytest.approx((4 * 32768 * 1024 * 2 + 4 * 32768 + 3 * 1024 * 2) / 4260e9 * 1e6)
-    assert lesson08.check_floor_time(right, copy_gbps=4260)
-    assert lesson08.check_floor_time(lesson08.floor_us(8192, 768, 4000, True), 8192, 768, 4000,
+    assert lesson09.check_floor_time(right, copy_gbps=4260)
+    assert lesson09.check_floor_time(lesson09.floor_us(8192, 768, 4000, True), 8192, 768, 4000,
                                      overwrite=True)
     for wrong, says in [(None, "replace None"), ("soon", "give a number"),
                         (right / 1000, "milliseconds"),
-                        (lesson08.floor_us(32768, 1024, 4260, True), "other mode"),
+                        (lesson09.floor_us(32768, 1024, 4260, True), "other mode"),
                         (2 * right, "bf16"),
                         (right / 2, "both directions"), (right * 1.3, "off by")]:
-        v = lesson08.check_floor_time(wrong, copy_gbps=4260)
+        v = lesson09.check_floor_time(wrong, copy_gbps=4260)
         assert not v.passed and says in v.message, (wrong, v.message)
     # by default, the copy bandwidth of this GPU (measured now) or the H200's saved figure
     monkeypatch.setattr(gpu, "copy_bandwidth_or_saved", lambda: (4260.0, "saved"))
-    assert lesson08.check_floor_time(right)
-    assert not lesson08.check_floor_time(lesson08.floor_us(32768, 1024, 3000)).passed
+    assert lesson09.check_floor_time(right)
+    assert not lesson09.check_floor_time(lesson09.floor_us(32768, 1024, 3000)).passed
 
 
 def test_littles_law():
@@ -48,19 +48,19 @@ def test_littles_law():
 
 
 def test_in_flight_exercise(monkeypatch):
-    right = lesson08.in_flight_for_copy(4200, 800, 132)
+    right = lesson09.in_flight_for_copy(4200, 800, 132)
     assert right == pytest.approx(2100e9 * 800e-9 / 132)
-    v = lesson08.check_in_flight(right, copy_gbps=4200, sms=132)
+    v = lesson09.check_in_flight(right, copy_gbps=4200, sms=132)
     assert v.passed and "Lesson 00's scale" in v.message, v.message
     for wrong, says in [(None, "replace None"), (2 * right, "copy / 2"),
                         (right * 132, "divide by the SMs"),
                         (right / 1024, "KiB"), (right * 1.5, "off by")]:
-        v = lesson08.check_in_flight(wrong, copy_gbps=4200, sms=132)
+        v = lesson09.check_in_flight(wrong, copy_gbps=4200, sms=132)
         assert not v.passed and says in v.message, (wrong, v.message)
     # by default: this GPU's copy bandwidth and SMs, else the H200's saved ones
     monkeypatch.setattr(gpu, "copy_bandwidth_or_saved", lambda: (4200.0, "saved"))
     monkeypatch.setattr(gpu, "facts_or_fallback", lambda: (gpu.H200, "saved"))
-    assert lesson08.check_in_flight(right)
+    assert lesson09.check_in_flight(right)
 
 
 def test_chase_chain_is_one_cycle_through_every_node():
@@ -81,7 +81,7 @@ def test_chase_chain_is_one_cycle_through_every_node():
 
 @needs_sass
 def test_the_kernels_load_as_the_lesson_says():
-    """Width and loads before the first store, read from the SASS (what lesson 08's SASS cell
+    """Width and loads before the first store, read from the SASS (what lesson 09's SASS cell
     prints)."""
     from rmsnorm_lessons import sass
 
@@ -133,7 +133,7 @@ def test_bytes_in_flight_plot():
     ("v7_fast", "rmsnorm_backward_v7", "// One entry point;", "}"),
 ])
 def test_a_part_of_a_kernel_file_is_its_definition_alone(source, part, first, last):
-    text = lesson08.kernel_part(source, part)
+    text = lesson09.kernel_part(source, part)
     lines = text.splitlines()
     assert lines[0].startswith(first) and lines[-1] == last, text
     assert text in build.kernel_source(source)
@@ -144,7 +144,7 @@ def test_a_part_of_a_kernel_file_is_its_definition_alone(source, part, first, la
 
 def test_a_part_is_a_definition_not_a_call():
     # row_pass is called inside backward: the part named is the definition, not the call's line
-    text = lesson08.kernel_part("v7_fast", "backward")
+    text = lesson09.kernel_part("v7_fast", "backward")
     assert "row_pass<K, WEIGHT_IN_REGISTERS>(p, weight4" in text
     assert "float dot = 0.0f;" not in text  # row_pass's own body
 
@@ -152,7 +152,7 @@ def test_a_part_is_a_definition_not_a_call():
 def test_an_unknown_part_is_refused_naming_the_parts():
     with pytest.raises(ValueError, match=r"'nope' is not a function .* pointer_chase, times, "
                                          r"scale_loop$"):
-        lesson08.kernel_part("bytes_in_flight", "nope")
+        lesson09.kernel_part("bytes_in_flight", "nope")
 
 
 # --- the kernel exercise's GPU run: in the check's child process only
@@ -172,7 +172,7 @@ def test_the_scale_check_hands_its_run_to_the_child_and_never_runs_it_here(monke
     monkeypatch.setattr(gpu, "why_unavailable", lambda: None)  # as if a GPU worked
     monkeypatch.setattr(gpu, "facts", lambda: SimpleNamespace(arch="sm_90"))
     ran_here = []
-    monkeypatch.setattr(lesson08, "_run_scale", lambda function_of: ran_here.append(1))
+    monkeypatch.setattr(lesson09, "_run_scale", lambda function_of: ran_here.append(1))
     handed = []
 
     def in_child(name, source, run, **kwargs):
@@ -182,8 +182,8 @@ def test_the_scale_check_hands_its_run_to_the_child_and_never_runs_it_here(monke
                                      True, None, child.Finished(-11, "", ""))
 
     monkeypatch.setattr(kernel_child, "run_plain_in_child", in_child)
-    text = kernel_text("08_bytes_in_flight")
-    verdict = lesson08.check_scale_kernel(text)
+    text = kernel_text("09_bytes_in_flight")
+    verdict = lesson09.check_scale_kernel(text)
     assert verdict.status == "NOT YET" and "crashed the check's child" in verdict.message, verdict
     assert "restart" not in verdict.message
     assert ran_here == [] and [h[:2] for h in handed] == [("yours_scale", text)]
@@ -202,8 +202,8 @@ def test_a_failed_launch_in_the_scale_run_says_what_failed_and_no_restart(monkey
     def scale_wide(*args, **kwargs):
         raise RuntimeError("cuLaunchKernel failed: an illegal memory access was encountered")
 
-    outcome = lesson08._run_scale(lambda name: scale_wide)
+    outcome = lesson09._run_scale(lambda name: scale_wide)
     assert not outcome.ok and outcome.kinds == ("error",)
-    assert outcome.message.startswith(f"at n4 = {lesson08.CHECK_SIZES[0]} running it failed: "
+    assert outcome.message.startswith(f"at n4 = {lesson09.CHECK_SIZES[0]} running it failed: "
                                       "RuntimeError: cuLaunchKernel failed"), outcome.message
     assert "restart" not in outcome.message

@@ -1,4 +1,4 @@
-"""Lesson 10's helpers without a GPU: the three bugs (built for sm_90), the sanitizer's report
+"""Lesson 13's helpers without a GPU: the three bugs (built for sm_90), the sanitizer's report
 reader and its child's command line, and ncu's CSV parser on text in the format Nsight Compute
 documents."""
 from __future__ import annotations
