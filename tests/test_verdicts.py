@@ -198,3 +198,18 @@ def test_the_notebook_hook_records_a_cells_verdict(target):
         assert r.success and r.result.status == "NOT YET"
     finally:
         ip.events.unregister("post_run_cell", hooks[0])
+
+
+@pytest.mark.parametrize("answer, want", [("b", "b"), (" B ", "b"), ("c", "c")])
+def test_a_choice_is_read_whatever_its_case(answer, want):
+    from rmsnorm_lessons.exercises import read_choice
+    assert read_choice(answer, "abc") == (want, None)
+
+
+@pytest.mark.parametrize("answer, says", [(None, 'replace None with one of "a", "b", "c"'),
+                                          (..., "replace the ..."), ("d", "got 'd'"),
+                                          (2, "got 2"), ("ab", "got 'ab'")])
+def test_a_choice_not_offered_is_not_yet(answer, says):
+    from rmsnorm_lessons.exercises import read_choice
+    got, verdict = read_choice(answer, "abc")
+    assert got is None and not verdict.passed and verdict.verified and says in verdict.message

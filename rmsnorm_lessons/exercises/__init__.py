@@ -81,6 +81,20 @@ def read_number(answer, missing: str, whole: bool = False):
     return (int(value) if whole else value), None
 
 
+def read_choice(answer, options):
+    """The learner's pick among ``options`` (letters, e.g. ``"abc"``) as ``(letter, None)``, or
+    ``(None, verdict)`` saying what to give instead. Case and spaces do not matter."""
+    letters = [str(o).lower() for o in options]
+    listed = ", ".join(f'"{o}"' for o in letters)
+    if answer is None or answer is Ellipsis:
+        return None, failed(f"replace {'None' if answer is None else 'the ...'} with one of "
+                            f"{listed}")
+    pick = answer.strip().lower() if isinstance(answer, str) else None
+    if pick not in letters:
+        return None, failed(f"give one of {listed}, got {answer!r}")
+    return pick, None
+
+
 def read_numbers(answers, missing: str, whole: bool = False):
     """Several numeric answers at once: ``answers`` is ``((value, name), ...)``; ``missing`` may say
     ``{name}``. Returns ``(values, None)``, or ``(None, verdict)`` for the first one that is not a
