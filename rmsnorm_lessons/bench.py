@@ -77,7 +77,7 @@ def check_overwrite(version, N: int, C: int, seed=0):
 
 def sweep(versions=None, shapes=None, repeats: int = 50, check: bool = True,
           copy_gbps: float | None = None,
-          overwrite: bool = False, ceiling: bool = False):
+          overwrite: bool = False, ceiling: bool = False, show_progress: bool = True):
     """Check (optionally) and time every version at every shape; the copy yardstick measured first.
 
     Returns a list of :class:`Timing`, shape by shape; a version that cannot run a shape (its C
@@ -87,13 +87,14 @@ def sweep(versions=None, shapes=None, repeats: int = 50, check: bool = True,
     (:func:`stream_ceiling`'s kernel) in each mode timed there, as rows of its own
     (``percent_of_ceiling`` in :func:`records` reads them). The rows of a shape are timed
     interleaved (:func:`time_interleaved`) on shared buffer sets; a row whose spread is above
-    :data:`NOISY_SPREAD` is then timed again alone (:func:`steady`).
+    :data:`NOISY_SPREAD` is then timed again alone (:func:`steady`). ``show_progress``: a progress
+    bar over the shapes.
     """
     versions = list(versions or ladder.VERSIONS)
     shapes = list(shapes or SHAPES)
     copy_gbps = copy_gbps or copy_yardstick().gbps
     results = []
-    for N, C in progress(shapes, total=len(shapes), desc="bench"):
+    for N, C in (progress(shapes, total=len(shapes), desc="bench") if show_progress else shapes):
         rows = []  # (rung, overwrite), each checked against float64 before anything is timed
         for version in versions:
             spec = ladder.get(version)
@@ -277,16 +278,18 @@ def fit_fixed_cost(ns, ms) -> tuple[float, float]:
     return float(fixed * 1e3), float(per_row * 1e6)
 
 
-def table(results, baseline: str | None = None, overwriting=()) -> str:
+def table(results, baseline: str | None = None, overwriting=(), width: int | None = None,
+          header: bool = True) -> str:
     """A text table: time, GB/s, % of copy, % of the same-bytes ceiling (where ``results`` hold
     ceiling rows: :func:`ceiling_for`) and (optionally) speedup over ``baseline`` at each shape. A
-    noisy row (:attr:`Timing.noisy`) is marked ``~``."""
+    noisy row (:attr:`Timing.noisy`) is marked ``~``. ``width`` fixes the name column (tables
+    printed a shape at a time line up); ``header=False`` leaves out the header line."""
     base = {(r.N, r.C): r.ms for r in results if r.name == baseline}
     ceilings = any(r.name.startswith(STREAM_NAME) for r in results)
     # a long name ("stream ceiling (dinp=)") widens it
-    width = max([16] + [len(r.name) + 1 for r in results])
+    width = max([16, width or 0] + [len(r.name) + 1 for r in results])
     lines = [f"{'version':<{width}}{'N x C':>14}{'ms':>10}{'GB/s':>9}{'% copy':>8}"
-             + ("  % ceil" if ceilings else "") + ("  speedup" if base else "")]
+             + ("  % ceil" if ceilings else "") + ("  speedup" if base else "")][:int(header)]
     for r in results:
         row = (f"{r.name:<{width}}{f'{r.N}x{r.C}':>14}{r.ms:>10.4f}{r.gbps:>9.0f}"
                f"{100 * r.fraction_of_copy:>7.1f}%")

@@ -9,6 +9,7 @@ import platform
 import re
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import ml_dtypes
@@ -179,15 +180,14 @@ def _torch_imports() -> bool:
 def _bench(args) -> int:
     versions = _versions(args, args.shapes or ()) if args.versions else None
     gpu.require()
-    shapes = args.shapes
+    shapes = list(args.shapes or bench.SHAPES)
     want_peers = bool(args.peer_names) or (_torch_imports() if args.peers is None else args.peers)
     peer_names = args.peer_names or list(peers.PEERS)
     # peers overwrite dinp: compare so
     overwrite = want_peers if args.overwrite is None else args.overwrite
     yardstick = bench.copy_yardstick()
-    copy_gbps = yardstick.gbps
-    results = bench.sweep(versions, shapes, repeats=args.repeats, copy_gbps=copy_gbps,
-                          overwrite=overwrite, ceiling=args.ceiling)
+    copy_gbps, results = yardstick.gbps, []
+    print(yardstick, flush=True)
 
     def write_json():
         if args.json:
@@ -195,14 +195,24 @@ def _bench(args) -> int:
                 json.dump(bench.records(results, baseline="v6_last_block", overwriting=peer_names),
                           f, indent=1)
 
-    if want_peers:
-        write_json()  # the versions' rows are safe on disk (and shown) before the peers run
-        print(bench.table(results, baseline="v6_last_block", overwriting=peer_names), flush=True)
-        results += peers.sweep(shapes, names=peer_names, repeats=args.repeats, copy_gbps=copy_gbps,
-                               wall_times=True)
-    results = bench.by_shape(results)
-    print(yardstick)
-    print(bench.table(results, baseline="v6_last_block", overwriting=peer_names))
+    # shape by shape: each shape's rows are printed (and on disk) as soon as they are measured
+    names = [bench.overwrite_name(v) for v in (versions or ladder.VERSIONS)] + peer_names
+    width = max(len(n) + 1 for n in names + [bench.STREAM_NAME + bench.OVERWRITE_SUFFIX])
+    started = time.perf_counter()
+    for done, shape in enumerate(shapes, 1):
+        rows = bench.sweep(versions, [shape], repeats=args.repeats, copy_gbps=copy_gbps,
+                           overwrite=overwrite, ceiling=args.ceiling, show_progress=False)
+        if want_peers:
+            rows += peers.sweep([shape], names=peer_names, repeats=args.repeats,
+                                copy_gbps=copy_gbps, wall_times=True, show_progress=False)
+        results += rows
+        print(bench.table(rows, baseline="v6_last_block", overwriting=peer_names, width=width,
+                          header=done == 1), flush=True)
+        write_json()
+        spent = time.perf_counter() - started
+        left = f", about {spent / done * (len(shapes) - done):.0f} s left" * (done < len(shapes))
+        print(f"bench: {done}/{len(shapes)} shapes in {spent:.0f} s{left}", file=sys.stderr,
+              flush=True)
     if want_peers:
         mine = [r.name for r in results if r.name not in peers.ALL_PEERS]
         for name in dict.fromkeys(mine):
@@ -210,7 +220,6 @@ def _bench(args) -> int:
             if lines:
                 print(f"{name} against the fastest peer:\n{lines}")
     if args.json:
-        write_json()
         print(f"wrote {args.json}")
     if args.plot:
         from . import plots  # lazy: plots imports matplotlib

@@ -384,10 +384,10 @@ def bench_peer(name: str, N: int, C: int, copy_gbps: float, repeats: int = 50, p
 
 def sweep(shapes=None, names=None, repeats: int = 50, copy_gbps: float | None = None,
           log=sys.stderr,
-          wall_times: bool = False):
+          wall_times: bool = False, show_progress: bool = True):
     """Check and time every available peer at every shape; a missing peer is skipped with one line.
     ``wall_times``: also say on ``log`` how long each peer took at each shape, building (compiling,
-    autotuning) and checking included."""
+    autotuning) and checking included. ``show_progress``: a progress bar over the shapes."""
     gpu.require()
     names = list(names or PEERS)
     runnable = []
@@ -402,7 +402,8 @@ def sweep(shapes=None, names=None, repeats: int = 50, copy_gbps: float | None = 
     results = []
     if not runnable:
         return results
-    for N, C in bench.progress(shapes, total=len(shapes), desc="peers"):
+    for N, C in (bench.progress(shapes, total=len(shapes), desc="peers") if show_progress
+                 else shapes):
         problem = reference.random_problem(N, C, bfloat16, seed=N * 7 + C, accumulate=False)
         ref = reference.backward(problem["dout"], problem["inp"], problem["weight"],
                                  problem["rstd"])

@@ -115,7 +115,7 @@ def test_lesson09_partials_fraction(monkeypatch):
 
 
 
-def test_bench_command_writes_every_row(tmp_path, monkeypatch):
+def test_bench_command_writes_every_row(tmp_path, monkeypatch, capsys):
     """``bench --peers --json --plot`` with the GPU parts replaced by fakes: rows, JSON and
     picture."""
     import json
@@ -126,8 +126,9 @@ def test_bench_command_writes_every_row(tmp_path, monkeypatch):
     calls = {}
 
     def fake_sweep(versions, shapes_, repeats=50, check=True, copy_gbps=None, overwrite=False,
-                   ceiling=False):
-        calls["sweep"] = (versions, shapes_, overwrite, ceiling)
+                   ceiling=False, show_progress=True):
+        calls["sweep"] = (versions, overwrite, ceiling)
+        calls.setdefault("shapes", []).extend(shapes_)
         out = []
         for N, C in shapes_:
             out += [_t("v6_last_block", N, C, 2.0, copy=copy_gbps),
@@ -141,7 +142,8 @@ def test_bench_command_writes_every_row(tmp_path, monkeypatch):
                     out.append(_t(bench.STREAM_NAME + " (dinp=)", N, C, 0.6, copy=copy_gbps))
         return out
 
-    def fake_peers(shapes_, names=None, repeats=50, copy_gbps=None, log=None, wall_times=False):
+    def fake_peers(shapes_, names=None, repeats=50, copy_gbps=None, log=None, wall_times=False,
+                   show_progress=True):
         calls["wall_times"] = wall_times
         return [_t(name, N, C, 3.0, copy=copy_gbps) for N, C in shapes_ for name in peers.PEERS]
 
@@ -153,8 +155,9 @@ def test_bench_command_writes_every_row(tmp_path, monkeypatch):
     rc = cli.main(["bench", "v6_last_block", "v7_fast", "--shapes", "8192x768,1024x4096", "--peers",
                    "--json", str(out_json), "--plot", str(out_png)])
     assert rc == 0
-    # overwrite rows follow --peers; the same-bytes ceiling is on by default
-    assert calls["sweep"] == (["v6_last_block", "v7_fast"], shapes, True, True)
+    # overwrite rows follow --peers; the same-bytes ceiling is on by default; a shape at a time
+    assert calls["sweep"] == (["v6_last_block", "v7_fast"], True, True)
+    assert calls["shapes"] == shapes
     # the shell's bench says what each peer cost: some compile for minutes
     assert calls["wall_times"]
     rows = json.loads(out_json.read_text())
@@ -173,8 +176,16 @@ def test_bench_command_writes_every_row(tmp_path, monkeypatch):
     # a peer (dinp=): 0.6 ms over 3.0 ms
     assert rows[5]["percent_of_ceiling"] == pytest.approx(20.0)
     assert out_png.stat().st_size > 1000
+    out = capsys.readouterr()
+    # each shape's rows as soon as they are measured, under one header, with a progress line
+    table = out.out.splitlines()
+    assert sum(line.startswith("version") for line in table) == 1
+    first = next(i for i, line in enumerate(table) if line.startswith("version"))
+    assert [line.split()[0] for line in table[first + 1:first + 3]] == ["v6_last_block", "v7_fast"]
+    assert "bench: 1/2 shapes in " in out.err and "s left" in out.err
+    assert "bench: 2/2 shapes in " in out.err
     rc = cli.main(["bench", "v7_fast", "--shapes", "8192x768", "--no-peers", "--no-ceiling"])
-    assert rc == 0 and calls["sweep"][2:] == (False, False)
+    assert rc == 0 and calls["sweep"][1:] == (False, False)
 
 
 # --------------------------------------------------------------------------------------------------
