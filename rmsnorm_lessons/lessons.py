@@ -110,7 +110,9 @@ LESSONS: tuple[Lesson, ...] = (
     Lesson("13_finding_bugs", "Finding bugs and bottlenecks", "(three broken rungs)",
            "compute-sanitizer's racecheck, synccheck and memcheck; Nsight Compute: latency- vs "
            "bandwidth-bound",
-           ("lesson13.check_v3_fix",), minutes=70, kernel_exercise="lesson13.check_v3_fix",
+           ("lesson13.check_v3_fix", "lesson13.check_reading_first", "lesson13.check_dram_percent",
+            "lesson13.check_next_step", "lesson13.check_occupancy_cap"), minutes=60,
+           kernel_exercise="lesson13.check_v3_fix",
            prerequisites=("04_shared_memory", "07_two_pass", "08_last_block",
                           "10_v7_step_by_step")),
 )

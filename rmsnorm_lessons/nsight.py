@@ -4,25 +4,32 @@ reasons.
 :func:`profile` starts ``ncu --clock-control none --csv --page raw --metrics ... --kernel-name K
 --launch-skip 1 --launch-count 1 python -m rmsnorm_lessons.nsight --launch VERSION N C``: the child
 calls the rung twice (the first call compiles and warms up; ncu profiles the second) and ncu prints
-one CSV row per profiled kernel. :func:`parse_csv` reads that CSV (the raw page: a header of metric
-names, a row of units, a row per kernel; the details page's long form too) and :func:`profile`
-returns a :class:`Profile`: the few numbers lesson 13 needs. The child is started by
-:mod:`rmsnorm_lessons.child`, which also runs the rung there.
+one CSV row per profiled kernel. :func:`~rmsnorm_lessons.nsight_csv.parse_csv` reads that CSV (the
+raw page: a header of metric names, a row of units, a row per kernel; the details page's long form
+too) and :func:`profile` returns a :class:`Profile`: the few numbers the lessons need. The child is
+started by :mod:`rmsnorm_lessons.child`, which also runs the rung there.
 
 ``--clock-control none`` keeps the GPU's own clocks (ncu otherwise locks them to base clocks, and on
 some virtual machines it may not). ncu needs a GPU and permission to read its performance counters;
 without either the error says which.
+
+:func:`bottleneck` is what the lessons call beside their timings: ``rl.nsight.bottleneck("v3_smem",
+8192, 1024)`` checks its arguments, profiles, and shows the profile's line of :func:`table` and one
+line of :func:`reading`, the course's one rule for memory- against latency-bound (:func:`rule`
+states it). Where ncu cannot run it says why in one sentence, and shows the saved output of the
+same call (the H200's) where a lesson holds one.
 """
 from __future__ import annotations
 
-import csv
-import io
+import json
+import numbers
 import re
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from . import build, child
+from .nsight_csv import ProfileError, parse_csv  # noqa: F401 (nsight.X callers)
 
 DRAM = "dram__throughput.avg.pct_of_peak_sustained_elapsed"  # DRAM throughput, % of its peak
 # achieved occupancy, % of the SM's warps
@@ -33,10 +40,8 @@ DURATION = "gpu__time_duration.sum"  # the kernel's time
 STALLS = "regex:smsp__average_warps_issue_stalled_.*_per_issue_active\\.ratio"
 _STALL = re.compile(r"^smsp__average_warps_issue_stalled_(?P<reason>.+)_per_issue_active\.ratio$")
 METRICS = (DRAM, OCCUPANCY, DURATION, STALLS)
-
-
-class ProfileError(RuntimeError):
-    pass
+NOT_FOUND = ("ncu (Nsight Compute) was not found on PATH, under CUDA_HOME or in "
+             "/usr/local/cuda/bin")
 
 
 def find() -> str | None:
@@ -49,62 +54,6 @@ def find() -> str | None:
                       key=lambda p: [int(x) if x.isdigit() else 0
                                      for x in p.parent.name.split(".")])
     return str(installs[-1]) if installs else None
-
-
-# --------------------------------------------------------------------------------------------------
-# reading ncu's CSV
-
-
-def _number(text: str):
-    t = (text or "").strip().replace(",", "")
-    try:
-        return float(t)
-    except ValueError:
-        return None
-
-
-def _csv_lines(output: str) -> str:
-    """The CSV part of ncu's stdout: lines starting with a double quote (``==PROF==`` lines and the
-    program's own output dropped)."""
-    return "\n".join(ln for ln in output.splitlines() if ln.startswith('"'))
-
-
-def parse_csv(output: str) -> list[dict]:
-    """One dict per profiled kernel: ``kernel`` (its name), ``metrics`` {metric name: float},
-    ``units`` {metric name: unit}. Reads the raw page (``--page raw``: header of metric names, a row
-    of units, a row per kernel) and the details page (``--page details``: one row per metric, with
-    "Metric Name", "Metric Unit" and "Metric Value" columns)."""
-    rows = list(csv.reader(io.StringIO(_csv_lines(output))))
-    if not rows:
-        return []
-    header = rows[0]
-    if "Metric Name" in header and "Metric Value" in header:  # the details page, long form
-        col = {name: header.index(name) for name in ("Metric Name", "Metric Unit", "Metric Value")}
-        ident = header.index("ID") if "ID" in header else None
-        kernels: dict = {}
-        for r in rows[1:]:
-            if len(r) != len(header):
-                continue
-            key = r[ident] if ident is not None else r[header.index("Kernel Name")]
-            k = kernels.setdefault(key, {"kernel": r[header.index("Kernel Name")], "metrics": {},
-                                         "units": {}})
-            k["metrics"][r[col["Metric Name"]]] = _number(r[col["Metric Value"]])
-            k["units"][r[col["Metric Name"]]] = r[col["Metric Unit"]]
-        return list(kernels.values())
-    if "Kernel Name" not in header:
-        raise ProfileError(f"ncu's CSV has no \"Kernel Name\" column: {header[:6]}")
-    name_at = header.index("Kernel Name")
-    units = {}
-    out = []
-    for r in rows[1:]:
-        if len(r) != len(header):
-            continue
-        if not r[name_at]:  # the units row: no kernel name
-            units = {h: u for h, u in zip(header, r) if "__" in h}
-            continue
-        metrics = {h: _number(v) for h, v in zip(header, r) if "__" in h}  # metric names hold "__"
-        out.append({"kernel": r[name_at], "metrics": metrics, "units": units})
-    return out
 
 
 @dataclass
@@ -165,6 +114,81 @@ def table(profiles) -> str:
 
 
 # --------------------------------------------------------------------------------------------------
+# reading a profile: the course's one rule
+
+#: DRAM throughput, % of its peak, from which a launch reads as memory-bound. Nsight Compute's own
+#: Speed Of Light rule draws the same line: throughput "below 60.0% of peak typically indicate[s]
+#: latency issues". ncu's peak is the memory's theoretical one, which no kernel reaches, so the line
+#: is well below 100 %.
+MEMORY_BOUND_PCT = 60.0
+#: the top stall reason's share of all stalls from which the warps are "mostly" waiting on it
+MOSTLY_PCT = 50.0
+#: what a warp stalled for that reason waits on (ncu's Profiling Guide, "Warp Stall Reasons")
+WAITS_ON = {"long_scoreboard": "global loads", "short_scoreboard": "shared memory, special math",
+            "barrier": "__syncthreads", "membar": "a memory fence", "wait": "fixed latencies",
+            "mio_throttle": "shared-memory queue full", "lg_throttle": "global-memory queue full",
+            "math_pipe_throttle": "a busy math pipe", "not_selected": "another warp issued",
+            "drain": "stores at exit", "no_instruction": "instruction fetch",
+            "branch_resolving": "a branch", "dispatch_stall": "dispatch"}
+
+
+def rule() -> str:
+    """The rule :func:`reading` applies, in words, with its thresholds."""
+    line = f"{MEMORY_BOUND_PCT:.0f} %"
+    return "\n".join([
+        f"memory-bound   DRAM throughput at or above {line} of its peak: DRAM is busy most of",
+        "               the launch; only moving fewer bytes makes it faster",
+        f"latency-bound  DRAM throughput below {line} of its peak: DRAM idles while warps wait;",
+        "               the reading names what they wait on: the top stall reason where it holds",
+        f"               at least {MOSTLY_PCT:.0f} % of the stalls, else the top two; and the "
+        "achieved",
+        "               occupancy, the warps there are to hide the wait"])
+
+
+def _pct(value: float) -> str:
+    # more decimals where rounding would put a value below the line on it
+    for digits in (0, 1, 2):
+        text = f"{value:.{digits}f}"
+        if not value < MEMORY_BOUND_PCT <= float(text):
+            break
+    return text
+
+
+def _stall(reason: str, share: float, of: str = "") -> str:
+    means = WAITS_ON.get(reason)
+    return f"{reason} ({means + ', ' if means else ''}{share:.0f} %{of})"
+
+
+def reading(p: Profile) -> str:
+    """One line saying what bounds the profiled launch, by :func:`rule`.
+
+    ``memory-bound`` where DRAM throughput is at or above :data:`MEMORY_BOUND_PCT` % of its peak:
+    the threshold of Nsight Compute's own Speed Of Light rule, below which it reports "latency
+    issues". Else ``latency-bound``, naming what the warps wait on (the top stall reason, "mostly"
+    where it holds at least :data:`MOSTLY_PCT` % of the stalls, else the top two) and the achieved
+    occupancy (how many warps there are to hide the wait). DRAM alone decides: stall reasons say
+    why warps wait, not whether DRAM is the limit (a memory-bound kernel's warps wait on loads
+    too). It reads one launch; the timing beside it says whether a change helped.
+    """
+    if p.dram_pct is None:
+        return "no reading: ncu reported no DRAM throughput for this launch"
+    dram = f"DRAM at {_pct(p.dram_pct)} % of its peak"
+    if p.dram_pct >= MEMORY_BOUND_PCT:
+        return f"memory-bound: {dram}"
+    top = p.top_stalls(2)
+    if not top:
+        waits = "stall reasons not reported"
+    elif top[0][2] >= MOSTLY_PCT or len(top) == 1:
+        waits = "warps mostly waiting on " + _stall(top[0][0], top[0][2], " of stalls")
+    else:
+        waits = ("warps waiting on " + _stall(top[0][0], top[0][2], " of stalls") + " and "
+                 + _stall(top[1][0], top[1][2]))
+    occupancy = ("" if p.occupancy_pct is None
+                 else f" at {p.occupancy_pct:.0f} % achieved occupancy")
+    return f"latency-bound: {dram}, {waits}{occupancy}"
+
+
+# --------------------------------------------------------------------------------------------------
 # running ncu on a child process
 
 
@@ -206,9 +230,8 @@ def profile(version: str, N: int, C: int, kernel: str | None = None,
     """ncu on the second launch of ``version``'s ``kernel`` at (N, C): a :class:`Profile`."""
     ncu = find()
     if ncu is None:
-        raise ProfileError("ncu (Nsight Compute) was not found on PATH, under CUDA_HOME or in "
-                           "/usr/local/cuda/bin; "
-                           "it comes with the CUDA toolkit, and profiling needs a GPU")
+        raise ProfileError(f"{NOT_FOUND}; it comes with the CUDA toolkit, and profiling needs "
+                           "a GPU")
     done = child.run(command(ncu, version, N, C, kernel), timeout=timeout)
     if done.timed_out:
         raise ProfileError(f"ncu did not finish within {timeout} s on {version} at {N}x{C}")
@@ -216,6 +239,122 @@ def profile(version: str, N: int, C: int, kernel: str | None = None,
     if done.returncode != 0 or not found:
         raise ProfileError(explain_failure(done.stdout + "\n" + done.stderr, done.returncode))
     return to_profile(found[-1], version, (N, C))
+
+
+# --------------------------------------------------------------------------------------------------
+# bottleneck: what the lessons call beside their timings
+
+
+@dataclass(repr=False)
+class Bottleneck:
+    """What :func:`bottleneck` found: the profile and its reading, or why there is none (and the
+    saved output of the same call, ``(text, "NVIDIA H200, 2026-12-04")``, where a lesson has one).
+    IPython shows :meth:`__str__`."""
+
+    version: str
+    shape: tuple
+    profile: Profile | None = None
+    why_not: str | None = None
+    saved: tuple | None = None
+    reading: str | None = None
+
+    def __post_init__(self):
+        if self.profile is not None and self.reading is None:
+            self.reading = reading(self.profile)
+
+    def __str__(self) -> str:
+        if self.profile is not None:
+            return f"{table([self.profile])}\n{self.reading}"
+        why = (self.why_not or "ncu gave no result").rstrip(". ")
+        if self.saved is None:
+            return (f"Not profiled here: {why}; the saved output of this cell (the H200's) shows "
+                    "what ncu measured there.")
+        text, where = self.saved
+        return (f"Not profiled here: {why}; the saved output of this call on {where} shows what "
+                f"ncu measured there:\n{text.rstrip()}")
+
+    __repr__ = __str__
+
+    def _repr_pretty_(self, p, cycle):
+        p.text(str(self))
+
+
+def checked(version, N, C, kernel=None):
+    """The rung of ``version`` once N, C and ``kernel`` pass the package's rules (before any
+    launch): TypeError or ValueError naming the argument and the rule."""
+    from . import ladder, validate
+
+    rung = ladder.get(version)
+    for name, value, what in (("N", N, "rows"), ("C", C, "columns")):
+        if isinstance(value, bool) or not isinstance(value, numbers.Integral):
+            raise TypeError(f"{name} ({what}) must be an int, got {type(value).__name__} "
+                            f"{value!r}")
+        if value < 1:
+            raise ValueError(f"{name} ({what}) must be at least 1 (ncu profiles one launch), got "
+                             f"{value}")
+    validate.size(rung, int(N), int(C))
+    validate.shared_memory(rung, int(C), rung.block_size)
+    if kernel is not None and kernel not in rung.kernels:
+        raise ValueError(f"kernel must be one of {version}'s kernels ({', '.join(rung.kernels)}) "
+                         f"or None, got {kernel!r}")
+    return rung
+
+
+def _call(version: str, N: int, C: int):
+    return re.compile(r"bottleneck\(\s*[\"']" + re.escape(version) + r"[\"']\s*,\s*"
+                      + str(N) + r"\s*,\s*" + str(C) + r"\s*[,)]")
+
+
+def saved_output(version: str, N: int, C: int, notebooks=None):
+    """``(text, "NVIDIA H200, 2026-12-04")``: what a ``%%gpu`` cell calling ``bottleneck(version,
+    N, C)`` showed on the GPU run a notebook records (the running notebook's folder, then the
+    lessons), or None."""
+    from . import lessons, notebook
+
+    if notebooks is None:
+        notebooks = notebook._notebooks() + [lesson.path for lesson in lessons.LESSONS]
+    call = _call(version, N, C)
+    for path in dict.fromkeys(Path(p) for p in notebooks):
+        try:
+            nb = json.loads(path.read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            continue
+        run = nb.get("metadata", {}).get(notebook.RUN_KEY)
+        for cell in nb.get("cells", []) if run else []:
+            source = "".join(cell.get("source", []))
+            if cell.get("cell_type") == "code" and source.startswith("%%gpu") \
+                    and call.search(source):
+                texts = ["".join(o.get("text") or o.get("data", {}).get("text/plain", ""))
+                         for o in cell.get("outputs", [])]
+                text = "\n".join(t.rstrip("\n") for t in texts if t.strip())
+                if text:
+                    return text, f"{run.get('device', 'a GPU')}, {run.get('date', 'no date')}"
+    return None
+
+
+def bottleneck(version: str, N: int, C: int, kernel: str | None = None) -> Bottleneck:
+    """Profile one launch of ``version`` at (N, C) with ncu and read it (:func:`reading`).
+
+    Arguments are checked first (:func:`checked`); a wrong one raises. Where ncu is missing, may not
+    read the counters (ERR_NVGPUCTRPERM), there is no GPU or ncu gives no result, it does not raise:
+    the :class:`Bottleneck` says why in one sentence and carries the saved output of the same call.
+    """
+    from . import gpu
+
+    checked(version, N, C, kernel)
+    N, C = int(N), int(C)
+    why = None
+    if find() is None:
+        why = NOT_FOUND
+    else:
+        reason = gpu.why_unavailable()
+        why = reason.split(":")[0] if reason else None
+    if why is None:
+        try:
+            return Bottleneck(version, (N, C), profile(version, N, C, kernel))
+        except ProfileError as exc:
+            why = str(exc)
+    return Bottleneck(version, (N, C), why_not=why, saved=saved_output(version, N, C))
 
 
 # --------------------------------------------------------------------------------------------------

@@ -35,6 +35,13 @@ def test_the_tools_load_on_first_use():
     assert {"rmsnorm_lessons.occupancy", "rmsnorm_lessons.sass"} <= loaded
 
 
+def test_the_lessons_reach_nsight_bottleneck_lazily_and_it_stays_light():
+    # the lessons' cells call rl.nsight.bottleneck after `import rmsnorm_lessons as rl`
+    loaded = _loaded_after("import rmsnorm_lessons as rl\nassert callable(rl.nsight.bottleneck)")
+    assert {"rmsnorm_lessons.nsight", "rmsnorm_lessons.nsight_csv"} <= loaded
+    assert not {"matplotlib", "pycuda", "rmsnorm_lessons.bench"} & loaded
+
+
 def test_validate_and_occupancy_read_one_table():
     from rmsnorm_lessons import devices, occupancy
 
