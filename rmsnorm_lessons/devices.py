@@ -91,6 +91,13 @@ LIMITS = {
                      max_blocks_per_sm=24),  # RTX 50xx, RTX PRO 6000 Blackwell
 }
 
+#: FP32 lanes per SM: the results of 32-bit floating-point add, multiply and multiply-add per
+#: clock cycle per multiprocessor, from the CUDA C++ Programming Guide's table "Throughput of
+#: Native Arithmetic Instructions" (section "Arithmetic Instructions"):
+#:   https://docs.nvidia.com/cuda/cuda-c-programming-guide/index.html#arithmetic-instructions
+#: Only the rows checked against that table are here; rl.gpu.fp32_peak_flops says None for others.
+FP32_LANES_PER_SM = {"sm_75": 64, "sm_80": 64, "sm_86": 128, "sm_89": 128, "sm_90": 128}
+
 #: GPUs of each arch, for tables that a reader matches to a card
 GPUS = {
     "sm_75": "T4, RTX 20xx",

@@ -188,6 +188,8 @@ class DeviceFacts:
     #: (cluster size, clusters of whole-SM blocks the driver runs at once) pairs, where known
     #: (cuOccupancyMaxActiveClusters; v7_fast's plan reads them for rows split over a cluster)
     resident_clusters: tuple = ()
+    #: the SM clock in kHz (cuDeviceGetAttribute(CLOCK_RATE)); 0 where not known
+    clock_khz: int = 0
 
     @property
     def arch(self) -> str:
@@ -207,6 +209,7 @@ H200 = DeviceFacts(
     # measured 2026-12-03 with v7's wide kernels (results/h200-2026-12-03b/v8-rings-check.log); a
     # GPU test asks the driver again
     resident_clusters=((2, 66), (4, 30)),
+    clock_khz=1_980_000,  # `rl.gpu.facts()` there; lesson 00 prints it
 )
 #: the copy bandwidth measured in the run the course's published figures come from
 #: (results/h200-2026-12-02/bench.json; a test keeps the two equal)
@@ -244,6 +247,18 @@ def copy_bandwidth_or_saved() -> tuple[float, str]:
     return H200_COPY_GBPS, f"saved: {H200.name}, {SAVED_DATE} (no GPU here)"
 
 
+def fp32_peak_flops(f: DeviceFacts) -> float | None:
+    """FP32 FLOP/s at the SM clock: SMs x FP32 lanes per SM x 2 (a fused multiply-add counts as
+    two FLOPs) x clock. None where the lanes of the arch (:data:`.devices.FP32_LANES_PER_SM`) or
+    the clock are not known."""
+    from . import devices
+
+    lanes = devices.FP32_LANES_PER_SM.get(devices.real_arch(f.arch))
+    if not lanes or not f.clock_khz:
+        return None
+    return f.multiprocessors * lanes * 2 * f.clock_khz * 1e3
+
+
 _facts: DeviceFacts | None = None
 
 
@@ -272,6 +287,7 @@ def _read_facts() -> DeviceFacts:
         total_memory=d.total_memory(),
         driver_version=g.driver.get_driver_version(),
         resident_clusters=H200.resident_clusters if d.name() == H200.name else (),
+        clock_khz=d.get_attribute(attr.CLOCK_RATE),
     )
 
 

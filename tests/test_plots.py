@@ -1,6 +1,7 @@
 """rmsnorm_lessons.plots (CPU): every figure is reachable as ``rl.plots.X`` from its lesson's
 module, the figures of the bench and of lessons 10-13 draw from made-up rows, and both ways of
 making a figure agree."""
+import dataclasses
 import importlib
 
 import pytest
@@ -58,3 +59,23 @@ def test_the_lesson_10_figures_draw():
                              {"long_scoreboard": 3.0, "barrier": 1.0})
     assert isinstance(plots.profile_bars([profile]), Figure)
     assert isinstance(plots.seed_loop_rows(8200, 768, device=gpu.H200), Figure)
+
+
+def test_the_fp32_peak_from_device_facts():
+    # the H200's saved facts: 132 SMs x 128 FP32 lanes x 2 FLOPs per FMA x 1.98 GHz
+    assert gpu.fp32_peak_flops(gpu.H200) == pytest.approx(132 * 128 * 2 * 1.98e9)
+    t4 = dataclasses.replace(gpu.H200, compute_capability=(7, 5), multiprocessors=40,
+                             clock_khz=1_590_000)
+    assert gpu.fp32_peak_flops(t4) == pytest.approx(40 * 64 * 2 * 1.59e9)
+    assert gpu.fp32_peak_flops(dataclasses.replace(gpu.H200, clock_khz=0)) is None
+    assert gpu.fp32_peak_flops(dataclasses.replace(gpu.H200, compute_capability=(6, 1))) is None
+
+
+def test_the_roofline_draws_from_made_up_numbers():
+    fig = plots.roofline(copy_gbps=1000.0, peak_flops=20e12, intensity=0.7, name="made up")
+    assert isinstance(fig, Figure) and fig.dpi == plots.DPI
+    assert max(fig.get_size_inches()) <= plots.FIGSIZE[0]
+    right_of_ridge = plots.roofline(copy_gbps=1000.0, peak_flops=1e12, intensity=50.0)
+    assert isinstance(right_of_ridge, Figure)
+    with pytest.raises(ValueError):
+        plots.roofline(copy_gbps=0.0, peak_flops=1e12, intensity=1.0)

@@ -22,7 +22,8 @@ import pytest
 from rmsnorm_lessons import lessons, progress
 
 ROOT = Path(__file__).resolve().parent.parent
-FIRST = lessons.LESSONS[0]  # 00_setup: two exercises
+FIRST = lessons.LESSONS[0]  # 00_setup
+EXERCISES = len(FIRST.exercises)
 SECOND = lessons.LESSONS[1]  # 01_rmsnorm_math: one
 
 pytest.importorskip("nbclient")
@@ -36,8 +37,10 @@ def _cell(source: str) -> dict:
 
 def tiny_notebook(path: Path, lesson: lessons.Lesson, verdicts: list[str]) -> Path:
     """A notebook named as ``lesson`` whose check calls print ``verdicts`` (one per exercise, in
-    order) followed by the uid and home the kernel ran as; a verdict None leaves that call out."""
+    order) followed by the uid and home the kernel ran as; a verdict None leaves that call out.
+    Exercises past the verdicts given (the end-of-lesson questions) print "PASS: answered"."""
     module = f"lesson{lesson.number}"
+    verdicts = list(verdicts) + ["PASS: answered"] * (len(lesson.exercises) - len(verdicts))
     checks = "\n".join(
         f"    @staticmethod\n    def {name.split('.')[1]}(*args):\n"
         f"        return {v!r} + f' (uid {{os.getuid()}} home {{os.path.expanduser(\"~\")}})'"
@@ -155,8 +158,10 @@ def test_registry_exercises_give_the_rows():
     nb["cells"][0]["outputs"] = [{"output_type": "stream", "name": "stdout",
                                   "text": "PASS: 4 bytes\n"}]
     rows = [(r.exercise, r.status, r.message) for r in progress.verdicts(nb, FIRST.stem)]
-    assert rows == [("lesson00.check_grid", "NOT YET", "(the notebook does not call it)"),
-                    ("lesson00.check_bytes", "PASS", "4 bytes")]
+    uncalled = "(the notebook does not call it)"
+    assert rows == [("lesson00.check_grid", "NOT YET", uncalled),
+                    ("lesson00.check_bytes", "PASS", "4 bytes")] + [
+        (name, "NOT YET", uncalled) for name in FIRST.exercises[2:]]
 
 
 # --- running: the table, the exit code ------------------------------------------------------------
@@ -175,8 +180,9 @@ def test_table_rows_carry_the_learner_and_failures_exit_1(tmp_path):
     assert rows[0][1:4] == [FIRST.stem, "lesson00.check_grid", "PASS"]
     assert rows[1][1:5] == [FIRST.stem, "lesson00.check_bytes", "NOT", "YET"]
     assert f"uid {os.geteuid()}" in p.stdout
-    assert rows[2][:2] == [me, FIRST.stem]
-    assert "total: 1 PASS, 1 NOT YET, 0 NOT VERIFIED of 2" in " ".join(rows[2])
+    k = EXERCISES  # the end-of-lesson questions pass (tiny_notebook)
+    assert rows[k][:2] == [me, FIRST.stem]
+    assert f"total: {k - 1} PASS, 1 NOT YET, 0 NOT VERIFIED of {k}" in " ".join(rows[k])
     unread = rf"{SECOND.stem}\s+could not be run: could not read the notebook"
     assert re.search(unread, p.stdout), p.stdout
     assert f"{me}" in rows[-1][0] and "1 notebook(s) could not be run" in " ".join(rows[-1])
@@ -199,7 +205,7 @@ def test_a_process_the_notebook_leaves_behind_does_not_hold_the_run(tmp_path):
     path.write_text(json.dumps(nb))
     p = _cli(path, timeout=90)
     assert p.returncode == 0, p.stdout + p.stderr
-    assert "total: 2 PASS, 0 NOT YET, 0 NOT VERIFIED of 2" in p.stdout
+    assert f"total: {EXERCISES} PASS, 0 NOT YET, 0 NOT VERIFIED of {EXERCISES}" in p.stdout
 
 
 def test_a_forged_or_broken_reply_is_a_failed_run():
@@ -372,8 +378,9 @@ def test_room_runs_each_learner_as_that_learner_never_as_root(two_learners):
         ran_as = set(re.findall(r"\(uid (\d+) home (\S+)\)", "\n".join(mine)))
         assert ran_as == {(str(account.pw_uid), account.pw_dir)}, mine
         assert "uid 0 " not in "\n".join(mine)
-        total = "2 PASS, 0 NOT YET" if k == 0 else "1 PASS, 1 NOT YET"
-        assert re.search(rf"^{name}\s+total: {total}, 0 NOT VERIFIED of 2$", out, re.M), out
+        total = f"{EXERCISES} PASS, 0 NOT YET" if k == 0 else f"{EXERCISES - 1} PASS, 1 NOT YET"
+        assert re.search(rf"^{name}\s+total: {total}, 0 NOT VERIFIED of {EXERCISES}$", out,
+                         re.M), out
     room_line = r"^room: 3 learner\(s\), 1 refused, 2 notebook\(s\) run, 0 could not be run"
     assert re.search(room_line, out, re.M), out
     assert "lesson00.check_grid 2" in out and "lesson00.check_bytes 1" in out

@@ -7,7 +7,7 @@ x[i]``) moves through device memory for ``n`` floats.
 """
 from __future__ import annotations
 
-from . import Verdict, failed, passed, read_number
+from . import Verdict, failed, passed, read_choice, read_number
 
 
 def check_grid(n: int, block_size: int, grid, per_thread: int = 1) -> Verdict:
@@ -75,3 +75,55 @@ def check_bytes(n: int, nbytes, accumulate: bool = False) -> Verdict:
         return failed("y is read once and written once, and x read once: three arrays of 4 bytes")
     return failed(f"{got:,} is not right: count the bytes of every array read and written, per "
                   f"element, times n")
+
+
+# --- the end-of-lesson questions (no cell prints their answers)
+
+
+def check_ridge(peak_tflops: float, copy_gbps: float, ridge) -> Verdict:
+    """``ridge``: the arithmetic intensity (FLOP per byte) where a GPU of ``peak_tflops`` FP32
+    TFLOP/s and ``copy_gbps`` GB/s turns from memory-bound to compute-bound."""
+    got, verdict = read_number(ridge, "of ridge with your answer (FLOP per byte)")
+    if verdict is not None:
+        return verdict
+    want = peak_tflops * 1e12 / (copy_gbps * 1e9)
+    if abs(got - want) <= 0.02 * want:
+        return passed(f"{want:.1f} FLOP per byte: a kernel needs that many FLOPs for each byte it "
+                      f"moves before the arithmetic, not the memory, sets its time")
+    if want and abs(got * want - 1) <= 0.02:
+        return failed("that is bytes per FLOP: the ridge is FLOP/s divided by bytes/s")
+    if abs(got - want * 1000) <= 0.02 * want * 1000 or abs(got - want / 1000) <= 0.02 * want / 1e3:
+        return failed("mind the units: tera is 1e12, giga 1e9")
+    return failed("the two roofs meet where bandwidth x intensity = peak FLOP/s: solve for the "
+                  "intensity")
+
+
+def check_more_flops(answer) -> Verdict:
+    """The RMSNorm backward with twice the FLOPs per element and the same bytes, on the H200:
+    a) takes about twice as long, b) takes about the same time, c) takes about half as long."""
+    pick, verdict = read_choice(answer, "abc")
+    if verdict is not None:
+        return verdict
+    if pick == "b":
+        return passed("about the same: twice the intensity is still far left of the ridge, so "
+                      "the bytes, not the FLOPs, set the time")
+    return failed({"a": "time doubles only where the FLOPs set it; where on the roofline is this "
+                        "kernel, and where would twice its intensity put it?",
+                   "c": "more work cannot make a kernel faster; compare the time the FLOPs take "
+                        "with the time the bytes take"}[pick])
+
+
+def check_why_rotate(answer) -> Verdict:
+    """Why the course's timing rotates buffer sets larger than L2 between launches: a) so each
+    launch reads from device memory, not from what the previous launch left in L2; b) to keep the
+    GPU's clock warm; c) to hide the host's launch overhead."""
+    pick, verdict = read_choice(answer, "abc")
+    if verdict is not None:
+        return verdict
+    if pick == "a":
+        return passed("the same buffers again would be partly served by L2, and the bandwidth "
+                      "would be the cache's, not device memory's")
+    return failed({"b": "the warm-up launches do that; what would a launch find in L2 if it "
+                        "read the same buffers as the launch before?",
+                   "c": "the busy kernel queued ahead of each burst does that; think about what "
+                        "the cache holds between launches"}[pick])

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from . import Verdict, failed, passed
+from . import Verdict, failed, passed, read_choice, read_number
 
 
 def _term2(dout, inp, weight, rstd):
@@ -96,3 +96,54 @@ def check_term2(term2) -> Verdict:
                       f"mean(dnorm * norm, per row)")
     return passed("term 2 matches the derivation on three random shapes (float64). "
                   "Term 1 + term 2 is exactly what rl.reference.backward adds to dinp.")
+
+
+# --- the end-of-lesson questions (no cell prints their answers)
+
+
+def check_rstd_scaling(answer) -> Verdict:
+    """Every x of a row multiplied by 2 (ε ignored): rstd is a) doubled, b) halved, c)
+    unchanged."""
+    pick, verdict = read_choice(answer, "abc")
+    if verdict is not None:
+        return verdict
+    if pick == "b":
+        return passed("halved: the mean square grows 4 times and rstd is its inverse square root, "
+                      "so norm = x * rstd stays the same")
+    return failed({"a": "rstd is an inverse: a larger row gives a smaller rstd",
+                   "c": "rstd depends on the row's mean square; what happens to x² when x "
+                        "doubles?"}[pick])
+
+
+def check_catch_overwrite(answer) -> Verdict:
+    """A kernel writes ``dinp = ...`` instead of ``dinp += ...`` (dweight is right). A test catches
+    it when it starts from: a) dinp zero, dweight random; b) dinp random; c) both zero."""
+    pick, verdict = read_choice(answer, "abc")
+    if verdict is not None:
+        return verdict
+    if pick == "b":
+        return passed("a random starting dinp: = and += give different results only where dinp "
+                      "did not start at zero (random_problem(..., accumulate=True) does this)")
+    return failed({"a": "with dinp starting at zero, 0 + g and g are the same: which tensor "
+                        "must start non-zero?",
+                   "c": "from zeros, = and += give the same result: the test cannot tell them "
+                        "apart"}[pick])
+
+
+def check_fd_passes(N: int, C: int, passes) -> Verdict:
+    """``passes``: forward passes :func:`rmsnorm_lessons.reference.loss_gradients_fd` makes for the
+    gradients of an (N, C) ``inp`` and a C ``weight`` (central differences)."""
+    got, verdict = read_number(passes, "of passes with your answer (a number or an expression)",
+                               whole=True)
+    if verdict is not None:
+        return verdict
+    entries = int(N) * int(C) + int(C)
+    if got == 2 * entries:
+        return passed(f"{2 * entries}: two forward passes (+h and -h) for each of the {entries} "
+                      f"entries of inp and weight; finite differences cost grows with the input "
+                      f"size, which is why the check uses small shapes")
+    if got == entries:
+        return failed("central differences nudge each entry twice: +h and -h")
+    if got == 2 * int(N) * int(C):
+        return failed("weight has entries too: its gradient is checked as well")
+    return failed("count the entries of inp and of weight, then the passes each one costs")

@@ -7,7 +7,7 @@ load of ``inp`` touches at one loop step, in v1 and in v2).
 from __future__ import annotations
 
 from ..access import warp_sectors
-from . import Verdict, failed, passed, read_numbers
+from . import Verdict, failed, passed, read_choice, read_numbers
 
 ANSWER = "of {name} with your answer (a number, or an expression in N and C)"
 
@@ -101,3 +101,52 @@ def check_v1_kernel(source: str, sanitize: bool = True) -> Verdict:
                             "atomicAdd(&dweight[c], ...), a plain += loses most of the additions",
                             kernel=kernel),
                 kc.no_local_memory(kernel)))
+
+
+# --- the end-of-lesson questions (no cell prints their answers)
+
+
+def check_idle_sms(N: int, block_size: int, sms: int, idle) -> Verdict:
+    """``idle``: SMs that get no block at all when v1 (one thread per row) runs N rows in blocks
+    of ``block_size`` on a GPU of ``sms`` SMs."""
+    answers, verdict = read_numbers(((idle, "idle"),), ANSWER, whole=True)
+    if verdict is not None:
+        return verdict
+    (got,) = answers
+    blocks = -(-int(N) // int(block_size))
+    want = max(0, int(sms) - blocks)
+    if got == want:
+        return passed(f"{want} of {sms} SMs idle: {blocks} blocks, one SM each at most at the "
+                      f"start; more threads per row (lesson 03) gives the GPU more blocks")
+    if got == int(sms) - int(N):
+        return failed("count blocks, not threads: a block runs on one SM")
+    if got == blocks:
+        return failed(f"{blocks} is the number of blocks, so of busy SMs; how many SMs are left?")
+    return failed("one thread per row: how many blocks does the grid have, and how many SMs?")
+
+
+def check_coalesce_v1(answer) -> Verdict:
+    """Which change alone makes v1's loads of ``inp`` coalesced: a) blocks of 32 threads instead of
+    256; b) ``inp`` stored transposed (C x N: column c of all rows contiguous); c) more rows N."""
+    choice, verdict = read_choice(answer, "abc")
+    if verdict is not None:
+        return verdict
+    if choice == "b":
+        return passed("transposed, thread t reads inp[c*N + t] at step c: the 32 lanes read 32 "
+                      "neighbouring floats, 4 sectors (but the rows no longer are contiguous)")
+    return failed({"a": "a warp is 32 threads whatever the block size: its lanes' addresses are "
+                        "still a row apart",
+                   "c": "more rows give more threads, but each lane still reads its own row, C "
+                        "floats from its neighbour's"}[choice])
+
+
+def check_free_atomics(answer) -> Verdict:
+    """If the atomics on dweight cost nothing, v1 would: a) reach about the copy bandwidth; b)
+    stay far below it."""
+    choice, verdict = read_choice(answer, "ab")
+    if verdict is not None:
+        return verdict
+    if choice == "b":
+        return passed("far below: a sector per lane for every load and too few threads to keep "
+                      "bytes in flight remain; lesson 03 fixes those first")
+    return failed("the atomics are one of three costs this lesson counts: which two remain?")

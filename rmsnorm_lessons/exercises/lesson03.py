@@ -21,7 +21,7 @@ import re
 import numpy as np
 
 from .. import access, build, child, gpu
-from . import Verdict, failed, not_verified, passed
+from . import Verdict, failed, not_verified, passed, read_choice, read_number
 
 WARP = access.WARP  # lanes in a warp
 
@@ -303,3 +303,54 @@ def check_v2_kernel(source: str, sanitize: bool = True) -> Verdict:
                 kc.sass_has(kc.GLOBAL_ATOMICS, "a global atomic adds to dweight",
                             "dweight[c] takes one addition per row: use atomicAdd", kernel=kernel),
                 kc.no_local_memory(kernel)))
+
+
+# --- the end-of-lesson questions (no cell prints their answers)
+
+
+def check_lane_columns(C: int, lane: int, columns) -> Verdict:
+    """``columns``: how many columns lane ``lane`` handles in v2's loops (``c = lane; c < C; c +=
+    32``)."""
+    got, verdict = read_number(columns, "of columns with your answer (a number or an expression)",
+                               whole=True)
+    if verdict is not None:
+        return verdict
+    C, lane = int(C), int(lane)
+    want = len(range(lane, C, WARP))
+    if got == want:
+        return passed(f"{want}: columns {lane}, {lane + WARP}, ... up to {lane + WARP * (want - 1)}"
+                      f"; when C is no multiple of 32, the low lanes take one column more")
+    if got == C // WARP + 1 or got == -(-C // WARP):
+        return failed(f"that is the count of lane 0; lane {lane} starts later: is its last "
+                      f"column still below C = {C}?")
+    if got == C / WARP:
+        return failed("a lane takes whole columns: count them")
+    return failed(f"list them: {lane}, {lane + WARP}, {lane + 2 * WARP}, ... while below C")
+
+
+def check_small_n(answer) -> Verdict:
+    """v2 at N = 64 rows, 8 rows per block, on a 132-SM H200: a) every SM gets a block; b) most
+    SMs stay idle; c) each SM gets 8 blocks."""
+    choice, verdict = read_choice(answer, "abc")
+    if verdict is not None:
+        return verdict
+    if choice == "b":
+        return passed("64 rows are 8 blocks for 132 SMs: a small N cannot fill the GPU however "
+                      "coalesced the loads (the small shapes of the bench are latency-bound)")
+    return failed({"a": "count the blocks: 64 rows at 8 rows per block",
+                   "c": "8 is the rows per block; how many blocks are there?"}[choice])
+
+
+def check_v2_atomic_share(answer) -> Verdict:
+    """v2 issues as many atomicAdds on dweight as v1 (N x C). What changed: a) nothing, they cost
+    the same; b) the 32 lanes of a warp now add to 32 different addresses at once; c) v2 issues
+    them from shared memory."""
+    choice, verdict = read_choice(answer, "abc")
+    if verdict is not None:
+        return verdict
+    if choice == "b":
+        return passed("neighbouring lanes add to neighbouring dweight[c]: one atomic instruction "
+                      "no longer queues 32 adds on one address, but there are still N x C adds")
+    return failed({"a": "look at which addresses the 32 lanes of one warp add to at one step, in "
+                        "v1 and in v2",
+                   "c": "v2 has no shared memory: that is lesson 04's step"}[choice])

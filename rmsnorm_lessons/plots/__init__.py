@@ -7,7 +7,8 @@ or by ``plt.show()``. What the pictures show (lanes, sectors, banks, the butterf
 (``rl.plots.access_pattern``); :mod:`.figure` holds what they share.
 """
 from .figure import COPY_COLOR, DPI, FIGSIZE, bandwidth_bars
-from .lessons_00_03 import access_pattern, butterfly, gradient_check, speedup_bars, thread_indices
+from .lessons_00_03 import (access_pattern, butterfly, gradient_check, roofline, speedup_bars,
+                            thread_indices)
 from .lessons_04_07 import (bank_conflicts, bf16_error_histogram, partials_reduction,
                             shared_memory_chart,
                             ticket_timeline, v4_staging_banks)
@@ -20,5 +21,5 @@ __all__ = [
     "thread_indices", "gradient_check", "speedup_bars", "bank_conflicts", "v4_staging_banks",
     "partials_reduction", "ticket_timeline", "bf16_error_histogram", "shared_memory_chart",
     "v7_row_layout", "speed_of_light", "floor_and_fixed", "fixed_cost", "seed_loop_rows",
-    "profile_bars", "bytes_in_flight",
+    "profile_bars", "bytes_in_flight", "roofline",
 ]

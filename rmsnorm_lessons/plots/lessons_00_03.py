@@ -212,3 +212,40 @@ def speedup_bars(results, baseline: str = "v1_naive", title: str | None = None):
     ax.set_title(title or f"time of {baseline} / time of each version", fontsize=9)
     ax.legend(fontsize=7)
     return fig
+
+
+def roofline(copy_gbps: float, peak_flops: float, intensity: float,
+             name: str = "RMSNorm backward", title: str | None = None):
+    """The roofline: attainable FLOP/s against arithmetic intensity (FLOP per byte), log-log.
+
+    The slanted roof is the copy bandwidth (``copy_gbps``, GB/s) times the intensity; the flat one
+    is the FP32 peak (``peak_flops``, FLOP/s); they meet at the ridge, ``peak / bandwidth``. A
+    kernel of ``intensity`` (``name``) is marked on the lower of the two roofs: left of the ridge,
+    memory bounds it.
+    """
+    if not (copy_gbps > 0 and peak_flops > 0 and intensity > 0):
+        raise ValueError("copy_gbps, peak_flops and intensity must be positive, got "
+                         f"{copy_gbps}, {peak_flops}, {intensity}")
+    bw = copy_gbps * 1e9
+    ridge = peak_flops / bw
+    x = np.geomspace(min(intensity, ridge) / 10, max(intensity, ridge) * 10, 200)
+    fig, ax = _outside_pyplot((4.8, 2.8))
+    ax.plot(x, np.minimum(bw * x, peak_flops) / 1e12, color="black", lw=1.5)
+    ax.axvline(ridge, color="grey", ls=":", lw=1)
+    at = min(bw * intensity, peak_flops) / 1e12
+    ax.plot([intensity], [at], "o", color="#d62728")
+    ax.annotate(f"{name}\n{intensity:.2f} FLOP/B: {at:.2f} TFLOP/s", (intensity, at),
+                textcoords="offset points", xytext=(8, -4), fontsize=7, va="top")
+    ax.annotate(f"ridge {ridge:.0f} FLOP/B", (ridge, peak_flops / 1e12), textcoords="offset points",
+                xytext=(4, -12), fontsize=7)
+    ax.text(x[0], bw * x[0] / 1e12 * 1.6, f"copy {copy_gbps:.0f} GB/s", fontsize=7, rotation=0)
+    ax.text(x[-1], peak_flops / 1e12 * 1.15, f"FP32 peak {peak_flops / 1e12:.1f} TFLOP/s",
+            fontsize=7, ha="right")
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    ax.set_ylim(bw * x[0] / 1e12 / 2, peak_flops / 1e12 * 3)
+    ax.set_xlabel("arithmetic intensity (FLOP per byte)", fontsize=8)
+    ax.set_ylabel("TFLOP/s", fontsize=8)
+    ax.tick_params(labelsize=7)
+    ax.set_title(title or "roofline: the lower roof bounds the kernel", fontsize=9)
+    return fig
