@@ -1,11 +1,12 @@
-"""Lesson 04 (shared memory, v3_smem): counting global atomics, and bank conflicts."""
+"""Lesson 04 (shared memory, v3_smem): counting global atomics, bank conflicts, and the
+end-of-lesson questions (rows per warp, the widest row, what the profile calls for)."""
 from __future__ import annotations
 
 import dataclasses
 
 from .. import gpu, ladder
 from ..access import bank_conflict_degree
-from . import Verdict, call_answer, failed, passed, read_number
+from . import Verdict, call_answer, failed, passed, read_choice, read_number
 
 
 def _device(sms: int | None):
@@ -75,6 +76,83 @@ def check_bank_conflict_degree(fn) -> Verdict:
         hint = " (that looks like the number of banks in use, not the lanes per bank)"
     return failed(f"{len(wrong)} of {len(STRIDES)} strides wrong; e.g. stride {stride}: you said "
                   f"{got}, it is {want}{hint}")
+
+
+# --- the questions at the end of the lesson
+# ------------------------------------------
+
+def check_two_row_warps(answer, N: int = 8192, sms: int = 132) -> Verdict:
+    """v3_smem at N rows on a GPU of ``sms`` SMs: how many of the grid's warps take exactly two rows
+    in the grid-stride loop (warp w takes rows w, w + W, w + 2W, ... below N; W warps in the
+    grid)?"""
+    value, verdict = read_number(answer, "with a number of warps (an integer)", whole=True)
+    if verdict is not None:
+        return verdict
+    device, label = _device(sms)
+    rung = ladder.get("v3_smem")
+    blocks = ladder.plan(rung, N, 1024, device)[0].grid
+    W = blocks * (rung.block_size // 32)
+    want = max(0, min(W, N - W) - max(0, N - 2 * W))  # w + W < N <= w + 2W
+    if value == want:
+        return passed(f"{blocks} blocks x {rung.block_size // 32} warps = {W} warps; warps 0 to "
+                      f"{N - W - 1} also take row w + {W}: {want} warps take two rows")
+    if value == W:
+        return failed("that is every warp of the grid; which of them still find a second row "
+                      f"below N = {N}?")
+    if value == W - want and W > want:
+        return failed("that counts the warps that take one row only")
+    if value == 2:
+        return failed("that is how many rows the busiest warp takes; the question asks how many "
+                      "warps take two")
+    return failed(f"not {value}: count the grid's warps first (the plan's blocks x "
+                  f"{rung.block_size // 32}), then which warp numbers w have w + W < {N}")
+
+
+def check_widest_c(answer, optin_kib: int = 99) -> Verdict:
+    """The widest row (C) that v3_smem can launch on a GPU where one block may opt in to at most
+    ``optin_kib`` KiB of shared memory (v3 asks for C * 4 bytes, no static shared memory)."""
+    value, verdict = read_number(answer, "with a number of channels (an integer)", whole=True)
+    if verdict is not None:
+        return verdict
+    limit = optin_kib * 1024
+    rung = ladder.get("v3_smem")
+    want = limit // rung.shared_memory(1, rung.block_size)
+    if value == want:
+        return passed(f"{want} floats x 4 bytes = {limit} bytes, all that one block may opt in to; "
+                      "one channel more and the launch is refused")
+    if value == limit:
+        return failed("that is the limit in bytes; v3's block holds one float (4 bytes) per "
+                      "channel")
+    if value == 48 * 1024 // 4:
+        return failed("48 KiB is what a block gets without opting in; the launcher opts in, up to "
+                      "the limit given")
+    if value == optin_kib * 1000 // 4:
+        return failed("a KiB is 1024 bytes, not 1000")
+    return failed(f"not {value}: how many 4-byte floats fit in {optin_kib} KiB?")
+
+
+def check_v3_stalls(answer) -> Verdict:
+    """The profile of v3 (lesson 13, and this lesson's): DRAM far below its peak, most warp stalls
+    on long_scoreboard, none of the top reasons a shared-memory one. Which change does that call
+    for?
+
+    a) replace the shared-memory atomics' compare-and-swap loops by plain additions in a fixed
+       order;
+    b) give each warp more bytes of global loads in flight (wider loads, more loads at once);
+    c) launch fewer blocks, so that fewer global atomics (REDG) are issued.
+    """
+    pick, verdict = read_choice(answer, "abc")
+    if verdict is not None:
+        return verdict
+    if pick == "b":
+        return passed("long_scoreboard is a warp waiting for the data of a global load, with DRAM "
+                      "far from busy: more bytes in flight per warp give the memory more to do")
+    if pick == "a":
+        return failed("a warp stalled in a shared-memory atomic waits on short_scoreboard or "
+                      "mio_throttle, and neither is among v3's top reasons; what does "
+                      "long_scoreboard wait for?")
+    return failed("the global atomics are a few per block, at its end; fewer blocks also mean "
+                  "fewer warps with loads in flight. What does long_scoreboard wait for?")
 
 
 # --- the kernel exercise: v3's dweight staged in shared memory

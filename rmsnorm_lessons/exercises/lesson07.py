@@ -1,9 +1,13 @@
-"""Lesson 07 (two passes, determinism): summing partials in block order, and the scratch size."""
+"""Lesson 07 (two passes, determinism): summing partials in block order, the scratch size, and the
+end-of-lesson questions (registers for a launch bound, the same bits on two GPUs, a second wave)."""
 from __future__ import annotations
+
+import dataclasses
 
 import numpy as np
 
-from . import Verdict, call_answer, failed, passed, read_number
+from .. import gpu, ladder, occupancy
+from . import Verdict, call_answer, failed, passed, read_choice, read_number
 
 
 def _partials(blocks: int = 264, C: int = 64, seed: int = 6) -> np.ndarray:
@@ -68,6 +72,103 @@ def check_scratch_bytes(answer, blocks: int = 264, C: int = 4096) -> Verdict:
     if value == blocks * C:
         return failed("that counts floats, not bytes")
     return failed(f"not {value}: one float32 per block and channel")
+
+
+# --- the questions at the end of the lesson
+# ------------------------------------------
+
+def most_registers(block: int = 512, blocks: int = 3, arch: str = "sm_90") -> int:
+    """The most registers a thread may use so that ``blocks`` blocks of ``block`` threads fit on one
+    SM of ``arch`` (what ``__launch_bounds__(block, blocks)`` asks ptxas for); 0 if none do."""
+    for registers in range(occupancy.limits(arch).max_registers_per_thread, 0, -1):
+        if occupancy.from_resources(registers, 0, block, 0, arch).blocks_per_sm >= blocks:
+            return registers
+    return 0
+
+
+def check_launch_bound_registers(answer, block: int = 512, blocks: int = 3,
+                                 arch: str = "sm_90") -> Verdict:
+    """``__launch_bounds__(block, blocks)`` on ``arch``: the most registers a thread may use so that
+    ``blocks`` blocks of ``block`` threads fit on one SM (registers alone; a warp's registers are
+    allocated in units of 256, from one of the SM's four quarters)."""
+    value, verdict = read_number(answer, "with a number of registers a thread", whole=True)
+    if verdict is not None:
+        return verdict
+    want = most_registers(block, blocks, arch)
+    L = occupancy.limits(arch)
+    even = L.registers_per_sm // (block * blocks)
+    warps = block // 32 * blocks
+    if value == want:
+        return passed(f"{want} registers x 32 = {want * 32} a warp; {L.registers_per_sm // 4} a "
+                      f"quarter hold {L.registers_per_sm // 4 // (want * 32)} warps, 4 quarters "
+                      f"hold the {warps} warps of {blocks} blocks")
+    if value == even and even != want:
+        return failed(f"{L.registers_per_sm} / {block * blocks} threads is the even split, but a "
+                      "warp's registers are taken in units of 256 from one quarter of the SM: do "
+                      f"{warps // 4} warps a quarter fit at {value} registers a thread?")
+    if value == most_registers(block, blocks - 1, arch):
+        return failed(f"that lets {blocks - 1} blocks fit (v5's own bound); the question asks for "
+                      f"{blocks}")
+    if value > want:
+        return failed(f"at {value} registers a thread fewer than {blocks} blocks fit: count the "
+                      f"warps one quarter of the SM holds")
+    return failed(f"{blocks} blocks fit at {value}, but they also fit with more registers a "
+                  "thread: find the most")
+
+
+def check_same_bits(answer) -> Verdict:
+    """v5 at N = 64, C = 768, the same inputs, on two GPUs of one architecture (the same compiled
+    kernels), one of 132 SMs and one of 114. Their dweight:
+
+    a) the same bits on both;
+    b) bits that may differ between the two GPUs, each repeatable on its own;
+    c) bits that may change from run to run.
+    """
+    pick, verdict = read_choice(answer, "abc")
+    if verdict is not None:
+        return verdict
+    grids = [ladder.plan("v5_two_pass", 64, 768,
+                         dataclasses.replace(gpu.H200, multiprocessors=sms))[0].grid
+             for sms in (132, 114)]
+    if pick == "a" and grids[0] == grids[1]:
+        return passed(f"both plans launch {grids[0]} blocks (64 rows, 16 warps a block): the same "
+                      "grid, the same block size, so the same order of every addition")
+    if pick == "b" and grids[0] != grids[1]:
+        return passed(f"{grids[0]} blocks against {grids[1]}: another grid, another order")
+    if pick == "c":
+        return failed("v5 has no atomics: every addition has one place in a fixed order, on every "
+                      "run")
+    return failed("the SM count changes the bits only through the grid: count the blocks each "
+                  "GPU's plan launches at N = 64")
+
+
+def check_second_wave(answer, N: int = 1600, C: int = 16384, sms: int = 58,
+                      arch: str = "sm_89") -> Verdict:
+    """v5_two_pass at (N, C) on a GPU of ``arch`` with ``sms`` SMs: how many of the plan's blocks
+    can start only once an earlier block has finished (v5 at most 64 registers a thread, its launch
+    bounds; shared memory from its plan)?"""
+    value, verdict = read_number(answer, "with a number of blocks (an integer)", whole=True)
+    if verdict is not None:
+        return verdict
+    rung = ladder.get("v5_two_pass")
+    grid = ladder.plan(rung, N, C, dataclasses.replace(gpu.H200, multiprocessors=sms))[0].grid
+    fit = occupancy.from_resources(64, 0, rung.block_size,
+                                   rung.shared_memory(C, rung.block_size), arch).blocks_per_sm
+    want = max(0, grid - fit * sms)
+    if value == want:
+        return passed(f"the plan launches {grid} blocks; {fit} per SM fit at C = {C}, so "
+                      f"{fit * sms} start at once and {want} wait")
+    if value == grid:
+        return failed("that is every block of the plan; some of them start at once")
+    upper = ladder.v5_two_pass.BLOCKS_PER_SM * sms
+    if value in (fit * sms, upper - fit * sms):
+        return failed(f"{fit * sms} blocks start at once, but how many does the plan launch? "
+                      f"With {N} rows and 16 warps a block, persistent_grid launches fewer than "
+                      f"its {upper}")
+    if value == 0:
+        return failed(f"at C = {C}, how many blocks of v5 fit on an SM of {arch}? Section 4's "
+                      "table says")
+    return failed(f"not {value}: the plan's blocks, less those that fit on the SMs at once")
 
 
 # --- the kernel exercise: v5's per-block partials and the second kernel
