@@ -46,7 +46,7 @@ __device__ void store128(T* target, Packed128<T> value) {
     *reinterpret_cast<Packed128<T>*>(target) = value;
 }
 // st.global.cg: PTX's "cache at L2, not L1"; sm_90's SASS has it as STG.E.128.STRONG.GPU, a plain
-// 128-bit store with a device-scope strong qualifier (lesson 05 times what it buys).
+// 128-bit store with a device-scope strong qualifier (lesson 06 times what it buys).
 template <class T>
 __device__ void store128cg(T* target, Packed128<T> value) {
     __stcg(reinterpret_cast<int4*>(target), *reinterpret_cast<int4*>(&value));

@@ -2,7 +2,7 @@
 // tensors are bf16 (half the bytes of fp32), and each lane moves 8 of them with one 128-bit
 // instruction (Packed128), so a warp covers 256 channels per step with 4x fewer instructions. dout
 // and inp are read for the last time in the second loop, so they are loaded as streaming (__ldcs);
-// dinp is stored with __stcg (st.global.cg; lesson 05 times each hint). All arithmetic is fp32.
+// dinp is stored with __stcg (st.global.cg; lesson 06 times each hint). All arithmetic is fp32.
 // bf16 has no cheap float atomics, so the per-block sums go to an fp32 accumulator with global
 // atomics, and a tiny second kernel adds the accumulator into the bf16 dweight. The block stages
 // its dweight sums in shared memory channel-planar (staged() below): a lane adds 8 channels per
@@ -16,7 +16,7 @@
 // The shared-memory slot of channel c = 8q + k (q: its 128-bit chunk, k: its place in the chunk).
 // Planar (the default): slot k * (C / 8) + q. For one k the 32 lanes of a warp hold 32 consecutive
 // chunks q, so they hit 32 consecutive words: 32 banks, no conflict. -DV4_INTERLEAVED=1 (how v4
-// first shipped; lesson 05 times both): slot c. For one k, lane l hits bank (8l + k) % 32: 4 banks
+// first shipped; lesson 06 times both): slot c. For one k, lane l hits bank (8l + k) % 32: 4 banks
 // with 8 lanes each, an 8-way conflict on every shared access of the loop.
 __host__ __device__ __forceinline__ int staged(int c, int C) {
 #if V4_INTERLEAVED

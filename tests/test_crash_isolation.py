@@ -18,7 +18,7 @@ import pytest
 
 from rmsnorm_lessons import build, child, gpu, ladder, sanitizer
 from rmsnorm_lessons.exercises import (kernel_check, kernel_child, kernel_running, lesson03,
-                                       lesson05)
+                                       lesson06)
 from rmsnorm_lessons.exercises.kernel_running import Outcome
 
 TEXT = "__global__ void k() {\n    int a = 1;\n    x128 x = load128(inp_row + c + 1);\n}\n"
@@ -162,7 +162,7 @@ def test_the_lessons_checks_run_the_sanitizer_by_default():
                                            lesson10, lesson13)
 
     for fn in (lesson02.check_v1_kernel, lesson03.check_v2_kernel, lesson04.check_v3_kernel,
-               lesson05.check_v4_kernel, lesson07.check_v5_kernel, lesson08.check_v6_kernel,
+               lesson06.check_v4_kernel, lesson07.check_v5_kernel, lesson08.check_v6_kernel,
                lesson10.check_v7_kernel, lesson13.check_v3_fix):
         assert inspect.signature(fn).parameters["sanitize"].default is True, fn.__name__
         assert "sanitize=False" in fn.__doc__, fn.__name__
@@ -226,21 +226,21 @@ def staged(monkeypatch):
 
 def test_a_check_runs_the_child_then_the_sanitizer_then_the_timing(staged):
     steps, outcome, hazard = staged
-    verdict = lesson05.check_v4_kernel("// text")
+    verdict = lesson06.check_v4_kernel("// text")
     assert verdict.status == "PASS" and steps == [("child", (8192, 1024)), "sanitize", "time"]
     hazard["value"] = True
     steps.clear()
-    verdict = lesson05.check_v4_kernel("// text")
+    verdict = lesson06.check_v4_kernel("// text")
     assert verdict.status == "NOT YET" and "racecheck reports" in verdict.message
     assert verdict.kinds == ("race",) and steps == [("child", (8192, 1024)), "sanitize"]
     steps.clear()
     outcome["value"] = Outcome(False, "at N=333, C=8: dinp is wrong", ("factor",))
-    verdict = lesson05.check_v4_kernel("// text")
+    verdict = lesson06.check_v4_kernel("// text")
     assert verdict.status == "NOT YET" and steps == [("child", (8192, 1024))]  # no sanitizer
     steps.clear()
     outcome["value"] = Outcome(True, "matches")
     hazard["value"] = False
-    verdict = lesson05.check_v4_kernel("// text", sanitize=False)
+    verdict = lesson06.check_v4_kernel("// text", sanitize=False)
     assert verdict.status == "PASS" and steps == [("child", (8192, 1024)), "time"]
 
 
@@ -254,17 +254,17 @@ def test_a_misaligned_load_is_not_yet_naming_its_line_and_the_right_kernel_passe
     from test_kernel_exercises import kernel_text
 
     gpu.require()
-    right = kernel_text("05_bf16_vectorized")
+    right = kernel_text("06_vectorized")
     assert right.count(MISALIGNED) == 1
     wrong = right.replace(MISALIGNED, MISALIGNED.replace("inp_row + c)", "inp_row + c + 1)"))
     # line k of the text is the k-th after '#line 1' (the text starts with a line break)
     line = 1 + next(i for i, ln in enumerate(wrong.split("\n")) if "inp_row + c + 1" in ln)
-    verdict = lesson05.check_v4_kernel(wrong, sanitize=False)
+    verdict = lesson06.check_v4_kernel(wrong, sanitize=False)
     assert verdict.status == "NOT YET", verdict.message
     assert "crashed" in verdict.message and "misaligned" in verdict.message, verdict.message
     if sanitizer.find() is not None:
         assert f"at line {line} of your text" in verdict.message, verdict.message
-    verdict = lesson05.check_v4_kernel(right)
+    verdict = lesson06.check_v4_kernel(right)
     assert verdict.status == "PASS", verdict.message
     assert "yours" in verdict.message and "ms" in verdict.message
 

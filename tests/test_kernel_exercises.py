@@ -18,7 +18,7 @@ import pytest
 
 from rmsnorm_lessons import build, gpu, ladder, reference, student
 from rmsnorm_lessons.exercises import (Verdict, kernel_check, lesson02, lesson03, lesson04,
-                                       lesson05, lesson07,
+                                       lesson06, lesson07,
                                        lesson08, lesson09, lesson10, lesson13)
 
 NOTEBOOKS = Path(__file__).resolve().parent.parent / "notebooks"
@@ -31,7 +31,7 @@ no_gpu_here = pytest.mark.skipif(gpu.available(),
 
 CHECKS = {"02_naive": lesson02.check_v1_kernel, "03_warp_per_row": lesson03.check_v2_kernel,
           "04_shared_memory": lesson04.check_v3_kernel,
-          "05_bf16_vectorized": lesson05.check_v4_kernel,
+          "06_vectorized": lesson06.check_v4_kernel,
           "07_two_pass": lesson07.check_v5_kernel, "08_last_block": lesson08.check_v6_kernel,
           "09_bytes_in_flight": lesson09.check_scale_kernel,
           "10_v7_step_by_step": lesson10.check_v7_kernel,
@@ -56,15 +56,15 @@ MISTAKES = [
      True),
     ("04_shared_memory", "no shared atomic", "atomicAdd(&dweight_shared[c], norm * dout_row[c]);",
      "dweight_shared[c] += norm * dout_row[c];", ("dweight_shared", "0 ATOMS"), True),
-    ("05_bf16_vectorized", "stores one by one", "            store128cg(dinp_row + c, d);\n",
+    ("06_vectorized", "stores one by one", "            store128cg(dinp_row + c, d);\n",
      "            for (int k = 0; k < x128::size; k++) dinp_row[c + k] = d[k];\n",
      ("128-bit store",), True),
-    ("05_bf16_vectorized", "= for +=", "d[k] = __float2bfloat16((float)d[k] + r * (dnorm",
+    ("06_vectorized", "= for +=", "d[k] = __float2bfloat16((float)d[k] + r * (dnorm",
      "d[k] = __float2bfloat16(r * (dnorm", ("dinp", "+="), False),
-    ("05_bf16_vectorized", "the interleaved slot",
+    ("06_vectorized", "the interleaved slot",
      "    return (c % x128::size) * (C / x128::size) + c / x128::size;\n    // ### END SOLUTION",
      "    return c;\n    // ### END SOLUTION", ("staged() returns c", "8-way conflict"), True),
-    ("05_bf16_vectorized", "32 chunks a plane, not C / 8",
+    ("06_vectorized", "32 chunks a plane, not C / 8",
      "(c % x128::size) * (C / x128::size) + c / x128::size;",
      "(c % x128::size) * WARP_SIZE + c / x128::size;",
      ("dweight", "a slot of its own", "staged(c, C)"), False),

@@ -1,4 +1,4 @@
-"""Lessons 04 and 05 give nothing away before the attempt (issue 27): the learner predicts, writes,
+"""Lessons 04 and 06 give nothing away before the attempt (issue 27): the learner predicts, writes,
 is checked and only then sees ours; lesson 04's kernel starts from v3's signature and ends as v3
 as shipped; v3 and v4 share the helpers of kernels/common.cuh that lesson 04 names. Read without
 running anything (CPU)."""
@@ -17,11 +17,11 @@ def _cells(name):
     return nb.cells
 
 
-LESSONS_04_05 = ["04_shared_memory", "05_bf16_vectorized"]
+LESSONS_04_05 = ["04_shared_memory", "06_vectorized"]
 #: what a cell above the kernel exercise must not print: the rung's kernel, and v4's rung module
 #: (it mirrors staged(), part of the answer; v3's module holds only the plan)
 ANSWERS_SHOWN_BY = {"04_shared_memory": ['kernel_source("v3_smem")'],
-                    "05_bf16_vectorized": ['kernel_source("v4_vec_bf16")',
+                    "06_vectorized": ['kernel_source("v4_vec_bf16")',
                                            "getsource(rl.ladder.v4_vec_bf16)"]}
 
 

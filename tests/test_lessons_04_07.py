@@ -14,7 +14,8 @@ from rmsnorm_lessons import access, bf16, gpu, kernels, ladder, launch, occupanc
 from rmsnorm_lessons.exercises import Verdict, lesson04, lesson05, lesson07, lesson08
 
 ROOT = Path(__file__).resolve().parent.parent
-NOTEBOOKS = ["04_shared_memory.ipynb", "05_bf16_vectorized.ipynb", "07_two_pass.ipynb",
+NOTEBOOKS = ["04_shared_memory.ipynb", "05_bf16.ipynb", "06_vectorized.ipynb",
+             "07_two_pass.ipynb",
              "08_last_block.ipynb"]
 
 

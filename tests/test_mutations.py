@@ -14,12 +14,12 @@ exercise           barrier  normal.  stride  atomic  shuffle  tail  width
 02 v1 (fp32)       -a       1        2       1       -b       2     2
 03 v2 (fp32)       -a       1        2       1       2        2     2
 04 v3 (fp32)       2        1        2       2       1        2     2
-05 v4 (bf16)       2        1        2       2       1        2     2
-06 v5 (bf16)       2        1        2       -c      1        2     2
-07 v6 (bf16)       2        1        2       1       1        2     2
-08 scale_wide      -a       -d       2       -e      -b       2     2
-09 v7 row_pass     -f       -g       2       -e      -h       2     1
-10 v3 fixed        2        1        2       2       1        2     2
+06 v4 (bf16)       2        1        2       2       1        2     2
+07 v5 (bf16)       2        1        2       -c      1        2     2
+08 v6 (bf16)       2        1        2       1       1        2     2
+09 scale_wide      -a       -d       2       -e      -b       2     2
+10 v7 row_pass     -f       -g       2       -e      -h       2     1
+13 v3 fixed        2        1        2       2       1        2     2
 =================  =======  =======  ======  ======  =======  ====  =====
 
 a: no shared memory, so no barrier. b: no warp exchange (one thread per row; scale_wide's threads
@@ -27,7 +27,7 @@ share nothing). c: v5 is atomic-free by design (its check forbids atomics). d: y
 by nothing. e: no atomic (every thread owns its outputs; row_pass's sums are this thread's alone).
 f: row_pass has no barrier (v7's are in the shipped code around it). g: the mean's division is in
 v7's shipped code, not in row_pass. h: row_pass returns this thread's part; exchange() (shipped)
-sums the lanes. So 08 and 09 have three classes: every other exercise has at least four.
+sums the lanes. So 09 and 10 have three classes: every other exercise has at least four.
 
 ``barrier`` leaves out a barrier whose removal no run can see (v5's and v6's barrier after
 zeroing the shared sums: warp 0 reads them only after the row loop's own barriers).
@@ -78,8 +78,8 @@ CAUGHT_WITHOUT_A_GPU = {
     ("04_shared_memory", "barrier.syncthreads"): "two BAR.SYNC",
     ("04_shared_memory", "atomic.shared"): "a shared-memory atomic (ATOMS)",
     ("04_shared_memory", "atomic.global"): "a global atomic per block and channel",
-    ("05_bf16_vectorized", "width.load"): "seven LDG.E.128",
-    ("05_bf16_vectorized", "width.store"): "a 128-bit store (STG.E.128)",
+    ("06_vectorized", "width.load"): "seven LDG.E.128",
+    ("06_vectorized", "width.store"): "a 128-bit store (STG.E.128)",
     ("08_last_block", "atomic.ticket"): "an atomic ticket (ATOMG.INC)",
     ("09_bytes_in_flight", "width.load"): "UNROLL LDG.E.128",
     ("09_bytes_in_flight", "width.store"): "a 128-bit store (STG.E.128)",
@@ -165,12 +165,12 @@ def test_the_score_line_counts_and_names_the_survivors():
     import _mutation_report
 
     def record(stage, gpu=True, id="tail.row@9"):
-        return {"gpu": gpu, "stage": stage, "exercise": "05_bf16_vectorized", "id": id}
+        return {"gpu": gpu, "stage": stage, "exercise": "06_vectorized", "id": id}
 
     lines = _mutation_report.score_lines([
         record("GPU"), record("compile-only"), record("survived", id="normalisation.mean@36"),
         record("needs a GPU", gpu=False), record("compile-only", gpu=False)])
-    assert lines == ["mutation score: 2/3 caught (compile-only 1, GPU 1); survivors: lesson05 "
+    assert lines == ["mutation score: 2/3 caught (compile-only 1, GPU 1); survivors: lesson06 "
                      "normalisation.mean@36; rejected by nvcc: none",
                      "mutation score without a GPU: 1/2 caught by the compile and the static "
                      "checks (compile-only), 1 need a GPU to be judged; rejected by nvcc: none"]

@@ -1,10 +1,11 @@
-"""Lesson 05 (bf16, 128-bit): rounding float32 to bf16 by hand, and bf16's spacing."""
+"""Lesson 05 (bf16 on the host): rounding float32 to bf16 by hand, bf16's spacing, and the
+end-of-lesson questions on what bf16 costs."""
 from __future__ import annotations
 
 import numpy as np
 
 from ..bf16 import bfloat16, bits, to_bf16
-from . import Verdict, call_answer, failed, passed, read_number
+from . import Verdict, call_answer, failed, passed, read_choice, read_number
 
 
 def _test_values() -> np.ndarray:
@@ -83,61 +84,65 @@ def check_half_ulp(answer, lo: float = 32.0) -> Verdict:
                   f"{2 * lo:g} there are 2**7 evenly spaced values")
 
 
-# --- the kernel exercise: v4's 128-bit loads and stores, the bf16 round trip, the planar staging
-# ----------
+# --- the questions at the lesson's end -----------------------------------------------------------
 
-#: staged() left as the interleaved slot (c): right results, an 8-way bank conflict on every shared
-#: atomic
-INTERLEAVED_SLOT = r"int\s+staged\s*\([^)]*\)\s*\{\s*return\s+c\s*;\s*\}"
-#: when dweight alone is wrong: the slots are where to look
-SLOT_HINT = ("where dinp is right, look at the staging: staged() must give each channel 0..C-1 a "
-             "slot of its own in 0..C-1 (channel 8q + k at k * (C / 8) + q, with C / 8 chunks, not "
-             "32), and the last loop reads channel c back from staged(c, C)")
-
-
-def only_wide_row_accesses(kernel: str):
-    """Every LDG of ``kernel`` is 128 bits wide but one 32-bit load (``rstd[row]``), and every STG
-    is 128 bits wide: a row tensor read or written narrower anywhere is NOT YET (counting the
-    128-bit loads alone lets one narrowed load through the unrolled loops)."""
-    from . import kernel_static as ks
-
-    def test(c):
-        ins = c.instructions(kernel)
-        narrow_loads = [i.opcode for i in ks._matching(ins, "LDG") if ".128" not in i.opcode]
-        narrow_stores = [i.opcode for i in ks._matching(ins, "STG") if ".128" not in i.opcode]
-        if len(narrow_loads) <= 1 and not narrow_stores:
-            return None
-        found = ", ".join(sorted(set(narrow_loads[1:] + narrow_stores)))
-        return (f"a row of dout, inp, weight or dinp is read or written narrower than 128 bits "
-                f"({len(narrow_loads) - 1 + len(narrow_stores)} x {found} besides rstd's one "
-                f"32-bit load): every row access goes through load128 / store128 (Packed128)")
-
-    return ks.Static("no row access narrower than 128 bits (rstd's one 32-bit load aside)", test)
+def check_sum_stalls(answer) -> Verdict:
+    """A bf16 accumulator starts at 0; 1.0 is added to it 1000 times, the sum rounded to bf16 after
+    every addition (to the nearest, ties to even). What does it hold at the end?"""
+    value, verdict = read_number(answer, "with a number")
+    if verdict is not None:
+        return verdict
+    if value == 256:
+        return passed("every whole number up to 256 is a bf16 value; from 256 on they are 2 "
+                      "apart, so 256 + 1 is a tie, and it goes to 256, whose last kept bit is 0: "
+                      "every further addition is lost. Hence v4's fp32 accumulator for dweight, "
+                      "rounded once")
+    if value == 1000:
+        return failed("that is the exact sum; the sum is rounded to bf16 after every addition. "
+                      "Up to which whole number are all whole numbers bf16 values (8 significant "
+                      "bits)?")
+    if value in (255, 257, 258, 512, 1024):
+        return failed("find the first whole number n where n + 1 is no longer a bf16 value, "
+                      "then where n + 1 rounds to (a tie goes to the neighbour whose last kept bit "
+                      "is 0)")
+    return failed(f"not {value:g}: bf16 keeps 8 significant bits; find where the spacing of bf16 "
+                  "numbers reaches 2, and what adding 1.0 does there")
 
 
-def check_v4_kernel(source: str, sanitize: bool = True) -> Verdict:
-    """Lesson 05's kernel exercise: the learner's ``rmsnorm_backward_v4`` and ``add_dweight_v4``
-    (bf16 storage, Packed128, channel-planar staging), checked as the rung ``yours_v4`` with
-    v4_vec_bf16's plan, and timed beside v4_vec_bf16.
-    compute-sanitizer's race check runs by default; ``sanitize=False`` skips it, for speed."""
-    from . import kernel_check as kc
+def check_error_growth(answer) -> Verdict:
+    """The seed's dweight error from the inputs' rounding is a sum over N rows of small errors,
+    random in sign. N grows 100-fold (8192 to 819,200 rows): by what factor does that error
+    typically grow?"""
+    value, verdict = read_number(answer, "with a number (a factor)")
+    if verdict is not None:
+        return verdict
+    if abs(value - 10) < 0.5:
+        return passed("errors random in sign add like a random walk: the sum grows as the square "
+                      "root of the number of terms, sqrt(100) = 10; rl.check.tolerances scales "
+                      "dweight's tol with N for this reason")
+    if abs(value - 100) < 1:
+        return failed("100 is how a sum of errors all of one sign grows; here each row's rounding "
+                      "error is as likely positive as negative, so many of them cancel")
+    if abs(value - 1) < 0.05:
+        return failed("the error does grow with N: dweight is a sum over rows, each carrying its "
+                      "inputs' rounding, and more terms leave more error, though not in proportion")
+    return failed(f"not {value:g}: a sum of N errors of random sign grows like a random walk; how "
+                  "does a random walk's typical distance grow with the number of steps?")
 
-    kernel = "rmsnorm_backward_v4"
-    return kc.check_kernel(
-        source, name="yours_v4", like="v4_vec_bf16", sanitize_it=sanitize,
-                           hints={"dweight wrong": SLOT_HINT},
-        static=(kc.sass_has("LDG.128", "128-bit loads (LDG.E.128) of dout, inp, weight and dinp",
-                            "load 8 bf16 values at once with load128 / load128cs (Packed128)",
-                            kernel=kernel,
-                            at_least=7),
-                kc.sass_has("STG.128", "a 128-bit store (STG.E.128) of dinp",
-                            "store the 8 new dinp values with one 128-bit store (store128cg), not "
-                            "one by one",
-                            kernel=kernel),
-                kc.source_lacks(INTERLEAVED_SLOT, "staged() is not the interleaved slot c",
-                                "staged() returns c, the interleaved slot: for one k the 32 lanes "
-                                "then hit banks (8 * lane + k) % 32, 4 banks with 8 lanes each, an "
-                                "8-way conflict on every shared atomic; return the planar slot of "
-                                "channel c = 8q + k, k * (C / 8) + q"),
-                only_wide_row_accesses(kernel),
-                kc.no_local_memory(kernel)))
+
+def check_range(answer) -> Verdict:
+    """A gradient of 70000 is stored in 16 bits. fp16 has 5 exponent bits and 10 stored mantissa
+    bits (its largest finite value is 65504); bf16 has 8 exponent bits and 7 stored mantissa bits.
+    Which format holds a finite value near 70000? (a) both; (b) bf16 only; (c) fp16 only."""
+    pick, verdict = read_choice(answer, "abc")
+    if verdict is not None:
+        return verdict
+    if pick == "b":
+        return passed("bf16 keeps float32's 8 exponent bits, so its range is float32's (up to "
+                      "about 3.4e38); 70000 rounds to a nearby bf16 value. fp16 overflows to inf "
+                      "above 65504: its extra mantissa bits buy precision, not range")
+    if pick == "a":
+        return failed("compare 70000 with fp16's largest finite value: what happens to a value "
+                      "above it?")
+    return failed("which of the two has more exponent bits? The exponent, not the mantissa, sets "
+                  "how large a value can be")

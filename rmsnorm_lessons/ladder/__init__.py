@@ -98,7 +98,7 @@ def register(rung: Rung, replace: bool = False) -> Rung:
 
 def v4_interleaved() -> Rung:
     """Register (again, harmlessly) and return ``v4_interleaved``: v4 built with its dweight staged
-    at slot c (an 8-way bank conflict), the layout lesson 05 times against the shipped
+    at slot c (an 8-way bank conflict), the layout lesson 06 times against the shipped
     channel-planar one."""
     return register(_module("v4_vec_bf16").INTERLEAVED_RUNG, replace=True)
 

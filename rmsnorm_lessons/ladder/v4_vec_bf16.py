@@ -4,7 +4,7 @@ bf16 has no cheap float atomics, so the blocks add into an fp32 accumulator (zer
 call) and a second, tiny kernel adds it into the bf16 dweight. A block stages its sums in shared
 memory channel-planar (:func:`staged` is the kernel's ``staged()``); :data:`INTERLEAVED_RUNG` is the
 same kernel built with ``-DV4_INTERLEAVED=1`` (channel c at slot c, an 8-way bank conflict), so
-lesson 05 can time both.
+lesson 06 can time both.
 """
 import dataclasses
 
