@@ -153,8 +153,8 @@ def test_a_part_is_a_definition_not_a_call():
 
 
 def test_an_unknown_part_is_refused_naming_the_parts():
-    with pytest.raises(ValueError, match=r"'nope' is not a function .* pointer_chase, pointer_chase_l1, times, "
-                                         r"scale_loop$"):
+    with pytest.raises(ValueError, match=r"'nope' is not a function .* pointer_chase, "
+                                         r"pointer_chase_l1, times, scale_loop$"):
         lesson09.kernel_part("bytes_in_flight", "nope")
 
 
