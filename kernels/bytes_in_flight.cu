@@ -2,7 +2,7 @@
 // for.
 //  - pointer_chase: one thread follows a chain of indices, each load's address being the value the
 //    previous load returned, so exactly one load is in flight: time / steps is the latency of one
-//    access.
+//    access (pointer_chase_l1: the same through L1).
 //  - scale_<width>_x<U>: y = a * x, like lesson 00's scale, with 4-byte (float) or 16-byte (float4)
 //    loads, and U loads issued by each thread before the first is used. A grid-stride loop, so a
 //    launch of any grid covers n; the lesson picks the grid to set how many threads each SM holds.
@@ -15,6 +15,14 @@ extern "C" __global__ void pointer_chase(const unsigned* next, long long steps, 
     // the next address is the value just loaded
     for (long long s = 0; s < steps; s++) j = __ldcg(next + j);
     *out = j;  // keeps the chain from being optimised away
+}
+
+// __ldca: cached in L1 as well (PTX ld.global.ca), so a chain that fits in L1, walked once, is
+// found there.
+extern "C" __global__ void pointer_chase_l1(const unsigned* next, long long steps, unsigned* out) {
+    unsigned j = 0;
+    for (long long s = 0; s < steps; s++) j = __ldca(next + j);
+    *out = j;
 }
 
 __device__ __forceinline__ float times(float a, float v) { return a * v; }

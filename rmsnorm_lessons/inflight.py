@@ -32,6 +32,7 @@ BLOCK = 256  # threads per block of every scale launch
 CHASE_STRIDE = 128
 CHASE_DRAM_BYTES = 512 * 2**20
 CHASE_L2_BYTES = 8 * 2**20
+CHASE_L1_BYTES = 16 * 2**10  # fits in the L1 of sm_70..sm_90, whatever the shared-memory carveout
 CHASE_STEPS = 20_000
 
 
@@ -82,15 +83,17 @@ def chase_chain(nbytes: int, stride: int = CHASE_STRIDE, seed: int = 0) -> np.nd
 
 
 def latency_ns(nbytes: int = CHASE_DRAM_BYTES, steps: int = CHASE_STEPS,
-               stride: int = CHASE_STRIDE) -> float:
+               stride: int = CHASE_STRIDE, l1: bool = False) -> float:
     """The time of one dependent load, in ns, following a random chain over ``nbytes`` (GPU).
 
     Far larger than L2 (the default, 512 MiB), nearly every hop goes to DRAM (address translation
     included: 512 MiB is 256 pages of 2 MiB); a chain of at most half of L2 is walked once first,
     and then measures L2. ``steps`` should stay below the chain's nodes, so no line is visited
-    twice."""
+    twice. ``l1``: load through L1 (``__ldca``; a chain of :data:`CHASE_L1_BYTES` then measures
+    L1); by default ``__ldcg`` keeps L1 out."""
     drv = gpu.driver()
-    chase = build.source_module(KERNEL_FILE).get_function("pointer_chase")
+    chase = build.source_module(KERNEL_FILE).get_function("pointer_chase_l1" if l1 else
+                                                          "pointer_chase")
     chain = drv.to_device(chase_chain(nbytes, stride))
     out = drv.mem_alloc(4)
     # warm-up: a chain that fits in L2 is walked once whole, so the timed walk (from node 0 again)
@@ -105,6 +108,22 @@ def latency_ns(nbytes: int = CHASE_DRAM_BYTES, steps: int = CHASE_STEPS,
     finally:
         chain.free()
         out.free()
+
+
+@dataclass(frozen=True)
+class Chase:
+    """The latency of one dependent load from each level, in ns (:func:`chase`)."""
+
+    l1_ns: float
+    l2_ns: float
+    dram_ns: float
+
+
+def chase(steps: int = CHASE_STEPS) -> Chase:
+    """Three pointer chases (GPU): a chain of :data:`CHASE_L1_BYTES` through L1, one of
+    :data:`CHASE_L2_BYTES` in L2, one of :data:`CHASE_DRAM_BYTES` that misses L2."""
+    return Chase(l1_ns=latency_ns(CHASE_L1_BYTES, steps, l1=True),
+                 l2_ns=latency_ns(CHASE_L2_BYTES, steps), dram_ns=latency_ns(steps=steps))
 
 
 @functools.lru_cache(maxsize=1)

@@ -95,12 +95,15 @@ def test_the_kernels_load_as_the_lesson_says():
     chase = [i.opcode for i in listing.functions["pointer_chase"].instructions
              if i.opcode.startswith("LDG")]
     assert chase and all("STRONG.GPU" in o for o in chase)  # __ldcg: L2, not L1
+    l1 = [i.opcode for i in listing.functions["pointer_chase_l1"].instructions
+          if i.opcode.startswith("LDG")]
+    assert l1 and all(o.endswith("STRONG.SM") for o in l1)  # __ldca: the SM (its L1) answers
 
 
 @pytest.mark.gpu
 def test_latency_and_scale_on_the_gpu():
-    dram, l2 = inflight.latency_ns(), inflight.latency_ns(inflight.CHASE_L2_BYTES)
-    assert 100 < l2 < dram < 5000, (l2, dram)
+    levels = inflight.chase()
+    assert 1 < levels.l1_ns < levels.l2_ns < levels.dram_ns < 5000, levels
     copy = gpu.copy_bandwidth()
     slow = inflight.time_scale("scale_f32_x1", copy)
     fast = inflight.time_scale("scale_f128_x4", copy, blocks_per_sm=8)
@@ -150,8 +153,8 @@ def test_a_part_is_a_definition_not_a_call():
 
 
 def test_an_unknown_part_is_refused_naming_the_parts():
-    with pytest.raises(ValueError, match=r"'nope' is not a function .* pointer_chase, times, "
-                                         r"scale_loop$"):
+    with pytest.raises(ValueError, match=r"'nope' is not a function .* pointer_chase, "
+                                         r"pointer_chase_l1, times, scale_loop$"):
         lesson09.kernel_part("bytes_in_flight", "nope")
 
 

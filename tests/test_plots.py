@@ -79,3 +79,21 @@ def test_the_roofline_draws_from_made_up_numbers():
     assert isinstance(right_of_ridge, Figure)
     with pytest.raises(ValueError):
         plots.roofline(copy_gbps=0.0, peak_flops=1e12, intensity=1.0)
+
+
+def test_the_memory_levels_draw_from_a_chase_and_the_device_facts():
+    from rmsnorm_lessons import inflight
+
+    chase = inflight.Chase(l1_ns=30.0, l2_ns=150.0, dram_ns=330.0)
+    fig = plots.memory_levels(chase, gpu.H200)
+    assert isinstance(fig, Figure) and fig.dpi == plots.DPI
+    ax = fig.axes[0]
+    labels = [t.get_text() for t in ax.get_yticklabels()]
+    assert labels == ["registers", "L1 + shared", "L2", "HBM"]
+    texts = " | ".join(t.get_text() for t in ax.texts)
+    assert "30 ns" in texts and "150 ns" in texts and "330 ns" in texts
+    assert "60 MiB" in texts and "228 KiB" in texts  # the facts' L2 and shared memory per SM
+    assert len(ax.patches) == 3  # registers: no load, no bar
+    assert isinstance(plots.memory_levels(chase), Figure)  # without facts: no capacities
+    with pytest.raises(ValueError):
+        plots.memory_levels(inflight.Chase(l1_ns=0.0, l2_ns=150.0, dram_ns=330.0))

@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 from ..access import atomic_inc
-from . import Verdict, call_answer, failed, passed
+from . import Verdict, call_answer, failed, passed, read_choice, read_number
 
 PAIRS = [(old, limit) for limit in (0, 1, 2, 3, 7, 263, 264, 2**32 - 1)
          for old in sorted({0, 1, 2, limit - 1, limit, limit + 1, 2**32 - 1}) if 0 <= old < 2**32]
@@ -106,3 +106,79 @@ def check_v6_kernel(source: str, sanitize: bool = True) -> Verdict:
                             "take the ticket with atomicInc(ticket_counter, gridDim.x - 1)",
                             kernel=kernel),
                 kc.no_local_memory(kernel)))
+
+
+# --- the questions at the lesson's end
+# ----------------------------------------------------------------
+
+def choice_verdict(answer, right: str, why_not: dict, why: str) -> Verdict:
+    """A choice question's verdict: PASS with ``why`` for ``right``, else the reason the pick is
+    wrong (``why_not[letter]``) without naming the right one."""
+    pick, verdict = read_choice(answer, sorted({right, *why_not}))
+    if verdict is not None:
+        return verdict
+    return passed(f"{pick}: {why}") if pick == right else failed(f"{pick} is not it: "
+                                                                 f"{why_not[pick]}")
+
+
+def check_partial_floats(answer, grid: int = 264, C: int = 1024) -> Verdict:
+    """The floats of partials the last block of v6 reads, with ``grid`` blocks and C channels."""
+    got, verdict = read_number(answer, "with a number of floats", whole=True)
+    if verdict is not None:
+        return verdict
+    want = grid * C
+    if got == want:
+        return passed(f"{want} floats: C = {C} sums from each of the {grid} blocks, its own "
+                      "included; the other C floats of each block's 2 * C slice are never touched")
+    for wrong, hint in ((2 * want, "the slices are 2 * C floats apart, but each block writes, and "
+                                   "the last block reads, C of them"),
+                        ((grid - 1) * C, "the last block wrote its own partials before it drew its "
+                                         "ticket, and its sum includes them"),
+                        (C, "that is one block's slice: the last block adds every block's")):
+        if got == wrong:
+            return failed(f"{got} is not it: {hint}")
+    return failed(f"{got} is not it: count the blocks whose partials are summed, and the floats "
+                  "each one wrote")
+
+
+def check_ldcg(answer) -> Verdict:
+    """What ``__ldcg`` does for the last block's reads of the partials:
+    a) it orders them after the other blocks' writes;
+    b) it serves them from L2, so a stale line in this SM's L1 cannot answer;
+    c) it makes each read atomic."""
+    return choice_verdict(answer, "b", {
+        "a": "ordering is the fences' job; a cache operator says where a load is served from, "
+             "not when it may happen",
+        "c": "nobody writes the partials while the last block reads them: there is nothing for "
+             "an atomic read to guard against"},
+        "L1 is not kept coherent with other SMs' writes; L2 is where all SMs' writes meet")
+
+
+def check_second_wave(answer) -> Verdict:
+    """v6 launched with more blocks than the GPU holds at once (a second wave):
+    a) still right: no block ever waits for another;
+    b) it hangs: the last block waits for blocks that are not resident yet;
+    c) two blocks can draw the same ticket."""
+    return choice_verdict(answer, "a", {
+        "b": "look for a loop that waits in v6: a block that does not draw the last ticket "
+             "returns, and the last ticket is drawn only once all the others are",
+        "c": "atomicInc is one read-modify-write at a time: each call returns a different old "
+             "value within a launch"},
+        "every block writes, fences, draws a ticket and either returns or sums; none spins on "
+        "another, so the order in which blocks become resident does not matter")
+
+
+def check_wrap_row(answer, C: int = 16384) -> Verdict:
+    """The first row whose offset ``row * C``, computed in 32-bit ``int``, wraps."""
+    got, verdict = read_number(answer, "with a row number", whole=True)
+    if verdict is not None:
+        return verdict
+    want = (2**31 - 1) // C + 1
+    if got == want:
+        return passed(f"row {want}: {want} x {C} = {want * C} > 2**31 - 1, the largest int")
+    for wrong, hint in ((want - 1, "that row's offset still fits: it is the last row that does"),
+                        ((2**32 - 1) // C + 1, "an int is signed: it wraps past 2**31 - 1, not "
+                                               "2**32 - 1"),):
+        if got == wrong:
+            return failed(f"{got} is not it: {hint}")
+    return failed(f"{got} is not it: find the smallest row with row * C > 2**31 - 1")

@@ -17,6 +17,7 @@ import numpy as np
 from .. import gpu, inflight, ladder
 from . import Verdict, failed, kernel_check as kc, passed, read_number
 from .kernel_diagnosis import found
+from .lesson08 import choice_verdict
 
 
 def bytes_moved(N: int, C: int, overwrite: bool = False, version: str = "v7_fast") -> int:
@@ -117,6 +118,71 @@ def check_in_flight(answer_bytes, copy_gbps: float | None = None, latency_ns: fl
     return failed(f"{got:g} is off by {100 * (got / want - 1):+.0f} %: bytes in flight = bandwidth "
                   "x latency (GB/s x 1e9 x ns x 1e-9), with bandwidth = copy / 2 (the loads' "
                   "share), per SM")
+
+
+# --- the questions at the lesson's end
+# ----------------------------------------------------------------
+
+def check_in_flight_kib(answer, variant: str = "scale_f32_x4", threads: int = 3 * 256) -> Verdict:
+    """KiB of loads in flight per SM for ``variant`` with ``threads`` resident per SM."""
+    got, verdict = read_number(answer, "with a number of KiB per SM")
+    if verdict is not None:
+        return verdict
+    width, loads = inflight.width_and_loads(variant)
+    want = inflight.in_flight_per_sm(variant, threads) / 1024
+    if _close(got, want):
+        return passed(f"{want:g} KiB: {threads} threads x {width} B x {loads} loads before use")
+    for wrong, hint in ((want / loads, "each thread issues several loads before it uses the first"),
+                        (want * 4, f"{variant} loads {width} bytes at a time"),
+                        (want * 1024, "that is bytes: the answer is in KiB"),
+                        (want / 3, "count every block resident on the SM")):
+        if _close(got, wrong):
+            return failed(f"{got:g} is not it: {hint}")
+    return failed(f"{got:g} is not it: threads per SM x bytes per load x loads before use")
+
+
+def check_chase(answer) -> Verdict:
+    """Why a pointer chase measures one load's latency:
+    a) each load's address is the value the previous load returned, so one load is in flight;
+    b) one thread cannot issue loads faster than one per nanosecond;
+    c) its random order makes every load miss every cache."""
+    return choice_verdict(answer, "a", {
+        "b": "a thread issues independent loads back to back, without waiting for any: "
+             "section 3's unrolled scale does",
+        "c": "missing the caches makes each load slow, not alone; the 8 MiB chain hits L2 and is "
+             "still a latency"},
+        "time / steps is one load's round trip, with nothing queued beside it")
+
+
+def check_latency_under_load(answer_ns, moved_gbps: float = 3800.0, per_sm_kib: float = 16,
+                             sms: int = 132) -> Verdict:
+    """The latency per load Little's law gives for ``y = a * x`` moving ``moved_gbps`` (read plus
+    written) with ``per_sm_kib`` of loads in flight on each of ``sms`` SMs, in ns."""
+    got, verdict = read_number(answer_ns, "with a number of nanoseconds")
+    if verdict is not None:
+        return verdict
+    want = sms * per_sm_kib * 1024 / (moved_gbps / 2)  # bytes / (1e9 B/s) = ns
+    if _close(got, want):
+        return passed(f"{want:.0f} ns: {sms} x {per_sm_kib:g} KiB in flight / {moved_gbps / 2:g} "
+                      "GB/s of loads. Under load a load takes longer than alone")
+    for wrong, hint in ((want / 2, "the loads bring only the bytes read: half of what it moves"),
+                        (want / sms, "every SM has its own loads in flight: count them all"),
+                        (want * 1000 / 1024, "a KiB is 1024 bytes"),
+                        (want / 1000, "that is microseconds: the answer is in ns")):
+        if _close(got, wrong):
+            return failed(f"{got:g} is not it: {hint}")
+    return failed(f"{got:g} is not it: Little's law, latency = bytes in flight / rate")
+
+
+def check_l1_in_flight(answer) -> Verdict:
+    """Loads that hit in L1, at the same rate as loads from HBM, need in flight:
+    a) as many bytes;
+    b) fewer bytes, in proportion to the shorter latency;
+    c) more bytes."""
+    return choice_verdict(answer, "b", {
+        "a": "bytes in flight = rate x latency: the rate is the same, the latency is not",
+        "c": "compare L1's bar with HBM's in the figure: which latency is shorter?"},
+        "rate x latency, with L1's latency a fraction of HBM's")
 
 
 # --- a part of a kernel file, to print only what a cell discusses

@@ -12,7 +12,7 @@ from .lessons_00_03 import (access_pattern, butterfly, gradient_check, roofline,
 from .lessons_04_07 import (bank_conflicts, bf16_error_histogram, partials_reduction,
                             shared_memory_chart,
                             ticket_timeline, v4_staging_banks)
-from .lesson09 import bytes_in_flight
+from .lesson09 import bytes_in_flight, memory_levels
 from .lesson10 import fixed_cost, floor_and_fixed, speed_of_light, v7_row_layout
 from .lesson13 import profile_bars, seed_loop_rows
 
@@ -21,5 +21,5 @@ __all__ = [
     "thread_indices", "gradient_check", "speedup_bars", "bank_conflicts", "v4_staging_banks",
     "partials_reduction", "ticket_timeline", "bf16_error_histogram", "shared_memory_chart",
     "v7_row_layout", "speed_of_light", "floor_and_fixed", "fixed_cost", "seed_loop_rows",
-    "profile_bars", "bytes_in_flight", "roofline",
+    "profile_bars", "bytes_in_flight", "roofline", "memory_levels",
 ]

@@ -47,3 +47,45 @@ def bytes_in_flight(points, latency_ns: float | None = None, sms: int | None = N
     ax.legend(fontsize=6, loc="lower right")
     ax.set_title(title, fontsize=9)
     return fig
+
+
+def _size(nbytes: int) -> str:
+    for unit, scale in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
+        if nbytes >= scale:
+            return f"{nbytes / scale:.0f} {unit}"
+    return f"{nbytes} B"
+
+
+def memory_levels(chase, facts=None, title: str = "one load's latency, level by level"):
+    """The memory hierarchy as levels, registers to HBM, each bar one dependent load's measured
+    latency (log scale). ``chase``: :class:`rmsnorm_lessons.inflight.Chase` (or anything with
+    ``l1_ns``, ``l2_ns``, ``dram_ns``); registers are an instruction's operands, no load, so they
+    get no bar. With ``facts`` (:class:`rmsnorm_lessons.gpu.DeviceFacts`), each level's capacity
+    as the device reports it."""
+    latencies = (None, chase.l1_ns, chase.l2_ns, chase.dram_ns)
+    if any(not (v > 0) for v in latencies[1:]):
+        raise ValueError(f"latencies must be positive, got {latencies[1:]}")
+    sizes = ("", "", "", "")
+    if facts is not None:
+        sizes = (f"{_size(4 * facts.registers_per_multiprocessor)} per SM",
+                 f"shared up to {_size(facts.shared_memory_per_multiprocessor)} per SM",
+                 _size(facts.l2_bytes), _size(facts.total_memory))
+    names = ("registers", "L1 + shared", "L2", "HBM")
+    fig, ax = _outside_pyplot((4.8, 2.2))
+    y = np.arange(len(names))[::-1]
+    for i, (name, ns, size) in enumerate(zip(names, latencies, sizes)):
+        if ns is None:
+            ax.text(1.1, y[i], "operands: no load" + (f"; {size}" if size else ""),
+                    va="center", fontsize=7)
+            continue
+        ax.barh(y[i], ns, color=f"C{i}", height=0.6)
+        ax.text(ns * 1.1, y[i], f"{ns:.0f} ns" + (f"; {size}" if size else ""), va="center",
+                fontsize=7)
+    ax.set_yticks(y, names, fontsize=8)
+    ax.set_ylim(-0.6, len(names) - 0.4)
+    ax.set_xscale("log")
+    ax.set_xlim(1, chase.dram_ns * 30)
+    ax.set_xlabel("ns per dependent load (pointer chase, log scale)", fontsize=8)
+    ax.tick_params(labelsize=7)
+    ax.set_title(title, fontsize=9)
+    return fig
