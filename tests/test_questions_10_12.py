@@ -1,5 +1,5 @@
-"""The end-of-lesson questions of lessons 10-12 (CPU): the right answer passes, a plausible wrong one
-is NOT YET with a reason, and the placeholder asks to be replaced."""
+"""The end-of-lesson questions of lessons 10-12 (CPU): the right answer passes, a plausible wrong
+one is NOT YET with a reason, and the placeholder asks to be replaced."""
 import pytest
 
 from rmsnorm_lessons.exercises import lesson10, lesson11, lesson12
@@ -20,7 +20,8 @@ CASES = [
 ]
 
 
-@pytest.mark.parametrize("check, right, wrongs", CASES, ids=lambda x: getattr(x, "__name__", ""))
+@pytest.mark.parametrize("check, right, wrongs", CASES,
+                         ids=lambda x: getattr(x, "__name__", ""))
 def test_question(check, right, wrongs):
     v = check(right)
     assert v.passed and v.status == "PASS", v.message
