@@ -116,13 +116,24 @@ LESSONS: tuple[Lesson, ...] = (
             "lesson09.check_latency_under_load", "lesson09.check_l1_in_flight"),
            minutes=60, kernel_exercise="lesson09.check_scale_kernel",
            prerequisites=("00_setup", "06_vectorized")),
-    Lesson("10_v7_step_by_step", "v7: past the seed, step by step", "`v7_fast`",
-           "past the seed: each change predicted then measured, the final sum that waits for "
-           "nobody",
-           ("lesson10.check_partials_fraction", "tuning.check_tuning",
-            "lesson10.check_v7_kernel"), minutes=120,
-           rung="v7_fast", kernel_exercise="lesson10.check_v7_kernel",
+    Lesson("10_v7_one_pass", "v7: one pass over each row", "`v7_fast`",
+           "past the seed: one pass over each row with every load issued first, the launch plan, "
+           "the final sum that waits for nobody",
+           ("lesson10.check_partials_fraction", "lesson10.check_v7_kernel",
+            "lesson10.check_group_size", "lesson10.check_idle_slots", "lesson10.check_final_sum"),
+           minutes=55, rung="v7_fast", kernel_exercise="lesson10.check_v7_kernel",
            prerequisites=("08_last_block", "09_bytes_in_flight")),
+    Lesson("11_v7_tuning", "Tuning v7: each choice measured", "(`v7_fast`'s variants, the peers)",
+           "K, prefetch, blocks per SM and overwrite mode predicted then measured, the scoreboard, "
+           "the libraries, a `Config` tuned to a target",
+           ("tuning.check_tuning", "lesson11.check_tail_rows", "lesson11.check_in_flight_bytes",
+            "lesson11.check_more_sms"), minutes=50, prerequisites=("10_v7_one_pass",)),
+    Lesson("12_v7_hopper", "Optional: v7 on Hopper, rows in shared memory and across a cluster",
+           "(`v7_fast`'s staged and wide paths)",
+           "rows staged in shared memory by `cp.async`, rows split over a thread-block cluster "
+           "(bulk copies, mbarriers, distributed shared memory)",
+           ("lesson12.check_rank_chunks", "lesson12.check_cluster_wait",
+            "lesson12.check_staged_wait"), minutes=35, prerequisites=("11_v7_tuning",)),
     Lesson("13_finding_bugs", "Finding bugs and bottlenecks", "(three broken rungs)",
            "compute-sanitizer's racecheck, synccheck and memcheck; Nsight Compute: latency- vs "
            "bandwidth-bound",
@@ -130,7 +141,7 @@ LESSONS: tuple[Lesson, ...] = (
             "lesson13.check_next_step", "lesson13.check_occupancy_cap"), minutes=60,
            kernel_exercise="lesson13.check_v3_fix",
            prerequisites=("04_shared_memory", "07_two_pass", "08_last_block",
-                          "10_v7_step_by_step")),
+                          "10_v7_one_pass")),
 )
 
 _BY_STEM = {lesson.stem: lesson for lesson in LESSONS}

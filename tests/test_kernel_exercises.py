@@ -34,7 +34,7 @@ CHECKS = {"02_naive": lesson02.check_v1_kernel, "03_warp_per_row": lesson03.chec
           "06_vectorized": lesson06.check_v4_kernel,
           "07_two_pass": lesson07.check_v5_kernel, "08_last_block": lesson08.check_v6_kernel,
           "09_bytes_in_flight": lesson09.check_scale_kernel,
-          "10_v7_step_by_step": lesson10.check_v7_kernel,
+          "10_v7_one_pass": lesson10.check_v7_kernel,
           "13_finding_bugs": lesson13.check_v3_fix}
 
 #: (lesson, mistake, text of the solution, replaced by, words its message holds, caught without
@@ -101,23 +101,23 @@ MISTAKES = [
      "const int i = base + k;\n        if (i < n4) y", ("never written", "base + k * blockDim.x"),
      False),
     # lesson 10: the learner's row_pass, spliced into v7_fast.cu
-    ("10_v7_step_by_step", "a barrier in the row pass",
+    ("10_v7_one_pass", "a barrier in the row pass",
      "            sum[k] += inp_k * r * dout_k;\n        }\n",
      "            sum[k] += inp_k * r * dout_k;\n        }\n        __syncthreads();\n",
      ("__syncthreads", "BAR", "v7_fast's"), True),
-    ("10_v7_step_by_step", "the lanes summed in the row pass", "    return dot;\n}",
+    ("10_v7_one_pass", "the lanes summed in the row pass", "    return dot;\n}",
      "    return warp_reduce_sum(dot);\n}", ("exchange()", "SHFL", "32 times"), True),
-    ("10_v7_step_by_step", "= for +=", "sum[k] += inp_k * r * dout_k;",
+    ("10_v7_one_pass", "= for +=", "sum[k] += inp_k * r * dout_k;",
      "sum[k] = inp_k * r * dout_k;",
      ("dweight", "+=", "right at 129x1600"), False),
-    ("10_v7_step_by_step", "no weight in the dot product", "dot += widen(wj, k) * dout_k * inp_k;",
+    ("10_v7_one_pass", "no weight in the dot product", "dot += widen(wj, k) * dout_k * inp_k;",
      "dot += dout_k * inp_k;", ("dinp", "weight * dout * inp"), False),
-    ("10_v7_step_by_step", "the sums never written back",
+    ("10_v7_one_pass", "the sums never written back",
      "        if (chunk < p.chunks) {\n            sums(p, 0, chunk) = make_float4(sum[0], sum[1], "
      "sum[2], sum[3]);\n            sums(p, 1, chunk) = make_float4(sum[4], sum[5], sum[6], "
      "sum[7]);\n        }\n", "",
      ("dweight", "starting values", "never stores the sums"), False),
-    ("10_v7_step_by_step", "weight not loaded where it is not in registers",
+    ("10_v7_one_pass", "weight not loaded where it is not in registers",
      "            if (!WEIGHT_IN_REGISTERS) wj = __ldg(weight4 + chunk);\n", "",
      ("WEIGHT_IN_REGISTERS", "__ldg(weight4 + chunk)"), True),
     # lesson 13: the fourth bug (an early return before the block's barrier and flush) and two wrong
@@ -248,7 +248,7 @@ def test_compile_errors_point_at_the_line_of_the_cell():
 
 @needs_nvcc
 def test_lesson09_errors_point_at_the_cell_or_at_v7_fast():
-    text = kernel_text("10_v7_step_by_step")
+    text = kernel_text("10_v7_one_pass")
     lines = text.split("\n")
     at = next(i for i, ln in enumerate(lines) if "a = sums(p, 0, chunk);" in ln)
     lines[at] = lines[at].replace("sums(p, 0, chunk)", "sum(p, 0, chunk)")  # not a function
@@ -274,7 +274,7 @@ def test_lesson09_solution_is_v7s_own_row_pass():
     # the #line after the text is v7_fast.cu's
     assert shipped.splitlines()[line - 1:] == after.splitlines()
     own = shipped[len(before):len(shipped) - len(after)]
-    assert code(student.solution_only(kernel_text("10_v7_step_by_step"))) == code(own)
+    assert code(student.solution_only(kernel_text("10_v7_one_pass"))) == code(own)
     spliced = lesson10.splice_row_pass('#line 1 "yours_v7"\n' + own)
     assert spliced.count("float row_pass(") == 1 and spliced.startswith('#line 1 "v7_fast.cu"')
 

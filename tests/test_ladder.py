@@ -386,7 +386,7 @@ def test_rung_from_source_like_a_shipped_rung_copies_all_but_what_differs():
                                   register_it=False)
     assert two.kernels == v7.kernels[:2] and two.defines == v7.defines
     assert two.config_check is not None and "mine_v7" not in ladder.VERSIONS
-    assert two.lesson is None and v7.lesson == "10_v7_step_by_step"
+    assert two.lesson is None and v7.lesson == "10_v7_one_pass"
     # v7's own check of its variants, copied
     two.check_config(v7_fast.Config(K=2), 4096, 512, False)
     with pytest.raises(ValueError, match=r"prefetch needs K = 2"):

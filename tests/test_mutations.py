@@ -64,10 +64,10 @@ NO_SITE = {
     ("09_bytes_in_flight", "normalisation"): "y = a * x",
     ("09_bytes_in_flight", "atomic"): "every thread owns its outputs",
     ("09_bytes_in_flight", "shuffle"): "no warp exchange",
-    ("10_v7_step_by_step", "barrier"): "v7's barriers are shipped code",
-    ("10_v7_step_by_step", "normalisation"): "the mean is v7's shipped code",
-    ("10_v7_step_by_step", "atomic"): "the sums are this thread's alone",
-    ("10_v7_step_by_step", "shuffle"): "exchange() is v7's shipped code",
+    ("10_v7_one_pass", "barrier"): "v7's barriers are shipped code",
+    ("10_v7_one_pass", "normalisation"): "the mean is v7's shipped code",
+    ("10_v7_one_pass", "atomic"): "the sums are this thread's alone",
+    ("10_v7_one_pass", "shuffle"): "exchange() is v7's shipped code",
 }
 #: (exercise, class.kind) -> the static check that must catch it without a GPU
 CAUGHT_WITHOUT_A_GPU = {

@@ -90,7 +90,7 @@ def test_the_colab_cell_installs_the_package_and_pycuda_from_the_repository():
 
 
 def test_urls_name_the_lesson(monkeypatch):
-    assert project.colab_url("10_v7_step_by_step") == project.colab_url("10_v7_step_by_step.ipynb")
+    assert project.colab_url("10_v7_one_pass") == project.colab_url("10_v7_one_pass.ipynb")
     assert project.binder_url().endswith("?labpath=notebooks/00_setup.ipynb")
     with pytest.raises(ValueError, match="stem must be a lesson's file name"):
         project.colab_url("../x y")

@@ -113,12 +113,12 @@ def test_a_wrong_result_is_not_timed(monkeypatch):
 
 
 def _lesson_cell() -> str:
-    """Lesson 10's tuning exercise: the one cell that calls the check."""
+    """Lesson 11's tuning exercise: the one cell that calls the check."""
     import json
 
     from rmsnorm_lessons import lessons
 
-    nb = json.loads(lessons.by_stem("10_v7_step_by_step").path.read_text())
+    nb = json.loads(lessons.by_stem("11_v7_tuning").path.read_text())
     (cell,) = [c for c in nb["cells"] if "tuning.check_tuning(" in "".join(c["source"])]
     assert "exercise-check" in cell["metadata"].get("tags", [])
     return "".join(cell["source"])

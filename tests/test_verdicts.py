@@ -34,7 +34,7 @@ def test_lessons_and_exercises_come_from_the_registry():
     for lesson in lessons.LESSONS:
         for exercise in lesson.exercises:
             assert verdicts.lesson_of(exercise) == lesson.stem
-    assert verdicts.lesson_of(verdicts.TUNING) == "10_v7_step_by_step"  # lesson 10's row lists it
+    assert verdicts.lesson_of(verdicts.TUNING) == "11_v7_tuning"  # lesson 11's row lists it
     assert verdicts.lesson_of("lesson04.check_not_listed") == "04_shared_memory"
     assert verdicts.lesson_of("nonsense") == ""
     names = verdicts.exercises()
@@ -52,7 +52,7 @@ def test_record_and_read_back(target):
     first, second = verdicts.read(target, owner=os.getuid())
     assert (first.lesson, first.exercise, first.status, first.message, first.score) == \
         ("04_shared_memory", "lesson04.check_v3_kernel", "NOT YET", "dweight wrong", None)
-    assert (second.lesson, second.status, second.score) == ("10_v7_step_by_step", "PASS", 92.0)
+    assert (second.lesson, second.status, second.score) == ("11_v7_tuning", "PASS", 92.0)
     assert first.time.endswith("Z") and len(first.time) == 20
     line = json.loads(target.read_text().splitlines()[0])
     assert set(line) == {"time", "lesson", "exercise", "status", "message", "score",

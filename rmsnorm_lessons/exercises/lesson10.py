@@ -1,4 +1,6 @@
-"""Lesson 10 (v7 step by step): what the partials add to a call's bytes, and v7's row pass.
+"""Lesson 10 (v7: one pass over each row): what the partials add to a call's bytes, v7's row pass,
+and the end-of-lesson questions (a row group's size, the chunk slots past a row's end, why the final
+sum is a second kernel).
 
 The grid defaults to v7_fast's plan on this GPU as the build targets it; where there is no GPU, on
 the H200's saved facts (:func:`rmsnorm_lessons.gpu.target_facts_or_fallback`). The floor time of
@@ -7,7 +9,7 @@ a shape is lesson 09's (:mod:`rmsnorm_lessons.exercises.lesson09`).
 from __future__ import annotations
 
 from .. import ladder
-from . import Verdict, failed, passed, read_number
+from . import Verdict, failed, passed, read_choice, read_number
 from .lesson09 import kernel_part  # noqa: F401  (lesson 10 prints v7_fast.cu a part at a time)
 
 
@@ -51,6 +53,65 @@ def check_partials_fraction(answer, N: int = 4096, C: int = 16384,
                       "tensors are bf16 (2 bytes a value)")
     return failed(f"{got:g} is off: partial bytes = 2 * grid * C * 4; the kernel's bytes = 4 * N * "
                   f"C * 2 + 4 * N + 3 * C * 2")
+
+
+# --- the end-of-lesson questions
+# ---------------------------------------------------------------
+
+
+def check_group_size(answer) -> Verdict:
+    """In overwrite mode at C = 6144, K = 4 chunks a thread: how many threads G hold one row?"""
+    got, verdict = read_number(answer, "with a number of threads", whole=True)
+    if verdict is not None:
+        return verdict
+    want = ladder.v7_fast.row_layout(6144, overwrite=True).group  # 6144 / (8 * 4) = 192
+    if got == want:
+        return passed(f"{want} threads: 6144 channels are 768 chunks of 8, and K = 4 of them a "
+                      f"thread; G is a multiple of 32, so six warps make a row group")
+    if got == 6144 // 8:
+        return failed("that is the row's chunks: each thread of the group holds K of them")
+    if got == 6144 // 4:
+        return failed("a thread holds K chunks of 8 channels each, not K channels")
+    return failed("a row group holds a whole row: G * K * 8 >= C, with G a multiple of 32")
+
+
+def check_idle_slots(answer) -> Verdict:
+    """At C = 1600 in accumulate mode (K = 2, G = 128): how many of a row group's G x K chunk
+    slots fall past the row's end?"""
+    got, verdict = read_number(answer, "with a number of chunk slots", whole=True)
+    if verdict is not None:
+        return verdict
+    s = ladder.v7_fast.row_layout(1600)
+    want = s.group * s.K - 1600 // 8
+    if got == want:
+        return passed(f"{want}: 128 x 2 = 256 slots for 200 chunks. Those threads skip their last "
+                      f"chunk's loads and sums (chunk < p.chunks)")
+    if got == 1600 // 8:
+        return failed("that is the row's chunks (C / 8): subtract them from the slots G x K")
+    if got == s.group - 1600 // 16:
+        return failed("count both of a thread's chunks: the slots are G x K")
+    return failed("a chunk is 8 channels; the group has G x K slots for the row's C / 8 chunks")
+
+
+def check_final_sum(answer) -> Verdict:
+    """Why is v7's final sum a second kernel instead of the last blocks waiting for the others?
+
+    a) a second launch costs less than any wait inside a kernel;
+    b) a block must not wait for another block of the same launch, which may not be resident;
+       stream order starts the second kernel after every block of the first has finished;
+    c) without a second kernel the sums of dweight could not be taken in a fixed order.
+    """
+    pick, verdict = read_choice(answer, "abc")
+    if verdict is not None:
+        return verdict
+    if pick == "b":
+        return passed("nothing promises that all blocks of a normal launch run at once: a block "
+                      "that spins on the others can hold the SM one of them needs")
+    if pick == "a":
+        return failed("the cost is not the reason: think about what happens when some blocks of "
+                      "the grid cannot get an SM while others wait for them")
+    return failed("determinism only needs a fixed order of every sum, which one kernel could keep "
+                  "too: the reason is about which blocks are running at the same time")
 
 
 # --- the kernel exercise: v7's row pass

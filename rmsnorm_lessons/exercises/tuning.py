@@ -21,8 +21,8 @@ from . import Verdict, failed, not_verified
 
 #: the default shapes: above L2, where v7 is bandwidth-bound (bench.LARGE_SHAPES's middle one)
 SHAPES = ((16384, 4096),)
-#: lesson 10's target, set between what the H200 measured at 16384x4096 accumulating: the plan's
-#: own choice (rows staged in shared memory) 93.4 % of the ceiling (lesson 10's staged-rows cell,
+#: lesson 11's target, set between what the H200 measured at 16384x4096 accumulating: the plan's
+#: own choice (rows staged in shared memory) 93.4 % of the ceiling (lesson 12's staged-rows cell,
 #: 2026-12-04) and 90.1 % in the steady-state sweep (results/h200-2026-12-03e/ceiling/burst.log);
 #: the register path 85.3 % (the same cell); one chunk a thread (K = 1, two or three blocks an SM)
 #: 81-85 % (results/h200-2026-12-02/explore.json), and Config(K=1) keeps fewer bytes in flight
