@@ -1,6 +1,6 @@
 """Give a lesson's new CPU cells their outputs without touching the GPU cells' saved ones.
 
-    python tools/fill_cpu_outputs.py notebooks/LESSON.ipynb [more.ipynb ...] [--cells 3,7]
+    python tools/fill_cpu_outputs.py notebooks/<lesson>.ipynb [more ...] [--cells 3,7]
 
 Runs a copy of each notebook top to bottom here (``%%gpu`` cells only say there is no GPU), then
 copies into the notebook the outputs of its code cells that are not tagged ``gpu`` and have no
