@@ -95,6 +95,16 @@ def read_choice(answer, options):
     return pick, None
 
 
+def choice_verdict(answer, right: str, why_not: dict, why: str) -> Verdict:
+    """A choice question's verdict: PASS with ``why`` for ``right``, else the reason the pick is
+    wrong (``why_not[letter]``) without naming the right one."""
+    pick, verdict = read_choice(answer, sorted({right, *why_not}))
+    if verdict is not None:
+        return verdict
+    return passed(f"{pick}: {why}") if pick == right else failed(f"{pick} is not it: "
+                                                                 f"{why_not[pick]}")
+
+
 def read_numbers(answers, missing: str, whole: bool = False):
     """Several numeric answers at once: ``answers`` is ``((value, name), ...)``; ``missing`` may say
     ``{name}``. Returns ``(values, None)``, or ``(None, verdict)`` for the first one that is not a

@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 from ..access import atomic_inc
-from . import Verdict, call_answer, failed, passed, read_choice, read_number
+from . import Verdict, call_answer, choice_verdict, failed, passed, read_number
 
 PAIRS = [(old, limit) for limit in (0, 1, 2, 3, 7, 263, 264, 2**32 - 1)
          for old in sorted({0, 1, 2, limit - 1, limit, limit + 1, 2**32 - 1}) if 0 <= old < 2**32]
@@ -110,16 +110,6 @@ def check_v6_kernel(source: str, sanitize: bool = True) -> Verdict:
 
 # --- the questions at the lesson's end
 # ----------------------------------------------------------------
-
-def choice_verdict(answer, right: str, why_not: dict, why: str) -> Verdict:
-    """A choice question's verdict: PASS with ``why`` for ``right``, else the reason the pick is
-    wrong (``why_not[letter]``) without naming the right one."""
-    pick, verdict = read_choice(answer, sorted({right, *why_not}))
-    if verdict is not None:
-        return verdict
-    return passed(f"{pick}: {why}") if pick == right else failed(f"{pick} is not it: "
-                                                                 f"{why_not[pick]}")
-
 
 def check_partial_floats(answer, grid: int = 264, C: int = 1024) -> Verdict:
     """The floats of partials the last block of v6 reads, with ``grid`` blocks and C channels."""

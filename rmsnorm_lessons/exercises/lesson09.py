@@ -15,9 +15,8 @@ import re
 import numpy as np
 
 from .. import gpu, inflight, ladder
-from . import Verdict, failed, kernel_check as kc, passed, read_number
+from . import Verdict, choice_verdict, failed, kernel_check as kc, passed, read_number
 from .kernel_diagnosis import found
-from .lesson08 import choice_verdict
 
 
 def bytes_moved(N: int, C: int, overwrite: bool = False, version: str = "v7_fast") -> int:
