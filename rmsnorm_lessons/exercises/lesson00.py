@@ -7,7 +7,7 @@ x[i]``) moves through device memory for ``n`` floats.
 """
 from __future__ import annotations
 
-from . import Verdict, failed, passed, read_choice, read_number
+from . import Verdict, choice_verdict, failed, passed, read_number
 
 
 def check_grid(n: int, block_size: int, grid, per_thread: int = 1) -> Verdict:
@@ -101,29 +101,23 @@ def check_ridge(peak_tflops: float, copy_gbps: float, ridge) -> Verdict:
 def check_more_flops(answer) -> Verdict:
     """The RMSNorm backward with twice the FLOPs per element and the same bytes, on the H200:
     a) takes about twice as long, b) takes about the same time, c) takes about half as long."""
-    pick, verdict = read_choice(answer, "abc")
-    if verdict is not None:
-        return verdict
-    if pick == "b":
-        return passed("about the same: twice the intensity is still far left of the ridge, so "
-                      "the bytes, not the FLOPs, set the time")
-    return failed({"a": "time doubles only where the FLOPs set it; where on the roofline is this "
-                        "kernel, and where would twice its intensity put it?",
-                   "c": "more work cannot make a kernel faster; compare the time the FLOPs take "
-                        "with the time the bytes take"}[pick])
+    return choice_verdict(
+        answer, "b", why="about the same: twice the intensity is still far left of the ridge, so "
+                         "the bytes, not the FLOPs, set the time",
+        why_not={"a": "time doubles only where the FLOPs set it; where on the roofline is this "
+                      "kernel, and where would twice its intensity put it?",
+                 "c": "more work cannot make a kernel faster; compare the time the FLOPs take "
+                      "with the time the bytes take"})
 
 
 def check_why_rotate(answer) -> Verdict:
     """Why the course's timing rotates buffer sets larger than L2 between launches: a) so each
     launch reads from device memory, not from what the previous launch left in L2; b) to keep the
     GPU's clock warm; c) to hide the host's launch overhead."""
-    pick, verdict = read_choice(answer, "abc")
-    if verdict is not None:
-        return verdict
-    if pick == "a":
-        return passed("the same buffers again would be partly served by L2, and the bandwidth "
-                      "would be the cache's, not device memory's")
-    return failed({"b": "the warm-up launches do that; what would a launch find in L2 if it "
-                        "read the same buffers as the launch before?",
-                   "c": "the busy kernel queued ahead of each burst does that; think about what "
-                        "the cache holds between launches"}[pick])
+    return choice_verdict(
+        answer, "a", why="the same buffers again would be partly served by L2, and the bandwidth "
+                         "would be the cache's, not device memory's",
+        why_not={"b": "the warm-up launches do that; what would a launch find in L2 if it read "
+                      "the same buffers as the launch before?",
+                 "c": "the busy kernel queued ahead of each burst does that; think about what "
+                      "the cache holds between launches"})

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from . import Verdict, failed, passed, read_choice, read_number
+from . import Verdict, choice_verdict, failed, passed, read_number
 
 
 def _term2(dout, inp, weight, rstd):
@@ -104,30 +104,25 @@ def check_term2(term2) -> Verdict:
 def check_rstd_scaling(answer) -> Verdict:
     """Every x of a row multiplied by 2 (ε ignored): rstd is a) doubled, b) halved, c)
     unchanged."""
-    pick, verdict = read_choice(answer, "abc")
-    if verdict is not None:
-        return verdict
-    if pick == "b":
-        return passed("halved: the mean square grows 4 times and rstd is its inverse square root, "
-                      "so norm = x * rstd stays the same")
-    return failed({"a": "rstd is an inverse: a larger row gives a smaller rstd",
-                   "c": "rstd depends on the row's mean square; what happens to x² when x "
-                        "doubles?"}[pick])
+    return choice_verdict(
+        answer, "b", why="halved: the mean square grows 4 times and rstd is its inverse square "
+                         "root, so norm = x * rstd stays the same",
+        why_not={"a": "rstd is an inverse: a larger row gives a smaller rstd",
+                 "c": "rstd depends on the row's mean square; what happens to x² when x "
+                      "doubles?"})
 
 
 def check_catch_overwrite(answer) -> Verdict:
     """A kernel writes ``dinp = ...`` instead of ``dinp += ...`` (dweight is right). A test catches
     it when it starts from: a) dinp zero, dweight random; b) dinp random; c) both zero."""
-    pick, verdict = read_choice(answer, "abc")
-    if verdict is not None:
-        return verdict
-    if pick == "b":
-        return passed("a random starting dinp: = and += give different results only where dinp "
-                      "did not start at zero (random_problem(..., accumulate=True) does this)")
-    return failed({"a": "with dinp starting at zero, 0 + g and g are the same: which tensor "
-                        "must start non-zero?",
-                   "c": "from zeros, = and += give the same result: the test cannot tell them "
-                        "apart"}[pick])
+    return choice_verdict(
+        answer, "b", why="a random starting dinp: = and += give different results only where "
+                         "dinp did not start at zero (random_problem(..., accumulate=True) does "
+                         "this)",
+        why_not={"a": "with dinp starting at zero, 0 + g and g are the same: which tensor must "
+                      "start non-zero?",
+                 "c": "from zeros, = and += give the same result: the test cannot tell them "
+                      "apart"})
 
 
 def check_fd_passes(N: int, C: int, passes) -> Verdict:

@@ -7,7 +7,7 @@ load of ``inp`` touches at one loop step, in v1 and in v2).
 from __future__ import annotations
 
 from ..access import warp_sectors
-from . import Verdict, failed, passed, read_choice, read_numbers
+from . import Verdict, choice_verdict, failed, passed, read_numbers
 
 ANSWER = "of {name} with your answer (a number, or an expression in N and C)"
 
@@ -128,25 +128,20 @@ def check_idle_sms(N: int, block_size: int, sms: int, idle) -> Verdict:
 def check_coalesce_v1(answer) -> Verdict:
     """Which change alone makes v1's loads of ``inp`` coalesced: a) blocks of 32 threads instead of
     256; b) ``inp`` stored transposed (C x N: column c of all rows contiguous); c) more rows N."""
-    choice, verdict = read_choice(answer, "abc")
-    if verdict is not None:
-        return verdict
-    if choice == "b":
-        return passed("transposed, thread t reads inp[c*N + t] at step c: the 32 lanes read 32 "
-                      "neighbouring floats, 4 sectors (but the rows no longer are contiguous)")
-    return failed({"a": "a warp is 32 threads whatever the block size: its lanes' addresses are "
-                        "still a row apart",
-                   "c": "more rows give more threads, but each lane still reads its own row, C "
-                        "floats from its neighbour's"}[choice])
+    return choice_verdict(
+        answer, "b", why="transposed, thread t reads inp[c*N + t] at step c: the 32 lanes read 32 "
+                         "neighbouring floats, 4 sectors (but the rows no longer are contiguous)",
+        why_not={"a": "a warp is 32 threads whatever the block size: its lanes' addresses are "
+                      "still a row apart",
+                 "c": "more rows give more threads, but each lane still reads its own row, C "
+                      "floats from its neighbour's"})
 
 
 def check_free_atomics(answer) -> Verdict:
     """If the atomics on dweight cost nothing, v1 would: a) reach about the copy bandwidth; b)
     stay far below it."""
-    choice, verdict = read_choice(answer, "ab")
-    if verdict is not None:
-        return verdict
-    if choice == "b":
-        return passed("far below: a sector per lane for every load and too few threads to keep "
-                      "bytes in flight remain; lesson 03 fixes those first")
-    return failed("the atomics are one of three costs this lesson counts: which two remain?")
+    return choice_verdict(
+        answer, "b", why="far below: a sector per lane for every load and too few threads to keep "
+                         "bytes in flight remain; lesson 03 fixes those first",
+        why_not={"a": "the atomics are one of three costs this lesson counts: which two "
+                      "remain?"})

@@ -21,7 +21,7 @@ import re
 import numpy as np
 
 from .. import access, build, child, gpu
-from . import Verdict, failed, not_verified, passed, read_choice, read_number
+from . import Verdict, choice_verdict, failed, not_verified, passed, read_number
 
 WARP = access.WARP  # lanes in a warp
 
@@ -331,26 +331,21 @@ def check_lane_columns(C: int, lane: int, columns) -> Verdict:
 def check_small_n(answer) -> Verdict:
     """v2 at N = 64 rows, 8 rows per block, on a 132-SM H200: a) every SM gets a block; b) most
     SMs stay idle; c) each SM gets 8 blocks."""
-    choice, verdict = read_choice(answer, "abc")
-    if verdict is not None:
-        return verdict
-    if choice == "b":
-        return passed("64 rows are 8 blocks for 132 SMs: a small N cannot fill the GPU however "
-                      "coalesced the loads (the small shapes of the bench are latency-bound)")
-    return failed({"a": "count the blocks: 64 rows at 8 rows per block",
-                   "c": "8 is the rows per block; how many blocks are there?"}[choice])
+    return choice_verdict(
+        answer, "b", why="64 rows are 8 blocks for 132 SMs: a small N cannot fill the GPU however "
+                         "coalesced the loads (the small shapes of the bench are latency-bound)",
+        why_not={"a": "count the blocks: 64 rows at 8 rows per block",
+                 "c": "8 is the rows per block; how many blocks are there?"})
 
 
 def check_v2_atomic_share(answer) -> Verdict:
     """v2 issues as many atomicAdds on dweight as v1 (N x C). What changed: a) nothing, they cost
     the same; b) the 32 lanes of a warp now add to 32 different addresses at once; c) v2 issues
     them from shared memory."""
-    choice, verdict = read_choice(answer, "abc")
-    if verdict is not None:
-        return verdict
-    if choice == "b":
-        return passed("neighbouring lanes add to neighbouring dweight[c]: one atomic instruction "
-                      "no longer queues 32 adds on one address, but there are still N x C adds")
-    return failed({"a": "look at which addresses the 32 lanes of one warp add to at one step, in "
-                        "v1 and in v2",
-                   "c": "v2 has no shared memory: that is lesson 04's step"}[choice])
+    return choice_verdict(
+        answer, "b", why="neighbouring lanes add to neighbouring dweight[c]: one atomic "
+                         "instruction no longer queues 32 adds on one address, but there are "
+                         "still N x C adds",
+        why_not={"a": "look at which addresses the 32 lanes of one warp add to at one step, in "
+                      "v1 and in v2",
+                 "c": "v2 has no shared memory: that is lesson 04's step"})

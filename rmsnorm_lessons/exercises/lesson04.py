@@ -6,7 +6,7 @@ import dataclasses
 
 from .. import gpu, ladder
 from ..access import bank_conflict_degree
-from . import Verdict, call_answer, failed, passed, read_choice, read_number
+from . import Verdict, call_answer, choice_verdict, failed, passed, read_number
 
 
 def _device(sms: int | None):
@@ -141,18 +141,16 @@ def check_v3_stalls(answer) -> Verdict:
     b) give each warp more bytes of global loads in flight (wider loads, more loads at once);
     c) launch fewer blocks, so that fewer global atomics (REDG) are issued.
     """
-    pick, verdict = read_choice(answer, "abc")
-    if verdict is not None:
-        return verdict
-    if pick == "b":
-        return passed("long_scoreboard is a warp waiting for the data of a global load, with DRAM "
-                      "far from busy: more bytes in flight per warp give the memory more to do")
-    if pick == "a":
-        return failed("a warp stalled in a shared-memory atomic waits on short_scoreboard or "
+    return choice_verdict(
+        answer, "b", why="long_scoreboard is a warp waiting for the data of a global load, with "
+                         "DRAM far from busy: more bytes in flight per warp give the memory more "
+                         "to do",
+        why_not={"a": "a warp stalled in a shared-memory atomic waits on short_scoreboard or "
                       "mio_throttle, and neither is among v3's top reasons; what does "
-                      "long_scoreboard wait for?")
-    return failed("the global atomics are a few per block, at its end; fewer blocks also mean "
-                  "fewer warps with loads in flight. What does long_scoreboard wait for?")
+                      "long_scoreboard wait for?",
+                 "c": "the global atomics are a few per block, at its end; fewer blocks also "
+                      "mean fewer warps with loads in flight. What does long_scoreboard wait "
+                      "for?"})
 
 
 # --- the kernel exercise: v3's dweight staged in shared memory

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..bf16 import bfloat16, bits, to_bf16
-from . import Verdict, call_answer, failed, passed, read_choice, read_number
+from . import Verdict, call_answer, choice_verdict, failed, passed, read_number
 
 
 def _test_values() -> np.ndarray:
@@ -134,15 +134,11 @@ def check_range(answer) -> Verdict:
     """A gradient of 70000 is stored in 16 bits. fp16 has 5 exponent bits and 10 stored mantissa
     bits (its largest finite value is 65504); bf16 has 8 exponent bits and 7 stored mantissa bits.
     Which format holds a finite value near 70000? (a) both; (b) bf16 only; (c) fp16 only."""
-    pick, verdict = read_choice(answer, "abc")
-    if verdict is not None:
-        return verdict
-    if pick == "b":
-        return passed("bf16 keeps float32's 8 exponent bits, so its range is float32's (up to "
-                      "about 3.4e38); 70000 rounds to a nearby bf16 value. fp16 overflows to inf "
-                      "above 65504: its extra mantissa bits buy precision, not range")
-    if pick == "a":
-        return failed("compare 70000 with fp16's largest finite value: what happens to a value "
-                      "above it?")
-    return failed("which of the two has more exponent bits? The exponent, not the mantissa, sets "
-                  "how large a value can be")
+    return choice_verdict(
+        answer, "b", why="bf16 keeps float32's 8 exponent bits, so its range is float32's (up to "
+                         "about 3.4e38); 70000 rounds to a nearby bf16 value. fp16 overflows to "
+                         "inf above 65504: its extra mantissa bits buy precision, not range",
+        why_not={"a": "compare 70000 with fp16's largest finite value: what happens to a value "
+                      "above it?",
+                 "c": "which of the two has more exponent bits? The exponent, not the mantissa, "
+                      "sets how large a value can be"})

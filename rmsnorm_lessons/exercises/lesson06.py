@@ -2,7 +2,7 @@
 trip, the planar staging) and the end-of-lesson questions."""
 from __future__ import annotations
 
-from . import Verdict, failed, passed, read_choice, read_number
+from . import Verdict, choice_verdict, failed, passed, read_number
 
 
 # --- the kernel exercise: v4's 128-bit loads and stores, the bf16 round trip, the planar staging
@@ -111,15 +111,11 @@ def check_streaming_load(answer) -> Verdict:
     """What does replacing ``load128cs`` (``__ldcs``) by ``load128`` change in v4? (a) the values v4
     computes; (b) how the loaded lines are kept in the caches, and possibly the time, not the
     values; (c) the width of the loads in the SASS."""
-    pick, verdict = read_choice(answer, "abc")
-    if verdict is not None:
-        return verdict
-    if pick == "b":
-        return passed("__ldcs marks the lines evict-first (LDG.E.EF.128); a hint changes caching "
-                      "and ordering, never the loaded values, and only the clock says whether it "
-                      "buys time")
-    if pick == "a":
-        return failed("a cache hint never changes what a load returns: the same bytes come back "
-                      "from wherever the line is")
-    return failed("look at section 4b's SASS lines: with plain loads, what happened to the "
-                  "evict-first loads' width?")
+    return choice_verdict(
+        answer, "b", why="__ldcs marks the lines evict-first (LDG.E.EF.128); a hint changes "
+                         "caching and ordering, never the loaded values, and only the clock says "
+                         "whether it buys time",
+        why_not={"a": "a cache hint never changes what a load returns: the same bytes come back "
+                      "from wherever the line is",
+                 "c": "look at section 4b's SASS lines: with plain loads, what happened to the "
+                      "evict-first loads' width?"})

@@ -7,7 +7,7 @@ import dataclasses
 import numpy as np
 
 from .. import gpu, ladder, occupancy
-from . import Verdict, call_answer, failed, passed, read_choice, read_number
+from . import Verdict, call_answer, choice_verdict, failed, passed, read_number
 
 
 def _partials(blocks: int = 264, C: int = 64, seed: int = 6) -> np.ndarray:
@@ -124,22 +124,20 @@ def check_same_bits(answer) -> Verdict:
     b) bits that may differ between the two GPUs, each repeatable on its own;
     c) bits that may change from run to run.
     """
-    pick, verdict = read_choice(answer, "abc")
-    if verdict is not None:
-        return verdict
     grids = [ladder.plan("v5_two_pass", 64, 768,
                          dataclasses.replace(gpu.H200, multiprocessors=sms))[0].grid
              for sms in (132, 114)]
-    if pick == "a" and grids[0] == grids[1]:
-        return passed(f"both plans launch {grids[0]} blocks (64 rows, 16 warps a block): the same "
-                      "grid, the same block size, so the same order of every addition")
-    if pick == "b" and grids[0] != grids[1]:
-        return passed(f"{grids[0]} blocks against {grids[1]}: another grid, another order")
-    if pick == "c":
-        return failed("v5 has no atomics: every addition has one place in a fixed order, on every "
-                      "run")
-    return failed("the SM count changes the bits only through the grid: count the blocks each "
+    same = grids[0] == grids[1]
+    wrong_pick = ("the SM count changes the bits only through the grid: count the blocks each "
                   "GPU's plan launches at N = 64")
+    return choice_verdict(
+        answer, "a" if same else "b",
+        why=(f"both plans launch {grids[0]} blocks (64 rows, 16 warps a block): the same grid, "
+             "the same block size, so the same order of every addition") if same else
+            f"{grids[0]} blocks against {grids[1]}: another grid, another order",
+        why_not={"b" if same else "a": wrong_pick,
+                 "c": "v5 has no atomics: every addition has one place in a fixed order, on "
+                      "every run"})
 
 
 def check_second_wave(answer, N: int = 1600, C: int = 16384, sms: int = 58,

@@ -9,7 +9,7 @@ a shape is lesson 09's (:mod:`rmsnorm_lessons.exercises.lesson09`).
 from __future__ import annotations
 
 from .. import ladder
-from . import Verdict, failed, passed, read_choice, read_number
+from . import Verdict, choice_verdict, failed, passed, read_number
 from .lesson09 import kernel_part  # noqa: F401  (lesson 10 prints v7_fast.cu a part at a time)
 
 
@@ -101,17 +101,14 @@ def check_final_sum(answer) -> Verdict:
        stream order starts the second kernel after every block of the first has finished;
     c) without a second kernel the sums of dweight could not be taken in a fixed order.
     """
-    pick, verdict = read_choice(answer, "abc")
-    if verdict is not None:
-        return verdict
-    if pick == "b":
-        return passed("nothing promises that all blocks of a normal launch run at once: a block "
-                      "that spins on the others can hold the SM one of them needs")
-    if pick == "a":
-        return failed("the cost is not the reason: think about what happens when some blocks of "
-                      "the grid cannot get an SM while others wait for them")
-    return failed("determinism only needs a fixed order of every sum, which one kernel could keep "
-                  "too: the reason is about which blocks are running at the same time")
+    return choice_verdict(
+        answer, "b", why="nothing promises that all blocks of a normal launch run at once: a "
+                         "block that spins on the others can hold the SM one of them needs",
+        why_not={"a": "the cost is not the reason: think about what happens when some blocks of "
+                      "the grid cannot get an SM while others wait for them",
+                 "c": "determinism only needs a fixed order of every sum, which one kernel could "
+                      "keep too: the reason is about which blocks are running at the same "
+                      "time"})
 
 
 # --- the kernel exercise: v7's row pass

@@ -7,7 +7,7 @@ an SM), the plan lesson 10 reads.
 from __future__ import annotations
 
 from .. import gpu, ladder
-from . import Verdict, failed, passed, read_choice, read_number
+from . import Verdict, choice_verdict, failed, passed, read_number
 
 
 def tail_rows(N: int, C: int, device=None) -> int:
@@ -63,13 +63,11 @@ def check_more_sms(answer) -> Verdict:
 
     a) halves; b) stays the same; c) doubles.
     """
-    pick, verdict = read_choice(answer, "abc")
-    if verdict is not None:
-        return verdict
-    if pick == "c":
-        return passed("twice the blocks each write C partials and the final sum reads them all, "
-                      "while the rows' bytes stay the same: at few rows a block, more SMs cost")
-    if pick == "b":
-        return failed("the rows' bytes stay the same, but what does each block of the grid write "
-                      "for the final sum, and how many blocks are there?")
-    return failed("more SMs share the rows, but each block still writes C partials of its own")
+    return choice_verdict(
+        answer, "c", why="twice the blocks each write C partials and the final sum reads them "
+                         "all, while the rows' bytes stay the same: at few rows a block, more "
+                         "SMs cost",
+        why_not={"a": "more SMs share the rows, but each block still writes C partials of its "
+                      "own",
+                 "b": "the rows' bytes stay the same, but what does each block of the grid "
+                      "write for the final sum, and how many blocks are there?"})

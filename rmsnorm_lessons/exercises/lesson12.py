@@ -3,7 +3,7 @@ and rows split over a thread-block cluster."""
 from __future__ import annotations
 
 from .. import ladder
-from . import Verdict, failed, passed, read_choice, read_number
+from . import Verdict, choice_verdict, failed, passed, read_number
 
 
 def check_rank_chunks(answer) -> Verdict:
@@ -31,16 +31,13 @@ def check_cluster_wait(answer) -> Verdict:
     b) a cluster's blocks run on one SM, one after another;
     c) a cluster barrier gives up after a time limit.
     """
-    pick, verdict = read_choice(answer, "abc")
-    if verdict is not None:
-        return verdict
-    if pick == "a":
-        return passed("a cluster is co-scheduled: all its blocks are resident at once, so a "
-                      "barrier among them waits only for blocks that are running")
-    if pick == "b":
-        return failed("a cluster spreads its blocks over several SMs of one GPC; think about when "
-                      "they start")
-    return failed("no barrier gives up: it is about whether the blocks waited for are running")
+    return choice_verdict(
+        answer, "a", why="a cluster is co-scheduled: all its blocks are resident at once, so a "
+                         "barrier among them waits only for blocks that are running",
+        why_not={"b": "a cluster spreads its blocks over several SMs of one GPC; think about "
+                      "when they start",
+                 "c": "no barrier gives up: it is about whether the blocks waited for are "
+                      "running"})
 
 
 def check_staged_wait(answer) -> Verdict:
@@ -52,13 +49,10 @@ def check_staged_wait(answer) -> Verdict:
        thread's own copies;
     c) shared memory orders every access of a block by itself.
     """
-    pick, verdict = read_choice(answer, "abc")
-    if verdict is not None:
-        return verdict
-    if pick == "b":
-        return passed("what a thread waits for is exactly what it reads: no other thread's copy is "
-                      "involved, so no barrier is needed")
-    if pick == "a":
-        return failed("cp.async is asynchronous (hence wait_group): why does waiting for this "
-                      "thread's own copies suffice?")
-    return failed("shared memory does not order threads: who reads the chunks a thread copied?")
+    return choice_verdict(
+        answer, "b", why="what a thread waits for is exactly what it reads: no other thread's "
+                         "copy is involved, so no barrier is needed",
+        why_not={"a": "cp.async is asynchronous (hence wait_group): why does waiting for this "
+                      "thread's own copies suffice?",
+                 "c": "shared memory does not order threads: who reads the chunks a thread "
+                      "copied?"})

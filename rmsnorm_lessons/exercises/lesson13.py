@@ -9,7 +9,7 @@ racecheck and synccheck included where it exists (``sanitize=False`` skips them)
 """
 from __future__ import annotations
 
-from . import Verdict, failed, passed, read_choice, read_number
+from . import Verdict, choice_verdict, failed, passed, read_number
 
 KERNEL = "rmsnorm_backward_v3"
 HINTS = {
@@ -49,14 +49,13 @@ def check_reading_first(answer) -> Verdict:
 
     a) latency-bound: more loads in flight; b) memory-bound: move fewer bytes; c) latency-bound:
     more resident warps."""
-    pick, verdict = read_choice(answer, "abc")
-    if verdict is not None:
-        return verdict
-    if pick == "b":
-        return passed("DRAM decides first: at or above the line DRAM is busy most of the launch, "
-                      "and the warps wait on loads because it is; only fewer bytes help")
-    return failed("Which number does the rule look at first, and which side of its line is it "
-                  "on? The stall reasons name what warps wait on, not whether DRAM is the limit")
+    first_look = ("Which number does the rule look at first, and which side of its line is it on? "
+                  "The stall reasons name what warps wait on, not whether DRAM is the limit")
+    return choice_verdict(
+        answer, "b", why="DRAM decides first: at or above the line DRAM is busy most of the "
+                         "launch, and the warps wait on loads because it is; only fewer bytes "
+                         "help",
+        why_not={"a": first_look, "c": first_look})
 
 
 def check_dram_percent(percent, moved_MB=120, took_us=40, peak_TBps=4.8) -> Verdict:
@@ -82,16 +81,12 @@ def check_next_step(answer) -> Verdict:
 
     a) store in bf16, to move fewer bytes; b) more loads in flight: more resident warps, or more
     independent loads per warp; c) remove a ``__syncthreads``."""
-    pick, verdict = read_choice(answer, "abc")
-    if verdict is not None:
-        return verdict
-    if pick == "b":
-        return passed("DRAM idles while few warps wait on their loads: more loads in flight, from "
-                      "more warps or more per warp, is what DRAM is waiting for")
-    if pick == "a":
-        return failed("Fewer bytes help a kernel whose DRAM is busy. Is this one's? What are its "
-                      "warps waiting on, and how many are there?")
-    return failed("Which stall reason would a barrier show, and is it the one on top here?")
+    return choice_verdict(
+        answer, "b", why="DRAM idles while few warps wait on their loads: more loads in flight, "
+                         "from more warps or more per warp, is what DRAM is waiting for",
+        why_not={"a": "Fewer bytes help a kernel whose DRAM is busy. Is this one's? What are its "
+                      "warps waiting on, and how many are there?",
+                 "c": "Which stall reason would a barrier show, and is it the one on top here?"})
 
 
 def check_occupancy_cap(percent, blocks=2, threads=384, warp_slots=64) -> Verdict:

@@ -1,0 +1,43 @@
+"""A lesson fits one sitting (issue 28): at most 60 minutes by its own estimate, at most 2,000 words
+of prose and no saved output longer than 150 lines."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from rmsnorm_lessons import lessons
+
+NOTEBOOKS = Path(__file__).resolve().parent.parent / "notebooks"
+MAX_MINUTES, MAX_WORDS, MAX_OUTPUT_LINES = 60, 2000, 150
+
+
+def prose_words(nb: dict) -> int:
+    return sum(len("".join(c["source"]).split()) for c in nb["cells"]
+               if c["cell_type"] == "markdown")
+
+
+def output_lines(output: dict) -> int:
+    text = output.get("text") or output.get("data", {}).get("text/plain", "")
+    text = "".join(text)
+    return text.count("\n") + (0 if text.endswith("\n") or not text else 1)
+
+
+@pytest.mark.parametrize("lesson", lessons.LESSONS, ids=lambda lesson: lesson.stem)
+def test_a_lesson_fits_one_sitting(lesson):
+    nb = json.loads((NOTEBOOKS / f"{lesson.stem}.ipynb").read_text(encoding="utf-8"))
+    assert lesson.minutes <= MAX_MINUTES
+    assert prose_words(nb) <= MAX_WORDS, f"{lesson.stem}: {prose_words(nb)} words of prose"
+    longest = max((output_lines(o), i) for i, c in enumerate(nb["cells"])
+                  for o in c.get("outputs", []))
+    assert longest[0] <= MAX_OUTPUT_LINES, f"{lesson.stem}: cell {longest[1]} prints {longest[0]}"
+
+
+def test_the_counts_see_what_they_count():
+    nb = {"cells": [{"cell_type": "markdown", "source": ["one two\n", "three"]},
+                    {"cell_type": "code", "source": ["x = 1"], "outputs": []}]}
+    assert prose_words(nb) == 3
+    assert output_lines({"text": ["a\n", "b\n"]}) == 2
+    assert output_lines({"data": {"text/plain": ["a\nb"]}}) == 2
+    assert output_lines({"data": {"image/png": "..."}}) == 0
