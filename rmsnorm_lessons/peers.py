@@ -342,8 +342,8 @@ def check_peer(peer: _Peer, problem: dict, ref=None) -> check.CheckReport:
     dx, dw = peer.check_call()
     # (each peer computes rstd itself, in fp32 from the same bf16 inp: the same to ~1 ulp)
     if ref is None:
-        ref = reference.backward(problem["dout"], problem["inp"], problem["weight"],
-                                 problem["rstd"])
+        ref = reference.backward_by_rows(problem["dout"], problem["inp"],
+                                         problem["weight"], problem["rstd"])
     return check.compare_outputs(bfloat16, peer.N, (to_numpy(dx), to_numpy(dw)), ref,
                                  name=peer.name, C=peer.C)
 
@@ -405,8 +405,8 @@ def sweep(shapes=None, names=None, repeats: int = 50, copy_gbps: float | None = 
     for N, C in (bench.progress(shapes, total=len(shapes), desc="peers") if show_progress
                  else shapes):
         problem = reference.random_problem(N, C, bfloat16, seed=N * 7 + C, accumulate=False)
-        ref = reference.backward(problem["dout"], problem["inp"], problem["weight"],
-                                 problem["rstd"])
+        ref = reference.backward_by_rows(problem["dout"], problem["inp"],
+                                         problem["weight"], problem["rstd"])
         for name in runnable:
             started = time.perf_counter()
             try:

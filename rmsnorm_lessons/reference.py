@@ -6,6 +6,9 @@ versions are checked against. bf16 inputs are widened exactly before the arithme
 """
 from __future__ import annotations
 
+import os
+from concurrent.futures import ThreadPoolExecutor
+
 import numpy as np
 
 EPS = 1e-5
@@ -64,6 +67,43 @@ def backward(dout, inp, weight, rstd, dinp=None, dweight=None, dtype=np.float64)
     base_dweight = (np.zeros(c, dtype) if dweight is None
                     else np.asarray(dweight).astype(dtype).reshape(c))
     return (base_dinp + grad_inp).reshape(shape), base_dweight + grad_weight
+
+
+def backward_by_rows(dout, inp, weight, rstd, dinp=None, dweight=None, dtype=np.float64):
+    """:func:`backward` of large problems, faster: the rows are independent, so it runs on blocks
+    of rows (about 1 MiB of ``dtype`` each, whose temporaries stay in cache) on several threads
+    (NumPy lets go of the GIL). The same ``dinp``; ``dweight`` is summed block by block, an order
+    that may change its last bits. Takes ``(N, C)`` arrays only."""
+    n, c = np.shape(inp)
+    if np.shape(dout) != (n, c):
+        raise ValueError(f"dout must have the shape of inp {(n, c)}, got {np.shape(dout)}")
+    if dinp is not None and np.shape(dinp) != (n, c):
+        raise ValueError(f"dinp must have the shape of inp {(n, c)}, got {np.shape(dinp)}")
+    rstd = np.asarray(rstd).reshape(-1)
+    if rstd.shape != (n,):
+        raise ValueError(f"rstd must hold one value per row ({n}), got shape {np.shape(rstd)}")
+    step = max(1, (1 << 20) // (np.dtype(dtype).itemsize * max(c, 1)))
+    grad_inp = np.empty((n, c), dtype)
+
+    def block(a):
+        b = min(n, a + step)
+        grad_inp[a:b], grad_weight = backward(dout[a:b], inp[a:b], weight, rstd[a:b],
+                                              None if dinp is None else dinp[a:b], dtype=dtype)
+        return grad_weight
+
+    starts = range(0, n, step)
+    if len(starts) == 1:
+        partials = [block(0)]
+    else:
+        with ThreadPoolExecutor(max_workers=_threads()) as pool:
+            partials = list(pool.map(block, starts))
+    base = np.zeros(c, dtype) if dweight is None else np.asarray(dweight).astype(dtype).reshape(c)
+    return grad_inp, base + np.sum(partials, axis=0)
+
+
+def _threads() -> int:
+    cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    return max(1, min(8, cpus or 1))
 
 
 def loss_gradients_fd(dout, inp, weight, eps: float = EPS, h: float = 1e-6, rows=None, cols=None):

@@ -161,3 +161,27 @@ def test_bad_shapes_refused():
         reference.backward(dout[:3], inp, weight, rstd)
     with pytest.raises(ValueError, match=r"rstd must hold one value per row \(4\)"):
         reference.backward(dout, inp, weight, rstd[:3])
+
+
+@pytest.mark.parametrize("N,C,accumulate", [(1, 7, True), (3, 768, False), (257, 1000, True),
+                                            (600, 4096, True)])
+def test_backward_by_rows_is_backward(N, C, accumulate):
+    from rmsnorm_lessons.bf16 import bfloat16
+
+    p = reference.random_problem(N, C, bfloat16, seed=N + C, accumulate=accumulate)
+    args = (p["dout"], p["inp"], p["weight"], p["rstd"], p["dinp"], p["dweight"])
+    want_dinp, want_dweight = reference.backward(*args)
+    got_dinp, got_dweight = reference.backward_by_rows(*args)
+    assert got_dinp.dtype == got_dweight.dtype == np.float64
+    np.testing.assert_array_equal(got_dinp, want_dinp)  # rows are independent: the same bits
+    np.testing.assert_allclose(got_dweight, want_dweight, rtol=1e-12, atol=1e-12)
+
+
+def test_backward_by_rows_refuses_mismatched_shapes():
+    p = reference.random_problem(4, 8, seed=0)
+    with pytest.raises(ValueError, match="dout must have the shape of inp"):
+        reference.backward_by_rows(p["dout"][:3], p["inp"], p["weight"], p["rstd"])
+    with pytest.raises(ValueError, match="rstd must hold one value per row"):
+        reference.backward_by_rows(p["dout"], p["inp"], p["weight"], p["rstd"][:3])
+    with pytest.raises(ValueError, match="dinp must have the shape of inp"):
+        reference.backward_by_rows(p["dout"], p["inp"], p["weight"], p["rstd"], p["dinp"][:, :4])
