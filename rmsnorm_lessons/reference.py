@@ -159,12 +159,23 @@ def random_problem(N: int, C: int, dtype=np.float32, seed=None, accumulate: bool
     dtype = np.dtype(dtype)
 
     def uniform(*shape):
-        return rng.uniform(-1.0, 1.0, size=shape).astype(np.float32).astype(dtype)
+        # by blocks of rows, the same numbers as one draw (each is one draw of the stream), with
+        # the conversions done while a block is still in cache
+        out = np.empty(shape, dtype)
+        step = max(1, (1 << 17) // shape[-1]) if len(shape) == 2 else shape[0]
+        for a in range(0, shape[0], step):
+            block = rng.uniform(-1.0, 1.0, size=(min(step, shape[0] - a),) + shape[1:])
+            out[a:a + step] = block.astype(np.float32).astype(dtype)
+        return out
 
     inp = uniform(N, C)
     weight = uniform(C)
     dout = uniform(N, C)
-    _, rstd = forward(inp.astype(np.float32), weight.astype(np.float32), dtype=np.float32)
+    step = max(1, (1 << 17) // max(C, 1))
+    rstd = np.empty(N, np.float32)
+    for a in range(0, N, step):
+        rstd[a:a + step] = forward(inp[a:a + step].astype(np.float32), weight.astype(np.float32),
+                                   dtype=np.float32)[1]
     if accumulate:
         dinp, dweight = uniform(N, C), uniform(C)
     else:
