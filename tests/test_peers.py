@@ -71,7 +71,7 @@ def test_sweep_says_each_peers_wall_time_when_asked(fake, monkeypatch):
     monkeypatch.setattr(peers.reference, "random_problem", lambda *a, **k: {"dout": 0, "inp": 0,
             "weight": 0,
                                                                             "rstd": 0})
-    monkeypatch.setattr(peers.reference, "backward", lambda *a: None)
+    monkeypatch.setattr(peers.reference, "backward_by_rows", lambda *a: None)
     fake += [[1.0] * 5, [1.0] * 5, [1.0] * 5, [1.0] * 5]
     quiet, said = io.StringIO(), io.StringIO()
     rows = peers.sweep([(64, 256), (32, 512)], names=["torch eager"], copy_gbps=4000.0, log=quiet)
