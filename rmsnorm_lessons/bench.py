@@ -69,10 +69,11 @@ def bench_version(version, N: int, C: int, copy_gbps: float, repeats: int = 50, 
 
 
 
-def check_overwrite(version, N: int, C: int, seed=0):
+def check_overwrite(version, N: int, C: int, seed=0, inputs=None):
     """Run ``version`` in overwrite mode on random inputs (dinp starting non-zero) and compare with
-    the float64 gradient alone (dinp) and the accumulated dweight: a :class:`check.CheckReport`."""
-    return checking.check_version(version, N, C, seed=seed, overwrite=True)
+    the float64 gradient alone (dinp) and the accumulated dweight: a :class:`check.CheckReport`.
+    ``inputs``: a shared :class:`check.Inputs`."""
+    return checking.check_version(version, N, C, seed=seed, overwrite=True, inputs=inputs)
 
 
 def sweep(versions=None, shapes=None, repeats: int = 50, check: bool = True,
@@ -96,6 +97,7 @@ def sweep(versions=None, shapes=None, repeats: int = 50, check: bool = True,
     results = []
     for N, C in (progress(shapes, total=len(shapes), desc="bench") if show_progress else shapes):
         rows = []  # (rung, overwrite), each checked against float64 before anything is timed
+        inputs = {}  # dtype -> the shape's problem and references, shared by its rungs
         for version in versions:
             spec = ladder.get(version)
             try:
@@ -105,8 +107,10 @@ def sweep(versions=None, shapes=None, repeats: int = 50, check: bool = True,
                 continue
             for mode in ((False, True) if overwrite and spec.overwrite_mode else (False,)):
                 if check:
-                    report = (check_overwrite(spec, N, C, seed=N + C + 1) if mode
-                              else checking.check_version(spec, N, C, seed=N + C))
+                    if spec.dtype not in inputs:
+                        inputs[spec.dtype] = checking.Inputs(N, C, spec.dtype, seed=N + C)
+                    report = checking.check_version(spec, N, C, overwrite=mode,
+                                                    inputs=inputs[spec.dtype])
                     if not report.ok:
                         raise AssertionError(f"{report.version} is wrong at N={N} C={C}; not "
                                              f"timing it:\n{report}")

@@ -150,19 +150,44 @@ def compare_outputs(dtype, N: int, got, want, name: str = "result",
                        compare(got[1], want[1], *tol["dweight"], name="dweight"))
 
 
+class Inputs:
+    """One random problem (:func:`reference.random_problem`) and its float64 references, computed
+    once and shared by the checks of several rungs at one shape (the bench checks every rung at
+    every shape: the host's reference would otherwise take most of its time)."""
+
+    def __init__(self, N: int, C: int, dtype, seed=0, accumulate: bool = True):
+        self.N, self.C, self.dtype = int(N), int(C), np.dtype(dtype)
+        self.problem = reference.random_problem(N, C, dtype, seed=seed, accumulate=accumulate)
+        self._references = {}
+
+    def reference(self, overwrite: bool = False):
+        """The float64 ``(dinp, dweight)``: accumulated into the starting ones, or (``overwrite``)
+        the gradient alone in dinp and dweight accumulated, as the overwrite mode computes."""
+        if overwrite not in self._references:
+            p = self.problem
+            self._references[overwrite] = reference.backward_by_rows(
+                p["dout"], p["inp"], p["weight"], p["rstd"], None if overwrite else p["dinp"],
+                p["dweight"])
+        return self._references[overwrite]
+
+
 def check_version(version, N: int, C: int, seed=0, accumulate: bool = True, *,
                   overwrite: bool = False,
-                  config=None, block_size: int | None = None) -> CheckReport:
+                  config=None, block_size: int | None = None, inputs=None) -> CheckReport:
     """Run ``version`` on fresh random inputs (dinp and dweight non-zero unless
     ``accumulate=False``) and compare with the float64 reference (needs a GPU). ``overwrite``: the
-    version's dinp = mode."""
-    p = reference.random_problem(N, C, ladder.get(version).dtype, seed=seed, accumulate=accumulate)
+    version's dinp = mode. ``inputs``: a :class:`Inputs` to share the problem and its references
+    among several checks at one shape (``seed`` and ``accumulate`` are then its own)."""
     spec = ladder.get(version)
+    inputs = inputs or Inputs(N, C, spec.dtype, seed, accumulate)
+    if (inputs.N, inputs.C, inputs.dtype) != (N, C, np.dtype(spec.dtype)):
+        raise ValueError(f"inputs are for {inputs.N}x{inputs.C} {inputs.dtype}, not the "
+                         f"{N}x{C} {np.dtype(spec.dtype)} of {spec.name}")
+    p = inputs.problem
     dinp, dweight = kernels.run(spec, p["dout"], p["inp"], p["weight"], p["rstd"], p["dinp"],
                                 p["dweight"],
                                 overwrite=overwrite, config=config, block_size=block_size)
-    ref = reference.backward_by_rows(p["dout"], p["inp"], p["weight"], p["rstd"],
-                                     None if overwrite else p["dinp"], p["dweight"])
+    ref = inputs.reference(overwrite)
     name = f"{spec.name} (dinp=)" if overwrite else spec.name
     return compare_outputs(spec.dtype, N, (dinp, dweight), ref, name=name, C=C)
 

@@ -191,3 +191,29 @@ def test_compare_bounded_takes_a_bound_per_element_and_says_so():
     assert not c.ok and c.failures == 1 and c.worst[0][0] == (0, 0)
     # the seed's rule is the same comparison with tol + |ref| * eps
     assert f"|err| <= {TOL:g} + |ref|*{EPS:g}" in str(check.compare(ref, ref, TOL, EPS))
+
+
+def test_inputs_are_made_once_and_give_both_modes_references(monkeypatch):
+    made = []
+    real = check.reference.random_problem
+    monkeypatch.setattr(check.reference, "random_problem",
+                        lambda *a, **k: made.append(a) or real(*a, **k))
+    inputs = check.Inputs(5, 24, np.float32, seed=3)
+    p = inputs.problem
+    acc = check.reference.backward(p["dout"], p["inp"], p["weight"], p["rstd"], p["dinp"],
+                                   p["dweight"])
+    over = check.reference.backward(p["dout"], p["inp"], p["weight"], p["rstd"], None,
+                                    p["dweight"])
+    for want, got in ((acc, inputs.reference()), (over, inputs.reference(overwrite=True))):
+        np.testing.assert_allclose(got[0], want[0], rtol=0, atol=0)
+        np.testing.assert_allclose(got[1], want[1], rtol=1e-14)
+    assert inputs.reference() is inputs.reference() and len(made) == 1
+
+
+def test_check_version_refuses_inputs_of_another_shape_before_any_launch(monkeypatch):
+    monkeypatch.setattr(check.kernels, "run", lambda *a, **k: pytest.fail("launched"))
+    inputs = check.Inputs(5, 24, np.float32)
+    with pytest.raises(ValueError, match="inputs are for 5x24 float32, not the 5x32 float32"):
+        check.check_version("v2_warp", 5, 32, inputs=inputs)
+    with pytest.raises(ValueError, match="not the 5x24 bfloat16 of v4"):
+        check.check_version("v4_vec_bf16", 5, 24, inputs=inputs)

@@ -6,7 +6,7 @@ import io
 import numpy as np
 import pytest
 
-from rmsnorm_lessons import bench, check, ladder, timing
+from rmsnorm_lessons import bench, bf16, check, ladder, timing
 
 GB = 10**9
 
@@ -90,9 +90,19 @@ def test_sweep_times_a_shapes_rows_and_ceilings_interleaved(monkeypatch):
     _FakeProblem.made = []
     monkeypatch.setattr(bench, "runnable", lambda spec, N, C: None)
     monkeypatch.setattr(bench, "DeviceProblem", _FakeProblem)
-    monkeypatch.setattr(bench.checking, "check_version", lambda *a, **k: type("R", (),
-            {"ok": True})())
-    monkeypatch.setattr(bench, "check_overwrite", lambda *a, **k: type("R", (), {"ok": True})())
+    checked, made_inputs = [], []
+
+    class FakeInputs:
+        def __init__(self, N, C, dtype, seed=0, accumulate=True):
+            self.key = (N, C, np.dtype(dtype))
+            made_inputs.append(self.key)
+
+    def fake_check(spec, N, C, overwrite=False, inputs=None, **k):
+        checked.append((spec.name, overwrite, inputs.key))
+        return type("R", (), {"ok": True})()
+
+    monkeypatch.setattr(bench.checking, "Inputs", FakeInputs)
+    monkeypatch.setattr(bench.checking, "check_version", fake_check)
     monkeypatch.setattr(bench.launch, "launcher", lambda spec, C, overwrite=False,
                         config=None: (lambda N, tensors: None))
     monkeypatch.setattr(bench, "_stream_launcher", lambda accumulate,
@@ -121,6 +131,12 @@ def test_sweep_times_a_shapes_rows_and_ceilings_interleaved(monkeypatch):
                  bench.STREAM_NAME + " (dinp=)"]
     assert rounds == [(["v3_smem"], 3), (bf16_rows, 3)] * 2
     assert [(N, C) for N, C, _ in _FakeProblem.made] == [(64, 1024)] * 2 + [(32, 2048)] * 2
+    # one host problem (and its float64 references) per shape and dtype, shared by its checks
+    f32, b16 = np.dtype(np.float32), np.dtype(bf16.bfloat16)
+    assert made_inputs == [(64, 1024, f32), (64, 1024, b16), (32, 2048, f32), (32, 2048, b16)]
+    assert checked[:4] == [("v3_smem", False, (64, 1024, f32)), ("v6_last_block", False,
+                           (64, 1024, b16)), ("v7_fast", False, (64, 1024, b16)),
+                           ("v7_fast", True, (64, 1024, b16))]
     assert [r.name for r in rows] == ["v3_smem", *bf16_rows] * 2
     noisy = [r for r in rows if r.name == "v7_fast (dinp=)"]
     # timed again alone, steadier kept
