@@ -78,7 +78,8 @@ def check_overwrite(version, N: int, C: int, seed=0, inputs=None):
 
 def sweep(versions=None, shapes=None, repeats: int = 50, check: bool = True,
           copy_gbps: float | None = None,
-          overwrite: bool = False, ceiling: bool = False, show_progress: bool = True):
+          overwrite: bool = False, ceiling: bool = False, show_progress: bool = True,
+          inputs: dict | None = None):
     """Check (optionally) and time every version at every shape; the copy yardstick measured first.
 
     Returns a list of :class:`Timing`, shape by shape; a version that cannot run a shape (its C
@@ -89,15 +90,16 @@ def sweep(versions=None, shapes=None, repeats: int = 50, check: bool = True,
     (``percent_of_ceiling`` in :func:`records` reads them). The rows of a shape are timed
     interleaved (:func:`time_interleaved`) on shared buffer sets; a row whose spread is above
     :data:`NOISY_SPREAD` is then timed again alone (:func:`steady`). ``show_progress``: a progress
-    bar over the shapes.
+    bar over the shapes. ``inputs``: a dict ``{(N, C, dtype): check.Inputs}`` the checks take their
+    problems from and add to (the peers' sweep can then check on the same problem).
     """
     versions = list(versions or ladder.VERSIONS)
+    inputs = {} if inputs is None else inputs
     shapes = list(shapes or SHAPES)
     copy_gbps = copy_gbps or copy_yardstick().gbps
     results = []
     for N, C in (progress(shapes, total=len(shapes), desc="bench") if show_progress else shapes):
         rows = []  # (rung, overwrite), each checked against float64 before anything is timed
-        inputs = {}  # dtype -> the shape's problem and references, shared by its rungs
         for version in versions:
             spec = ladder.get(version)
             try:
@@ -107,10 +109,8 @@ def sweep(versions=None, shapes=None, repeats: int = 50, check: bool = True,
                 continue
             for mode in ((False, True) if overwrite and spec.overwrite_mode else (False,)):
                 if check:
-                    if spec.dtype not in inputs:
-                        inputs[spec.dtype] = checking.Inputs(N, C, spec.dtype, seed=N + C)
                     report = checking.check_version(spec, N, C, overwrite=mode,
-                                                    inputs=inputs[spec.dtype])
+                                                    inputs=shape_inputs(inputs, N, C, spec.dtype))
                     if not report.ok:
                         raise AssertionError(f"{report.version} is wrong at N={N} C={C}; not "
                                              f"timing it:\n{report}")
@@ -119,6 +119,15 @@ def sweep(versions=None, shapes=None, repeats: int = 50, check: bool = True,
         modes = tuple(dict.fromkeys(mode for _, mode in rows)) if same_bytes else ()
         results += time_shape(N, C, rows, modes, copy_gbps, repeats)
     return results
+
+
+def shape_inputs(inputs: dict, N: int, C: int, dtype) -> checking.Inputs:
+    """The problem and references of one shape and dtype from ``inputs`` (one per shape and dtype,
+    shared by every rung's check, in both modes, and by the peers'), made on first use."""
+    key = (N, C, np.dtype(dtype))
+    if key not in inputs:
+        inputs[key] = checking.Inputs(N, C, dtype, seed=N + C)
+    return inputs[key]
 
 
 def time_shape(N: int, C: int, rows, ceiling_modes=(), copy_gbps: float = float("nan"),

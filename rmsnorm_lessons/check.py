@@ -170,6 +170,15 @@ class Inputs:
                 p["dweight"])
         return self._references[overwrite]
 
+    def gradient(self):
+        """The float64 ``(dinp, dweight)`` of this problem alone, nothing accumulated (what the
+        peers compute)."""
+        if "gradient" not in self._references:
+            p = self.problem
+            self._references["gradient"] = reference.backward_by_rows(
+                p["dout"], p["inp"], p["weight"], p["rstd"])
+        return self._references["gradient"]
+
 
 def check_version(version, N: int, C: int, seed=0, accumulate: bool = True, *,
                   overwrite: bool = False,

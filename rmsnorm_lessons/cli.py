@@ -200,11 +200,14 @@ def _bench(args) -> int:
     width = max(len(n) + 1 for n in names + [bench.STREAM_NAME + bench.OVERWRITE_SUFFIX])
     started = time.perf_counter()
     for done, shape in enumerate(shapes, 1):
+        inputs = {}  # the shape's problem: the versions' checks and the peers' share it
         rows = bench.sweep(versions, [shape], repeats=args.repeats, copy_gbps=copy_gbps,
-                           overwrite=overwrite, ceiling=args.ceiling, show_progress=False)
+                           overwrite=overwrite, ceiling=args.ceiling, show_progress=False,
+                           inputs=inputs)
         if want_peers:
             rows += peers.sweep([shape], names=peer_names, repeats=args.repeats,
-                                copy_gbps=copy_gbps, wall_times=True, show_progress=False)
+                                copy_gbps=copy_gbps, wall_times=True, show_progress=False,
+                                inputs=inputs)
         results += rows
         print(bench.table(rows, baseline="v6_last_block", overwriting=peer_names, width=width,
                           header=done == 1), flush=True)

@@ -384,10 +384,12 @@ def bench_peer(name: str, N: int, C: int, copy_gbps: float, repeats: int = 50, p
 
 def sweep(shapes=None, names=None, repeats: int = 50, copy_gbps: float | None = None,
           log=sys.stderr,
-          wall_times: bool = False, show_progress: bool = True):
+          wall_times: bool = False, show_progress: bool = True, inputs: dict | None = None):
     """Check and time every available peer at every shape; a missing peer is skipped with one line.
     ``wall_times``: also say on ``log`` how long each peer took at each shape, building (compiling,
-    autotuning) and checking included. ``show_progress``: a progress bar over the shapes."""
+    autotuning) and checking included. ``show_progress``: a progress bar over the shapes.
+    ``inputs``: the dict of problems that :func:`bench.sweep` fills, to check the peers on the
+    problem the versions were checked on (and not compute another problem and its reference)."""
     gpu.require()
     names = list(names or PEERS)
     runnable = []
@@ -404,9 +406,8 @@ def sweep(shapes=None, names=None, repeats: int = 50, copy_gbps: float | None = 
         return results
     for N, C in (bench.progress(shapes, total=len(shapes), desc="peers") if show_progress
                  else shapes):
-        problem = reference.random_problem(N, C, bfloat16, seed=N * 7 + C, accumulate=False)
-        ref = reference.backward_by_rows(problem["dout"], problem["inp"],
-                                         problem["weight"], problem["rstd"])
+        shared = bench.shape_inputs({} if inputs is None else inputs, N, C, bfloat16)
+        problem, ref = shared.problem, shared.gradient()
         for name in runnable:
             started = time.perf_counter()
             try:

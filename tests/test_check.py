@@ -208,6 +208,13 @@ def test_inputs_are_made_once_and_give_both_modes_references(monkeypatch):
         np.testing.assert_allclose(got[0], want[0], rtol=0, atol=0)
         np.testing.assert_allclose(got[1], want[1], rtol=1e-14)
     assert inputs.reference() is inputs.reference() and len(made) == 1
+    alone = check.reference.backward(p["dout"], p["inp"], p["weight"], p["rstd"])
+    got = inputs.gradient()
+    np.testing.assert_allclose(got[0], alone[0], rtol=0, atol=0)
+    np.testing.assert_allclose(got[1], alone[1], rtol=1e-14)
+    # the gradient alone differs from both modes' dweight (they add the starting dweight)
+    assert not np.allclose(got[1], inputs.reference(overwrite=True)[1])
+    assert inputs.gradient() is got and len(made) == 1
 
 
 def test_check_version_refuses_inputs_of_another_shape_before_any_launch(monkeypatch):

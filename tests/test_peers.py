@@ -6,6 +6,7 @@ from __future__ import annotations
 import io
 from types import SimpleNamespace
 
+import numpy as np
 import pytest
 
 from rmsnorm_lessons import gpu, peers, timing
@@ -159,3 +160,16 @@ def test_a_peer_that_needs_a_call_before_each_backward_is_timed_one_call_at_a_ti
     # no untimed call, no burst: before, then one
     assert peer.calls == [0, 1, 2] and before == [0, 1, 2]
     assert times == [pytest.approx(1.0), pytest.approx(0.5), pytest.approx(0.5)]
+
+
+def test_sweep_checks_the_peers_on_the_problem_the_versions_were_checked_on(fake, monkeypatch):
+    monkeypatch.setattr(peers.reference, "random_problem",
+                        lambda *a, **k: pytest.fail("a second problem was made"))
+    checked = []
+    monkeypatch.setattr(peers, "check_peer", lambda peer, problem, ref: checked.append(
+        (problem, ref)) or SimpleNamespace(ok=True))
+    shared = SimpleNamespace(problem=PROBLEM, gradient=lambda: "the gradient alone")
+    fake += [[1.0] * 5]
+    peers.sweep([(64, 256)], names=["torch eager"], copy_gbps=4000.0, log=io.StringIO(),
+                inputs={(64, 256, np.dtype(peers.bfloat16)): shared})
+    assert checked == [(PROBLEM, "the gradient alone")]

@@ -122,9 +122,10 @@ def test_sweep_times_a_shapes_rows_and_ceilings_interleaved(monkeypatch):
     monkeypatch.setattr(bench, "time_interleaved", fake_interleaved)
     monkeypatch.setattr(bench, "time_ms", fake_time_ms)
     shapes = [(64, 1024), (32, 2048)]
+    given = {}
     rows = bench.sweep(["v3_smem", "v6_last_block", "v7_fast"], shapes, copy_gbps=4000.0,
                        overwrite=True,
-                       ceiling=True)
+                       ceiling=True, inputs=given)
     # per shape: the fp32 rung on its own buffers, then every bf16 row and both ceilings in one
     # interleaved run
     bf16_rows = ["v6_last_block", "v7_fast", "v7_fast (dinp=)", bench.STREAM_NAME,
@@ -134,6 +135,9 @@ def test_sweep_times_a_shapes_rows_and_ceilings_interleaved(monkeypatch):
     # one host problem (and its float64 references) per shape and dtype, shared by its checks
     f32, b16 = np.dtype(np.float32), np.dtype(bf16.bfloat16)
     assert made_inputs == [(64, 1024, f32), (64, 1024, b16), (32, 2048, f32), (32, 2048, b16)]
+    assert sorted(given, key=str) == sorted(made_inputs, key=str)  # the caller's dict holds them
+    bench.sweep(["v3_smem"], [(64, 1024)], copy_gbps=4000.0, inputs=given)
+    assert len(made_inputs) == 4  # and a second sweep takes them from it
     assert checked[:4] == [("v3_smem", False, (64, 1024, f32)), ("v6_last_block", False,
                            (64, 1024, b16)), ("v7_fast", False, (64, 1024, b16)),
                            ("v7_fast", True, (64, 1024, b16))]
