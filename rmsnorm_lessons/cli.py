@@ -15,7 +15,8 @@ from pathlib import Path
 import ml_dtypes
 import numpy
 
-from . import bench, build, check, gpu, ladder, occupancy, peers, sass, validate
+from . import (bench, build, check, gpu, ladder, occupancy, peer_compile, peers, sass,
+               validate)
 from .gpu import GpuUnavailable
 
 
@@ -177,6 +178,18 @@ def _torch_imports() -> bool:
     return True
 
 
+def _compile_ahead(shapes, peer_names):
+    """torch.compile's shapes compiled in other processes while the versions are timed (where that
+    peer is asked for and can run), or None."""
+    if not any(name in peer_compile.AHEAD and peers.why_unavailable(name) is None
+               for name in peer_names):
+        return None
+    ahead = peer_compile.Ahead(shapes)
+    print(f"bench: compiling torch.compile's {len(ahead.futures)} shapes ahead in "
+          f"{ahead.workers} processes", file=sys.stderr, flush=True)
+    return ahead
+
+
 def _bench(args) -> int:
     versions = _versions(args, args.shapes or ()) if args.versions else None
     gpu.require()
@@ -199,23 +212,29 @@ def _bench(args) -> int:
     names = [bench.overwrite_name(v) for v in (versions or ladder.VERSIONS)] + peer_names
     width = max(len(n) + 1 for n in names + [bench.STREAM_NAME + bench.OVERWRITE_SUFFIX])
     started = time.perf_counter()
-    for done, shape in enumerate(shapes, 1):
-        inputs = {}  # the shape's problem: the versions' checks and the peers' share it
-        rows = bench.sweep(versions, [shape], repeats=args.repeats, copy_gbps=copy_gbps,
-                           overwrite=overwrite, ceiling=args.ceiling, show_progress=False,
-                           inputs=inputs)
-        if want_peers:
-            rows += peers.sweep([shape], names=peer_names, repeats=args.repeats,
-                                copy_gbps=copy_gbps, wall_times=True, show_progress=False,
-                                inputs=inputs)
-        results += rows
-        print(bench.table(rows, baseline="v6_last_block", overwriting=peer_names, width=width,
-                          header=done == 1), flush=True)
-        write_json()
-        spent = time.perf_counter() - started
-        left = f", about {spent / done * (len(shapes) - done):.0f} s left" * (done < len(shapes))
-        print(f"bench: {done}/{len(shapes)} shapes in {spent:.0f} s{left}", file=sys.stderr,
-              flush=True)
+    ahead = _compile_ahead(shapes, peer_names) if want_peers else None
+    try:
+        for done, shape in enumerate(shapes, 1):
+            inputs = {}  # the shape's problem: the versions' checks and the peers' share it
+            rows = bench.sweep(versions, [shape], repeats=args.repeats, copy_gbps=copy_gbps,
+                               overwrite=overwrite, ceiling=args.ceiling, show_progress=False,
+                               inputs=inputs)
+            if want_peers:
+                rows += peers.sweep([shape], names=peer_names, repeats=args.repeats,
+                                    copy_gbps=copy_gbps, wall_times=True, show_progress=False,
+                                    inputs=inputs, ahead=ahead)
+            results += rows
+            print(bench.table(rows, baseline="v6_last_block", overwriting=peer_names,
+                              width=width, header=done == 1), flush=True)
+            write_json()
+            spent = time.perf_counter() - started
+            left = (f", about {spent / done * (len(shapes) - done):.0f} s left"
+                    * (done < len(shapes)))
+            print(f"bench: {done}/{len(shapes)} shapes in {spent:.0f} s{left}", file=sys.stderr,
+                  flush=True)
+    finally:
+        if ahead is not None:
+            ahead.close()
     if want_peers:
         mine = [r.name for r in results if r.name not in peers.ALL_PEERS]
         for name in dict.fromkeys(mine):

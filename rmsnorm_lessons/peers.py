@@ -36,7 +36,7 @@ import time
 
 import numpy as np
 
-from . import bench, check, gpu, reference, timing
+from . import bench, check, gpu, peer_compile, reference, timing
 from .bf16 import bfloat16
 
 EPS = 1e-5
@@ -132,6 +132,30 @@ def to_numpy(t) -> np.ndarray:
     return t.numpy()
 
 
+def rms_norm_function(C: int):
+    """What the eager and compiled peers run: torch's RMSNorm over the last dimension, of width C."""
+    F = _torch().nn.functional
+    return lambda x, w: F.rms_norm(x, (C,), w, eps=EPS)
+
+
+def compiled_function(C: int, mode: str | None = None):
+    """:func:`rms_norm_function` through torch.compile (static shapes). The bench and
+    :mod:`peer_compile`'s workers build it here alike: what a worker compiled is then found in
+    Inductor's caches on disk by the bench."""
+    torch = _torch()
+    # AOTAutograd donates saved buffers to the backward unless told not to; retain_graph needs them
+    try:
+        import torch._functorch.config as functorch_config
+
+        functorch_config.donated_buffer = False
+    except (ImportError, AttributeError):
+        pass
+    # a fresh cache for every shape: no recompile limit, no dynamic shapes
+    torch._dynamo.reset()
+    options = {"mode": mode} if mode else {}
+    return torch.compile(rms_norm_function(C), dynamic=False, fullgraph=True, **options)
+
+
 # --------------------------------------------------------------------------------------------------
 # the peers: each builds per-set state once and returns a call that runs one backward on set i
 
@@ -170,9 +194,7 @@ class _Eager(_Peer):
         self.torch.cuda.synchronize()
 
     def function(self):
-        F = self.torch.nn.functional
-        C = self.C
-        return lambda x, w: F.rms_norm(x, (C,), w, eps=EPS)
+        return rms_norm_function(self.C)
 
     def backward(self, i):
         return self.torch.autograd.grad(self.out[i], (self.x[i], self.w), self.dout[i],
@@ -184,19 +206,7 @@ class _Compiled(_Eager):
     mode = None  # torch.compile's default
 
     def function(self):
-        torch = self.torch
-        # AOTAutograd donates saved buffers to the backward unless told not to; retain_graph needs
-        # them
-        try:
-            import torch._functorch.config as functorch_config
-
-            functorch_config.donated_buffer = False
-        except (ImportError, AttributeError):
-            pass
-        # a fresh cache for every shape: no recompile limit, no dynamic shapes
-        torch._dynamo.reset()
-        options = {"mode": self.mode} if self.mode else {}
-        return torch.compile(super().function(), dynamic=False, fullgraph=True, **options)
+        return compiled_function(self.C, self.mode)
 
     def check_call(self):
         got = self.backward(0)
@@ -384,12 +394,15 @@ def bench_peer(name: str, N: int, C: int, copy_gbps: float, repeats: int = 50, p
 
 def sweep(shapes=None, names=None, repeats: int = 50, copy_gbps: float | None = None,
           log=sys.stderr,
-          wall_times: bool = False, show_progress: bool = True, inputs: dict | None = None):
+          wall_times: bool = False, show_progress: bool = True, inputs: dict | None = None,
+          ahead=None):
     """Check and time every available peer at every shape; a missing peer is skipped with one line.
     ``wall_times``: also say on ``log`` how long each peer took at each shape, building (compiling,
     autotuning) and checking included. ``show_progress``: a progress bar over the shapes.
     ``inputs``: the dict of problems that :func:`bench.sweep` fills, to check the peers on the
-    problem the versions were checked on (and not compute another problem and its reference)."""
+    problem the versions were checked on (and not compute another problem and its reference).
+    ``ahead``: a :class:`peer_compile.Ahead` compiling torch.compile's shapes in other processes;
+    the peer waits for its shape there, then finds the compilation in Inductor's caches."""
     gpu.require()
     names = list(names or PEERS)
     runnable = []
@@ -410,6 +423,8 @@ def sweep(shapes=None, names=None, repeats: int = 50, copy_gbps: float | None = 
         problem, ref = shared.problem, shared.gradient()
         for name in runnable:
             started = time.perf_counter()
+            if ahead is not None and name in peer_compile.AHEAD:
+                ahead.wait(N, C)
             try:
                 results.append(bench_peer(name, N, C, copy_gbps, repeats, problem=problem, ref=ref,
                                           log=log))
