@@ -66,6 +66,7 @@ class Ahead:
         if not shapes:
             raise ValueError("shapes must name at least one (N, C)")
         self.log = log
+        self.peers = AHEAD  # the peers whose shapes are compiled here
         self.workers = workers or workers_for(len(shapes))
         # a few compile threads per worker: together about the machine's CPUs
         threads = max(1, (os.cpu_count() or 1) // self.workers)

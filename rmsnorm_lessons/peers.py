@@ -36,7 +36,7 @@ import time
 
 import numpy as np
 
-from . import bench, check, gpu, peer_compile, reference, timing
+from . import bench, check, gpu, reference, timing
 from .bf16 import bfloat16
 
 EPS = 1e-5
@@ -133,7 +133,7 @@ def to_numpy(t) -> np.ndarray:
 
 
 def rms_norm_function(C: int):
-    """What the eager and compiled peers run: torch's RMSNorm over the last dimension, of width C."""
+    """What the eager and compiled peers run: torch's RMSNorm over the last dimension (width C)."""
     F = _torch().nn.functional
     return lambda x, w: F.rms_norm(x, (C,), w, eps=EPS)
 
@@ -401,8 +401,8 @@ def sweep(shapes=None, names=None, repeats: int = 50, copy_gbps: float | None = 
     autotuning) and checking included. ``show_progress``: a progress bar over the shapes.
     ``inputs``: the dict of problems that :func:`bench.sweep` fills, to check the peers on the
     problem the versions were checked on (and not compute another problem and its reference).
-    ``ahead``: a :class:`peer_compile.Ahead` compiling torch.compile's shapes in other processes;
-    the peer waits for its shape there, then finds the compilation in Inductor's caches."""
+    ``ahead``: a :class:`peer_compile.Ahead` compiling some peers' shapes in other processes
+    (``ahead.peers``); such a peer waits for its shape there, then finds it in Inductor's caches."""
     gpu.require()
     names = list(names or PEERS)
     runnable = []
@@ -423,7 +423,7 @@ def sweep(shapes=None, names=None, repeats: int = 50, copy_gbps: float | None = 
         problem, ref = shared.problem, shared.gradient()
         for name in runnable:
             started = time.perf_counter()
-            if ahead is not None and name in peer_compile.AHEAD:
+            if ahead is not None and name in ahead.peers:
                 ahead.wait(N, C)
             try:
                 results.append(bench_peer(name, N, C, copy_gbps, repeats, problem=problem, ref=ref,

@@ -54,7 +54,8 @@ def test_the_peers_sweep_waits_for_torch_compile_at_its_shape_only(monkeypatch):
                         lambda inputs, N, C, dtype: SimpleNamespace(problem={}, gradient=lambda: 0))
     monkeypatch.setattr(peers, "bench_peer", lambda name, N, C, *a, **k: benched.append(
         (name, N, C)) or SimpleNamespace())
-    ahead = SimpleNamespace(wait=lambda N, C: waited.append((N, C, list(benched))))
+    ahead = SimpleNamespace(peers=("torch.compile",),
+                            wait=lambda N, C: waited.append((N, C, list(benched))))
     peers.sweep([(64, 256), (32, 512)], names=["torch eager", "torch.compile", "Liger-Kernel"],
                 copy_gbps=4000.0, log=io.StringIO(), ahead=ahead, show_progress=False)
     # at each shape, just before torch.compile is built, after the peers before it
@@ -64,14 +65,14 @@ def test_the_peers_sweep_waits_for_torch_compile_at_its_shape_only(monkeypatch):
 
 
 def test_the_bench_compiles_ahead_only_where_torch_compile_is_asked_for_and_can_run(monkeypatch):
-    from rmsnorm_lessons import cli
+    from rmsnorm_lessons import bench_command as cli
 
     made = []
     monkeypatch.setattr(cli.peer_compile, "Ahead", lambda shapes: made.append(shapes) or
                         SimpleNamespace(futures=dict.fromkeys(shapes), workers=2))
     monkeypatch.setattr(cli.peers, "why_unavailable", lambda name: None)
-    assert cli._compile_ahead([(1, 8), (2, 8)], ["torch eager", "Liger-Kernel"]) is None
-    assert cli._compile_ahead([(1, 8), (2, 8)], ["torch.compile"]) is not None
+    assert cli.compile_ahead([(1, 8), (2, 8)], ["torch eager", "Liger-Kernel"]) is None
+    assert cli.compile_ahead([(1, 8), (2, 8)], ["torch.compile"]) is not None
     monkeypatch.setattr(cli.peers, "why_unavailable", lambda name: "PyTorch is not installed")
-    assert cli._compile_ahead([(1, 8)], ["torch.compile"]) is None
+    assert cli.compile_ahead([(1, 8)], ["torch.compile"]) is None
     assert made == [[(1, 8), (2, 8)]]

@@ -126,7 +126,7 @@ def test_bench_command_writes_every_row(tmp_path, monkeypatch, capsys):
     calls = {}
 
     def fake_sweep(versions, shapes_, repeats=50, check=True, copy_gbps=None, overwrite=False,
-                   ceiling=False, show_progress=True):
+                   ceiling=False, show_progress=True, inputs=None):
         calls["sweep"] = (versions, overwrite, ceiling)
         calls.setdefault("shapes", []).extend(shapes_)
         out = []
@@ -143,7 +143,7 @@ def test_bench_command_writes_every_row(tmp_path, monkeypatch, capsys):
         return out
 
     def fake_peers(shapes_, names=None, repeats=50, copy_gbps=None, log=None, wall_times=False,
-                   show_progress=True):
+                   show_progress=True, inputs=None, ahead=None):
         calls["wall_times"] = wall_times
         return [_t(name, N, C, 3.0, copy=copy_gbps) for N, C in shapes_ for name in peers.PEERS]
 
