@@ -12,6 +12,7 @@ any term shows at small C.
 """
 from __future__ import annotations
 
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -78,8 +79,7 @@ class Comparison:
 def compare(gpu, ref, tol: float, eps: float, name: str = "output", worst: int = 5) -> Comparison:
     """Compare element-wise with the seed's rule; keep the ``worst`` failing elements (largest
     excess)."""
-    r = np.asarray(ref).astype(np.float64)
-    return compare_bounded(gpu, r, tol + np.abs(r) * eps, name, worst, tol=tol, eps=eps)
+    return _compare(gpu, ref, lambda r, _: tol + np.abs(r) * eps, name, worst, tol=tol, eps=eps)
 
 
 def compare_bounded(gpu, ref, allowed, name: str = "output", worst: int = 5, *,
@@ -87,33 +87,67 @@ def compare_bounded(gpu, ref, allowed, name: str = "output", worst: int = 5, *,
     """Compare element-wise: an element passes when ``|gpu - ref| <= allowed`` (an array of the
     shape of ``ref``, or a number). ``tol``/``eps`` only label the rule in the report (default: the
     largest bound)."""
-    g = np.asarray(gpu).astype(np.float64)
-    r = np.asarray(ref).astype(np.float64)
+    allowed = np.asarray(allowed, np.float64)
+    if allowed.ndim:  # one bound per element (a copy only where it must be broadcast)
+        allowed = np.broadcast_to(allowed, np.shape(ref)).reshape(-1)
+        return _compare(gpu, ref, lambda _, part: allowed[part], name, worst, tol=tol, eps=eps)
+    return _compare(gpu, ref, lambda r, _: allowed, name, worst, tol=tol, eps=eps)
+
+
+BLOCK = 1 << 17  # elements compared at a time: a few float64 temporaries of 1 MiB, in cache
+
+
+def _compare(gpu, ref, allowed_of, name, worst, tol, eps) -> Comparison:
+    """The comparison, on blocks of :data:`BLOCK` elements on several threads (NumPy lets go of the
+    GIL): the bench compares tens of millions of elements per check. ``allowed_of(r, part)``: the
+    bound of the reference's elements ``r`` at flat positions ``part`` (a slice)."""
+    g = np.asarray(gpu)
+    r = np.asarray(ref)
     if g.shape != r.shape:
         raise ValueError(f"{name}: the result has shape {g.shape} but the reference has {r.shape}")
-    allowed = np.broadcast_to(np.asarray(allowed, np.float64), r.shape)
+    g, r = g.reshape(-1), r.reshape(-1)
+
+    def block(start):
+        part = slice(start, min(r.size, start + BLOCK))
+        rb = r[part].astype(np.float64, copy=False)
+        allowed = allowed_of(rb, part)
+        finite = np.isfinite(rb)
+        err = np.abs(g[part].astype(np.float64) - rb)
+        bad = finite & ~(err <= allowed)  # NaN in gpu where ref is finite fails here
+        err_f = np.where(finite, err, 0.0)
+        err_f[np.isnan(err_f)] = np.inf
+        flat = np.flatnonzero(bad)
+        excess = np.where(np.isfinite(err[flat]), err[flat] - np.broadcast_to(allowed, rb.shape)[
+            flat], np.inf)
+        keep = np.argsort(-excess, kind="stable")[:worst]
+        return (int(finite.sum()), flat.size, float(err_f.max(initial=0.0)),
+                float(np.dot(err_f, err_f)), float(np.dot(rb[finite], rb[finite])),
+                float(np.max(allowed, initial=0.0)), excess[keep], flat[keep] + start)
+
+    starts = range(0, r.size, BLOCK)
+    if len(starts) <= 1:
+        parts = [block(0)]
+    else:
+        with ThreadPoolExecutor(max_workers=reference._threads()) as pool:
+            parts = list(pool.map(block, starts))
+    checked, n_bad, err2, ref2 = (sum(p[k] for p in parts) for k in (0, 1, 3, 4))
+    max_err, most_allowed = (float(np.max([p[k] for p in parts])) for k in (2, 5))
     rule = "" if tol is not None else "the element's rounding bound"
     if tol is None:
-        tol = float(allowed.max()) if allowed.size else 0.0
-    finite = np.isfinite(r)
-    err = np.abs(g - r)
-    bad = finite & ~(err <= allowed)  # NaN in gpu where ref is finite fails here
-    err_f = np.where(finite, err, 0.0)
-    err_f = np.where(np.isnan(err_f), np.inf, err_f)
-    ref_norm = float(np.linalg.norm(np.where(finite, r, 0.0)))
-    err_norm = float(np.linalg.norm(err_f)) if np.isfinite(err_f).all() else float("inf")
-    n_bad = int(bad.sum())
+        tol = most_allowed
+    excess = np.concatenate([p[6] for p in parts])
+    where = np.concatenate([p[7] for p in parts])
     listed = []
-    if n_bad:
-        flat = np.flatnonzero(bad)
-        excess = np.where(np.isfinite(err), err - allowed, np.inf).ravel()[flat]
-        for i in flat[np.argsort(-excess, kind="stable")[:worst]]:
-            idx = np.unravel_index(i, r.shape)
-            listed.append((tuple(int(k) for k in idx), float(g.flat[i]), float(r.flat[i]),
-                           float(err.flat[i]),
-                           float(allowed.flat[i])))
-    return Comparison(name=name, ok=n_bad == 0, checked=int(finite.sum()), failures=n_bad,
-                      max_abs_error=float(err_f.max()) if err_f.size else 0.0,
+    for i in where[np.argsort(-excess, kind="stable")[:worst]]:
+        rv = float(r[i])
+        gv = float(g[i])
+        listed.append((tuple(int(k) for k in np.unravel_index(i, np.shape(ref))), gv, rv,
+                       abs(gv - rv),
+                       float(np.broadcast_to(allowed_of(np.float64([rv]), slice(i, i + 1)),
+                                             (1,))[0])))
+    ref_norm, err_norm = float(np.sqrt(ref2)), float(np.sqrt(err2))
+    return Comparison(name=name, ok=n_bad == 0, checked=checked, failures=n_bad,
+                      max_abs_error=max_err,
                       rel_l2_error=err_norm / ref_norm if ref_norm > 0 else err_norm,
                       tol=tol, eps=eps, worst=listed, rule=rule)
 
