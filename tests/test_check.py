@@ -224,3 +224,29 @@ def test_check_version_refuses_inputs_of_another_shape_before_any_launch(monkeyp
         check.check_version("v2_warp", 5, 32, inputs=inputs)
     with pytest.raises(ValueError, match="not the 5x24 bfloat16 of v4"):
         check.check_version("v4_vec_bf16", 5, 24, inputs=inputs)
+
+
+@pytest.mark.parametrize("bound", ["seed", "scalar", "array"])
+def test_a_comparison_in_blocks_is_the_comparison_in_one(monkeypatch, bound):
+    rng = np.random.default_rng(5)
+    ref = rng.standard_normal((61, 37))
+    got = ref + rng.standard_normal(ref.shape) * 1e-3
+    got.flat[[3, 500, 2000]] = [np.nan, np.inf, got.flat[2000] + 1.0]
+    ref.flat[[4, 900]] = [np.inf, np.nan]
+
+    def run():
+        if bound == "seed":
+            return check.compare(got, ref, 1e-3, 1e-2, "x")
+        if bound == "scalar":
+            return check.compare_bounded(got, ref, 2e-3, "x")
+        return check.compare_bounded(got, ref, np.abs(ref) * 1e-2 + 1e-4, "x", worst=4)
+
+    whole = run()
+    monkeypatch.setattr(check, "BLOCK", 97)  # 24 blocks, the last one short
+    blocks = run()
+    assert whole.failures > 3 and not whole.ok
+    # (repr: the worst elements hold NaN, which equals nothing)
+    assert (blocks.ok, blocks.checked, blocks.failures, repr(blocks.worst),
+            blocks.max_abs_error) == (whole.ok, whole.checked, whole.failures, repr(whole.worst),
+                                      whole.max_abs_error)
+    assert str(blocks) == str(whole)
