@@ -102,8 +102,16 @@ def test_the_kernels_load_as_the_lesson_says():
 
 @pytest.mark.gpu
 def test_latency_and_scale_on_the_gpu():
-    levels = inflight.chase()
-    assert 1 < levels.l1_ns < levels.l2_ns < levels.dram_ns < 5000, levels
+    # Other processes' kernels on the same GPU evict the L2 chain (seen under 16 test workers on an
+    # H100: L2 384 ns, DRAM 347 ns; alone 141 and 339): the order is asked of one of three readings
+    readings = []
+    for _ in range(3):
+        levels = inflight.chase()
+        readings.append(levels)
+        if 1 < levels.l1_ns < levels.l2_ns < levels.dram_ns < 5000:
+            break
+    else:
+        pytest.fail(f"no reading in the order L1 < L2 < DRAM: {readings}")
     copy = gpu.copy_bandwidth()
     slow = inflight.time_scale("scale_f32_x1", copy)
     fast = inflight.time_scale("scale_f128_x4", copy, blocks_per_sm=8)
