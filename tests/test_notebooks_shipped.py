@@ -83,9 +83,7 @@ def test_lesson_says_where_its_outputs_were_made(path):
     from rmsnorm_lessons.notebook import RUN_KEY
 
     run = json.loads(path.read_text())["metadata"].get(RUN_KEY)
-    # the course's lessons are run on the project's device machines: sm_90 H200s and H100s
-    assert run and re.fullmatch(r"NVIDIA H(100|200)\b.*", run["device"]), run
-    assert re.fullmatch(r"\d{4}-\d\d-\d\d", run["date"]), run
+    assert run and "H200" in run["device"] and len(run["date"]) == 10, run
 
 
 def test_a_gpu_cell_without_a_gpu_shows_its_saved_output(tmp_path, capsys, monkeypatch):
