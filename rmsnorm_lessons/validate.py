@@ -9,11 +9,15 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from . import devices, ladder
+from . import ladder
+# the checks of a call's sizes and options against a rung live with the rung (ladder.plan uses them
+# too); here they are part of every call's checks
+from .ladder.arguments import MAX_C, MAX_N, block_size, flag, options, shared_memory, size
+
+__all__ = ["MAX_C", "MAX_N", "Shape", "block_size", "check_inputs", "flag", "is_gpuarray",
+           "options", "shared_memory", "size"]
 
 FP32 = np.dtype(np.float32)
-MAX_C = 1 << 30  # kernels index a row's columns with int, stepping by up to 1024 past the last one
-MAX_N = (1 << 31) - 1  # kernels take N as int
 OUTPUTS = ("dinp", "dweight")
 
 
@@ -35,68 +39,6 @@ def _describe(x) -> str:
 def _dtype_name(dt: np.dtype) -> str:
     order = {"<": "little-endian ", ">": "big-endian "}.get(dt.byteorder, "")
     return f"{order}{dt.name}"
-
-
-def block_size(rung_: ladder.Rung, value) -> int:
-    """The block size to launch: the rung's default for None, else an int multiple of 32 in the
-    rung's range."""
-    if value is None:
-        return rung_.block_size
-    if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, np.integer)):
-        raise TypeError("block_size must be an int (threads per block) or None, got "
-                        f"{type(value).__name__} {value!r}")
-    value = int(value)
-    if value % 32 or not 32 <= value <= rung_.max_block:
-        bounds = " (its __launch_bounds__)" if rung_.max_block < 1024 else ""
-        raise ValueError(f"block_size for {rung_.name} must be a multiple of 32 from 32 to "
-                         f"{rung_.max_block}{bounds}, got {value}")
-    return value
-
-
-def size(spec: ladder.Rung, N: int, C: int) -> None:
-    """N and C within what the kernels index, and C by the version's rule (ValueError naming the
-    rule)."""
-    if C < 1:
-        raise ValueError(f"C (the last dim of inp) must be at least 1, got {C}")
-    if C > MAX_C:
-        raise ValueError("C (the last dim of inp) must be at most 2**30 (kernels index columns "
-                         f"with int), got {C}")
-    if C % spec.c_multiple:
-        raise ValueError(f"{spec.name} needs C to be a multiple of {spec.c_multiple} (128-bit "
-                         f"loads of {spec.c_multiple} values), got C={C}")
-    if N > MAX_N:
-        raise ValueError(f"N (rows) must be below 2**31 (kernels take it as int), got {N}")
-
-
-def shared_memory(spec: ladder.Rung, C: int, block: int) -> int:
-    """The dynamic shared memory ``spec`` asks for at width ``C`` in blocks of ``block``; a
-    ValueError where no GPU the course knows (devices.LIMITS, sm_75 to sm_120) gives a block that
-    much, so a C that cannot run anywhere is refused without asking the device. The device's own
-    limit is the launcher's check."""
-    need = spec.shared_memory(C, block)
-    most = max(limits.shared_per_block_optin for limits in devices.LIMITS.values())
-    if need > most:
-        raise ValueError(f"{spec.name} at C={C} needs {need} bytes of dynamic shared memory per "
-                         f"block (block of {block}); no GPU allows a block more than {most} bytes")
-    return need
-
-
-def flag(name: str, value) -> bool:
-    if not isinstance(value, (bool, np.bool_)):
-        raise TypeError(f"{name} must be True or False, got {type(value).__name__} {value!r}")
-    return bool(value)
-
-
-def options(spec: ladder.Rung, block, overwrite, config) -> tuple[int, bool]:
-    """The launch options of one call, checked against the rung: ``(block, overwrite)``. A
-    ``config`` is refused here where the rung takes none; whether it fits a width C the rung itself
-    judges (:meth:`~rmsnorm_lessons.ladder.Rung.check_config`, once C is known)."""
-    block = block_size(spec, block)
-    overwrite = flag("overwrite", overwrite)
-    if overwrite and not spec.overwrite_mode:
-        raise ValueError(f"overwrite=True (dinp = instead of +=) is not offered by {spec.name}")
-    spec.check_config(config)
-    return block, overwrite
 
 
 def check_inputs(version, dout, inp, weight, rstd, dinp=None, dweight=None) -> Shape:

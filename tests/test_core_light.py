@@ -46,4 +46,6 @@ def test_validate_and_occupancy_read_one_table():
     from rmsnorm_lessons import devices, occupancy
 
     assert occupancy.LIMITS is devices.LIMITS and occupancy.limits is devices.limits
-    assert rl.validate.devices is devices
+    from rmsnorm_lessons.ladder import arguments
+
+    assert arguments.devices is devices and rl.validate.shared_memory is arguments.shared_memory

@@ -163,9 +163,13 @@ def test_wide_rows_need_sm_90_and_take_no_config():
                        match=r"C=32768 > 16384 splits each row over a thread-block cluster, "
                              r"which needs sm_90 or newer; NVIDIA A100 is sm_80"):
         plan(64, 32768, device=a100)
-    with pytest.raises(ValueError,
-                       match=r"Config \(K, prefetch, per_sm, staged\) is for rows one block holds"):
+    # refused by the config's own check (the ladder's plan) or by the wide plan (the rung's)
+    with pytest.raises(ValueError, match=r"Config \(K, prefetch, per_sm, staged\) is for rows one "
+                                         r"block holds|wider than one block holds.*K, prefetch"):
         plan(64, 32768, config=Config(K=2))
+    with pytest.raises(ValueError, match=r"Config \(K, prefetch, per_sm, staged\) is for rows one "
+                                         r"block holds"):
+        v7_fast.wide_plan(64, 32768, gpu.H200, config=Config(K=2))
     # the default Config is none
     assert plan(64, 32768, config=Config())[0].kernel == "rmsnorm_backward_v7_wide2"
     # an unknown GPU: every SM holds a block of a cluster

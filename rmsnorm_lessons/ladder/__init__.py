@@ -16,6 +16,7 @@ import importlib
 from typing import Callable
 
 from .. import gpu
+from . import arguments
 from .rung import (BF16, CONFIG_TAKERS, FP32, STANDARD_TENSORS, TENSOR_NAMES, Launch, Plan, Rung,
                    Scratch, Tensor, ceil_div, persistent_grid, standard_args, tensor_args)
 
@@ -165,17 +166,34 @@ def plan(version, N: int, C: int, device=None, *, block_size: int | None = None,
          overwrite: bool = False,
          config=None) -> Plan:
     """The launches of one call at (N, C): on ``device`` (default: the target's facts on this GPU,
-    else on the saved H200 facts); a rung that chooses among paths says which in ``.path``."""
+    else on the saved H200 facts); a rung that chooses among paths says which in ``.path``.
+
+    The arguments are checked as ``run()`` checks them (N and C whole numbers, C by the rung's
+    rule, the mode, the config), except that a block may be any multiple of 32 up to 1024 and the
+    shared memory a launch asks for is data: whether a launch fits the kernel's launch bounds and
+    the device is the launcher's check, so a plan can show a launch that cannot run (lesson 04's
+    explorer and :mod:`rmsnorm_lessons.occupancy` ask "what if")."""
     rung = get(version)
-    launches = rung.plan(int(N), int(C), _device(device), block=int(block_size or rung.block_size),
-                         overwrite=overwrite, config=config)
+    N, C = arguments.whole("N", N), arguments.whole("C", C, 1)
+    block = arguments.block_size(rung, block_size, most=1024)
+    overwrite = arguments.flag("overwrite", overwrite)
+    if overwrite and not rung.overwrite_mode:
+        raise ValueError(f"overwrite=True (dinp = instead of +=) is not offered by {rung.name}")
+    arguments.size(rung, N, C)
+    rung.check_config(config)  # a config where the rung takes none; its plan judges the rest
+    if N == 0:
+        return Plan([], None, "N = 0: no rows, nothing is launched")
+    launches = rung.plan(N, C, _device(device), block=block, overwrite=overwrite, config=config)
     return Plan(launches, getattr(launches, "path", None), getattr(launches, "why", None))
 
 
 def shared_memory(version, C: int, block_size: int | None = None) -> int:
-    """Bytes of dynamic shared memory the version's main kernel asks for at this C."""
+    """Bytes of dynamic shared memory the version's main kernel asks for at this C (its C rule and
+    the block size checked; the need is returned even where no GPU gives a block that much)."""
     rung = get(version)
-    return int(rung.shared_memory(int(C), int(block_size or rung.block_size)))
+    C = arguments.whole("C", C, 1)
+    arguments.size(rung, 1, C)
+    return int(rung.shared_memory(C, arguments.block_size(rung, block_size, most=1024)))
 
 
 def blocks_per_sm(version, C: int, device=None, block_size: int | None = None) -> float:

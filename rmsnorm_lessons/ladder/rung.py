@@ -147,14 +147,38 @@ class Rung:
     config_check: Callable | None = None
 
     def __post_init__(self):
+        where = f"rung {self.name!r}"
+        if isinstance(self.kernels, str) or not all(isinstance(k, str) and k.isidentifier()
+                                                    for k in self.kernels):
+            raise TypeError(f"{where}: kernels must be a tuple of entry-point names (e.g. "
+                            f"kernels=(\"my_kernel\",)), got {self.kernels!r}")
         object.__setattr__(self, "dtype", np.dtype(self.dtype))
         object.__setattr__(self, "kernels", tuple(self.kernels))
         object.__setattr__(self, "defines", dict(self.defines))
         if not self.kernels:
-            raise ValueError(f"rung {self.name!r}: kernels must name at least one entry point")
+            raise ValueError(f"{where}: kernels must name at least one entry point")
         if self.dtype not in (FP32, BF16):
-            raise ValueError(f"rung {self.name!r}: dtype must be float32 or bfloat16, got "
-                             f"{self.dtype}")
+            raise ValueError(f"{where}: dtype must be float32 or bfloat16, got {self.dtype}")
+        for name, least in (("c_multiple", 1), ("max_block", 32), ("block_size", 32)):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
+                raise TypeError(f"{where}: {name} must be an int, got {value!r}")
+            if value < least:
+                raise ValueError(f"{where}: {name} must be at least {least}, got {value}")
+        for name in ("max_block", "block_size"):
+            if getattr(self, name) % 32 or getattr(self, name) > 1024:
+                raise ValueError(f"{where}: {name} must be a multiple of 32 up to 1024 (threads "
+                                 f"per block), got {getattr(self, name)}")
+        if self.block_size > self.max_block:
+            raise ValueError(f"{where}: block_size {self.block_size} is above max_block "
+                             f"{self.max_block} (the kernels' __launch_bounds__)")
+        for name in ("plan", "shared_memory"):
+            if not callable(getattr(self, name)):
+                raise TypeError(f"{where}: {name} must be a function, got "
+                                f"{getattr(self, name)!r}")
+        if self.config_check is not None and not callable(self.config_check):
+            raise TypeError(f"{where}: config_check must be a function or None, got "
+                            f"{self.config_check!r}")
 
     @property
     def lesson(self) -> str | None:
