@@ -14,11 +14,30 @@ import numpy as np
 EPS = 1e-5
 
 
-def _rows(x, name: str, dtype) -> np.ndarray:
+def _real(x, name: str) -> np.ndarray:
+    """``x`` as an array of real numbers (floats or ints, bf16 included), else a TypeError."""
     a = np.asarray(x)
+    if a.dtype.kind not in "fiu" and a.dtype.name != "bfloat16":
+        raise TypeError(f"{name} must hold real numbers (a float or int array), got dtype "
+                        f"{a.dtype}")
+    return a
+
+
+def _rows(x, name: str, dtype) -> np.ndarray:
+    a = _real(x, name)
     if a.ndim not in (2, 3):
         raise ValueError(f"{name} must have 2 dims (N, C) or 3 dims (B, T, C), got shape {a.shape}")
+    if a.shape[-1] < 1:
+        raise ValueError(f"{name} must have at least one channel (C >= 1), got shape {a.shape}")
     return a.astype(dtype, copy=False).reshape(-1, a.shape[-1])
+
+
+def _channels(x, name: str, c: int, dtype) -> np.ndarray:
+    """A per-channel tensor (weight, dweight) of shape (c,), else a ValueError naming it."""
+    a = _real(x, name)
+    if a.shape != (c,):
+        raise ValueError(f"{name} must have shape ({c},) to match inp's C, got {a.shape}")
+    return a.astype(dtype, copy=False)
 
 
 def forward(inp, weight, eps: float = EPS, dtype=np.float64):
@@ -29,12 +48,32 @@ def forward(inp, weight, eps: float = EPS, dtype=np.float64):
     """
     shape = np.shape(inp)
     x = _rows(inp, "inp", dtype)
-    w = np.asarray(weight).astype(dtype, copy=False)
-    if w.shape != (x.shape[1],):
-        raise ValueError(f"weight must have shape ({x.shape[1]},) to match inp's C, got {w.shape}")
+    w = _channels(weight, "weight", x.shape[1], dtype)
     rstd = 1.0 / np.sqrt(np.mean(x * x, axis=1) + dtype(eps))
     out = x * rstd[:, None] * w
     return out.reshape(shape), rstd.reshape(shape[:-1])
+
+
+def _backward_arguments(dout, inp, weight, rstd, dinp, dweight, dtype):
+    """:func:`backward`'s arguments checked (a ValueError or TypeError naming the one that is
+    wrong) and in ``dtype``: inp, dout and dinp as (N, C) rows, weight, rstd per row, dweight; dinp
+    and dweight as zeros where not given."""
+    shape = np.shape(inp)
+    x = _rows(inp, "inp", dtype)
+    g = _rows(dout, "dout", dtype)
+    if g.shape != x.shape:
+        raise ValueError(f"dout must have the shape of inp {shape}, got {np.shape(dout)}")
+    n, c = x.shape
+    w = _channels(weight, "weight", c, dtype)
+    r = _real(rstd, "rstd").astype(dtype, copy=False).reshape(-1)
+    if r.shape != (n,):
+        raise ValueError(f"rstd must hold one value per row ({n}), got shape {np.shape(rstd)}")
+    if dinp is not None and np.shape(dinp) not in (shape, (n, c)):
+        raise ValueError(f"dinp must have the shape of inp {shape}, got {np.shape(dinp)}")
+    base_dinp = np.zeros((n, c), dtype) if dinp is None else _rows(dinp, "dinp", dtype)
+    base_dweight = np.zeros(c, dtype) if dweight is None else _channels(dweight, "dweight", c,
+                                                                        dtype)
+    return x, g, w, r, base_dinp, base_dweight
 
 
 def backward(dout, inp, weight, rstd, dinp=None, dweight=None, dtype=np.float64):
@@ -45,27 +84,14 @@ def backward(dout, inp, weight, rstd, dinp=None, dweight=None, dtype=np.float64)
     to zeros; when given they are not modified: new arrays in ``dtype`` are returned.
     """
     shape = np.shape(inp)
-    x = _rows(inp, "inp", dtype)
-    g = _rows(dout, "dout", dtype)
-    if g.shape != x.shape:
-        raise ValueError(f"dout must have the shape of inp {shape}, got {np.shape(dout)}")
-    n, c = x.shape
-    w = np.asarray(weight).astype(dtype, copy=False)
-    if w.shape != (c,):
-        raise ValueError(f"weight must have shape ({c},), got {w.shape}")
-    r = np.asarray(rstd).astype(dtype, copy=False).reshape(-1)
-    if r.shape != (n,):
-        raise ValueError(f"rstd must hold one value per row ({n}), got shape {np.shape(rstd)}")
+    x, g, w, r, base_dinp, base_dweight = _backward_arguments(dout, inp, weight, rstd, dinp,
+                                                              dweight, dtype)  # (N, C) rows
 
     norm = x * r[:, None]
     dnorm = w * g
     dnorm_norm_mean = np.mean(dnorm * norm, axis=1, keepdims=True)
     grad_inp = r[:, None] * (dnorm - norm * dnorm_norm_mean)
     grad_weight = np.sum(norm * g, axis=0)
-
-    base_dinp = np.zeros((n, c), dtype) if dinp is None else _rows(dinp, "dinp", dtype)
-    base_dweight = (np.zeros(c, dtype) if dweight is None
-                    else np.asarray(dweight).astype(dtype).reshape(c))
     return (base_dinp + grad_inp).reshape(shape), base_dweight + grad_weight
 
 
@@ -74,6 +100,9 @@ def backward_by_rows(dout, inp, weight, rstd, dinp=None, dweight=None, dtype=np.
     of rows (about 1 MiB of ``dtype`` each, whose temporaries stay in cache) on several threads
     (NumPy lets go of the GIL). The same ``dinp``; ``dweight`` is summed block by block, an order
     that may change its last bits. Takes ``(N, C)`` arrays only."""
+    if np.ndim(inp) != 2:
+        raise ValueError(f"inp must have 2 dims (N, C) for backward_by_rows (backward takes "
+                         f"(B, T, C) too), got shape {np.shape(inp)}")
     n, c = np.shape(inp)
     if np.shape(dout) != (n, c):
         raise ValueError(f"dout must have the shape of inp {(n, c)}, got {np.shape(dout)}")
@@ -82,6 +111,7 @@ def backward_by_rows(dout, inp, weight, rstd, dinp=None, dweight=None, dtype=np.
     rstd = np.asarray(rstd).reshape(-1)
     if rstd.shape != (n,):
         raise ValueError(f"rstd must hold one value per row ({n}), got shape {np.shape(rstd)}")
+    base = np.zeros(c, dtype) if dweight is None else _channels(dweight, "dweight", c, dtype)
     step = max(1, (1 << 20) // (np.dtype(dtype).itemsize * max(c, 1)))
     grad_inp = np.empty((n, c), dtype)
 
@@ -97,7 +127,6 @@ def backward_by_rows(dout, inp, weight, rstd, dinp=None, dweight=None, dtype=np.
     else:
         with ThreadPoolExecutor(max_workers=_threads()) as pool:
             partials = list(pool.map(block, starts))
-    base = np.zeros(c, dtype) if dweight is None else np.asarray(dweight).astype(dtype).reshape(c)
     return grad_inp, base + np.sum(partials, axis=0)
 
 
@@ -155,8 +184,15 @@ def random_problem(N: int, C: int, dtype=np.float32, seed=None, accumulate: bool
     """
     from .bf16 import bfloat16
 
-    rng = np.random.default_rng(seed)
+    for name, value, least in (("N", N, 0), ("C", C, 1)):
+        if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
+            raise TypeError(f"{name} must be an int, got {type(value).__name__} {value!r}")
+        if value < least:
+            raise ValueError(f"{name} must be at least {least}, got {value}")
     dtype = np.dtype(dtype)
+    if dtype not in (np.dtype(np.float32), bfloat16):
+        raise ValueError(f"dtype must be float32 or bfloat16 (the ladder's), got {dtype}")
+    rng = np.random.default_rng(seed)
 
     def uniform(*shape):
         # by blocks of rows, the same numbers as one draw (each is one draw of the stream), with
@@ -180,6 +216,5 @@ def random_problem(N: int, C: int, dtype=np.float32, seed=None, accumulate: bool
         dinp, dweight = uniform(N, C), uniform(C)
     else:
         dinp, dweight = np.zeros((N, C), dtype), np.zeros(C, dtype)
-    assert dtype in (np.dtype(np.float32), bfloat16), dtype
     return dict(dout=dout, inp=inp, weight=weight, rstd=rstd.astype(np.float32), dinp=dinp,
                 dweight=dweight)

@@ -185,3 +185,33 @@ def test_backward_by_rows_refuses_mismatched_shapes():
         reference.backward_by_rows(p["dout"], p["inp"], p["weight"], p["rstd"][:3])
     with pytest.raises(ValueError, match="dinp must have the shape of inp"):
         reference.backward_by_rows(p["dout"], p["inp"], p["weight"], p["rstd"], p["dinp"][:, :4])
+
+
+@pytest.mark.parametrize("call,error,match", [
+    (lambda p: reference.backward(*_four(p), dinp=np.ones((1, 8))), ValueError,
+     r"dinp must have the shape of inp \(4, 8\), got \(1, 8\)"),
+    (lambda p: reference.backward(*_four(p), dinp=np.ones((4, 1))), ValueError, r"dinp must"),
+    (lambda p: reference.backward(*_four(p), dweight=np.ones(3)), ValueError,
+     r"dweight must have shape \(8,\)"),
+    (lambda p: reference.backward(p["dout"] + 0j, *_four(p)[1:]), TypeError,
+     r"dout must hold real numbers"),
+    (lambda p: reference.backward(np.zeros((4, 0)), np.zeros((4, 0)), np.zeros(0), p["rstd"]),
+     ValueError, r"at least one channel"),
+    (lambda p: reference.backward_by_rows(p["dout"][None], p["inp"][None], p["weight"],
+                                          p["rstd"]), ValueError, r"inp must have 2 dims"),
+    (lambda p: reference.backward_by_rows(*_four(p), dweight=np.ones(3)), ValueError,
+     r"dweight must have shape \(8,\)"),
+    (lambda p: reference.forward(p["inp"], np.ones(3)), ValueError, r"weight must have shape"),
+    (lambda p: reference.random_problem(4, 0), ValueError, r"C must be at least 1"),
+    (lambda p: reference.random_problem(4.0, 8), TypeError, r"N must be an int"),
+    (lambda p: reference.random_problem(4, 8, dtype=np.float64), ValueError,
+     r"dtype must be float32 or bfloat16"),
+])
+def test_the_reference_names_a_bad_argument(call, error, match):
+    p = reference.random_problem(4, 8, seed=1)
+    with pytest.raises(error, match=match):
+        call(p)
+
+
+def _four(p):
+    return [p[k] for k in ("dout", "inp", "weight", "rstd")]
