@@ -46,6 +46,14 @@ def _info(args) -> int:
             print(f"copy       {gpu.copy_bandwidth():.0f} GB/s device-to-device (read + write)")
     else:
         print(f"GPU        none usable: {reason}")
+        if args.bandwidth:
+            print("copy       not measured: it needs a GPU")
+    try:
+        target = build.target_arch()
+        print(f"target     {target} (${build.ARCH_ENV}): PTX the driver compiles" if target else
+              f"target     the GPU's own architecture (${build.ARCH_ENV} unset)")
+    except ValueError as exc:
+        print(f"target     INVALID: {exc}")
     sources = (build.kernel_dir() / "common.cuh").is_file()  # the .cu files (shipped in the wheel)
     if not sources:
         print(f"kernels    MISSING: no kernel sources in {build.kernel_dir()}")
@@ -84,6 +92,9 @@ def _shapes(text: str):
         n, c = int(m.group(1)), int(m.group(2))
         if n < 1 or c < 1:
             raise argparse.ArgumentTypeError(f"{item.strip()!r}: N and C must be at least 1")
+        if n > validate.MAX_N or c > validate.MAX_C:
+            raise argparse.ArgumentTypeError(f"{item.strip()!r}: N must be below 2**31 and C at "
+                                             "most 2**30 (the kernels index them with int)")
         shapes.append((n, c))
     return shapes
 
@@ -103,6 +114,9 @@ def _arch(text: str) -> str:
     if not re.fullmatch(r"sm_\d{2,3}a?", text):
         raise argparse.ArgumentTypeError(f"{text!r} is not a GPU architecture such as sm_90 or "
                                          f"sm_80")
+    if text.endswith("a") and int(text[3:-1]) < 90:
+        raise argparse.ArgumentTypeError(f"{text!r}: the architecture-specific targets (a) start "
+                                         "at sm_90 (sm_90a, sm_100a, ...)")
     nvcc = build.find_nvcc()
     if nvcc:
         try:
@@ -158,6 +172,12 @@ def _check(args) -> int:
         for N, C in shapes:
             if C % spec.c_multiple:
                 continue
+            if not args.versions:  # a sweep: skip what this version cannot take, saying why
+                try:
+                    bench.runnable(v, N, C)
+                except ValueError as exc:
+                    print(f"skip {v:<15} N={N:<6} C={C:<6} {exc}")
+                    continue
             report = check.check_version(v, N, C, seed=N * 31 + C)
             print(f"{'ok  ' if report.ok else 'FAIL'} {v:<15} N={N:<6} C={C:<6} dinp rel "
                   f"{report.dinp.rel_l2_error:.2e} max {report.dinp.max_abs_error:.2e} | dweight "
@@ -182,12 +202,15 @@ def _inspect_width_error(name: str, arch: str, C: int) -> str | None:
         spec = ladder.get(name)
     except (ValueError, TypeError):
         return None
+    limits = occupancy.LIMITS.get(arch)
     try:
         validate.size(spec, 1, C)
         need = validate.shared_memory(spec, C, spec.block_size)
+        if limits is not None:  # the launch an arch GPU would get (v7 picks its path by arch)
+            need = max(launch.shared for launch in ladder.plan(
+                spec, 1 << 20, C, occupancy.device_like(arch)))
     except ValueError as exc:
         return str(exc)
-    limits = occupancy.LIMITS.get(arch)
     if limits is not None and need > limits.shared_per_block_optin:
         return (f"{spec.name} at C={C} needs {need} bytes of dynamic shared memory per block; "
                 f"{arch} gives a block at most {limits.shared_per_block_optin}")
@@ -247,8 +270,14 @@ def _student(args) -> int:
     from . import lessons, student  # lazy: only this subcommand needs them
 
     sources = args.notebooks or [lessons.notebook_dir()]
-    written, kept = student.write_edition(sources, args.out, instructor=args.instructor,
-                                          overwrite=args.overwrite)
+    out = Path(args.out)
+    if out.exists() and not out.is_dir():
+        raise ValueError(f"OUT {args.out} is a file, not a folder to write the notebooks into")
+    try:
+        written, kept = student.write_edition(sources, out, instructor=args.instructor,
+                                              overwrite=args.overwrite)
+    except OSError as exc:  # a folder that cannot be made or written
+        raise ValueError(f"cannot write the edition to {args.out}: {exc.strerror or exc}") from exc
     edition = "instructor" if args.instructor else "student"
     how = ("as they are (solutions in)" if args.instructor else
            "solutions replaced by their skeletons, the outputs of solution and check cells cleared")
@@ -338,7 +367,7 @@ def main(argv=None) -> int:
                        description="Write the student edition of the lessons into OUT. A lesson "
                                    "already in OUT is kept (a learner's work), unless --overwrite.")
     p.add_argument("out", help="folder to write the notebooks into")
-    p.add_argument("notebooks", nargs="*",
+    p.add_argument("notebooks", nargs="*", default=[],
                    help="notebooks, or folders of lessons (default: the course's lessons)")
     p.add_argument("--instructor", action="store_true",
                    help="copy the instructor edition as it is (solutions in) instead")
@@ -354,7 +383,7 @@ def main(argv=None) -> int:
                     "NOT YET or NOT VERIFIED, a table per learner and, for a room, a summary. A "
                     "line per finished notebook goes to stderr. Exit 1 when a notebook could not "
                     "be run or a learner was refused.")
-    p.add_argument("notebooks", nargs="*",
+    p.add_argument("notebooks", nargs="*", default=[],
                    help="notebooks, or folders (a folder: the lesson notebooks in it); "
                         "default: the course's")
     p.add_argument("--room", metavar="DIR",

@@ -174,7 +174,7 @@ def from_resources(registers: int, static_smem: int, block_size: int, dynamic_sm
 _LARGE_N = 1 << 24
 
 
-def _device_like(arch: str):
+def device_like(arch: str):
     """This GPU's facts (else the saved H200's) as an ``arch`` GPU has them
     (:func:`rmsnorm_lessons.devices.target_facts`), so that a plan which sizes itself to the device
     (v7_fast's staged rows) is the one that GPU would get."""
@@ -225,7 +225,7 @@ def occupancy(version, C: int, arch: str = DEFAULT_ARCH, block_size: int | None 
     if". ``kernel`` picks another kernel of the version (its main kernel, the first, by default).
     """
     rung = ladder.get(version)
-    kernel, block, dynamic = launch_shape(rung, C, block_size, kernel, device=_device_like(arch))
+    kernel, block, dynamic = launch_shape(rung, C, block_size, kernel, device=device_like(arch))
     res = build.resources(rung, arch)[kernel]
     bound = sass.max_threads_per_block(rung, kernel, arch)
     return from_resources(registers if registers is not None else res.registers, res.shared_bytes,
@@ -330,7 +330,7 @@ def report(name, arch: str = DEFAULT_ARCH, C: int | None = 4096,
     if C is None or not isinstance(target, ladder.Rung):
         return lines[0]
     try:
-        kernel, block, dynamic = launch_shape(target, C, block_size, device=_device_like(arch))
+        kernel, block, dynamic = launch_shape(target, C, block_size, device=device_like(arch))
     except ValueError as exc:  # a C or block the version cannot launch
         return "\n".join(lines + [f"launch at C={C}: {exc}"])
     lines.append(f"dynamic shared memory at C={C}: {dynamic} B (block of {block} threads)")

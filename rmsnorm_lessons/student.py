@@ -241,12 +241,24 @@ def _sources(sources) -> list[Path]:
     return paths
 
 
+def _read_notebook(path: Path) -> dict:
+    """The notebook at ``path``, or a ValueError naming the file when it is not one."""
+    try:
+        nb = json.loads(path.read_text(encoding="utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise ValueError(f"{path} is not a notebook (not JSON: {exc})") from None
+    if not isinstance(nb, dict) or not isinstance(nb.get("cells"), list):
+        raise ValueError(f"{path} is not a notebook (JSON without a list of cells)")
+    return nb
+
+
 def write_edition(sources, out_dir, instructor: bool = False, overwrite: bool = False):
     """Write the student edition (or, ``instructor=True``, a copy of the instructor edition) of
     ``sources`` (notebook files, or folders of lessons) into ``out_dir``. A notebook already there
     is kept, a learner's work, unless ``overwrite``. Returns (the paths written, the paths kept)."""
     out = Path(out_dir)
     paths = _sources(sources)
+    notebooks = {path: _read_notebook(path) for path in paths}  # every source read before writing
     out.mkdir(parents=True, exist_ok=True)
     written, kept = [], []
     for path in paths:
@@ -260,7 +272,7 @@ def write_edition(sources, out_dir, instructor: bool = False, overwrite: bool = 
             partial.write_bytes(path.read_bytes())
         else:
             with open(partial, "w") as f:
-                nb = student_notebook(json.loads(path.read_text()))
+                nb = student_notebook(notebooks[path])
                 json.dump(nb, f, indent=1, ensure_ascii=False)
                 f.write("\n")
         partial.replace(target)

@@ -32,6 +32,18 @@ def test_info_says_what_works_here():
         assert "GPU        none usable:" in out
         assert "not here:   launching kernels" in out
     assert "Traceback" not in p.stderr
+    assert "target     " in out
+    if not gpu.available():
+        p = _cli("info", "--bandwidth")
+        assert "copy       not measured: it needs a GPU" in p.stdout
+
+
+def test_info_names_the_build_target_and_a_bad_one(monkeypatch):
+    monkeypatch.setenv("RMSNORM_ARCH", "garbage")
+    out = _cli("info").stdout
+    assert "target     INVALID: RMSNORM_ARCH must be a virtual architecture" in out
+    monkeypatch.setenv("RMSNORM_ARCH", "compute_75")
+    assert "target     compute_75 ($RMSNORM_ARCH): PTX the driver compiles" in _cli("info").stdout
 
 
 def test_inspect_prints_resources_without_a_gpu():
@@ -103,6 +115,13 @@ def _one_line_usage_error(p, *words):
     (["check", "v9_missing"], ["v9_missing", "v1_naive"]),
     (["bench", "v9_missing", "--shapes", "8x8"], ["v9_missing", "v7_fast"]),
     (["frobnicate"], ["frobnicate", "info"]),
+    (["check", "--shapes", "3000000000x8"], ["--shapes", "'3000000000x8'", "below 2**31"]),
+    (["bench", "--shapes", "8x2000000000"], ["--shapes", "C at most 2**30"]),
+    (["inspect", "v6_last_block", "--arch", "sm_75a"], ["--arch", "'sm_75a'", "start at sm_90"]),
+    (["inspect", "v7_fast", "--arch", "sm_80", "--C", "32768"],
+     ["--C 32768", "cluster", "needs sm_90 or newer"]),
+    (["inspect", "v7_fast", "--arch", "sm_75", "--C", "16384"],
+     ["--C 16384", "65536 B a block may have on sm_75", "C <= 16128"]),
 ])
 def test_bad_arguments_are_one_line_exit_2(args, words):
     _one_line_usage_error(_cli(*args), *words)
@@ -198,3 +217,37 @@ def test_shapes_a_named_version_cannot_run_are_refused_first(command):
     assert p.returncode == cli.EXIT_USAGE, (p.returncode, p.stderr)
     assert "v6_last_block at 8x1000000" in p.stderr, p.stderr
     assert "no GPU allows a block more than" in p.stderr
+
+
+def test_student_says_what_is_wrong_with_its_folder_or_its_notebooks(tmp_path):
+    a_file = tmp_path / "a_file"
+    a_file.write_text("x")
+    _one_line_usage_error(_cli("student", str(a_file)), str(a_file), "is a file, not a folder")
+    _one_line_usage_error(_cli("student", str(tmp_path / "out"), str(ROOT / "README.md")),
+                          "README.md is not a notebook")
+    assert not (tmp_path / "out").exists()  # nothing written before the sources were read
+    _one_line_usage_error(_cli("student"), "required: out")
+
+
+def test_a_sweep_skips_what_a_version_cannot_take(monkeypatch, capsys):
+    """``check`` with no version named runs every version at every shape it can take and says which
+    it skipped and why (here without a GPU: the check itself is stood in for)."""
+    from rmsnorm_lessons import bench, check
+
+    checked = []
+    monkeypatch.setattr(cli.gpu, "require", lambda: None)
+
+    def runnable(version, N, C):
+        if version == "v3_smem":
+            raise ValueError("v3_smem at C=20000 needs more shared memory than this GPU has")
+    monkeypatch.setattr(bench, "runnable", runnable)
+
+    def fake_check(version, N, C, seed=0):
+        checked.append(version)
+        ok = type("Cmp", (), {"rel_l2_error": 0.0, "max_abs_error": 0.0})()
+        return type("Report", (), {"ok": True, "dinp": ok, "dweight": ok})()
+    monkeypatch.setattr(check, "check_version", fake_check)
+    assert cli.main(["check", "--shapes", "8x20000"]) == 0
+    out = capsys.readouterr().out
+    assert "skip v3_smem" in out and "needs more shared memory" in out
+    assert "v3_smem" not in checked and "v7_fast" in checked and "0 failed" in out

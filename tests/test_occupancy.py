@@ -54,7 +54,7 @@ def test_occupancy_of_versions(arch):
         C = 4096
         o = occupancy.occupancy(v, C, arch)
         # the launch the occupancy is of
-        first = ladder.plan(v, 1 << 20, C, occupancy._device_like(arch))[0]
+        first = ladder.plan(v, 1 << 20, C, occupancy.device_like(arch))[0]
         res = build.resources(v, arch)[first.kernel]
         assert first.kernel in spec.kernels
         assert o.registers == res.registers and o.static_smem == res.shared_bytes
