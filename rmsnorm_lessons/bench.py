@@ -187,6 +187,38 @@ def runnable(version, N: int, C: int) -> None:
     launch.launcher(spec, C)  # compiles it and checks every launch's shared memory on this device
 
 
+#: the share of copy from which what is left of a kernel after an ablation reads as memory-bound:
+#: the line Nsight Compute draws at 60 % of DRAM's peak (nsight.MEMORY_BOUND_PCT), here against the
+#: measured copy, which is below the peak, so a little stricter
+MEMORY_BOUND_OF_COPY = 0.6
+
+
+def ablation(version, remove: str, N: int, C: int, copy_gbps: float, repeats: int = 20) -> Timing:
+    """Time ``version`` with one statement of its kernel removed (``remove``, which must stand in
+    its source exactly once): what the rest costs. Its results are wrong by construction, so it is
+    timed unchecked and never registered: a measurement, not a kernel."""
+    spec = ladder.get(version)
+    text = spec.source or build.kernel_source(spec.stem)
+    if not isinstance(remove, str) or text.count(remove) != 1:
+        raise ValueError(f"remove must be a statement found exactly once in {spec.name}'s kernel, "
+                         f"got {remove!r} ({text.count(remove) if isinstance(remove, str) else 0} "
+                         "times)")
+    rest = ladder.rung_from_source(name=f"{spec.name}_ablated", like=spec,
+                                   source=text.replace(remove, "/* removed for the ablation */"),
+                                   register_it=False)
+    return bench_version(rest, N, C, copy_gbps, repeats=repeats,
+                         name=f"{spec.name} without {remove.strip()}")
+
+
+def bound_after_ablation(whole: Timing, rest: Timing, removed: str) -> str:
+    """What bounds a kernel, read from an ablation: ``removed`` (a :data:`predict.BOUNDS` word,
+    e.g. ``"atomics"``) where taking it out saves at least half the time; else ``"memory"`` where
+    what is left moves at least :data:`MEMORY_BOUND_OF_COPY` of copy, else ``"latency"``."""
+    if rest.ms <= 0.5 * whole.ms:
+        return removed
+    return "memory" if rest.fraction_of_copy >= MEMORY_BOUND_OF_COPY else "latency"
+
+
 STREAM_NAME = "stream ceiling"
 
 

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # A lent GPU's session in calls of under ten minutes each, one step a call, its logs under $OUT:
 #     OUT=out bash tools/gpu-session.sh STEP        # from the repository root, on the GPU machine
-# lessons   re-execute LESSONS (default: the lessons with cells in tests/gpu_cells_pending.txt),
+# lessons   re-execute LESSONS (notebooks or lesson numbers; default: the lessons with cells in
+#           tests/gpu_cells_pending.txt),
 #           tag them, and pack them as $OUT/notebooks.tgz (about 480 s for 02-10 and 13 on an H100);
 #           unpack it in the checkout (tar xzf .../notebooks.tgz) before the next call
 # suite     the suite against the saved outputs, strict nbval, without the student editions and the
@@ -23,6 +24,10 @@ pending_lessons() {
 case "$STEP" in
     lessons)
         LESSONS=${LESSONS:-$(pending_lessons | tr '\n' ' ')}
+        # lesson numbers (LESSONS="00 02 03") stand for their notebooks
+        LESSONS=$(for l in $LESSONS; do
+            if [[ $l =~ ^[0-9][0-9]$ ]]; then ls notebooks/"$l"_*.ipynb; else echo "$l"; fi
+        done | tr '\n' ' ')
         if [ -z "${LESSONS// /}" ]; then echo "no lesson to re-execute"; exit 0; fi
         # shellcheck disable=SC2086  # LESSONS is a word list
         timeout "${LIMIT:-570}" python3 -m rmsnorm_lessons.execute $LESSONS 2>&1 \
