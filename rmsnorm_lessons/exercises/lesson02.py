@@ -9,7 +9,12 @@ from __future__ import annotations
 from ..access import warp_sectors
 from . import Verdict, choice_verdict, failed, passed, read_numbers
 
-ANSWER = "of {name} with your answer (a number, or an expression in N and C)"
+ANSWER = "of {name} with your answer (a number or an expression)"
+#: the seed's shape, which the lesson's first cells bind to N and C: an answer computed from them
+#: instead of the exercise's own shape is named as such
+SEED_N, SEED_C = 8192, 1024
+STALE = ("{name} = {value} uses the seed's shape (N = 8192, C = 1024 from the top of the lesson); "
+         "this question is about {shape}")
 
 
 def _problem(value, want, known, otherwise: str) -> str | None:
@@ -30,6 +35,12 @@ def check_atomics(N: int, C: int, total, per_address) -> Verdict:
         return verdict
     total, per_address = answers
     N, C = int(N), int(C)
+    shape = f"{N} rows of {C} channels"
+    if (N, C) != (SEED_N, SEED_C):
+        for name, value, seed in (("total", total, SEED_N * SEED_C),
+                                  ("per_address", per_address, SEED_N)):
+            if value == seed:
+                return failed(STALE.format(name=name, value=value, shape=shape))
     problems = [
         _problem(total, N * C, (
             (N, f"total = {total} is one atomic per row, but each row adds to every one of its C "
@@ -115,6 +126,8 @@ def check_idle_sms(N: int, block_size: int, sms: int, idle) -> Verdict:
     (got,) = answers
     blocks = -(-int(N) // int(block_size))
     want = max(0, int(sms) - blocks)
+    if int(N) != SEED_N and got != want and got == max(0, int(sms) - -(-SEED_N // int(block_size))):
+        return failed(STALE.format(name="idle", value=got, shape=f"N = {N} rows"))
     if got == want:
         return passed(f"{want} of {sms} SMs idle: {blocks} blocks, one SM each at most at the "
                       f"start; more threads per row (lesson 03) gives the GPU more blocks")

@@ -72,6 +72,8 @@ def check_half_ulp(answer, lo: float = 32.0) -> Verdict:
     if verdict is not None:
         return verdict
     want = _half_spacing(lo)
+    if abs(value - want) <= 1e-3 * want:  # 0.000244 for 2**-12 is the same answer
+        value = want
     if value == want:
         return passed(f"bf16 numbers in [{lo:g}, {2 * lo:g}) are {2 * want:g} apart, so rounding "
                       f"moves a value by at most {want:g}")
@@ -118,8 +120,9 @@ def check_error_growth(answer) -> Verdict:
         return verdict
     if abs(value - 10) < 0.5:
         return passed("errors random in sign add like a random walk: the sum grows as the square "
-                      "root of the number of terms, sqrt(100) = 10; rl.check.tolerances scales "
-                      "dweight's tol with N for this reason")
+                      "root of the number of terms, sqrt(100) = 10. (rl.check.tolerances lets "
+                      "dweight's tol grow faster, as N**1.5: the fp32 additions' own rounding can "
+                      "lean one way; its docstring has the bound)")
     if abs(value - 100) < 1:
         return failed("100 is how a sum of errors all of one sign grows; here each row's rounding "
                       "error is as likely positive as negative, so many of them cancel")
