@@ -143,7 +143,12 @@ class Report:
         kinds = self.kinds()
         shown = "; ".join(f"{first} (x{k})" if k > 1 else first for first, k in kinds[:3])
         more = f"; and {len(kinds) - 3} other kinds" if len(kinds) > 3 else ""
-        return f"{self.tool} reports {n} error(s) on {self.what}: {shown}{more}"
+        # the tool's summary and the findings it prints need not agree (it may print one per
+        # thread and count fewer): say both rather than one number that the list contradicts
+        listed = sum(k for _, k in kinds)
+        count = (f"{n} error(s)" if listed in (0, n) else
+                 f"{n} error(s) in its summary, {listed} finding(s) in its report,")
+        return f"{self.tool} reports {count} on {self.what}: {shown}{more}"
 
     def key_lines(self, entries: int = 2, width: int = 150) -> str:
         """The first ``entries`` findings as the tool printed them (long lines cut at ``width``)."""

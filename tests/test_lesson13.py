@@ -113,7 +113,9 @@ def test_entries_keep_the_findings_and_drop_the_backtraces():
     assert not any("Host Frame" in ln or "backtrace" in ln for e in found for ln in e)
     report = sanitizer.Report("memcheck", "bug_tail_v2 at N=129, C=776", 86, MEMCHECK)
     assert report.errors == 3
-    assert report.sentence() == ("memcheck reports 3 error(s) on bug_tail_v2 at N=129, C=776: "
+    # the summary says 3, the report lists 2: the sentence says both
+    assert report.sentence() == ("memcheck reports 3 error(s) in its summary, 2 finding(s) in its "
+                                 "report, on bug_tail_v2 at N=129, C=776: "
                                  "Invalid __global__ read of size 4 bytes (x2)")
     assert "bug_tail_v2.cu:27" in report.key_lines() and "out of bounds" in str(report)
 
@@ -282,3 +284,20 @@ def test_profile_on_the_gpu():
     assert p.dram_pct is not None and 0 < p.dram_pct <= 100
     assert p.occupancy_pct is not None and 0 < p.occupancy_pct <= 100
     assert p.top_stalls()
+
+
+def test_the_line_numbers_lesson_13_reads_from_racecheck_are_common_cuh_s():
+    """The prose names the lines of kernels/common.cuh the racecheck report points at: the
+    accesses in store128 and load128, which move if the header changes."""
+    import json
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parent.parent
+    lines = (root / "kernels" / "common.cuh").read_text().splitlines()
+    store = 1 + next(i for i, ln in enumerate(lines)
+                     if "reinterpret_cast<Packed128<T>*>(target) = value" in ln)
+    load = 1 + next(i for i, ln in enumerate(lines)
+                    if "return *reinterpret_cast<const Packed128<T>*>(address)" in ln)
+    nb = json.loads((root / "notebooks" / "13_finding_bugs.ipynb").read_text())
+    prose = "".join("".join(c["source"]) for c in nb["cells"] if c["cell_type"] == "markdown")
+    assert f"`store128` at line {store}," in prose and f"`load128` at line {load}," in prose
