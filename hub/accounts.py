@@ -12,7 +12,12 @@ In the hub's state folder (mode 0700, root's):
 * ``password-sheet.txt``: the learners' names and passwords in plain text, the sheet the instructor
   prints and hands out (mode 0600; the hub does not need it, and it may be deleted once handed out);
 * ``created-accounts.json``: ``{name: {"uid": ..., "home": ...}}``, every Unix account the hub
-  created, and so the only accounts ``--remove-accounts`` deletes.
+  created, and so the only accounts ``--remove-accounts`` deletes;
+* ``known-names.json``: every name that has been in a room of this state, so that a name dropped
+  from the room is known as a former one (the hub blocks it: its sessions and admin rights end).
+
+The hashes follow the room: a name dropped from it loses its password (added back later, it gets a
+new one), and the instructor's is the current instructor's alone.
 
 Nobody chooses a password at the door: a name without a hash cannot log in, so nobody can claim an
 account by being the first to type its name.
@@ -24,6 +29,7 @@ import hmac
 import json
 import os
 import pwd
+import re
 import secrets
 import subprocess
 from pathlib import Path
@@ -31,6 +37,12 @@ from pathlib import Path
 PASSWORDS = "passwords.json"
 SHEET = "password-sheet.txt"
 CREATED = "created-accounts.json"
+KNOWN = "known-names.json"
+#: a name the room can use: a portable Unix user name in lower case, which is what JupyterHub makes
+#: of every login name (two names differing only in case would be one account)
+NAME = re.compile(r"[a-z_][a-z0-9_-]{0,31}")
+#: what the sheet shows for a password handed out at an earlier start (only its hash is kept)
+KEPT = "(as handed out before; --reset-password NAME gives a new one)"
 #: letters and digits nobody misreads on a printed sheet (no 0/o, 1/l/i)
 ALPHABET = "abcdefghjkmnpqrstuvwxyz23456789"
 MIN_PASSWORD = 8
@@ -92,26 +104,48 @@ def check_login(state, name: str, password: str) -> bool:
     return verify_password(password, load_hashes(state).get(name))
 
 
-def prepare_passwords(state, learners, instructor: str, instructor_password: str | None = None):
-    """Give every learner without a password a generated one, and the instructor theirs.
-
-    ``instructor_password``: set it (at least :data:`MIN_PASSWORD` characters); None keeps the one
-    the state holds, or generates one where there is none. Returns ``(sheet,
-    new_instructor_password)``: the learners' sheet as text (also written to ``password-sheet.txt``,
-    mode 0600) and the instructor's password where it was generated now (to print once), else None.
-    """
-    state = Path(state)
+def check_names(learners, instructor: str) -> None:
+    """A ValueError naming every name the room cannot use: not a lower-case Unix user name
+    (:data:`NAME`), given twice, or the instructor's among the learners'."""
+    bad = [n for n in [*learners, instructor] if not isinstance(n, str) or not NAME.fullmatch(n)]
+    if bad:
+        raise ValueError(f"names must be lower-case Unix user names (a letter or _, then letters, "
+                         f"digits, _ or -, at most 32): {', '.join(map(repr, bad))}")
+    twice = sorted({n for n in learners if list(learners).count(n) > 1})
+    if twice:
+        raise ValueError(f"names given twice: {', '.join(twice)}")
     if instructor in learners:
         raise ValueError(f"the instructor {instructor!r} is also in the list of learners")
+
+
+def prepare_passwords(state, learners, instructor: str, instructor_password: str | None = None,
+                      reset=()):
+    """Give every learner without a password a generated one (and each of ``reset`` a new one), and
+    the instructor theirs; the password of a name no longer in the room is dropped.
+
+    ``instructor_password``: set it (at least :data:`MIN_PASSWORD` characters); None keeps the one
+    the state holds for this instructor, or generates one where there is none. Returns ``(sheet,
+    new_instructor_password)``: the learners' sheet as text (also written to ``password-sheet.txt``,
+    mode 0600; a password handed out at an earlier start whose sheet is gone reads :data:`KEPT`)
+    and the instructor's password where it was generated now (to print once), else None.
+    """
+    state = Path(state)
+    check_names(learners, instructor)
+    unknown = sorted(set(reset) - set(learners))
+    if unknown:
+        raise ValueError(f"--reset-password names someone not in the room: {', '.join(unknown)}")
     if instructor_password is not None and len(instructor_password) < MIN_PASSWORD:
         raise ValueError(f"the instructor's password must have at least {MIN_PASSWORD} characters")
-    hashes = load_hashes(state)
+    room = {*learners, instructor}
+    hashes = {n: h for n, h in load_hashes(state).items() if n in room}
+    record_known(state, room)
     sheet_path = state / SHEET
-    plain = _read_sheet(sheet_path)
+    plain = {n: p for n, p in _read_sheet(sheet_path).items() if n in hashes and p != KEPT}
     for name in learners:
-        if name not in hashes or name not in plain:
+        if name not in hashes or name in reset:
             plain[name] = generate_password()
             hashes[name] = hash_password(plain[name])
+        plain.setdefault(name, KEPT)
     generated = None
     if instructor_password is not None:
         hashes[instructor] = hash_password(instructor_password)
@@ -149,6 +183,19 @@ def _read_sheet(path: Path) -> dict:
 
 def read_sheet(state) -> dict:
     return _read_sheet(Path(state) / SHEET)
+
+
+def record_known(state, names) -> None:
+    """Add ``names`` to the names this state has had in a room (:data:`KNOWN`)."""
+    known = set(_read_json(Path(state) / KNOWN).get("names", []))
+    if not set(names) <= known:
+        _write_private(Path(state) / KNOWN,
+                       json.dumps({"names": sorted(known | set(names))}, indent=1) + "\n")
+
+
+def former_names(state, room) -> list[str]:
+    """The names that were in a room of this state and are not in ``room`` now."""
+    return sorted(set(_read_json(Path(state) / KNOWN).get("names", [])) - set(room))
 
 
 def user_exists(name: str) -> bool:
@@ -210,4 +257,13 @@ def remove_accounts(state, names, log=print) -> list[str]:
         log(f"hub: removed the account {name} and its home")
     if state.is_dir():
         _write_private(state / CREATED, json.dumps(created, indent=1) + "\n")
+        # a removed account's password goes with it
+        gone = set(names) - set(refused)
+        hashes = load_hashes(state)
+        if gone & set(hashes):
+            _write_private(state / PASSWORDS, json.dumps(
+                {n: h for n, h in hashes.items() if n not in gone}, indent=1) + "\n")
+        sheet = {n: p for n, p in read_sheet(state).items() if n not in gone}
+        if (state / SHEET).exists():
+            _write_private(state / SHEET, render_sheet(sheet))
     return refused

@@ -27,7 +27,7 @@ command line; the defaults below are for running this file by hand.
 import os
 import pwd
 import resource
-import shutil
+import subprocess
 import sys
 from pathlib import Path
 
@@ -48,9 +48,14 @@ def _env(name, default):
 
 STATE = Path(_env("STATE", ROOT / "build" / "hub" / "state")).resolve()
 LEARNER_ENV = Path(_env("ENV", ROOT / "build" / "hub" / "env")).resolve()
-STUDENT = Path(_env("STUDENT", STATE / "student")).resolve()
+STUDENT = Path(_env("STUDENT", ROOT / "build" / "hub" / "student")).resolve()
 LEARNERS = [n.strip() for n in _env("LEARNERS", "learner01,learner02").split(",") if n.strip()]
 INSTRUCTOR = _env("INSTRUCTOR", "instructor").strip()
+accounts.check_names(LEARNERS, INSTRUCTOR)
+ROOM = {*LEARNERS, INSTRUCTOR}
+# names that were in an earlier room of this state: blocked, so their sessions, tokens and admin
+# rights end (JupyterHub revokes a blocked user's admin flag and roles at start-up)
+FORMER = sorted({n.strip() for n in _env("FORMER", "").split(",") if n.strip()} - ROOM)
 SEED_DIR = "rmsnorm-lessons"  # the folder in each learner's home
 CULL_TIMEOUT = int(_env("CULL_TIMEOUT", "3600"))
 MEM_LIMIT = _env("MEM_LIMIT", "8G")
@@ -86,11 +91,18 @@ class RoomAuthenticator(LocalAuthenticator):
     removed)."""
 
     async def authenticate(self, handler, data):
-        name = (data or {}).get("username", "")
-        if accounts.check_login(STATE, name, (data or {}).get("password", "")):
-            return name
-        self.log.warning("refused a login as %r: wrong password or no account", name)
+        name = str((data or {}).get("username", "")).strip().lower()  # accounts are lower case
+        if name in ROOM and accounts.check_login(STATE, name, (data or {}).get("password", "")):
+            return {"name": name, "admin": name == INSTRUCTOR}
+        self.log.warning("refused a login as %r: wrong password or not in the room", name)
         return None
+
+    async def refresh_user(self, user, handler=None):
+        """Every few minutes and before a server starts: a name no longer in the room must log in
+        again (and cannot); the room's instructor alone is an admin."""
+        if user.name not in ROOM:
+            return False
+        return {"name": user.name, "admin": user.name == INSTRUCTOR}
 
     def add_system_user(self, user):
         accounts.create_account(STATE, user.name)
@@ -99,6 +111,11 @@ class RoomAuthenticator(LocalAuthenticator):
 c.JupyterHub.authenticator_class = RoomAuthenticator
 c.Authenticator.allowed_users = set(LEARNERS)
 c.Authenticator.admin_users = {INSTRUCTOR}
+# only this room: not every name JupyterHub's database remembers from earlier starts
+c.Authenticator.allow_existing_users = False
+c.Authenticator.blocked_users = set(FORMER)
+c.Authenticator.refresh_pre_spawn = True
+c.Authenticator.auth_refresh_age = 60
 c.LocalAuthenticator.create_system_users = True
 
 # --------------------------------------------------------------------------------------------------
@@ -176,24 +193,39 @@ c.JupyterHub.allow_named_servers = False
 MIG_DEVICES = [d.strip() for d in _env("MIG_DEVICES", "").split(",") if d.strip()]
 
 
+#: run by the learner's own uid: copy the student edition into the home unless it is there already
+SEED = """import os, shutil, sys
+source, target = sys.argv[1:3]
+if not os.path.lexists(target):
+    shutil.copytree(source, target, symlinks=True)
+    print("seeded")
+"""
+
+
 def seed_home(spawner):
     """Before a server starts: the learner's home is private, and holds the student edition after
-    the first login. Runs in the hub, as root."""
+    the first login. The hub (root) only makes the home and sets its mode; the copy is made by a
+    process of the learner's own uid, so nothing the learner does in their home (a link, a folder
+    swapped mid-copy) can turn root's writes or chowns onto another file."""
     user = pwd.getpwnam(spawner.user.name)
     home = Path(user.pw_dir)
     if not home.is_dir():
         home.mkdir(mode=0o700, parents=True)
         os.chown(home, user.pw_uid, user.pw_gid)
     os.chmod(home, 0o700)
-    target = home / SEED_DIR
-    if not os.path.lexists(target):
-        if not STUDENT.is_dir():
-            raise RuntimeError(f"no student edition at {STUDENT}: start the hub with hub/run.py "
-                               f"(make hub)")
-        shutil.copytree(STUDENT, target, symlinks=True)
-        for path in [target, *target.rglob("*")]:
-            os.chown(path, user.pw_uid, user.pw_gid, follow_symlinks=False)
-        spawner.log.info("seeded %s with the student edition from %s", target, STUDENT)
+    if not STUDENT.is_dir():
+        raise RuntimeError(f"no student edition at {STUDENT}: start the hub with hub/run.py "
+                           f"(make hub)")
+    done = subprocess.run(
+        [sys.executable, "-I", "-c", SEED, str(STUDENT), str(home / SEED_DIR)],
+        user=user.pw_uid, group=user.pw_gid, extra_groups=[], cwd=home, umask=0o077,
+        env={"HOME": str(home), "PATH": "/usr/bin:/bin", "LANG": "C.UTF-8"},
+        capture_output=True, text=True, timeout=120)
+    if done.returncode != 0:
+        raise RuntimeError(f"copying the student edition into {home / SEED_DIR} as "
+                           f"{spawner.user.name} failed: {done.stderr.strip()[-500:]}")
+    if "seeded" in done.stdout:
+        spawner.log.info("seeded %s with the student edition from %s", home / SEED_DIR, STUDENT)
     if GPU_MODE == "mig" and MIG_DEVICES:
         # one MIG instance per learner, in the order of the room's list (several learners per
         # instance when there are more learners than instances)
@@ -212,6 +244,7 @@ c.JupyterHub.services = [{
     "name": "idle-culler",
     "command": [sys.executable, "-m", "jupyterhub_idle_culler", f"--timeout={CULL_TIMEOUT}",
                 "--cull-every=60"],
+    "user": _env("SERVICE_USER", "nobody"),  # it needs its API token, not root
 }, {
     # runs as root, like the hub: it reads every learner's verdicts in their private home
     "name": "dashboard",

@@ -11,8 +11,10 @@
 
 Before the hub starts, every learner without a password gets a generated one: the sheet of names and
 passwords is printed and written to ``<state>/password-sheet.txt`` (mode 0600, root's), for the
-instructor to hand out. The instructor's password is ``--instructor-password`` (or
-``RMSNORM_HUB_INSTRUCTOR_PASSWORD``), else generated on the first start and printed once.
+instructor to hand out. The instructor's password is read from ``--instructor-password-file`` (a
+file only root can read) or typed at ``--set-instructor-password``'s prompt, never from the command
+line (which every user sees in ``ps``); else it is generated on the first start and printed once.
+A name dropped from ``--learners`` loses its password and is blocked by the hub (its sessions end).
 
 The learners' Unix accounts are created by the hub at start-up and recorded in
 ``<state>/created-accounts.json``; they stay after it stops (their homes hold the learners' work).
@@ -22,7 +24,9 @@ The learners' Unix accounts are created by the hub at start-up and recorded in
 from __future__ import annotations
 
 import argparse
+import getpass
 import os
+import stat
 import shutil
 import signal
 import socket
@@ -56,6 +60,34 @@ def room(spec: str) -> list[str]:
     return [n.strip() for n in spec.split(",") if n.strip()]
 
 
+def instructor_password(args) -> str | None:
+    """The instructor's password from a root-only file, a prompt, or the environment; None: keep
+    the one the state holds (or generate one). A ValueError says what is wrong."""
+    if args.instructor_password is not None:
+        raise ValueError("--instructor-password would show the password to every user of this "
+                         "machine (ps lists the command line): put it in a file only root can "
+                         "read and pass --instructor-password-file FILE, or use "
+                         "--set-instructor-password to type it")
+    if args.instructor_password_file:
+        path = Path(args.instructor_password_file)
+        try:
+            info = path.stat()
+            text = path.read_text()
+        except OSError as exc:
+            raise ValueError(f"--instructor-password-file {path}: {exc.strerror}") from None
+        if info.st_mode & (stat.S_IRWXG | stat.S_IRWXO):
+            raise ValueError(f"--instructor-password-file {path} can be read by others (mode "
+                             f"{stat.S_IMODE(info.st_mode):o}): chmod 600 it")
+        lines = text.splitlines()
+        return lines[0] if lines else ""
+    if args.set_instructor_password:
+        first = getpass.getpass("the instructor's password: ")
+        if getpass.getpass("again: ") != first:
+            raise ValueError("the two passwords typed differ")
+        return first
+    return os.environ.get("RMSNORM_HUB_INSTRUCTOR_PASSWORD")
+
+
 def find_proxy(install: bool = True) -> str | None:
     """configurable-http-proxy: on PATH, in build/hub/node, or installed there with npm."""
     local = NODE_PREFIX / "node_modules" / ".bin" / "configurable-http-proxy"
@@ -81,11 +113,19 @@ def main(argv=None) -> int:
     ap.add_argument("--learners", default="2",
                     help="a count (learner01..) or comma-separated names")
     ap.add_argument("--instructor", default="instructor", help="the admin account")
-    ap.add_argument("--instructor-password",
-                    default=os.environ.get("RMSNORM_HUB_INSTRUCTOR_PASSWORD"),
-                    help="the instructor's password (default: kept, or generated and printed once)")
+    ap.add_argument("--instructor-password", help=argparse.SUPPRESS)  # refused: ps shows it
+    ap.add_argument("--instructor-password-file", metavar="FILE",
+                    help="a file only root can read whose first line is the instructor's password "
+                         "(default: kept, or generated and printed once)")
+    ap.add_argument("--set-instructor-password", action="store_true",
+                    help="type the instructor's password at a prompt")
+    ap.add_argument("--reset-password", action="append", default=[], metavar="NAME",
+                    help="give this learner a new password (repeat for several)")
     ap.add_argument("--state", default=str(ROOT / "build" / "hub" / "state"),
-                    help="the hub's database, cookie secret, passwords, student edition")
+                    help="the hub's database, cookie secret and passwords (root's alone)")
+    ap.add_argument("--student", default=str(ROOT / "build" / "hub" / "student"),
+                    help="where the student edition is written for the learners to copy (readable "
+                         "by everyone)")
     ap.add_argument("--env", default=os.environ.get("HUB_ENV", str(ROOT / "build" / "hub" / "env")),
                     help="the learner environment (hub/learner-env.sh builds it)")
     ap.add_argument("--cull-timeout", type=int, default=3600,
@@ -102,21 +142,27 @@ def main(argv=None) -> int:
                          "(Zero to JupyterHub: hub/kubernetes.md)")
     args = ap.parse_args(argv)
     learners = room(args.learners)
+    try:
+        accounts.check_names(learners, args.instructor)
+        chosen = instructor_password(args)
+    except ValueError as exc:
+        print(f"hub: {exc}", file=sys.stderr)
+        return 2
 
     if args.passwords_only:  # no accounts, no hub: the hashes for a hub elsewhere (Kubernetes)
         state = Path(args.state).resolve()
         state.mkdir(parents=True, exist_ok=True)
         os.chmod(state, 0o700)
         try:
-            sheet, instructor_password = accounts.prepare_passwords(
-                state, learners, args.instructor, args.instructor_password)
+            sheet, generated = accounts.prepare_passwords(
+                state, learners, args.instructor, chosen, reset=args.reset_password)
         except ValueError as exc:
             print(f"hub: {exc}", file=sys.stderr)
             return 2
         print(f"hub: hashes in {state / accounts.PASSWORDS}; the learners' sheet "
               f"(also in {state / accounts.SHEET}):\n{sheet}", flush=True)
-        if instructor_password:
-            print(f"hub: the instructor's password (shown once): {instructor_password}", flush=True)
+        if generated:
+            print(f"hub: the instructor's password (shown once): {generated}", flush=True)
         return 0
     if os.geteuid() != 0:
         print("hub: run as root: the hub creates the learners' accounts and starts each learner's "
@@ -126,12 +172,13 @@ def main(argv=None) -> int:
     if args.remove_accounts:
         refused = accounts.remove_accounts(state, learners + [args.instructor])
         return 1 if refused else 0
-    if args.instructor in learners:
-        print(f"hub: the instructor {args.instructor} is also in --learners", file=sys.stderr)
-        return 2
-    chosen = args.instructor_password
     if chosen is not None and len(chosen) < accounts.MIN_PASSWORD:
-        print(f"hub: --instructor-password must have at least {accounts.MIN_PASSWORD} characters",
+        print(f"hub: the instructor's password must have at least {accounts.MIN_PASSWORD} "
+              "characters", file=sys.stderr)
+        return 2
+    unknown = sorted(set(args.reset_password) - set(learners))
+    if unknown:
+        print(f"hub: --reset-password names someone not in --learners: {', '.join(unknown)}",
               file=sys.stderr)
         return 2
     if not shutil.which("useradd"):
@@ -150,12 +197,23 @@ def main(argv=None) -> int:
 
     state.mkdir(parents=True, exist_ok=True)
     os.chmod(state, 0o700)
-    sheet, instructor_password = accounts.prepare_passwords(state, learners, args.instructor,
-                                                            args.instructor_password)
-    student = state / "student"
+    former = accounts.former_names(state, [*learners, args.instructor])
+    sheet, generated = accounts.prepare_passwords(state, learners, args.instructor, chosen,
+                                                  reset=args.reset_password)
+    # the student edition is copied into each home by the learner's own process (not as root), so
+    # it lives outside the private state folder, readable by everyone: it holds no secret
+    student = Path(args.student).resolve()
     shutil.rmtree(student, ignore_errors=True)
     subprocess.run([sys.executable, "-m", "rmsnorm_lessons", "student", str(student)], check=True,
                    cwd=ROOT)
+    for path in [student, *student.rglob("*")]:
+        os.chmod(path, 0o755 if path.is_dir() else 0o644)
+    for folder in student.parents:  # each learner must be able to reach it
+        if folder.stat().st_mode & stat.S_IXOTH == 0:
+            print(f"hub: the student edition {student} is out of the learners' reach: {folder} is "
+                  "not searchable by others (--student elsewhere, or chmod o+x it)",
+                  file=sys.stderr)
+            return 2
 
     env = dict(os.environ)
     env.update({
@@ -164,7 +222,7 @@ def main(argv=None) -> int:
         "RMSNORM_HUB_PROXY": proxy, "RMSNORM_HUB_STATE": str(state),
         "RMSNORM_HUB_ENV": str(env_dir),
         "RMSNORM_HUB_STUDENT": str(student), "RMSNORM_HUB_LEARNERS": ",".join(learners),
-        "RMSNORM_HUB_INSTRUCTOR": args.instructor,
+        "RMSNORM_HUB_INSTRUCTOR": args.instructor, "RMSNORM_HUB_FORMER": ",".join(former),
         "RMSNORM_HUB_CULL_TIMEOUT": str(args.cull_timeout),
         "RMSNORM_HUB_MEM_LIMIT": args.mem_limit, "RMSNORM_HUB_GPU_MODE": args.gpu_mode,
         "RMSNORM_HUB_SPAWNER": args.spawner, "RMSNORM_HUB_DASHBOARD_PORT": str(_free_port()),
@@ -206,9 +264,9 @@ def main(argv=None) -> int:
     # shown whether or not the hub answered: a generated password exists only as a hash after this
     print(f"hub: the learners' passwords, to print and hand out (also in {state / accounts.SHEET}, "
           f"readable by root only):\n{sheet}", flush=True)
-    if instructor_password is not None:
+    if generated is not None:
         print(f"hub: the instructor's password (generated now, shown only this once; "
-              f"--instructor-password sets another): {instructor_password}", flush=True)
+              f"--instructor-password-file sets another): {generated}", flush=True)
     if ready:
         print(f"hub: the instructor's view of the room: {shown}services/dashboard/", flush=True)
     while True:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import importlib.util
 import os
+import re
 import secrets
 import shutil
 import stat
@@ -144,3 +145,81 @@ def test_passwords_only_writes_hashes_and_sheet_for_a_hub_elsewhere(tmp_path):
                         "--state", str(state), "--learners", "ada,teach", "--instructor", "teach"],
                        capture_output=True, text=True, timeout=60)
     assert r.returncode == 2 and "also in" in r.stderr
+
+
+@pytest.mark.parametrize("learners,instructor,match", [
+    (["Ada"], "teach", r"lower-case Unix user names.*'Ada'"),
+    (["ada", "grace hopper"], "teach", r"'grace hopper'"),
+    (["ada", "../x"], "teach", r"'\.\./x'"),
+    (["ada"], "Teach", r"'Teach'"),
+    (["ada", "ada"], "teach", r"given twice: ada"),
+    (["ada", "teach"], "teach", r"also in the list"),
+])
+def test_names_the_room_cannot_use_are_refused(tmp_path, learners, instructor, match):
+    with pytest.raises(ValueError, match=match):
+        accounts.prepare_passwords(tmp_path, learners, instructor)
+    assert not (tmp_path / accounts.PASSWORDS).exists()
+
+
+def test_a_deleted_sheet_keeps_every_password(tmp_path):
+    accounts.prepare_passwords(tmp_path, ["ada", "bob"], "teach")
+    given = accounts.read_sheet(tmp_path)
+    (tmp_path / accounts.SHEET).unlink()  # handed out, then deleted, as the docstring allows
+    sheet, _ = accounts.prepare_passwords(tmp_path, ["ada", "bob", "cy"], "teach")
+    for name in ("ada", "bob"):
+        assert accounts.check_login(tmp_path, name, given[name])
+        assert re.search(rf"name: {name} +password: {re.escape(accounts.KEPT)}", sheet)
+    new = accounts.read_sheet(tmp_path)["cy"]
+    assert new != accounts.KEPT and accounts.check_login(tmp_path, "cy", new)
+
+
+def test_reset_password_replaces_one_learner_s(tmp_path):
+    accounts.prepare_passwords(tmp_path, ["ada", "bob"], "teach")
+    old = accounts.read_sheet(tmp_path)
+    accounts.prepare_passwords(tmp_path, ["ada", "bob"], "teach", reset=["bob"])
+    new = accounts.read_sheet(tmp_path)
+    assert new["ada"] == old["ada"] and new["bob"] != old["bob"]
+    assert not accounts.check_login(tmp_path, "bob", old["bob"])
+    assert accounts.check_login(tmp_path, "bob", new["bob"])
+    with pytest.raises(ValueError, match="not in the room: cy"):
+        accounts.prepare_passwords(tmp_path, ["ada", "bob"], "teach", reset=["cy"])
+
+
+def test_a_name_dropped_from_the_room_loses_its_password_and_is_former(tmp_path):
+    _, first = accounts.prepare_passwords(tmp_path, ["ada", "bob"], "teach")
+    old = accounts.read_sheet(tmp_path)
+    assert accounts.former_names(tmp_path, ["ada", "bob", "teach"]) == []
+    _, second = accounts.prepare_passwords(tmp_path, ["ada"], "boss")
+    assert not accounts.check_login(tmp_path, "bob", old["bob"])  # dropped: no password
+    assert not accounts.check_login(tmp_path, "teach", first)  # the former instructor's too
+    assert accounts.check_login(tmp_path, "boss", second)
+    assert accounts.check_login(tmp_path, "ada", old["ada"])
+    assert accounts.former_names(tmp_path, ["ada", "boss"]) == ["bob", "teach"]
+    assert set(accounts.read_sheet(tmp_path)) == {"ada"}
+
+
+def _run_py(*args, **kw):
+    return subprocess.run([sys.executable, str(HUB / "run.py"), *args], capture_output=True,
+                          text=True, timeout=60, **kw)
+
+
+def test_the_instructor_password_never_comes_from_the_command_line(tmp_path):
+    state = tmp_path / "state"
+    r = _run_py("--passwords-only", "--state", str(state), "--learners", "ada",
+                "--instructor-password", "a long secret")
+    assert r.returncode == 2 and "ps lists the command line" in r.stderr
+    assert "--instructor-password-file" in r.stderr and not state.exists()
+    secret = tmp_path / "secret"
+    secret.write_text("a long secret\n")
+    os.chmod(secret, 0o644)
+    r = _run_py("--passwords-only", "--state", str(state), "--learners", "ada",
+                "--instructor-password-file", str(secret))
+    assert r.returncode == 2 and "can be read by others (mode 644): chmod 600 it" in r.stderr
+    os.chmod(secret, 0o600)
+    r = _run_py("--passwords-only", "--state", str(state), "--learners", "ada",
+                "--instructor-password-file", str(secret))
+    assert r.returncode == 0, r.stderr
+    assert accounts.check_login(state, "instructor", "a long secret")
+    assert "a long secret" not in r.stdout
+    r = _run_py("--passwords-only", "--state", str(state), "--learners", "Ada,bob")
+    assert r.returncode == 2 and "lower-case Unix user names" in r.stderr and "'Ada'" in r.stderr
