@@ -32,6 +32,7 @@ import pwd
 import re
 import secrets
 import subprocess
+import sys
 from pathlib import Path
 
 PASSWORDS = "passwords.json"
@@ -229,6 +230,43 @@ def record_created(state, name: str) -> None:
     _write_private(Path(state) / CREATED, json.dumps(created, indent=1) + "\n")
 
 
+#: run as a user's own uid: kill(-1) signals every process that uid may signal, its own included
+_KILL_ALL = "import os, signal; os.kill(-1, signal.SIGKILL)"
+
+
+def _pids_of(uid: int) -> list[int]:
+    found = []
+    for entry in os.scandir("/proc"):
+        if entry.name.isdigit():
+            try:
+                if entry.stat().st_uid == uid:
+                    found.append(int(entry.name))
+            except OSError:  # gone meanwhile
+                pass
+    return found
+
+
+def end_processes(name: str, python: str | None = None) -> int:
+    """Kill every process of the account ``name`` (a server's leftovers: a learner's ``setsid``
+    job outlives the server, keeps the GPU and blocks ``userdel``). Root only; returns how many were
+    left after three rounds (0: none)."""
+    try:
+        uid = pwd.getpwnam(name).pw_uid
+    except KeyError:
+        return 0
+    if uid == 0:
+        raise ValueError("refusing to end root's processes")
+    for _ in range(3):
+        if not _pids_of(uid):
+            return 0
+        python = python or ("/usr/bin/python3" if os.path.exists("/usr/bin/python3")
+                            else sys.executable)
+        subprocess.run([python, "-I", "-c", _KILL_ALL], user=uid,
+                       group=pwd.getpwnam(name).pw_gid, extra_groups=[], cwd="/",
+                       stdin=subprocess.DEVNULL, capture_output=True, env={}, timeout=30)
+    return len(_pids_of(uid))
+
+
 def remove_accounts(state, names, log=print) -> list[str]:
     """Delete (``userdel --remove``) each of ``names`` that the hub created, as recorded in the
     state with the same uid; return the names refused (an account the hub did not create: its home
@@ -248,6 +286,9 @@ def remove_accounts(state, names, log=print) -> list[str]:
             log(f"hub: refusing to remove the account {name} ({why}, per {state / CREATED})")
             refused.append(name)
             continue
+        left = end_processes(name)  # userdel refuses an account with processes
+        if left:
+            log(f"hub: {left} process(es) of {name} would not end")
         r = subprocess.run(["userdel", "--remove", name], capture_output=True, text=True)
         if r.returncode not in (0, 12):  # 12: the home could not be removed (already gone)
             log(f"hub: userdel {name} failed ({r.returncode}): {r.stderr.strip()}")

@@ -24,6 +24,7 @@ Read hub/README.md first. In short:
 Everything is configured through RMSNORM_HUB_* environment variables, which hub/run.py sets from its
 command line; the defaults below are for running this file by hand.
 """
+import asyncio
 import os
 import pwd
 import resource
@@ -69,6 +70,10 @@ os.chmod(STATE, 0o700)
 # the hub and its proxy
 
 c.JupyterHub.ip = _env("IP", "127.0.0.1")
+# each server on its own origin (https://NAME.<host>): without it every learner's server shares the
+# hub's origin, and a page a learner serves from theirs can act as whoever opens it (hub/README.md)
+if _env("SUBDOMAIN_HOST", ""):
+    c.JupyterHub.subdomain_host = _env("SUBDOMAIN_HOST", "")
 c.JupyterHub.port = int(_env("PORT", "8000"))
 c.JupyterHub.hub_ip = "127.0.0.1"
 c.JupyterHub.hub_port = int(_env("HUB_PORT", "8081"))
@@ -133,8 +138,14 @@ def _rlimits(spawner):
     return apply
 
 
+LOGS = STATE / "logs"  # one file per learner's server, root's
+
+
 class WorkshopSpawner(LocalProcessSpawner):
-    """LocalProcessSpawner whose processes start with the workshop's rlimits (hub/README.md)."""
+    """LocalProcessSpawner whose processes start with the workshop's rlimits (hub/README.md), and
+    with none of the hub's own terminal: stdin from /dev/null, output to the learner's log file in
+    the state folder (a server that kept the hub's terminal could read what the instructor types
+    there, and write into it, even after the hub stops)."""
 
     def make_preexec_fn(self, name):
         setuid = super().make_preexec_fn(name)
@@ -144,6 +155,18 @@ class WorkshopSpawner(LocalProcessSpawner):
             limits()
             setuid()
         return preexec
+
+    async def start(self):
+        LOGS.mkdir(mode=0o700, exist_ok=True)
+        log = os.fdopen(os.open(LOGS / f"{self.user.name}.log",
+                                os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_NOFOLLOW, 0o600),
+                        "ab", buffering=0)
+        try:
+            self.popen_kwargs = {**self.popen_kwargs, "stdin": subprocess.DEVNULL, "stdout": log,
+                                 "stderr": subprocess.STDOUT}
+            return await super().start()
+        finally:
+            log.close()  # the server holds its own copy
 
 
 SPAWNER = _env("SPAWNER", "local")
@@ -202,7 +225,28 @@ if not os.path.lexists(target):
 """
 
 
-def seed_home(spawner):
+SEED_TIMEOUT_S = 60
+
+
+async def as_learner(user, code: str, *args: str, timeout: float = SEED_TIMEOUT_S):
+    """Run Python ``code`` as ``user`` (a pwd entry), off the hub's event loop, with no terminal
+    and a clean environment: ``(returncode, stdout, stderr)``; killed after ``timeout`` seconds (a
+    learner can stop their own process: it must not stall the hub)."""
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable, "-I", "-c", code, *args, user=user.pw_uid, group=user.pw_gid,
+        extra_groups=[], cwd=user.pw_dir, umask=0o077, stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+        env={"HOME": user.pw_dir, "PATH": "/usr/bin:/bin", "LANG": "C.UTF-8"})
+    try:
+        out, err = await asyncio.wait_for(proc.communicate(), timeout)
+    except asyncio.TimeoutError:
+        proc.kill()
+        await proc.wait()
+        return None, "", f"still running after {timeout:.0f} s: stopped"
+    return proc.returncode, out.decode(errors="replace"), err.decode(errors="replace")
+
+
+async def seed_home(spawner):
     """Before a server starts: the learner's home is private, and holds the student edition after
     the first login. The hub (root) only makes the home and sets its mode; the copy is made by a
     process of the learner's own uid, so nothing the learner does in their home (a link, a folder
@@ -216,15 +260,11 @@ def seed_home(spawner):
     if not STUDENT.is_dir():
         raise RuntimeError(f"no student edition at {STUDENT}: start the hub with hub/run.py "
                            f"(make hub)")
-    done = subprocess.run(
-        [sys.executable, "-I", "-c", SEED, str(STUDENT), str(home / SEED_DIR)],
-        user=user.pw_uid, group=user.pw_gid, extra_groups=[], cwd=home, umask=0o077,
-        env={"HOME": str(home), "PATH": "/usr/bin:/bin", "LANG": "C.UTF-8"},
-        capture_output=True, text=True, timeout=120)
-    if done.returncode != 0:
+    code, out, err = await as_learner(user, SEED, str(STUDENT), str(home / SEED_DIR))
+    if code != 0:
         raise RuntimeError(f"copying the student edition into {home / SEED_DIR} as "
-                           f"{spawner.user.name} failed: {done.stderr.strip()[-500:]}")
-    if "seeded" in done.stdout:
+                           f"{spawner.user.name} failed: {err.strip()[-500:]}")
+    if "seeded" in out:
         spawner.log.info("seeded %s with the student edition from %s", home / SEED_DIR, STUDENT)
     if GPU_MODE == "mig" and MIG_DEVICES:
         # one MIG instance per learner, in the order of the room's list (several learners per
@@ -235,6 +275,21 @@ def seed_home(spawner):
 
 
 c.Spawner.pre_spawn_hook = seed_home
+
+
+async def end_leftovers(spawner):
+    """After a server stops: nothing of the learner's keeps running (a ``setsid`` job would keep
+    the GPU, and block the account's removal)."""
+    try:
+        left = await asyncio.to_thread(accounts.end_processes, spawner.user.name, sys.executable)
+    except Exception:  # noqa: BLE001 - a stop goes on; the log says why
+        spawner.log.exception("ending %s's leftover processes failed", spawner.user.name)
+        return
+    if left:
+        spawner.log.warning("%d process(es) of %s would not end", left, spawner.user.name)
+
+
+c.Spawner.post_stop_hook = end_leftovers
 
 # --------------------------------------------------------------------------------------------------
 # idle servers are stopped; the instructor's view of the room

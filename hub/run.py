@@ -70,15 +70,19 @@ def instructor_password(args) -> str | None:
                          "--set-instructor-password to type it")
     if args.instructor_password_file:
         path = Path(args.instructor_password_file)
-        try:
-            info = path.stat()
-            text = path.read_text()
+        try:  # the file itself, not a link, checked as opened
+            fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
         except OSError as exc:
             raise ValueError(f"--instructor-password-file {path}: {exc.strerror}") from None
-        if info.st_mode & (stat.S_IRWXG | stat.S_IRWXO):
-            raise ValueError(f"--instructor-password-file {path} can be read by others (mode "
-                             f"{stat.S_IMODE(info.st_mode):o}): chmod 600 it")
-        lines = text.splitlines()
+        with os.fdopen(fd) as f:
+            info = os.fstat(fd)
+            if info.st_uid != os.geteuid():
+                raise ValueError(f"--instructor-password-file {path} belongs to uid {info.st_uid}, "
+                                 "not to you: its owner can read it")
+            if info.st_mode & (stat.S_IRWXG | stat.S_IRWXO):
+                raise ValueError(f"--instructor-password-file {path} can be read by others (mode "
+                                 f"{stat.S_IMODE(info.st_mode):o}): chmod 600 it")
+            lines = f.read().splitlines()
         return lines[0] if lines else ""
     if args.set_instructor_password:
         first = getpass.getpass("the instructor's password: ")
@@ -110,6 +114,9 @@ def main(argv=None) -> int:
     ap.add_argument("--ip", default="127.0.0.1",
                     help="where learners connect (0.0.0.0: every interface)")
     ap.add_argument("--port", type=int, default=8000)
+    ap.add_argument("--subdomain-host", default="", metavar="URL",
+                    help="give each learner's server its own origin, https://NAME.<host> "
+                         "(needs wildcard DNS and a certificate; hub/README.md, Security)")
     ap.add_argument("--learners", default="2",
                     help="a count (learner01..) or comma-separated names")
     ap.add_argument("--instructor", default="instructor", help="the admin account")
@@ -198,6 +205,10 @@ def main(argv=None) -> int:
     state.mkdir(parents=True, exist_ok=True)
     os.chmod(state, 0o700)
     former = accounts.former_names(state, [*learners, args.instructor])
+    for name in former:  # what a dropped learner left running ends with their place in the room
+        if name in accounts.created_accounts(state) and accounts.end_processes(name):
+            print(f"hub: some processes of {name} (no longer in the room) would not end",
+                  file=sys.stderr)
     sheet, generated = accounts.prepare_passwords(state, learners, args.instructor, chosen,
                                                   reset=args.reset_password)
     # the student edition is copied into each home by the learner's own process (not as root), so
@@ -226,6 +237,7 @@ def main(argv=None) -> int:
         "RMSNORM_HUB_CULL_TIMEOUT": str(args.cull_timeout),
         "RMSNORM_HUB_MEM_LIMIT": args.mem_limit, "RMSNORM_HUB_GPU_MODE": args.gpu_mode,
         "RMSNORM_HUB_SPAWNER": args.spawner, "RMSNORM_HUB_DASHBOARD_PORT": str(_free_port()),
+        "RMSNORM_HUB_SUBDOMAIN_HOST": args.subdomain_host,
         # the proxy's token, shared by the hub and the proxy it starts
         "CONFIGPROXY_AUTH_TOKEN": os.environ.get("CONFIGPROXY_AUTH_TOKEN") or os.urandom(16).hex(),
     })
@@ -269,6 +281,12 @@ def main(argv=None) -> int:
               f"--instructor-password-file sets another): {generated}", flush=True)
     if ready:
         print(f"hub: the instructor's view of the room: {shown}services/dashboard/", flush=True)
+    if not args.subdomain_host:
+        print("hub: every server shares this address: a page a learner serves from their server "
+              "can act as whoever opens it. Open no learner's server while logged in as the "
+              "instructor; for a room of strangers use --subdomain-host (hub/README.md, Security). "
+              "This terminal shows the passwords: keep its output out of files others can read.",
+              flush=True)
     while True:
         try:
             return hub.wait()

@@ -202,7 +202,9 @@ def parse(text: str) -> list[Record]:
     for line in text.splitlines():
         try:
             out.append(Record.from_dict(json.loads(line)))
-        except ValueError:  # json.JSONDecodeError is a ValueError
+        # not JSON (a ValueError), nested past the parser's depth (RecursionError), or JSON that
+        # is not a record: a learner's file is theirs to write, so any line may be anything
+        except (ValueError, RecursionError, TypeError, KeyError, AttributeError):
             continue
     return out
 

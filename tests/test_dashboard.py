@@ -81,3 +81,13 @@ def test_read_room(monkeypatch):
     assert list(room) == [me, "hubt-no-such-user"] and room["hubt-no-such-user"] == []
     want = verdicts.read(home / verdicts.HOME_FILE, owner=os.getuid())
     assert room[me] == want
+
+
+def test_no_line_a_learner_writes_blanks_the_dashboard():
+    """A learner writes their own verdicts file: a line nested past the JSON parser's depth (it
+    raised RecursionError and the dashboard answered 500 for the whole room), or JSON that is not
+    a record, is skipped like any other line that is not a record."""
+    good = ('{"time": "2026-12-05T10:00:00", "lesson": "00", "exercise": "lesson00.check_grid", '
+            '"status": "PASS", "message": "ok"}')
+    text = "\n".join(["[" * 100_000, good, "[1, 2]", '"x"', "null", '{"status": 3}', good])
+    assert [r.exercise for r in verdicts.parse(text)] == ["lesson00.check_grid"] * 2

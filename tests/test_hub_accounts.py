@@ -223,3 +223,44 @@ def test_the_instructor_password_never_comes_from_the_command_line(tmp_path):
     assert "a long secret" not in r.stdout
     r = _run_py("--passwords-only", "--state", str(state), "--learners", "Ada,bob")
     assert r.returncode == 2 and "lower-case Unix user names" in r.stderr and "'Ada'" in r.stderr
+
+
+@root_only
+def test_a_password_file_root_does_not_own_or_a_link_is_refused(tmp_path):
+    secret = tmp_path / "secret"
+    secret.write_text("a long secret\n")
+    os.chmod(secret, 0o600)
+    os.chown(secret, 65534, 65534)  # nobody's: its owner could read what root writes into it
+    r = _run_py("--passwords-only", "--state", str(tmp_path / "s"), "--learners", "ada",
+                "--instructor-password-file", str(secret))
+    assert r.returncode == 2 and "belongs to uid 65534, not to you" in r.stderr
+    os.chown(secret, 0, 0)
+    link = tmp_path / "link"
+    link.symlink_to(secret)
+    r = _run_py("--passwords-only", "--state", str(tmp_path / "s"), "--learners", "ada",
+                "--instructor-password-file", str(link))
+    assert r.returncode == 2 and "--instructor-password-file" in r.stderr
+
+
+@root_only
+def test_end_processes_leaves_nothing_of_an_account_running(tmp_path):
+    name = f"hubt{secrets.token_hex(3)}k"
+    try:
+        accounts.create_account(tmp_path, name)
+        subprocess.Popen(["runuser", "-u", name, "--", "setsid", "sleep", "600"],
+                         stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                         stderr=subprocess.DEVNULL, start_new_session=True)
+        uid = accounts.pwd.getpwnam(name).pw_uid
+        for _ in range(50):
+            if accounts._pids_of(uid):
+                break
+            import time
+            time.sleep(0.1)
+        assert accounts._pids_of(uid), "the job did not start"
+        assert accounts.end_processes(name) == 0 and accounts._pids_of(uid) == []
+        with pytest.raises(ValueError, match="root"):
+            accounts.end_processes("root")
+    finally:
+        if _exists(name):
+            accounts.end_processes(name)
+            subprocess.run(["userdel", "--remove", name], capture_output=True)
