@@ -435,3 +435,14 @@ def test_diagnosis_takes_a_bound_per_element():
     kind, text = kernel_check.describe_output("dinp", p["dinp"], want, p["dinp"], delta[0], allowed,
                                               0.0)
     assert kind == "unchanged", text
+
+
+@needs_nvcc
+@needs_sass
+def test_an_order_check_says_nothing_of_an_instruction_that_is_not_there_yet():
+    """Lesson 08's skeleton has no ticket yet: the check of the barrier between the fence and the
+    ticket must not tell the learner to add the barrier the skeleton already has."""
+    verdict = CHECKS["08_last_block"](student.strip_solutions(kernel_text("08_last_block")))
+    assert verdict.status == "NOT YET"
+    assert "no __syncthreads() between the fence and the ticket" not in verdict.message
+    assert "not checked, there is no ATOMG/ATOM in the SASS" in verdict.message, verdict.message

@@ -80,7 +80,7 @@ CAUGHT_WITHOUT_A_GPU = {
     ("04_shared_memory", "atomic.global"): "a global atomic per block and channel",
     ("06_vectorized", "width.load"): "seven LDG.E.128",
     ("06_vectorized", "width.store"): "a 128-bit store (STG.E.128)",
-    ("08_last_block", "atomic.ticket"): "an atomic ticket (ATOMG.INC)",
+    ("08_last_block", "atomic.ticket"): "an atomic ticket (ATOMG)",
     ("09_bytes_in_flight", "width.load"): "UNROLL LDG.E.128",
     ("09_bytes_in_flight", "width.store"): "a 128-bit store (STG.E.128)",
     ("13_finding_bugs", "barrier.syncthreads"): "two BAR.SYNC",

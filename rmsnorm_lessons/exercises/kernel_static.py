@@ -101,8 +101,9 @@ def sass_before(first: str, then: str, what: str, hint: str, kernel: str | None 
     def test(c: Compiled):
         ins = c.instructions(kernel)
         later = _matching(ins, then)
-        if not later:
-            return f"{hint} (no {_name(then)} in the SASS{' of ' + kernel if kernel else ''})"
+        if not later:  # nothing to order yet: the check of `then` itself says what is missing
+            return (f"{what}: not checked, there is no {_name(then)} in the "
+                    f"SASS{' of ' + kernel if kernel else ''} yet")
         earlier = [i for i in _matching(ins, first) if i.offset < later[0].offset]
         return None if earlier else (f"{hint} (no {_name(first)} before the first {_name(then)} in "
                                      "the SASS)")
@@ -118,8 +119,9 @@ def sass_between(first: str, middle: str, then: str, what: str, hint: str,
     def test(c: Compiled):
         ins = c.instructions(kernel)
         later = _matching(ins, then)
-        if not later:
-            return f"{hint} (no {_name(then)} in the SASS{' of ' + kernel if kernel else ''})"
+        if not later:  # nothing to order yet: the check of `then` itself says what is missing
+            return (f"{what}: not checked, there is no {_name(then)} in the "
+                    f"SASS{' of ' + kernel if kernel else ''} yet")
         fences = [i.offset for i in _matching(ins, first) if i.offset < later[0].offset]
         between = [i for i in _matching(ins, middle)
                    if fences and fences[0] < i.offset < later[0].offset]

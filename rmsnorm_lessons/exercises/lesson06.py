@@ -48,7 +48,7 @@ def check_v4_kernel(source: str, sanitize: bool = True) -> Verdict:
     return kc.check_kernel(
         source, name="yours_v4", like="v4_vec_bf16", sanitize_it=sanitize,
                            hints={"dweight wrong": SLOT_HINT},
-        static=(kc.sass_has("LDG.128", "128-bit loads (LDG.E.128) of dout, inp, weight and dinp",
+        static=(kc.sass_has("LDG.128", "at least 7 128-bit loads (LDG.E.128) in the main kernel",
                             "load 8 bf16 values at once with load128 / load128cs (Packed128)",
                             kernel=kernel,
                             at_least=7),

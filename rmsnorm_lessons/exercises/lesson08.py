@@ -102,7 +102,7 @@ def check_v6_kernel(source: str, sanitize: bool = True) -> Verdict:
                             "the last block needs its own __threadfence() after drawing the last "
                             "ticket and before reading the partials (acquire)", kernel=kernel,
                             at_least=2),
-                kc.sass_has(("ATOMG", "ATOM"), "an atomic ticket (ATOMG.INC)",
+                kc.sass_has(("ATOMG", "ATOM"), "an atomic ticket (ATOMG)",
                             "take the ticket with atomicInc(ticket_counter, gridDim.x - 1)",
                             kernel=kernel),
                 kc.no_local_memory(kernel)))
