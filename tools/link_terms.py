@@ -37,6 +37,10 @@ OPCODE = re.compile(rf"\b(?P<op>{_OPS})(?:\.[A-Z0-9_]+)*(?:\.\.\.)?(?![\w.])")
 #: (anchor, pattern) in the order they are tried: a longer term before a shorter one inside it
 TERMS: tuple[tuple[str, str], ...] = (
     ("bank-conflict", r"(?i:\bbank[- ]conflicts?\b)"),
+    ("named-barrier", r"(?i:\bnamed barriers?\b)"),
+    ("mbarrier", r"\bmbarriers?\b"),
+    ("cluster", r"(?i:\b(?:thread[- ]block )?clusters?\b)"),
+    ("gpc", r"\bGPCs?\b"),
     ("shared-memory", r"(?i:\bshared[- ]memory\b)"),
     ("local-memory", r"(?i:\blocal memory\b|\bspill(?:s|ed|ing)?\b)"),
     ("dram", r"\bDRAM\b|\bHBM\w*|(?i:\bdevice memory\b|\bglobal memory\b)"),
@@ -52,6 +56,7 @@ TERMS: tuple[tuple[str, str], ...] = (
     ("bank", r"(?i:\bbanks?\b)"),
     # "registers your text" is the verb: a noun is not followed by its object
     ("register", r"(?i:\bregisters?\b(?!\s+(?:your|the|its?|them|an?|this|that)\b))"),
+    ("l1", r"\bL1\b"),
     ("l2", r"\bL2\b"),
     ("sass", r"\bSASS\b"),
     ("ptx", r"\bPTX\b"),
