@@ -36,8 +36,8 @@ from rmsnorm_lessons.ladder import Scratch, Tensor, v7_fast
 
 KERNEL_FILE = Path(__file__).resolve().parent / "kernels" / "v7_pdl.cu"
 SPELLINGS = ("shipped", "ctypes", "pdl", "pdl2")
-#: cuda.h: CUlaunchAttributeID
-CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION = 6
+CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION = (
+    libcuda.CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION)
 CHECK_SHAPES = ((1031, 776), (97, 768), (4099, 2056), (257, 4104), (1, 8), (3, 16), (2053, 1024))
 BENCH_SHAPES = "32768x768,32768x1024,16384x2048,16384x4096,8192x768,1024x4096"
 PDL_KERNELS = {"rmsnorm_backward_v7": "rmsnorm_backward_v7_pdl",
@@ -45,23 +45,9 @@ PDL_KERNELS = {"rmsnorm_backward_v7": "rmsnorm_backward_v7_pdl",
                "reduce_dweight_v7": "reduce_dweight_v7_pdl"}
 
 
-class AttributeValue(ctypes.Union):
-    """CUlaunchAttributeValue: 64 bytes, 8-byte aligned; PDL's value is an int at offset 0."""
-    _fields_ = [("pad", ctypes.c_char * 64), ("as_int", ctypes.c_int), ("align", ctypes.c_uint64)]
-
-
-class LaunchAttribute(ctypes.Structure):
-    """CUlaunchAttribute: the id, 4 bytes of padding, the value."""
-    _fields_ = [("id", ctypes.c_int), ("pad", ctypes.c_char * 4), ("value", AttributeValue)]
-
-
-class LaunchConfig(ctypes.Structure):
-    """CUlaunchConfig."""
-    _fields_ = [("gridDimX", ctypes.c_uint), ("gridDimY", ctypes.c_uint),
-                ("gridDimZ", ctypes.c_uint), ("blockDimX", ctypes.c_uint),
-                ("blockDimY", ctypes.c_uint), ("blockDimZ", ctypes.c_uint),
-                ("sharedMemBytes", ctypes.c_uint), ("hStream", ctypes.c_void_p),
-                ("attrs", ctypes.POINTER(LaunchAttribute)), ("numAttrs", ctypes.c_uint)]
+# the driver's launch structs, shared with the package (rmsnorm_lessons/libcuda.py)
+AttributeValue, LaunchAttribute, LaunchConfig = (libcuda.AttributeValue, libcuda.LaunchAttribute,
+                                                 libcuda.LaunchConfig)
 
 
 LAYOUT_PROBE = r"""

@@ -12,6 +12,7 @@ import contextlib
 import ctypes
 import os
 import statistics
+import sys
 import threading
 from dataclasses import dataclass
 
@@ -286,9 +287,33 @@ def _read_facts() -> DeviceFacts:
         l2_bytes=d.get_attribute(attr.L2_CACHE_SIZE),
         total_memory=d.total_memory(),
         driver_version=g.driver.get_driver_version(),
-        resident_clusters=H200.resident_clusters if d.name() == H200.name else (),
+        resident_clusters=_resident_clusters(
+            d.name(), d.compute_capability(),
+            d.get_attribute(attr.MAX_SHARED_MEMORY_PER_BLOCK_OPTIN),
+            d.get_attribute(attr.MULTIPROCESSOR_COUNT)),
         clock_khz=d.get_attribute(attr.CLOCK_RATE),
     )
+
+
+#: the cluster sizes whose resident counts the facts hold (v7_fast's wide kernels use 2 and 4; a
+#: test keeps them covered)
+CLUSTER_SIZES = (2, 4, 8)
+
+
+def _resident_clusters(name: str, capability, shared_optin: int, multiprocessors: int) -> tuple:
+    """The driver's count of clusters of whole-SM blocks it runs at once, per size (sm_90 and
+    newer; () before); where the driver cannot say, the H200's saved figures on an H200, else ()
+    (a plan then assumes every SM in use, which may leave clusters for a second round)."""
+    if tuple(capability) < (9, 0):
+        return ()
+    try:
+        from . import libcuda
+
+        return libcuda.get().resident_clusters(CLUSTER_SIZES, shared_optin, multiprocessors)
+    except (OSError, RuntimeError, AttributeError) as exc:
+        print(f"rmsnorm_lessons: the driver did not say how many clusters run at once ({exc})",
+              file=sys.stderr)
+        return H200.resident_clusters if name == H200.name else ()
 
 
 class Timer:

@@ -15,6 +15,39 @@ import threading
 
 P, I, U, S, V = ctypes.POINTER, ctypes.c_int, ctypes.c_uint, ctypes.c_size_t, ctypes.c_void_p
 
+
+class AttributeValue(ctypes.Union):
+    """CUlaunchAttributeValue (cuda.h): 64 bytes, 8-byte aligned; the members used here."""
+    _fields_ = [("pad", ctypes.c_char * 64), ("as_int", ctypes.c_int),
+                ("cluster_dim", ctypes.c_uint * 3), ("align", ctypes.c_uint64)]
+
+
+class LaunchAttribute(ctypes.Structure):
+    """CUlaunchAttribute: the id, 4 bytes of padding, the value."""
+    _fields_ = [("id", ctypes.c_int), ("pad", ctypes.c_char * 4), ("value", AttributeValue)]
+
+
+class LaunchConfig(ctypes.Structure):
+    """CUlaunchConfig (tests/test_lab_pdl.py checks these layouts against cuda.h)."""
+    _fields_ = [("gridDimX", U), ("gridDimY", U), ("gridDimZ", U), ("blockDimX", U),
+                ("blockDimY", U), ("blockDimZ", U), ("sharedMemBytes", U), ("hStream", V),
+                ("attrs", P(LaunchAttribute)), ("numAttrs", U)]
+
+
+#: CUlaunchAttributeID values (cuda.h)
+CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION = 4
+CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION = 6
+#: a kernel that does nothing, as PTX the driver compiles (no nvcc needed): asked for a whole SM's
+#: shared memory, its blocks take one SM each, as v7's wide kernels' do
+WHOLE_SM_PTX = b""".version 7.8
+.target sm_90
+.address_size 64
+.visible .entry rmsnorm_lessons_whole_sm()
+{
+    ret;
+}
+\0"""
+
 #: the argument types of every function used here (all return a CUresult)
 SIGNATURES = {
     "cuGetErrorString": [I, P(ctypes.c_char_p)],
@@ -30,6 +63,7 @@ SIGNATURES = {
     "cuFuncGetAttribute": [P(I), I, V],
     "cuFuncSetAttribute": [V, I, I],
     "cuOccupancyMaxActiveBlocksPerMultiprocessor": [P(I), V, I, S],
+    "cuOccupancyMaxActiveClusters": [P(I), V, P(LaunchConfig)],
 }
 
 CU_EVENT_DISABLE_TIMING = 2
@@ -82,6 +116,32 @@ class LibCuda:
                                                  dev.value),
                    f"cuDeviceGetAttribute({name})")
         return value.value
+
+    def resident_clusters(self, sizes, shared_per_block: int, multiprocessors: int) -> tuple:
+        """``((size, clusters), ...)``: for each cluster size, how many clusters of whole-SM blocks
+        the device runs at once (cuOccupancyMaxActiveClusters, sm_90 and newer). A cluster's blocks
+        run on one GPC, so this depends on how the SMs divide into GPCs, not only on their count."""
+        module, function = ctypes.c_void_p(), ctypes.c_void_p()
+        self.call("cuModuleLoadData", ctypes.byref(module), ctypes.c_char_p(WHOLE_SM_PTX))
+        try:
+            self.call("cuModuleGetFunction", ctypes.byref(function), module,
+                      b"rmsnorm_lessons_whole_sm")
+            self.call("cuFuncSetAttribute", function,
+                      CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, shared_per_block)
+            found = []
+            for size in sizes:
+                attrs = (LaunchAttribute * 1)()
+                attrs[0].id = CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION
+                attrs[0].value.cluster_dim[:] = [size, 1, 1]
+                config = LaunchConfig(size * multiprocessors, 1, 1, 32, 1, 1, shared_per_block,
+                                      None, attrs, 1)
+                count = ctypes.c_int(0)
+                self.call("cuOccupancyMaxActiveClusters", ctypes.byref(count), function,
+                          ctypes.byref(config))
+                found.append((int(size), count.value))
+            return tuple(found)
+        finally:
+            self.lib.cuModuleUnload(module)
 
     def event(self, flags: int = CU_EVENT_DISABLE_TIMING) -> ctypes.c_void_p:
         ev = ctypes.c_void_p()
