@@ -31,8 +31,9 @@ import os
 import pwd
 import re
 import secrets
+import signal
 import subprocess
-import sys
+import time
 from pathlib import Path
 
 PASSWORDS = "passwords.json"
@@ -194,6 +195,45 @@ def record_known(state, names) -> None:
                        json.dumps({"names": sorted(known | set(names))}, indent=1) + "\n")
 
 
+REMOVED = "removed-names.json"
+
+
+def record_removed(state, names) -> None:
+    """Names whose account was removed: the hub deletes its own record of them (tokens, cookies)
+    at its next start, so a name given to someone new later starts from nothing."""
+    removed = set(_read_json(Path(state) / REMOVED).get("names", []))
+    _write_private(Path(state) / REMOVED,
+                   json.dumps({"names": sorted(removed | set(names))}, indent=1) + "\n")
+
+
+def take_removed(state) -> list[str]:
+    """The names :func:`record_removed` kept, and the record emptied."""
+    path = Path(state) / REMOVED
+    names = sorted(_read_json(path).get("names", []))
+    if names:
+        path.unlink()
+    return names
+
+
+def check_owned(state, names) -> None:
+    """A ValueError naming every account that exists but that this hub did not create (with the
+    same uid): the hub chmods, seeds and stops the processes of its accounts, which it must never
+    do to a system account or to someone's own login."""
+    created = created_accounts(state)
+    foreign = []
+    for name in names:
+        try:
+            uid = pwd.getpwnam(name).pw_uid
+        except KeyError:
+            continue
+        if created.get(name, {}).get("uid") != uid:
+            foreign.append(f"{name} (uid {uid})")
+    if foreign:
+        raise ValueError("these accounts exist and were not created by this hub (per "
+                         f"{Path(state) / CREATED}): {', '.join(foreign)}; the hub makes and owns "
+                         "its accounts, so choose other names")
+
+
 def former_names(state, room) -> list[str]:
     """The names that were in a room of this state and are not in ``room`` now."""
     return sorted(set(_read_json(Path(state) / KNOWN).get("names", [])) - set(room))
@@ -230,40 +270,46 @@ def record_created(state, name: str) -> None:
     _write_private(Path(state) / CREATED, json.dumps(created, indent=1) + "\n")
 
 
-#: run as a user's own uid: kill(-1) signals every process that uid may signal, its own included
-_KILL_ALL = "import os, signal; os.kill(-1, signal.SIGKILL)"
-
-
 def _pids_of(uid: int) -> list[int]:
+    """The live processes of ``uid`` (zombies are dead already: their parent reaps them)."""
     found = []
     for entry in os.scandir("/proc"):
-        if entry.name.isdigit():
-            try:
-                if entry.stat().st_uid == uid:
-                    found.append(int(entry.name))
-            except OSError:  # gone meanwhile
-                pass
+        if not entry.name.isdigit():
+            continue
+        try:
+            if entry.stat().st_uid != uid:
+                continue
+            with open(f"/proc/{entry.name}/stat", "rb") as f:
+                state = f.read().rsplit(b")", 1)[1].split()[0]
+        except (OSError, IndexError):  # gone meanwhile
+            continue
+        if state not in (b"Z", b"X"):
+            found.append(int(entry.name))
     return found
 
 
-def end_processes(name: str, python: str | None = None) -> int:
-    """Kill every process of the account ``name`` (a server's leftovers: a learner's ``setsid``
-    job outlives the server, keeps the GPU and blocks ``userdel``). Root only; returns how many were
-    left after three rounds (0: none)."""
+def end_processes(name: str, rounds: int = 10) -> int:
+    """Stop, then kill, every process of the account ``name`` (a server's leftovers: a learner's
+    ``setsid`` job outlives the server, keeps the GPU and blocks ``userdel``). Root signals each
+    process itself: stopped first, all of them, so none can fork or stop the killer, then killed.
+    Returns how many are left (0: none)."""
     try:
         uid = pwd.getpwnam(name).pw_uid
     except KeyError:
         return 0
     if uid == 0:
         raise ValueError("refusing to end root's processes")
-    for _ in range(3):
-        if not _pids_of(uid):
+    for _ in range(rounds):
+        pids = _pids_of(uid)
+        if not pids:
             return 0
-        python = python or ("/usr/bin/python3" if os.path.exists("/usr/bin/python3")
-                            else sys.executable)
-        subprocess.run([python, "-I", "-c", _KILL_ALL], user=uid,
-                       group=pwd.getpwnam(name).pw_gid, extra_groups=[], cwd="/",
-                       stdin=subprocess.DEVNULL, capture_output=True, env={}, timeout=30)
+        for sig in (signal.SIGSTOP, signal.SIGKILL):
+            for pid in pids:
+                try:
+                    os.kill(pid, sig)
+                except ProcessLookupError:
+                    pass
+        time.sleep(0.05)
     return len(_pids_of(uid))
 
 
@@ -295,6 +341,7 @@ def remove_accounts(state, names, log=print) -> list[str]:
             refused.append(name)
             continue
         created.pop(name)
+        record_removed(state, [name])
         log(f"hub: removed the account {name} and its home")
     if state.is_dir():
         _write_private(state / CREATED, json.dumps(created, indent=1) + "\n")

@@ -112,6 +112,12 @@ class RoomAuthenticator(LocalAuthenticator):
     def add_system_user(self, user):
         accounts.create_account(STATE, user.name)
 
+    def delete_user(self, user):
+        """hub/run.py deletes the hub's record of a removed or dropped name (its tokens and
+        cookies go with it); a name of this room stays allowed: its new holder logs in afresh."""
+        if user.name not in ROOM:
+            super().delete_user(user)
+
 
 c.JupyterHub.authenticator_class = RoomAuthenticator
 c.Authenticator.allowed_users = set(LEARNERS)
@@ -138,14 +144,12 @@ def _rlimits(spawner):
     return apply
 
 
-LOGS = STATE / "logs"  # one file per learner's server, root's
-
-
 class WorkshopSpawner(LocalProcessSpawner):
     """LocalProcessSpawner whose processes start with the workshop's rlimits (hub/README.md), and
-    with none of the hub's own terminal: stdin from /dev/null, output to the learner's log file in
-    the state folder (a server that kept the hub's terminal could read what the instructor types
-    there, and write into it, even after the hub stops)."""
+    with none of the hub's own files: stdin, stdout and stderr are /dev/null (a server that kept
+    the hub's terminal could read what the instructor types there; one writing to a file of
+    root's could fill the disk past any quota). The server's own log goes to a file in the
+    learner's home, opened by the learner's shell (SERVER_LOG)."""
 
     def make_preexec_fn(self, name):
         setuid = super().make_preexec_fn(name)
@@ -157,16 +161,9 @@ class WorkshopSpawner(LocalProcessSpawner):
         return preexec
 
     async def start(self):
-        LOGS.mkdir(mode=0o700, exist_ok=True)
-        log = os.fdopen(os.open(LOGS / f"{self.user.name}.log",
-                                os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_NOFOLLOW, 0o600),
-                        "ab", buffering=0)
-        try:
-            self.popen_kwargs = {**self.popen_kwargs, "stdin": subprocess.DEVNULL, "stdout": log,
-                                 "stderr": subprocess.STDOUT}
-            return await super().start()
-        finally:
-            log.close()  # the server holds its own copy
+        self.popen_kwargs = {**self.popen_kwargs, "stdin": subprocess.DEVNULL,
+                             "stdout": subprocess.DEVNULL, "stderr": subprocess.DEVNULL}
+        return await super().start()
 
 
 SPAWNER = _env("SPAWNER", "local")
@@ -181,7 +178,10 @@ if SPAWNER == "systemd":
 else:
     c.JupyterHub.spawner_class = WorkshopSpawner
 
-c.Spawner.cmd = [str(LEARNER_ENV / "bin" / "jupyterhub-singleuser")]
+SERVER_LOG = ".jupyterhub-server.log"  # in the learner's home: theirs, like any file they write
+# the shell runs as the learner (the spawner switches uid first) and opens the log in their home
+c.Spawner.cmd = ["/bin/sh", "-c", f'exec "$@" >>"$HOME/{SERVER_LOG}" 2>&1', "server",
+                 str(LEARNER_ENV / "bin" / "jupyterhub-singleuser")]
 c.Spawner.notebook_dir = "~"
 # JupyterLab for a room: no extension installs from the learners, no news pop-ups
 c.Spawner.args = ["--LabApp.extension_manager=readonly", "--LabApp.news_url=None",
@@ -221,8 +221,15 @@ SEED = """import os, shutil, sys
 source, target = sys.argv[1:3]
 if not os.path.lexists(target):
     shutil.copytree(source, target, symlinks=True)
-    print("seeded")
 """
+
+
+def hub_made(name: str) -> None:
+    """A RuntimeError unless the hub created the account ``name`` (hub/run.py refuses others at
+    start; this is the same rule where the hub acts as root on an account)."""
+    uid = pwd.getpwnam(name).pw_uid
+    if accounts.created_accounts(STATE).get(name, {}).get("uid") != uid:
+        raise RuntimeError(f"the account {name} was not created by this hub: it is left alone")
 
 
 SEED_TIMEOUT_S = 60
@@ -230,20 +237,20 @@ SEED_TIMEOUT_S = 60
 
 async def as_learner(user, code: str, *args: str, timeout: float = SEED_TIMEOUT_S):
     """Run Python ``code`` as ``user`` (a pwd entry), off the hub's event loop, with no terminal
-    and a clean environment: ``(returncode, stdout, stderr)``; killed after ``timeout`` seconds (a
-    learner can stop their own process: it must not stall the hub)."""
+    and a clean environment: its exit code, or None where it was killed after ``timeout`` seconds
+    (a learner can stop their own process: it must not stall the hub)."""
+    # no pipes: a process of the learner's could take one and pour gigabytes into the hub
     proc = await asyncio.create_subprocess_exec(
         sys.executable, "-I", "-c", code, *args, user=user.pw_uid, group=user.pw_gid,
         extra_groups=[], cwd=user.pw_dir, umask=0o077, stdin=subprocess.DEVNULL,
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
         env={"HOME": user.pw_dir, "PATH": "/usr/bin:/bin", "LANG": "C.UTF-8"})
     try:
-        out, err = await asyncio.wait_for(proc.communicate(), timeout)
+        return await asyncio.wait_for(proc.wait(), timeout)
     except asyncio.TimeoutError:
         proc.kill()
         await proc.wait()
-        return None, "", f"still running after {timeout:.0f} s: stopped"
-    return proc.returncode, out.decode(errors="replace"), err.decode(errors="replace")
+        return None
 
 
 async def seed_home(spawner):
@@ -251,6 +258,7 @@ async def seed_home(spawner):
     the first login. The hub (root) only makes the home and sets its mode; the copy is made by a
     process of the learner's own uid, so nothing the learner does in their home (a link, a folder
     swapped mid-copy) can turn root's writes or chowns onto another file."""
+    hub_made(spawner.user.name)
     user = pwd.getpwnam(spawner.user.name)
     home = Path(user.pw_dir)
     if not home.is_dir():
@@ -260,12 +268,14 @@ async def seed_home(spawner):
     if not STUDENT.is_dir():
         raise RuntimeError(f"no student edition at {STUDENT}: start the hub with hub/run.py "
                            f"(make hub)")
-    code, out, err = await as_learner(user, SEED, str(STUDENT), str(home / SEED_DIR))
+    target = home / SEED_DIR
+    there = os.path.lexists(target)
+    code = await as_learner(user, SEED, str(STUDENT), str(target))
     if code != 0:
-        raise RuntimeError(f"copying the student edition into {home / SEED_DIR} as "
-                           f"{spawner.user.name} failed: {err.strip()[-500:]}")
-    if "seeded" in out:
-        spawner.log.info("seeded %s with the student edition from %s", home / SEED_DIR, STUDENT)
+        raise RuntimeError(f"copying the student edition into {target} as {spawner.user.name} "
+                           f"failed ({'stopped after 60 s' if code is None else f'exit {code}'})")
+    if not there:
+        spawner.log.info("seeded %s with the student edition from %s", target, STUDENT)
     if GPU_MODE == "mig" and MIG_DEVICES:
         # one MIG instance per learner, in the order of the room's list (several learners per
         # instance when there are more learners than instances)
@@ -281,7 +291,8 @@ async def end_leftovers(spawner):
     """After a server stops: nothing of the learner's keeps running (a ``setsid`` job would keep
     the GPU, and block the account's removal)."""
     try:
-        left = await asyncio.to_thread(accounts.end_processes, spawner.user.name, sys.executable)
+        hub_made(spawner.user.name)
+        left = await asyncio.to_thread(accounts.end_processes, spawner.user.name)
     except Exception:  # noqa: BLE001 - a stop goes on; the log says why
         spawner.log.exception("ending %s's leftover processes failed", spawner.user.name)
         return
@@ -310,7 +321,14 @@ c.JupyterHub.services = [{
     "oauth_no_confirm": True,
     "display": True,
 }]
+if _env("ADMIN_TOKEN", ""):  # hub/run.py's own token: it deletes former names' records
+    c.JupyterHub.services.append({"name": "room-admin", "api_token": _env("ADMIN_TOKEN", "")})
 c.JupyterHub.load_roles = [{
+    "name": "room-admin",
+    "description": "delete the records of names no longer in the room",
+    "scopes": ["list:users", "delete:users"],
+    "services": ["room-admin"] if _env("ADMIN_TOKEN", "") else [],
+}, {
     "name": "idle-culler",
     "description": "stop learners' servers that have been idle",
     "scopes": ["list:users", "read:users:activity", "read:servers", "delete:servers"],

@@ -26,6 +26,7 @@ from __future__ import annotations
 import argparse
 import getpass
 import os
+import secrets
 import stat
 import shutil
 import signal
@@ -70,12 +71,14 @@ def instructor_password(args) -> str | None:
                          "--set-instructor-password to type it")
     if args.instructor_password_file:
         path = Path(args.instructor_password_file)
-        try:  # the file itself, not a link, checked as opened
-            fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
+        try:  # the file itself, not a link, checked as opened (a FIFO would block a plain open)
+            fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
         except OSError as exc:
             raise ValueError(f"--instructor-password-file {path}: {exc.strerror}") from None
         with os.fdopen(fd) as f:
             info = os.fstat(fd)
+            if not stat.S_ISREG(info.st_mode):
+                raise ValueError(f"--instructor-password-file {path} is not a regular file")
             if info.st_uid != os.geteuid():
                 raise ValueError(f"--instructor-password-file {path} belongs to uid {info.st_uid}, "
                                  "not to you: its owner can read it")
@@ -107,6 +110,23 @@ def find_proxy(install: bool = True) -> str | None:
         if r.returncode == 0 and os.access(local, os.X_OK):
             return str(local)
     return None
+
+
+def forget_names(url: str, token: str, names) -> list[str]:
+    """Delete the hub's users ``names`` (their API tokens and cookies go with them), through the
+    REST API with run.py's own service token; returns the names that could not be deleted."""
+    left = []
+    for name in names:
+        request = urllib.request.Request(f"{url}hub/api/users/{name}", method="DELETE",
+                                         headers={"Authorization": f"token {token}"})
+        try:
+            urllib.request.urlopen(request, timeout=30).close()
+        except urllib.error.HTTPError as exc:
+            if exc.code != 404:  # 404: the hub never knew the name
+                left.append(name)
+        except (urllib.error.URLError, OSError):
+            left.append(name)
+    return left
 
 
 def main(argv=None) -> int:
@@ -188,6 +208,11 @@ def main(argv=None) -> int:
         print(f"hub: --reset-password names someone not in --learners: {', '.join(unknown)}",
               file=sys.stderr)
         return 2
+    try:  # the hub chmods, seeds and stops the processes of its accounts: only its own
+        accounts.check_owned(state, [*learners, args.instructor])
+    except ValueError as exc:
+        print(f"hub: {exc}", file=sys.stderr)
+        return 2
     if not shutil.which("useradd"):
         print("hub: useradd is missing (apt-get install passwd)", file=sys.stderr)
         return 2
@@ -209,6 +234,9 @@ def main(argv=None) -> int:
         if name in accounts.created_accounts(state) and accounts.end_processes(name):
             print(f"hub: some processes of {name} (no longer in the room) would not end",
                   file=sys.stderr)
+    # names whose hub record (tokens, cookies) goes at this start: dropped, or removed since
+    forget = sorted(set(former) | set(accounts.take_removed(state)))
+    admin_token = secrets.token_hex(32)
     sheet, generated = accounts.prepare_passwords(state, learners, args.instructor, chosen,
                                                   reset=args.reset_password)
     # the student edition is copied into each home by the learner's own process (not as root), so
@@ -237,7 +265,7 @@ def main(argv=None) -> int:
         "RMSNORM_HUB_CULL_TIMEOUT": str(args.cull_timeout),
         "RMSNORM_HUB_MEM_LIMIT": args.mem_limit, "RMSNORM_HUB_GPU_MODE": args.gpu_mode,
         "RMSNORM_HUB_SPAWNER": args.spawner, "RMSNORM_HUB_DASHBOARD_PORT": str(_free_port()),
-        "RMSNORM_HUB_SUBDOMAIN_HOST": args.subdomain_host,
+        "RMSNORM_HUB_SUBDOMAIN_HOST": args.subdomain_host, "RMSNORM_HUB_ADMIN_TOKEN": admin_token,
         # the proxy's token, shared by the hub and the proxy it starts
         "CONFIGPROXY_AUTH_TOKEN": os.environ.get("CONFIGPROXY_AUTH_TOKEN") or os.urandom(16).hex(),
     })
@@ -268,6 +296,11 @@ def main(argv=None) -> int:
         print(f"hub: no answer at {url} within 120 s; still waiting (the log above says why)",
               flush=True)
     if ready:
+        left = forget_names(url, admin_token, forget)
+        if left:
+            accounts.record_removed(state, left)  # tried again at the next start
+            print(f"hub: could not delete the hub's records of {', '.join(left)}; their old tokens "
+                  "may still work (tried again at the next start)", file=sys.stderr, flush=True)
         shown = (url if args.ip not in ("0.0.0.0", "")
                  else f"http://<this machine's address>:{args.port}/")
         print(f"hub: ready at {shown}", flush=True)

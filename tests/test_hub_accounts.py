@@ -264,3 +264,54 @@ def test_end_processes_leaves_nothing_of_an_account_running(tmp_path):
         if _exists(name):
             accounts.end_processes(name)
             subprocess.run(["userdel", "--remove", name], capture_output=True)
+
+
+def test_a_removed_name_is_forgotten_once_at_the_next_start(tmp_path):
+    accounts.record_removed(tmp_path, ["ada"])
+    accounts.record_removed(tmp_path, ["bob", "ada"])
+    assert accounts.take_removed(tmp_path) == ["ada", "bob"]
+    assert accounts.take_removed(tmp_path) == []
+
+
+@root_only
+def test_accounts_the_hub_did_not_create_are_refused(tmp_path):
+    with pytest.raises(ValueError, match=r"daemon \(uid 1\).*choose other names"):
+        accounts.check_owned(tmp_path, ["daemon", "hubt-no-such-name"])
+    accounts.check_owned(tmp_path, ["hubt-no-such-name"])  # missing: the hub creates it
+
+
+def test_a_fifo_as_the_password_file_is_refused_without_waiting(tmp_path):
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo, 0o600)
+    r = _run_py("--passwords-only", "--state", str(tmp_path / "s"), "--learners", "ada",
+                "--instructor-password-file", str(fifo))
+    assert r.returncode == 2 and "is not a regular file" in r.stderr
+
+
+@root_only
+def test_a_process_that_stops_its_uid_s_newcomers_is_ended_too(tmp_path):
+    """A learner's daemon that SIGSTOPs every new process of its uid escaped a killer running as
+    that uid; root signals each process itself."""
+    name = f"hubt{secrets.token_hex(3)}s"
+    stopper = ("import os, signal, time\nme = os.getpid(); seen = set(os.listdir('/proc'))\n"
+               "while True:\n    for p in os.listdir('/proc'):\n"
+               "        if p.isdigit() and p not in seen and int(p) != me:\n"
+               "            try:\n                os.kill(int(p), signal.SIGSTOP)\n"
+               "            except OSError:\n                pass\n"
+               "    seen = set(os.listdir('/proc')); time.sleep(0.001)\n")
+    try:
+        accounts.create_account(tmp_path, name)
+        subprocess.Popen(["runuser", "-u", name, "--", "setsid", "python3", "-c", stopper],
+                         stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                         stderr=subprocess.DEVNULL, start_new_session=True)
+        uid = accounts.pwd.getpwnam(name).pw_uid
+        import time
+        for _ in range(50):
+            if accounts._pids_of(uid):
+                break
+            time.sleep(0.1)
+        assert accounts.end_processes(name) == 0 and accounts._pids_of(uid) == []
+    finally:
+        if _exists(name):
+            accounts.end_processes(name)
+            subprocess.run(["userdel", "--remove", name], capture_output=True)
