@@ -198,36 +198,41 @@ def record_known(state, names) -> None:
 REMOVED = "removed-names.json"
 
 
-def record_removed(state, names) -> None:
+def removed_names(state) -> list[str]:
     """Names whose account was removed: the hub deletes its own record of them (tokens, cookies)
     at its next start, so a name given to someone new later starts from nothing."""
-    removed = set(_read_json(Path(state) / REMOVED).get("names", []))
-    _write_private(Path(state) / REMOVED,
-                   json.dumps({"names": sorted(removed | set(names))}, indent=1) + "\n")
+    return sorted(_read_json(Path(state) / REMOVED).get("names", []))
 
 
-def take_removed(state) -> list[str]:
-    """The names :func:`record_removed` kept, and the record emptied."""
+def keep_removed(state, names) -> None:
+    """The record :func:`removed_names` reads holds exactly ``names`` (none: no file)."""
     path = Path(state) / REMOVED
-    names = sorted(_read_json(path).get("names", []))
     if names:
+        _write_private(path, json.dumps({"names": sorted(set(names))}, indent=1) + "\n")
+    elif path.exists():
         path.unlink()
-    return names
+
+
+def record_removed(state, names) -> None:
+    keep_removed(state, set(removed_names(state)) | set(names))
+
+
+def hub_created(state, name: str) -> bool:
+    """Whether the account ``name`` exists and is one this hub created (recorded with its uid):
+    the only accounts the hub chmods, seeds, stops the processes of or removes."""
+    try:
+        uid = pwd.getpwnam(name).pw_uid
+    except KeyError:
+        return False
+    return created_accounts(state).get(name, {}).get("uid") == uid
 
 
 def check_owned(state, names) -> None:
     """A ValueError naming every account that exists but that this hub did not create (with the
     same uid): the hub chmods, seeds and stops the processes of its accounts, which it must never
     do to a system account or to someone's own login."""
-    created = created_accounts(state)
-    foreign = []
-    for name in names:
-        try:
-            uid = pwd.getpwnam(name).pw_uid
-        except KeyError:
-            continue
-        if created.get(name, {}).get("uid") != uid:
-            foreign.append(f"{name} (uid {uid})")
+    foreign = [f"{name} (uid {pwd.getpwnam(name).pw_uid})" for name in names
+               if user_exists(name) and not hub_created(state, name)]
     if foreign:
         raise ValueError("these accounts exist and were not created by this hub (per "
                          f"{Path(state) / CREATED}): {', '.join(foreign)}; the hub makes and owns "
@@ -288,17 +293,18 @@ def _pids_of(uid: int) -> list[int]:
     return found
 
 
-def end_processes(name: str, rounds: int = 10) -> int:
+def end_processes(state, name: str, rounds: int = 10) -> int:
     """Stop, then kill, every process of the account ``name`` (a server's leftovers: a learner's
     ``setsid`` job outlives the server, keeps the GPU and blocks ``userdel``). Root signals each
     process itself: stopped first, all of them, so none can fork or stop the killer, then killed.
-    Returns how many are left (0: none)."""
-    try:
-        uid = pwd.getpwnam(name).pw_uid
-    except KeyError:
+    Only an account this hub created (:func:`hub_created`, never root's); returns how many
+    processes are left (0: none)."""
+    if not user_exists(name):
         return 0
-    if uid == 0:
-        raise ValueError("refusing to end root's processes")
+    if not hub_created(state, name):
+        raise ValueError(f"refusing to end the processes of {name}: not an account this hub "
+                         "created")
+    uid = pwd.getpwnam(name).pw_uid
     for _ in range(rounds):
         pids = _pids_of(uid)
         if not pids:
@@ -332,7 +338,7 @@ def remove_accounts(state, names, log=print) -> list[str]:
             log(f"hub: refusing to remove the account {name} ({why}, per {state / CREATED})")
             refused.append(name)
             continue
-        left = end_processes(name)  # userdel refuses an account with processes
+        left = end_processes(state, name)  # userdel refuses an account with processes
         if left:
             log(f"hub: {left} process(es) of {name} would not end")
         r = subprocess.run(["userdel", "--remove", name], capture_output=True, text=True)

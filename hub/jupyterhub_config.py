@@ -224,14 +224,6 @@ if not os.path.lexists(target):
 """
 
 
-def hub_made(name: str) -> None:
-    """A RuntimeError unless the hub created the account ``name`` (hub/run.py refuses others at
-    start; this is the same rule where the hub acts as root on an account)."""
-    uid = pwd.getpwnam(name).pw_uid
-    if accounts.created_accounts(STATE).get(name, {}).get("uid") != uid:
-        raise RuntimeError(f"the account {name} was not created by this hub: it is left alone")
-
-
 SEED_TIMEOUT_S = 60
 
 
@@ -258,7 +250,9 @@ async def seed_home(spawner):
     the first login. The hub (root) only makes the home and sets its mode; the copy is made by a
     process of the learner's own uid, so nothing the learner does in their home (a link, a folder
     swapped mid-copy) can turn root's writes or chowns onto another file."""
-    hub_made(spawner.user.name)
+    if not accounts.hub_created(STATE, spawner.user.name):  # hub/run.py refuses others at start
+        raise RuntimeError(f"the account {spawner.user.name} was not created by this hub: it is "
+                           "left alone")
     user = pwd.getpwnam(spawner.user.name)
     home = Path(user.pw_dir)
     if not home.is_dir():
@@ -291,8 +285,7 @@ async def end_leftovers(spawner):
     """After a server stops: nothing of the learner's keeps running (a ``setsid`` job would keep
     the GPU, and block the account's removal)."""
     try:
-        hub_made(spawner.user.name)
-        left = await asyncio.to_thread(accounts.end_processes, spawner.user.name)
+        left = await asyncio.to_thread(accounts.end_processes, STATE, spawner.user.name)
     except Exception:  # noqa: BLE001 - a stop goes on; the log says why
         spawner.log.exception("ending %s's leftover processes failed", spawner.user.name)
         return

@@ -231,11 +231,11 @@ def main(argv=None) -> int:
     os.chmod(state, 0o700)
     former = accounts.former_names(state, [*learners, args.instructor])
     for name in former:  # what a dropped learner left running ends with their place in the room
-        if name in accounts.created_accounts(state) and accounts.end_processes(name):
+        if accounts.hub_created(state, name) and accounts.end_processes(state, name):
             print(f"hub: some processes of {name} (no longer in the room) would not end",
                   file=sys.stderr)
     # names whose hub record (tokens, cookies) goes at this start: dropped, or removed since
-    forget = sorted(set(former) | set(accounts.take_removed(state)))
+    forget = sorted(set(former) | set(accounts.removed_names(state)))
     admin_token = secrets.token_hex(32)
     sheet, generated = accounts.prepare_passwords(state, learners, args.instructor, chosen,
                                                   reset=args.reset_password)
@@ -297,8 +297,8 @@ def main(argv=None) -> int:
               flush=True)
     if ready:
         left = forget_names(url, admin_token, forget)
+        accounts.keep_removed(state, left)  # cleared once forgotten; what failed is tried again
         if left:
-            accounts.record_removed(state, left)  # tried again at the next start
             print(f"hub: could not delete the hub's records of {', '.join(left)}; their old tokens "
                   "may still work (tried again at the next start)", file=sys.stderr, flush=True)
         shown = (url if args.ip not in ("0.0.0.0", "")

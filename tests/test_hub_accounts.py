@@ -11,6 +11,7 @@ import shutil
 import stat
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -242,35 +243,49 @@ def test_a_password_file_root_does_not_own_or_a_link_is_refused(tmp_path):
     assert r.returncode == 2 and "--instructor-password-file" in r.stderr
 
 
-@root_only
-def test_end_processes_leaves_nothing_of_an_account_running(tmp_path):
+@pytest.fixture
+def hub_account(tmp_path):
+    """An account the hub created in the state ``tmp_path``, removed (its processes first)
+    after the test."""
     name = f"hubt{secrets.token_hex(3)}k"
+    accounts.create_account(tmp_path, name)
     try:
-        accounts.create_account(tmp_path, name)
-        subprocess.Popen(["runuser", "-u", name, "--", "setsid", "sleep", "600"],
-                         stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                         stderr=subprocess.DEVNULL, start_new_session=True)
-        uid = accounts.pwd.getpwnam(name).pw_uid
-        for _ in range(50):
-            if accounts._pids_of(uid):
-                break
-            import time
-            time.sleep(0.1)
-        assert accounts._pids_of(uid), "the job did not start"
-        assert accounts.end_processes(name) == 0 and accounts._pids_of(uid) == []
-        with pytest.raises(ValueError, match="root"):
-            accounts.end_processes("root")
+        yield name
     finally:
         if _exists(name):
-            accounts.end_processes(name)
+            accounts.end_processes(tmp_path, name)
             subprocess.run(["userdel", "--remove", name], capture_output=True)
+
+
+def _start_as(name: str, *argv: str) -> int:
+    """Start ``argv`` as ``name`` in a session of its own (it outlives nothing it belongs to);
+    return the account's uid once the job runs."""
+    subprocess.Popen(["runuser", "-u", name, "--", "setsid", *argv], stdin=subprocess.DEVNULL,
+                     stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    uid = accounts.pwd.getpwnam(name).pw_uid
+    for _ in range(50):
+        if accounts._pids_of(uid):
+            return uid
+        time.sleep(0.1)
+    raise AssertionError(f"the job {argv} did not start as {name}")
+
+
+@root_only
+def test_end_processes_leaves_nothing_of_an_account_running(tmp_path, hub_account):
+    uid = _start_as(hub_account, "sleep", "600")
+    assert accounts.end_processes(tmp_path, hub_account) == 0 and accounts._pids_of(uid) == []
+    with pytest.raises(ValueError, match="root"):
+        accounts.end_processes(tmp_path, "root")
 
 
 def test_a_removed_name_is_forgotten_once_at_the_next_start(tmp_path):
     accounts.record_removed(tmp_path, ["ada"])
     accounts.record_removed(tmp_path, ["bob", "ada"])
-    assert accounts.take_removed(tmp_path) == ["ada", "bob"]
-    assert accounts.take_removed(tmp_path) == []
+    assert accounts.removed_names(tmp_path) == ["ada", "bob"]
+    accounts.keep_removed(tmp_path, ["bob"])  # ada forgotten, bob's deletion failed
+    assert accounts.removed_names(tmp_path) == ["bob"]
+    accounts.keep_removed(tmp_path, [])
+    assert accounts.removed_names(tmp_path) == []
 
 
 @root_only
@@ -289,29 +304,20 @@ def test_a_fifo_as_the_password_file_is_refused_without_waiting(tmp_path):
 
 
 @root_only
-def test_a_process_that_stops_its_uid_s_newcomers_is_ended_too(tmp_path):
+def test_a_process_that_stops_its_uid_s_newcomers_is_ended_too(tmp_path, hub_account):
     """A learner's daemon that SIGSTOPs every new process of its uid escaped a killer running as
     that uid; root signals each process itself."""
-    name = f"hubt{secrets.token_hex(3)}s"
     stopper = ("import os, signal, time\nme = os.getpid(); seen = set(os.listdir('/proc'))\n"
                "while True:\n    for p in os.listdir('/proc'):\n"
                "        if p.isdigit() and p not in seen and int(p) != me:\n"
                "            try:\n                os.kill(int(p), signal.SIGSTOP)\n"
                "            except OSError:\n                pass\n"
                "    seen = set(os.listdir('/proc')); time.sleep(0.001)\n")
-    try:
-        accounts.create_account(tmp_path, name)
-        subprocess.Popen(["runuser", "-u", name, "--", "setsid", "python3", "-c", stopper],
-                         stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                         stderr=subprocess.DEVNULL, start_new_session=True)
-        uid = accounts.pwd.getpwnam(name).pw_uid
-        import time
-        for _ in range(50):
-            if accounts._pids_of(uid):
-                break
-            time.sleep(0.1)
-        assert accounts.end_processes(name) == 0 and accounts._pids_of(uid) == []
-    finally:
-        if _exists(name):
-            accounts.end_processes(name)
-            subprocess.run(["userdel", "--remove", name], capture_output=True)
+    uid = _start_as(hub_account, "python3", "-c", stopper)
+    assert accounts.end_processes(tmp_path, hub_account) == 0 and accounts._pids_of(uid) == []
+
+
+@root_only
+def test_processes_of_an_account_the_hub_did_not_create_are_left_alone(tmp_path):
+    with pytest.raises(ValueError, match="daemon: not an account this hub created"):
+        accounts.end_processes(tmp_path, "daemon")
