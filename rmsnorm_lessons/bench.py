@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from . import bf16, build, gpu, ladder, launch, validate
+from . import bf16, build, gpu, ladder, launch, nsight, validate
 from . import check as checking  # sweep() has a parameter called check
 from .timing import (  # noqa: F401 (the timing loop's names, re-exported for bench.X callers)
     BURST, MAX_SLEEP_US, MIN_SETS, NOISY_SPREAD, SLEEP_US, DeviceProblem, Timing, _raw, _sleep,
@@ -188,9 +188,9 @@ def runnable(version, N: int, C: int) -> None:
 
 
 #: the share of copy from which what is left of a kernel after an ablation reads as memory-bound:
-#: the line Nsight Compute draws at 60 % of DRAM's peak (nsight.MEMORY_BOUND_PCT), here against the
-#: measured copy, which is below the peak, so a little stricter
-MEMORY_BOUND_OF_COPY = 0.6
+#: the course's one line (nsight.MEMORY_BOUND_PCT, Nsight Compute's, of DRAM's peak), here against
+#: the measured copy, which is below the peak, so a little stricter
+MEMORY_BOUND_OF_COPY = nsight.MEMORY_BOUND_PCT / 100
 
 
 def ablation(version, remove: str, N: int, C: int, copy_gbps: float, repeats: int = 20) -> Timing:
@@ -198,11 +198,11 @@ def ablation(version, remove: str, N: int, C: int, copy_gbps: float, repeats: in
     its source exactly once): what the rest costs. Its results are wrong by construction, so it is
     timed unchecked and never registered: a measurement, not a kernel."""
     spec = ladder.get(version)
-    text = spec.source or build.kernel_source(spec.stem)
-    if not isinstance(remove, str) or text.count(remove) != 1:
+    text = build.kernel_text(spec)[1]
+    found = text.count(remove) if isinstance(remove, str) else 0
+    if found != 1:
         raise ValueError(f"remove must be a statement found exactly once in {spec.name}'s kernel, "
-                         f"got {remove!r} ({text.count(remove) if isinstance(remove, str) else 0} "
-                         "times)")
+                         f"got {remove!r} ({found} times)")
     rest = ladder.rung_from_source(name=f"{spec.name}_ablated", like=spec,
                                    source=text.replace(remove, "/* removed for the ablation */"),
                                    register_it=False)

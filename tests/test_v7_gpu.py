@@ -8,7 +8,7 @@ import numpy as np
 
 import pytest
 
-from rmsnorm_lessons import bf16, build, check, gpu, kernels, ladder, launch, reference
+from rmsnorm_lessons import bf16, build, check, gpu, kernels, ladder, launch, libcuda, reference
 from rmsnorm_lessons.ladder import v7_fast
 from rmsnorm_lessons.ladder.v7_fast import Config, row_layout
 
@@ -138,13 +138,6 @@ def test_wide_rows_against_the_reference_bitwise_twice(N, C, overwrite):
         assert np.array_equal(bf16.bits(a), bf16.bits(b))
 
 
-class _LaunchConfig(ctypes.Structure):  # CUlaunchConfig
-    _fields_ = [(name, ctypes.c_uint) for name in ("gridDimX", "gridDimY", "gridDimZ", "blockDimX",
-                                                   "blockDimY", "blockDimZ", "sharedMemBytes")]
-    _fields_ += [("hStream", ctypes.c_void_p), ("attrs", ctypes.c_void_p),
-                 ("numAttrs", ctypes.c_uint)]
-
-
 @pytest.mark.gpu
 @pytest.mark.parametrize("cluster", v7_fast.WIDE_CLUSTERS)
 def test_the_saved_resident_clusters_are_what_the_driver_says(cluster):
@@ -164,11 +157,11 @@ def test_the_saved_resident_clusters_are_what_the_driver_says(cluster):
             name = f"rmsnorm_backward_v7_wide{cluster}".encode()
             assert lib.cuModuleGetFunction(ctypes.byref(function), module, name) == 0
             w = v7_fast.wide_layout(cluster * 16384, False, f.shared_memory_per_block_optin)
-            max_dynamic_shared_size_bytes = 8  # CUfunction_attribute
-            assert lib.cuFuncSetAttribute(function, max_dynamic_shared_size_bytes,
-                                          ctypes.c_int(w.shared)) == 0
-            config = _LaunchConfig(cluster * f.multiprocessors, 1, 1, w.block, 1, 1, w.shared,
-                                   None, None, 0)
+            assert lib.cuFuncSetAttribute(
+                function, libcuda.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+                ctypes.c_int(w.shared)) == 0
+            config = libcuda.LaunchConfig(cluster * f.multiprocessors, 1, 1, w.block, 1, 1,
+                                          w.shared, None, None, 0)
             assert lib.cuOccupancyMaxActiveClusters(ctypes.byref(count), function,
                                                     ctypes.byref(config)) == 0
         finally:

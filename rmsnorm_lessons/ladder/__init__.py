@@ -175,12 +175,9 @@ def plan(version, N: int, C: int, device=None, *, block_size: int | None = None,
     explorer and :mod:`rmsnorm_lessons.occupancy` ask "what if")."""
     rung = get(version)
     N, C = arguments.whole("N", N), arguments.whole("C", C, 1)
-    block = arguments.block_size(rung, block_size, most=1024)
-    overwrite = arguments.flag("overwrite", overwrite)
-    if overwrite and not rung.overwrite_mode:
-        raise ValueError(f"overwrite=True (dinp = instead of +=) is not offered by {rung.name}")
+    # a config where the rung takes none is refused here; the rung's plan judges the rest
+    block, overwrite = arguments.options(rung, block_size, overwrite, config, most=1024)
     arguments.size(rung, N, C)
-    rung.check_config(config)  # a config where the rung takes none; its plan judges the rest
     if N == 0:
         return Plan([], None, "N = 0: no rows, nothing is launched")
     launches = rung.plan(N, C, _device(device), block=block, overwrite=overwrite, config=config)

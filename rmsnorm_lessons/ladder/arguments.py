@@ -76,11 +76,12 @@ def flag(name: str, value) -> bool:
     return bool(value)
 
 
-def options(spec: Rung, block, overwrite, config) -> tuple[int, bool]:
+def options(spec: Rung, block, overwrite, config, most: int | None = None) -> tuple[int, bool]:
     """The launch options of one call, checked against the rung: ``(block, overwrite)``. A
     ``config`` is refused here where the rung takes none; whether it fits a width C the rung itself
-    judges (:meth:`~rmsnorm_lessons.ladder.Rung.check_config`, once C is known)."""
-    block = block_size(spec, block)
+    judges (:meth:`~rmsnorm_lessons.ladder.Rung.check_config`, once C is known). ``most``: as
+    :func:`block_size`'s."""
+    block = block_size(spec, block, most)
     overwrite = flag("overwrite", overwrite)
     if overwrite and not spec.overwrite_mode:
         raise ValueError(f"overwrite=True (dinp = instead of +=) is not offered by {spec.name}")
