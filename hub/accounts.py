@@ -120,6 +120,18 @@ def check_names(learners, instructor: str) -> None:
         raise ValueError(f"the instructor {instructor!r} is also in the list of learners")
 
 
+def check_request(learners, instructor: str, instructor_password: str | None = None,
+                  reset=()) -> None:
+    """A ValueError saying what is wrong with a room (:func:`check_names`), the instructor's new
+    password or the names to give new passwords; checked before anything is written."""
+    check_names(learners, instructor)
+    unknown = sorted(set(reset) - set(learners))
+    if unknown:
+        raise ValueError(f"--reset-password names someone not in the room: {', '.join(unknown)}")
+    if instructor_password is not None and len(instructor_password) < MIN_PASSWORD:
+        raise ValueError(f"the instructor's password must have at least {MIN_PASSWORD} characters")
+
+
 def prepare_passwords(state, learners, instructor: str, instructor_password: str | None = None,
                       reset=()):
     """Give every learner without a password a generated one (and each of ``reset`` a new one), and
@@ -132,12 +144,7 @@ def prepare_passwords(state, learners, instructor: str, instructor_password: str
     and the instructor's password where it was generated now (to print once), else None.
     """
     state = Path(state)
-    check_names(learners, instructor)
-    unknown = sorted(set(reset) - set(learners))
-    if unknown:
-        raise ValueError(f"--reset-password names someone not in the room: {', '.join(unknown)}")
-    if instructor_password is not None and len(instructor_password) < MIN_PASSWORD:
-        raise ValueError(f"the instructor's password must have at least {MIN_PASSWORD} characters")
+    check_request(learners, instructor, instructor_password, reset)
     room = {*learners, instructor}
     hashes = {n: h for n, h in load_hashes(state).items() if n in room}
     record_known(state, room)

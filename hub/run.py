@@ -170,8 +170,8 @@ def main(argv=None) -> int:
     args = ap.parse_args(argv)
     learners = room(args.learners)
     try:
-        accounts.check_names(learners, args.instructor)
         chosen = instructor_password(args)
+        accounts.check_request(learners, args.instructor, chosen, args.reset_password)
     except ValueError as exc:
         print(f"hub: {exc}", file=sys.stderr)
         return 2
@@ -199,15 +199,6 @@ def main(argv=None) -> int:
     if args.remove_accounts:
         refused = accounts.remove_accounts(state, learners + [args.instructor])
         return 1 if refused else 0
-    if chosen is not None and len(chosen) < accounts.MIN_PASSWORD:
-        print(f"hub: the instructor's password must have at least {accounts.MIN_PASSWORD} "
-              "characters", file=sys.stderr)
-        return 2
-    unknown = sorted(set(args.reset_password) - set(learners))
-    if unknown:
-        print(f"hub: --reset-password names someone not in --learners: {', '.join(unknown)}",
-              file=sys.stderr)
-        return 2
     try:  # the hub chmods, seeds and stops the processes of its accounts: only its own
         accounts.check_owned(state, [*learners, args.instructor])
     except ValueError as exc:
