@@ -93,8 +93,11 @@ class LibCuda:
     def __init__(self):
         lib = ctypes.CDLL("libcuda.so.1")
         for name, args in SIGNATURES.items():
-            fn = getattr(lib, name)
-            fn.argtypes, fn.restype = args, I
+            # a driver older than a call (cuOccupancyMaxActiveClusters: CUDA 11.8) lacks it: the
+            # others still work, and calling the missing one raises AttributeError
+            fn = getattr(lib, name, None)
+            if fn is not None:
+                fn.argtypes, fn.restype = args, I
         self.lib = lib
 
     def check(self, result: int, what: str) -> None:

@@ -78,3 +78,20 @@ def test_where_the_driver_cannot_say_an_h200_keeps_its_saved_figures(monkeypatch
     assert gpu._resident_clusters(gpu.H200.name, (9, 0), 232448, 132) == gpu.H200.resident_clusters
     assert gpu._resident_clusters("NVIDIA H100 80GB HBM3", (9, 0), 232448, 132) == ()
     assert "did not say how many clusters run at once" in capsys.readouterr().err
+
+
+def test_a_driver_without_the_cluster_call_keeps_the_others(monkeypatch):
+    """libcuda.so.1 of a driver before CUDA 11.8 has no cuOccupancyMaxActiveClusters: the events
+    and occupancy calls must still load, and the facts fall back."""
+    import ctypes
+
+    class OldDriver:
+        def __getattr__(self, name):
+            if name == "cuOccupancyMaxActiveClusters":
+                raise AttributeError(name)
+            fn = lambda *a: 0  # noqa: E731
+            return fn
+    monkeypatch.setattr(ctypes, "CDLL", lambda path: OldDriver())
+    cu = libcuda.LibCuda()
+    with pytest.raises(AttributeError):
+        cu.lib.cuOccupancyMaxActiveClusters
