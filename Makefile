@@ -63,7 +63,7 @@ bench: venv
 
 # Re-execute every lesson in place (on a GPU machine, to refresh the committed outputs).
 notebooks: venv
-	$(PY) -m rmsnorm_lessons.execute notebooks/*.ipynb
+	$(PY) -m rmsnorm_lessons.course.execute notebooks/*.ipynb
 
 # compute-sanitizer (memcheck, racecheck, synccheck, initcheck) over every version at two shapes (GPU).
 # e.g. make sanitize SANITIZE_ARGS="--logs out/sanitize --versions v6_last_block"

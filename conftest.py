@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 
 
-from rmsnorm_lessons import gpu
+from rmsnorm_lessons.core import gpu
 
 ROOT = Path(__file__).resolve().parent
 SANITIZE = ROOT / "nbval_sanitize.cfg"

@@ -1,8 +1,8 @@
 """The instructor's view of the room: a JupyterHub service at ``/services/dashboard/``.
 
 Started by the hub (hub/jupyterhub_config.py) as root, beside it: it reads each learner's verdicts
-(``~/.rmsnorm-lessons/verdicts.jsonl``, which their checks write: :mod:`rmsnorm_lessons.verdicts`)
-from their private homes, and shows
+(``~/.rmsnorm-lessons/verdicts.jsonl``, which their checks write:
+:mod:`rmsnorm_lessons.course.record`) from their private homes, and shows
 
 * a grid, learner x exercise (the exercises of the lesson registry, then the tuning exercise): the
   last verdict of each (PASS / NOT YET / NOT VERIFIED, or not tried), the time of the learner's last
@@ -23,7 +23,8 @@ import pwd
 from pathlib import Path
 from urllib.parse import urlparse
 
-from rmsnorm_lessons import lessons, verdicts
+from rmsnorm_lessons.course import record, registry
+from rmsnorm_lessons.workshop import standings
 
 REFRESH_S = 5
 LEARNERS = [n.strip() for n in os.environ.get("RMSNORM_HUB_LEARNERS", "").split(",") if n.strip()]
@@ -32,7 +33,7 @@ SHORT = {"PASS": "PASS", "NOT YET": "NOT YET", "NOT VERIFIED": "NOT VERIFIED"}
 
 
 def read_room(names) -> dict:
-    """learner -> their records, read from their home as their own file (:func:`verdicts.read`)."""
+    """learner -> their records, read from their home as their own file (:func:`record.read`)."""
     room = {}
     for name in names:
         try:
@@ -41,7 +42,7 @@ def read_room(names) -> dict:
             room[name] = []
             continue
         try:
-            room[name] = verdicts.read(Path(user.pw_dir) / verdicts.HOME_FILE, owner=user.pw_uid)
+            room[name] = record.read(Path(user.pw_dir) / record.HOME_FILE, owner=user.pw_uid)
         except Exception:  # noqa: BLE001 - one learner's file never blanks the room
             room[name] = []
     return room
@@ -53,11 +54,11 @@ def _clock(iso: str | None) -> str:
 
 def tables(room: dict) -> str:
     """The grid and the leaderboard as HTML (everything a learner wrote is escaped)."""
-    names = verdicts.exercises()
+    names = standings.exercises()
     esc = html.escape
     head = "".join(f'<th title="{esc(lessons_title(e))}">{esc(e)}</th>' for e in names)
     rows = []
-    for row in verdicts.room_rows(room):
+    for row in standings.room_rows(room):
         cells = []
         for e in names:
             r = row.cells.get(e)
@@ -77,7 +78,7 @@ def tables(room: dict) -> str:
             f"<th>last attempt (UTC)</th><th>predictions written, median error</th>{head}"
             "</tr></thead>"
             f"<tbody>{''.join(rows)}</tbody></table>")
-    board = verdicts.leaderboard(room)
+    board = standings.leaderboard(room)
     lines = "".join(f"<tr><td>{i}</td><td>{esc(n)}</td><td>{s:.1f} %</td>"
                     f"<td>{esc(_clock(t))}</td></tr>" for i, (n, s, t) in enumerate(board, 1))
     leader = ('<table id="leaderboard"><thead><tr><th>#</th><th>learner</th>'
@@ -85,7 +86,7 @@ def tables(room: dict) -> str:
               + (lines or '<tr><td colspan="4">no kernel timed yet</td></tr>') + "</tbody></table>")
     return (f"<h2>Exercises</h2>{grid}"
             "<h2>Tuning: v7_fast's variants against the same-bytes ceiling</h2>"
-            f'{leader}<p class="stamp">read at {esc(verdicts.now())}</p>')
+            f'{leader}<p class="stamp">read at {esc(record.now())}</p>')
 
 
 def predictions(row) -> str:
@@ -97,11 +98,11 @@ def predictions(row) -> str:
 
 
 def lessons_title(exercise: str) -> str:
-    stem = verdicts.lesson_of(exercise)
+    stem = record.lesson_of(exercise)
     try:
-        return lessons.by_stem(stem).title
+        return registry.by_stem(stem).title
     except ValueError:
-        return "the tuning exercise (rmsnorm_lessons.exercises.tuning)"
+        return "the tuning exercise (rmsnorm_lessons.lessons.lesson11.tuning)"
 
 
 PAGE = """<!doctype html>

@@ -27,10 +27,10 @@ import argparse
 import getpass
 import os
 import secrets
-import stat
 import shutil
 import signal
 import socket
+import stat
 import subprocess
 import sys
 import time
@@ -42,6 +42,7 @@ HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
 sys.path.insert(0, str(HERE))
 import accounts  # noqa: E402 - hub/accounts.py, beside this file
+
 NODE_PREFIX = ROOT / "build" / "hub" / "node"
 
 

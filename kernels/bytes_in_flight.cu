@@ -6,7 +6,8 @@
 //  - scale_<width>_x<U>: y = a * x, like lesson 00's scale, with 4-byte (float) or 16-byte (float4)
 //    loads, and U loads issued by each thread before the first is used. A grid-stride loop, so a
 //    launch of any grid covers n; the lesson picks the grid to set how many threads each SM holds.
-// Bytes in flight per SM = resident threads x width x U (rmsnorm_lessons.inflight).
+// Bytes in flight per SM = resident threads x width x U
+// (rmsnorm_lessons.lessons.lesson09.inflight).
 
 // __ldcg: cached in L2 only, not in L1 (PTX ld.global.cg), so every hop of a chain larger than L2
 // goes to DRAM.

@@ -2,7 +2,7 @@
 // must (reads dout and inp, reads dinp unless overwriting, writes dinp) with no reduction, no
 // barrier and no row structure: out = a * b (+ out), bf16 in and out, fp32 math. What it reaches,
 // as a fraction of the copy bandwidth, is what any kernel with these bytes can hope for
-// (rmsnorm_lessons.bench.stream_ceiling).
+// (rmsnorm_lessons.speed.bench.stream_ceiling).
 #include "common.cuh"
 
 __device__ __forceinline__ unsigned product(unsigned a, unsigned b, unsigned c, bool accumulate) {
@@ -36,8 +36,8 @@ stream_elementwise(uint4* __restrict__ out, const uint4* __restrict__ a,
                                product(x.w, y.w, z.w, accumulate)));
 }
 
-// The copy half of the bench's yardstick (rmsnorm_lessons.bench.copy_yardstick): out = in, one
-// 16-byte chunk a thread, the loads and stores of stream_elementwise with nothing between them.
+// The copy half of the bench's yardstick (rmsnorm_lessons.speed.bench.copy_yardstick): out = in,
+// one 16-byte chunk a thread, the loads and stores of stream_elementwise with nothing between them.
 extern "C" __global__ void __launch_bounds__(256)
 stream_copy(uint4* __restrict__ out, const uint4* __restrict__ in, long long n16) {
     const long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x;
@@ -45,4 +45,4 @@ stream_copy(uint4* __restrict__ out, const uint4* __restrict__ in, long long n16
 }
 
 // both kernels run blocks of 256 threads, ceil(n16 / 256) of them
-// (rmsnorm_lessons.bench.STREAM_THREADS)
+// (rmsnorm_lessons.speed.bench.STREAM_THREADS)

@@ -14,7 +14,8 @@
 #include "bf16_row_pass.cuh"
 
 #ifndef V6_SCRATCH_HEADER
-#error "V6_SCRATCH_HEADER must be defined by the build (rmsnorm_lessons/ladder/v6_last_block.py)"
+// the build defines it (rmsnorm_lessons/core/ladder/v6_last_block.py)
+#error "V6_SCRATCH_HEADER must be defined by the build"
 #endif
 
 extern "C" __global__ void __launch_bounds__(512, 2)

@@ -10,19 +10,19 @@
 // as in the comments here, with what was predicted and measured.
 #include "common.cuh"
 
-// Numbers the Python plan (rmsnorm_lessons/ladder/v7_fast.py, DEFINES) must agree on, passed as -D
-// flags.
+// Numbers the Python plan (rmsnorm_lessons/core/ladder/v7_fast.py, DEFINES) must agree on, passed
+// as -D flags.
 #ifndef V7_MAX_BLOCK
-#error "V7_MAX_BLOCK must be defined by the build (rmsnorm_lessons/ladder/v7_fast.py)"
+#error "V7_MAX_BLOCK must be defined by the build (rmsnorm_lessons/core/ladder/v7_fast.py)"
 #endif
 #ifndef V7_QUADS_PER_PASS
-#error "V7_QUADS_PER_PASS must be defined by the build (rmsnorm_lessons/ladder/v7_fast.py)"
+#error "V7_QUADS_PER_PASS must be defined by the build (rmsnorm_lessons/core/ladder/v7_fast.py)"
 #endif
 #ifndef V7_REDUCE_BATCH
-#error "V7_REDUCE_BATCH must be defined by the build (rmsnorm_lessons/ladder/v7_fast.py)"
+#error "V7_REDUCE_BATCH must be defined by the build (rmsnorm_lessons/core/ladder/v7_fast.py)"
 #endif
 #ifndef V7_STAGED_BLOCK
-#error "V7_STAGED_BLOCK must be defined by the build (rmsnorm_lessons/ladder/v7_fast.py)"
+#error "V7_STAGED_BLOCK must be defined by the build (rmsnorm_lessons/core/ladder/v7_fast.py)"
 #endif
 
 namespace v7 {

@@ -1,4 +1,4 @@
-"""The three bugs of lesson 13 (``rmsnorm_lessons.bugs``) on the H200: float64 check and sanitizer report.
+"""The three bugs of lesson 13 (``rmsnorm_lessons.lessons.lesson13.bugs``) on the H200: float64 check and sanitizer report.
 
     python lab/bugs.py [--compile-only] [--json F]
 
@@ -11,7 +11,8 @@ import sys
 
 import manifest
 
-from rmsnorm_lessons import build, bugs, check, gpu
+from rmsnorm_lessons.core import build, compare, gpu
+from rmsnorm_lessons.lessons.lesson13 import bugs
 
 
 def main(argv=None) -> int:
@@ -29,7 +30,7 @@ def main(argv=None) -> int:
         row = {"bug": name, "from": bug.shipped, "tool": bug.tool, "N": N, "C": C}
         if not args.compile_only:
             gpu.require()
-            report = check.check_version(rung, N, C, seed=N + C)
+            report = compare.check_version(rung, N, C, seed=N + C)
             row["check"], row["ok"] = str(report), report.ok
             print("  " + str(report).replace("\n", "\n  "))
             found = bugs.sanitize(name)

@@ -14,7 +14,9 @@ import statistics
 from pathlib import Path
 
 import ceiling_probe
-from rmsnorm_lessons import bench, gpu, launch, ladder
+
+from rmsnorm_lessons.core import gpu, ladder, launch
+from rmsnorm_lessons.speed import bench
 
 BURST = 20
 

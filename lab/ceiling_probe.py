@@ -18,7 +18,8 @@ from pathlib import Path
 
 import numpy as np
 
-from rmsnorm_lessons import bench, build, gpu, ladder
+from rmsnorm_lessons.core import build, gpu, ladder
+from rmsnorm_lessons.speed import bench
 
 SOURCE = Path(__file__).resolve().parent / "kernels" / "ceiling_variants.cu"
 THREADS = {"gridstride_elementwise": 512, "elementwise_u2": 256, "elementwise_u4": 256, "elementwise_flat": 256,

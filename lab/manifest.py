@@ -63,8 +63,8 @@ def _nvidia_driver() -> str | None:
 
 
 def machine() -> dict:
-    """The device (rmsnorm_lessons.gpu.facts), the NVIDIA driver, the CUDA version it supports, nvcc, packages."""
-    from rmsnorm_lessons import build, gpu
+    """The device (rmsnorm_lessons.core.gpu.facts), the NVIDIA driver, the CUDA version it supports, nvcc, packages."""
+    from rmsnorm_lessons.core import build, gpu
 
     facts = gpu.facts() if gpu.available() else None
     cuda = None

@@ -29,10 +29,11 @@ import tempfile
 from pathlib import Path
 
 import numpy as np
-
 import v7lab
-from rmsnorm_lessons import bench, bf16, build, gpu, launch, libcuda, timing
-from rmsnorm_lessons.ladder import Scratch, Tensor, v7_fast
+
+from rmsnorm_lessons.core import bf16, build, gpu, launch, libcuda
+from rmsnorm_lessons.core.ladder import Scratch, Tensor, v7_fast
+from rmsnorm_lessons.speed import bench, timing
 
 KERNEL_FILE = Path(__file__).resolve().parent / "kernels" / "v7_pdl.cu"
 SPELLINGS = ("shipped", "ctypes", "pdl", "pdl2")
@@ -45,7 +46,7 @@ PDL_KERNELS = {"rmsnorm_backward_v7": "rmsnorm_backward_v7_pdl",
                "reduce_dweight_v7": "reduce_dweight_v7_pdl"}
 
 
-# the driver's launch structs, shared with the package (rmsnorm_lessons/libcuda.py)
+# the driver's launch structs, shared with the package (rmsnorm_lessons/core/libcuda.py)
 AttributeValue, LaunchAttribute, LaunchConfig = (libcuda.AttributeValue, libcuda.LaunchAttribute,
                                                  libcuda.LaunchConfig)
 
@@ -231,7 +232,7 @@ def check(shapes=CHECK_SHAPES) -> int:
                     stream.synchronize()
                     got[spelling] = outputs(problem)
                 for spelling in SPELLINGS:
-                    report = v7lab.compare(got[spelling], problem.host, overwrite, spelling)
+                    report = v7lab.against_reference(got[spelling], problem.host, overwrite, spelling)
                     same = v7lab.same_bits(got[spelling], got["shipped"])
                     ok = report.ok and same
                     failed += not ok

@@ -19,7 +19,7 @@ os.environ.setdefault("TORCHINDUCTOR_CACHE_DIR", tempfile.mkdtemp(prefix="induct
 def on_cpu():
     import torch
 
-    from rmsnorm_lessons import peers
+    from rmsnorm_lessons.speed import peers
 
     peers._device = lambda torch: torch.device("cpu")
     torch.cuda.synchronize = lambda *a: None
@@ -27,7 +27,7 @@ def on_cpu():
 
 def compile_on_cpu(N, C):  # a worker's task
     on_cpu()
-    from rmsnorm_lessons import peer_compile
+    from rmsnorm_lessons.speed import peer_compile
 
     return peer_compile.compile_shape(N, C)
 
@@ -36,7 +36,7 @@ def main():
     import torch
     from torch._dynamo.utils import counters
 
-    from rmsnorm_lessons import peer_compile, peers
+    from rmsnorm_lessons.speed import peer_compile, peers
 
     on_cpu()
     ahead_shapes = [(64, 768), (32, 1024)]

@@ -8,7 +8,8 @@ ncu prints the report; record where it went with lab/manifest.py (see lab/README
 """
 import argparse
 
-from rmsnorm_lessons import bench, gpu, launch, ladder
+from rmsnorm_lessons.core import gpu, ladder, launch
+from rmsnorm_lessons.speed import bench
 
 
 def main(argv=None) -> int:

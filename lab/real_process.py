@@ -11,12 +11,11 @@ from __future__ import annotations
 import argparse
 import threading
 
+import manifest
 import numpy as np
 
-import manifest
-
 import rmsnorm_lessons as rl
-from rmsnorm_lessons import check, gpu, launch, reference
+from rmsnorm_lessons.core import compare, gpu, launch, reference
 
 
 def shape_for(version: str) -> int:
@@ -29,11 +28,11 @@ def memory_growth(version: str, calls: int) -> dict:
     dtype = rl.ladder.get(version).dtype
     ns = [1000 + 37 * i for i in range(calls)]
     big = reference.random_problem(max(ns), C, dtype, seed=1)
-    rl.kernels.run(version, big["dout"], big["inp"], big["weight"], big["rstd"])  # the largest call's own need
+    rl.run(version, big["dout"], big["inp"], big["weight"], big["rstd"])  # the largest call's own need
     drv.Context.synchronize()
     free_before = drv.mem_get_info()[0]
     for n in ns:
-        rl.kernels.run(version, big["dout"][:n], big["inp"][:n], big["weight"], big["rstd"][:n])
+        rl.run(version, big["dout"][:n], big["inp"][:n], big["weight"], big["rstd"][:n])
     drv.Context.synchronize()
     free_after = drv.mem_get_info()[0]
     return {"version": version, "C": C, "calls": calls, "growth_mib": (free_before - free_after) / 2**20}
@@ -47,9 +46,9 @@ def threads(version: str, workers: int = 4, calls: int = 10) -> dict:
     def work(k):
         for i in range(calls):
             p = reference.random_problem(3000 + k, C, dtype, seed=100 * k + i)
-            got = rl.kernels.run(version, p["dout"], p["inp"], p["weight"], p["rstd"], p["dinp"], p["dweight"])
+            got = rl.run(version, p["dout"], p["inp"], p["weight"], p["rstd"], p["dinp"], p["dweight"])
             ref = reference.backward(p["dout"], p["inp"], p["weight"], p["rstd"], p["dinp"], p["dweight"])
-            report = check.compare_outputs(dtype, 3000 + k, got, ref, name=version)
+            report = compare.compare_outputs(dtype, 3000 + k, got, ref, name=version)
             if not report.ok:
                 failures.append(str(report))
 
@@ -86,13 +85,13 @@ def torch_stream() -> dict:
         for _ in range(20):
             big = big @ big / 64.0
         t["dinp"].copy_(tensor(p["dinp"]))
-    rl.kernels.run("v7_fast", garr["dout"], garr["inp"], garr["weight"], garr["rstd"], garr["dinp"],
+    rl.run("v7_fast", garr["dout"], garr["inp"], garr["weight"], garr["rstd"], garr["dinp"],
                    garr["dweight"], stream=s)
     queued_done = s.query()
     s.synchronize()
     got = (t["dinp"].cpu().numpy().view(p["dinp"].dtype), t["dweight"].cpu().numpy().view(p["dweight"].dtype))
     ref = reference.backward(p["dout"], p["inp"], p["weight"], p["rstd"], p["dinp"], p["dweight"])
-    report = check.compare_outputs(p["dinp"].dtype, N, got, ref, name="v7_fast on a torch stream")
+    report = compare.compare_outputs(p["dinp"].dtype, N, got, ref, name="v7_fast on a torch stream")
     return {"torch": torch.__version__, "returned_before_stream_done": not queued_done, "ok": report.ok,
             "report": str(report)}
 
@@ -103,13 +102,13 @@ def main(argv=None):
     ap.add_argument("--json", help="write the figures here")
     args = ap.parse_args(argv)
     out = {"device": gpu.facts().name, "memory": [], "threads": []}
-    for v in rl.kernels.VERSIONS:
+    for v in rl.ladder.VERSIONS:
         m = memory_growth(v, args.calls)
         out["memory"].append(m)
         print(f"memory  {v:<14} C={m['C']:<5} {m['calls']} distinct N: device memory grew {m['growth_mib']:.1f} MiB",
               flush=True)
         launch.release()
-    for v in rl.kernels.VERSIONS:
+    for v in rl.ladder.VERSIONS:
         t = threads(v)
         out["threads"].append(t)
         print(f"threads {v:<14} {t['threads']} threads x {t['calls_each']} calls: {t['failures']} wrong", flush=True)

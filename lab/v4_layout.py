@@ -2,7 +2,7 @@
 
     python lab/v4_layout.py [--json F] [--repeats 50] [--sass-only]
 
-Registers the three layouts as rungs (``rmsnorm_lessons.ladder.rung_from_source``): ``v4lab_interleaved``
+Registers the three layouts as rungs (``rmsnorm_lessons.core.ladder.rung_from_source``): ``v4lab_interleaved``
 (v4 as it shipped until fab20df, which made kernels/v4_vec_bf16.cu planar), ``v4lab_planar``
 (conflict-free) and ``v4lab_private`` (a shared row per warp, no atomics); prints their SASS (shared-memory
 atomics, loads, stores) for sm_90, checks each against float64 at odd shapes, then times them beside v3_smem,
@@ -18,8 +18,11 @@ from pathlib import Path
 
 import manifest
 
-from rmsnorm_lessons import bench, check, gpu, ladder, sass
-from rmsnorm_lessons.ladder.rung import BF16, Launch, Scratch, Tensor, ceil_div, persistent_grid, tensor_args
+from rmsnorm_lessons.core import compare, gpu, ladder
+from rmsnorm_lessons.core.ladder.rung import (BF16, Launch, Scratch, Tensor, ceil_div,
+                                              persistent_grid, tensor_args)
+from rmsnorm_lessons.inspection import sass
+from rmsnorm_lessons.speed import bench
 
 SOURCE = (Path(__file__).resolve().parent / "kernels" / "v4_layouts.cu").read_text()
 LAYOUTS = {"v4lab_interleaved": 0, "v4lab_planar": 1, "v4lab_private": 2}
@@ -94,7 +97,7 @@ def main(argv=None) -> int:
             except ValueError as exc:  # the warp-private rows do not fit at large C
                 print(f"skip {name} at {N}x{C}: {exc}")
                 continue
-            report = check.check_version(name, N, C, seed=N + C)
+            report = compare.check_version(name, N, C, seed=N + C)
             out["checks"].append({"version": name, "N": N, "C": C, "ok": report.ok,
                                   "dinp_rel_l2": report.dinp.rel_l2_error,
                                   "dweight_rel_l2": report.dweight.rel_l2_error})

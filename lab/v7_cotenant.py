@@ -18,11 +18,11 @@ import argparse
 import sys
 import time
 
+import manifest
 import numpy as np
 
-import manifest
-
-from rmsnorm_lessons import check, gpu, kernels, ladder, reference
+import rmsnorm_lessons as rl
+from rmsnorm_lessons.core import compare, gpu, ladder, reference
 
 HOG = r"""
 extern "C" __global__ void hog(unsigned long long ns, int* done) {
@@ -58,7 +58,7 @@ def beside_hog(N: int, C: int, hog_s: float, free_sms: int) -> dict:
     dev = {k: gpuarray.to_gpu(np.ascontiguousarray(p[k])) for k in TENSORS}
     warm = {k: gpuarray.to_gpu(np.ascontiguousarray(p[k])) for k in ("dinp", "dweight")}
     stream_a, stream_b = drv.Stream(), drv.Stream()
-    kernels.run("v7_fast", *[dev[k] for k in TENSORS[:4]], warm["dinp"], warm["dweight"],
+    rl.run("v7_fast", *[dev[k] for k in TENSORS[:4]], warm["dinp"], warm["dweight"],
                 stream=stream_b)  # compiled, planned, scratch allocated: outside the measurement
     stream_b.synchronize()
     hog, smem = hog_function()
@@ -72,7 +72,7 @@ def beside_hog(N: int, C: int, hog_s: float, free_sms: int) -> dict:
     t0 = time.perf_counter()
     error = None
     try:
-        kernels.run("v7_fast", *[dev[k] for k in TENSORS], stream=stream_b)
+        rl.run("v7_fast", *[dev[k] for k in TENSORS], stream=stream_b)
         stream_b.synchronize()
     except Exception as exc:  # reported, not raised: the point is how it ends
         error = f"{type(exc).__name__}: {exc}"
@@ -83,7 +83,7 @@ def beside_hog(N: int, C: int, hog_s: float, free_sms: int) -> dict:
         row["hog_still_running"] = not hog_end.query()
         stream_a.synchronize()
         row["hog_blocks_done"] = int(done.get()[0])
-        report = check.compare_outputs(spec, N, (dev["dinp"].get(), dev["dweight"].get()), want,
+        report = compare.compare_outputs(spec, N, (dev["dinp"].get(), dev["dweight"].get()), want,
                                        name="v7_fast beside the hog")
         row["ok"] = report.ok
     try:

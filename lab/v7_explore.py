@@ -24,7 +24,8 @@ import manifest
 import v7lab
 from v7lab import Variant
 
-from rmsnorm_lessons import bench, bf16, gpu
+from rmsnorm_lessons.core import bf16, gpu
+from rmsnorm_lessons.speed import bench
 
 
 def main(argv=None) -> int:

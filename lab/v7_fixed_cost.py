@@ -17,7 +17,8 @@ import manifest
 import v7lab
 from v7lab import Variant
 
-from rmsnorm_lessons import bench, bf16, gpu
+from rmsnorm_lessons.core import bf16, gpu
+from rmsnorm_lessons.speed import bench
 
 #: (C, the N of the sweep): N from a quarter of a round of row groups to a little more than the bench's
 SWEEPS = ((768, (4224, 8448, 16896, 25344, 32768, 33792)), (4096, (1056, 2112, 4224, 8448, 16384, 16896)))
@@ -39,7 +40,7 @@ def main(argv=None) -> int:
         variants = {}
         for name in names:
             v = Variant(v7lab.NAMED[name])
-            report = v7lab.compare(v7lab.run_host(small, v), small, False, name)
+            report = v7lab.against_reference(v7lab.run_host(small, v), small, False, name)
             if report.ok:
                 variants[name] = v
             else:

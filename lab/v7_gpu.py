@@ -16,8 +16,9 @@ import manifest
 import v7lab
 from v7lab import V7, Config, Variant
 
-from rmsnorm_lessons import bench, bf16, gpu, ladder, reference
-from rmsnorm_lessons.ladder import v7_fast
+from rmsnorm_lessons.core import bf16, gpu, ladder, reference
+from rmsnorm_lessons.core.ladder import v7_fast
+from rmsnorm_lessons.speed import bench
 
 SWEEP = [(1, 8), (3, 16), (37, 24), (1031, 8), (129, 264), (4097, 512), (1031, 768), (7, 776), (2049, 1024),
          (513, 1032), (129, 1600), (1000, 2048), (65537, 264), (20001, 768), (4095, 4096), (513, 5120),
@@ -38,7 +39,7 @@ def cmd_check(args) -> int:
                 continue
             v = Variant(overwrite=overwrite)
             p = reference.random_problem(N, C, bf16.bfloat16, seed=1000 + i, accumulate=True)
-            report = v7lab.compare(v7lab.run_host(p, v), p, overwrite, V7 + (" (dinp=)" if overwrite else ""))
+            report = v7lab.against_reference(v7lab.run_host(p, v), p, overwrite, V7 + (" (dinp=)" if overwrite else ""))
             print(v7lab.line(report.version, report, v7lab.describe(N, C, v)))
             failed += not report.ok
             if not report.ok:
@@ -53,7 +54,7 @@ def cmd_check(args) -> int:
             except ValueError as exc:
                 print(f"skip {v.tag} at C={C}: {exc}")
                 continue
-            report = v7lab.compare(v7lab.run_host(p, v), p, False, v.tag)
+            report = v7lab.against_reference(v7lab.run_host(p, v), p, False, v.tag)
             print(v7lab.line(v.tag, report, extra))
             failed += not report.ok
     print("determinism: 20 runs each, bitwise")

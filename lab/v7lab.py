@@ -1,9 +1,9 @@
 """What the lab's v7_fast scripts share: a launch variant, its launcher, its check against float64, its timing.
 
-A variant is a :class:`rmsnorm_lessons.ladder.v7_fast.Config` (K, prefetch, blocks per SM, how the
+A variant is a :class:`rmsnorm_lessons.core.ladder.v7_fast.Config` (K, prefetch, blocks per SM, how the
 partials are summed), a block size and a mode (accumulate, or overwrite: ``dinp =``). Everything goes
-through the package's public API: ``launch.launcher(..., config=)``, ``kernels.run(..., config=)``,
-``check.compare_outputs`` and ``bench``. The scripts beside this file import it as a sibling module
+through the package's public API: ``launch.launcher(..., config=)``, ``rl.run(..., config=)``,
+``compare.compare_outputs`` and ``bench``. The scripts beside this file import it as a sibling module
 (``python lab/<script>.py`` puts lab/ on sys.path); the package never imports it.
 """
 from __future__ import annotations
@@ -12,9 +12,11 @@ from dataclasses import dataclass, field, fields
 
 import numpy as np
 
-from rmsnorm_lessons import bench, bf16, check, gpu, kernels, launch, ladder, reference
-from rmsnorm_lessons.ladder import v7_fast
-from rmsnorm_lessons.ladder.v7_fast import Config
+import rmsnorm_lessons as rl
+from rmsnorm_lessons.core import bf16, compare, gpu, ladder, launch, reference
+from rmsnorm_lessons.core.ladder import v7_fast
+from rmsnorm_lessons.core.ladder.v7_fast import Config
+from rmsnorm_lessons.speed import bench
 
 V7 = "v7_fast"
 #: the checks' problem size: odd, and more rows than one round of the grid's row groups
@@ -75,18 +77,18 @@ def launcher(C: int, v: Variant, N: int | None = None):
 
 def run_host(p: dict, v: Variant):
     """Run the variant on host problem ``p`` (reference.random_problem): (dinp, dweight) as NumPy."""
-    return kernels.run(V7, p["dout"], p["inp"], p["weight"], p["rstd"], p["dinp"], p["dweight"],
+    return rl.run(V7, p["dout"], p["inp"], p["weight"], p["rstd"], p["dinp"], p["dweight"],
                        block_size=v.block, overwrite=v.overwrite, config=v.config)
 
 
-def compare(got, p: dict, overwrite: bool, name: str = V7) -> check.CheckReport:
+def against_reference(got, p: dict, overwrite: bool, name: str = V7) -> compare.CheckReport:
     """``got`` = (dinp, dweight) against the float64 gradient of ``p`` (added to p's dinp unless overwrite)."""
     ref = reference.backward(p["dout"], p["inp"], p["weight"], p["rstd"], None if overwrite else p["dinp"],
                              p["dweight"])
-    return check.compare_outputs(ladder.get(V7), len(p["rstd"]), got, ref, name=name)
+    return compare.compare_outputs(ladder.get(V7), len(p["rstd"]), got, ref, name=name)
 
 
-def line(tag: str, report: check.CheckReport, extra: str = "") -> str:
+def line(tag: str, report: compare.CheckReport, extra: str = "") -> str:
     a, b = report.dinp, report.dweight
     return (f"{'ok  ' if report.ok else 'FAIL'} {tag:<22} N={report.N:<6} C={report.C:<6} "
             f"dinp {a.rel_l2_error:.1e}/{a.max_abs_error:.1e} dweight {b.rel_l2_error:.1e}/{b.max_abs_error:.1e} "
@@ -106,7 +108,7 @@ def checked_timing(v: Variant, N: int, C: int, small: dict, problem: bench.Devic
                    repeats: int, name: str | None = None) -> bench.Timing | None:
     """Check the variant on the small host problem (same C) against float64; if right, time it at (N, C) on
     ``problem`` (a bench.Timing), else print why and return None: a variant is never timed unchecked."""
-    report = compare(run_host(small, v), small, v.overwrite, name or v.tag)
+    report = against_reference(run_host(small, v), small, v.overwrite, name or v.tag)
     if not report.ok:
         print(f"FAIL {name or v.tag} at C={C}: not timed\n{report}")
         return None

@@ -16,8 +16,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import variant_runs
-from rmsnorm_lessons import bench, gpu, ladder
-from rmsnorm_lessons.ladder import BF16, Launch, Scratch, ceil_div, tensor_args, v7_fast
+
+from rmsnorm_lessons.core import gpu, ladder
+from rmsnorm_lessons.core.ladder import BF16, Launch, Scratch, ceil_div, tensor_args, v7_fast
+from rmsnorm_lessons.speed import bench
 
 SOURCE = variant_runs.kernel_source("v8_tma.cu")
 BLOCK = 512
@@ -157,7 +159,7 @@ _cubin_module = None
 
 def max_active_clusters(cluster: int, block: int, shared: int) -> int:
     global _cubin_module
-    from rmsnorm_lessons import build
+    from rmsnorm_lessons.core import build
     lib = ctypes.CDLL("libcuda.so.1")
     if _cubin_module is None:
         major, minor = gpu.facts().compute_capability

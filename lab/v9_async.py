@@ -16,8 +16,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import variant_runs
-from rmsnorm_lessons import bench, gpu, ladder
-from rmsnorm_lessons.ladder import BF16, Launch, Scratch, ceil_div, tensor_args, v7_fast
+
+from rmsnorm_lessons.core import gpu, ladder
+from rmsnorm_lessons.core.ladder import BF16, Launch, Scratch, ceil_div, tensor_args, v7_fast
+from rmsnorm_lessons.speed import bench
 
 SOURCE = variant_runs.kernel_source("v9_async.cu")
 STATIC_SHARED = 1024  # above the kernel's static shared memory (256 B), kept out of the ring's budget

@@ -23,9 +23,10 @@ import statistics
 from pathlib import Path
 
 import numpy as np
-
 import v9_async
-from rmsnorm_lessons import bench, build, gpu, launch
+
+from rmsnorm_lessons.core import build, gpu, launch
+from rmsnorm_lessons.speed import bench
 
 PHASES = ("ramp", "fill", "stream", "tail", "part", "gap", "reduce", "span", "events")
 

@@ -15,13 +15,14 @@ from pathlib import Path
 
 import numpy as np
 
-from rmsnorm_lessons import bench, bf16, check, gpu, kernels, ladder, launch, reference
-from rmsnorm_lessons.ladder import v7_fast
-
+import rmsnorm_lessons as rl
+from rmsnorm_lessons.core import bf16, compare, gpu, ladder, launch, reference
+from rmsnorm_lessons.core.ladder import v7_fast
+from rmsnorm_lessons.speed import bench
 
 KERNELS = Path(__file__).resolve().parent / "kernels"
 #: what the frozen v7 (lab/kernels/frozen/v7_fast.cu) must be built with: the values
-#: rmsnorm_lessons/ladder/v7_fast.py gave it when it was frozen
+#: rmsnorm_lessons/core/ladder/v7_fast.py gave it when it was frozen
 V7_DEFINES = {"V7_MAX_BLOCK": 512, "V7_QUADS_PER_PASS": 32, "V7_REDUCE_BATCH": 9, "V7_STAGED_BLOCK": 1024}
 
 
@@ -59,9 +60,9 @@ def check_variants(names, shapes, register, describe) -> int:
                 except ValueError as exc:
                     print(f"skip {name} {N}x{C}: {exc}")
                     continue
-                report = check.check_version(name, N, C, seed=N * 7 + C, overwrite=overwrite)
+                report = compare.check_version(name, N, C, seed=N * 7 + C, overwrite=overwrite)
                 p = reference.random_problem(N, C, bf16.bfloat16, seed=N + C, accumulate=True)
-                runs = [kernels.run(name, p["dout"], p["inp"], p["weight"], p["rstd"], p["dinp"], p["dweight"],
+                runs = [rl.run(name, p["dout"], p["inp"], p["weight"], p["rstd"], p["dinp"], p["dweight"],
                                     overwrite=overwrite) for _ in range(2)]
                 same = all(np.array_equal(bf16.bits(a), bf16.bits(b)) for a, b in zip(*runs))
                 ok = report.ok and same

@@ -8,7 +8,7 @@ sm_90, then ptxas 12.9 to a cubin. No GPU needed. NVIDIA's 12.x nvcc wheel has n
 import ctypes, glob, subprocess, sys, os, tempfile
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
-from rmsnorm_lessons import ladder
+from rmsnorm_lessons.core import ladder
 SP = sys.argv[1]
 lib = ctypes.CDLL(glob.glob(f"{SP}/cuda_nvrtc/lib/libnvrtc.so.12")[0])
 major, minor = ctypes.c_int(), ctypes.c_int()

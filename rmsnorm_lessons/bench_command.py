@@ -8,7 +8,8 @@ import json
 import sys
 import time
 
-from . import bench, gpu, ladder, peer_compile, peers
+from .core import gpu, ladder
+from .speed import bench, peer_compile, peers
 
 
 def torch_imports() -> bool:
@@ -86,7 +87,7 @@ def run(args, versions=None) -> int:
     if args.json:
         print(f"wrote {args.json}")
     if args.plot:
-        from . import plots  # lazy: plots imports matplotlib
+        from .course import plots  # lazy: plots imports matplotlib
 
         plots.bandwidth_bars(results, copy_gbps).savefig(args.plot, dpi=plots.DPI)
         print(f"wrote {args.plot}")

@@ -3,20 +3,21 @@ kernels."""
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import platform
 import re
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import ml_dtypes
 import numpy
 
-from . import bench, bench_command, build, check, gpu, ladder, occupancy, peers, sass, validate
-from .gpu import GpuUnavailable
+from . import bench_command
+from .core import build, compare, gpu, ladder, validate
+from .core.gpu import GpuUnavailable
+from .inspection import occupancy, sass
+from .speed import bench, peers
 
 
 def _info(args) -> int:
@@ -178,7 +179,7 @@ def _check(args) -> int:
                 except ValueError as exc:
                     print(f"skip {v:<15} N={N:<6} C={C:<6} {exc}")
                     continue
-            report = check.check_version(v, N, C, seed=N * 31 + C)
+            report = compare.check_version(v, N, C, seed=N * 31 + C)
             print(f"{'ok  ' if report.ok else 'FAIL'} {v:<15} N={N:<6} C={C:<6} dinp rel "
                   f"{report.dinp.rel_l2_error:.2e} max {report.dinp.max_abs_error:.2e} | dweight "
                   f"rel {report.dweight.rel_l2_error:.2e} max {report.dweight.max_abs_error:.2e}")
@@ -267,9 +268,9 @@ class _Parser(argparse.ArgumentParser):
 
 
 def _student(args) -> int:
-    from . import lessons, student  # lazy: only this subcommand needs them
+    from .course import registry, student  # lazy: only this subcommand needs them
 
-    sources = args.notebooks or [lessons.notebook_dir()]
+    sources = args.notebooks or [registry.notebook_dir()]
     out = Path(args.out)
     if out.exists() and not out.is_dir():
         raise ValueError(f"OUT {args.out} is a file, not a folder to write the notebooks into")
@@ -287,7 +288,7 @@ def _student(args) -> int:
 
 
 def _progress(args) -> int:
-    from . import progress  # lazy: the run needs nbclient
+    from .workshop import progress  # lazy: the run needs nbclient
 
     return progress.main(args.notebooks, room=args.room, jobs=args.jobs, python=args.python,
                          timeout=args.timeout)
@@ -373,7 +374,10 @@ def main(argv=None) -> int:
                    help="copy the instructor edition as it is (solutions in) instead")
     p.add_argument("--overwrite", action="store_true", help="replace notebooks already in OUT")
     p.set_defaults(func=_student)
-    from .progress import ROOM_FOLDER, default_jobs  # no nbclient needed to parse the arguments
+    from .workshop.progress import (  # no nbclient needed to parse the arguments
+        ROOM_FOLDER,
+        default_jobs,
+    )
 
     p = sub.add_parser(
         "progress",

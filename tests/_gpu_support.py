@@ -1,11 +1,12 @@
 """Helpers shared by the tests (imported by them; nothing here touches a GPU at import).
 
-* GPU tests: device copies of a problem, the :class:`~rmsnorm_lessons.launch.Tensors` of them, the
-  float64 reference and the comparison (through ``check.compare_outputs``, the course's one
+* GPU tests: device copies of a problem, the :class:`~rmsnorm_lessons.core.launch.Tensors` of them,
+the
+  float64 reference and the comparison (through ``compare.compare_outputs``, the course's one
   comparison).
 * CPU tests: :func:`install_fake_cuda` replaces the driver, the device and the compiler seen by
-  :mod:`rmsnorm_lessons.launch` with fakes that record what would be launched, so a real
-  :class:`~rmsnorm_lessons.launch.Launcher` can be exercised without a GPU.
+  :mod:`rmsnorm_lessons.core.launch` with fakes that record what would be launched, so a real
+  :class:`~rmsnorm_lessons.core.launch.Launcher` can be exercised without a GPU.
 """
 from __future__ import annotations
 
@@ -16,7 +17,8 @@ from types import SimpleNamespace
 
 import numpy as np
 
-from rmsnorm_lessons import build, check, gpu, kernels, ladder, launch, reference
+import rmsnorm_lessons as rl
+from rmsnorm_lessons.core import build, compare, gpu, ladder, launch, reference
 
 TENSORS = ("dout", "inp", "weight", "rstd", "dinp", "dweight")
 
@@ -50,12 +52,12 @@ def reference_of(p: dict, dinp=None, dweight=None):
                               else dweight)
 
 
-def compare(version, N, got, want, label=""):
-    """Both comparisons with the course's tolerances (``check.compare_outputs``); prints
+def compare_both(version, N, got, want, label=""):
+    """Both comparisons with the course's tolerances (``compare.compare_outputs``); prints
     ||err||/||ref|| and max |err| (see ``-s``); returns ``(dinp comparison, dweight
     comparison)``."""
-    spec = kernels.get(version)
-    report = check.compare_outputs(spec, N, got, want, name=spec.name)
+    spec = rl.ladder.get(version)
+    report = compare.compare_outputs(spec, N, got, want, name=spec.name)
     a, b = report.dinp, report.dweight
     print(f"{spec.name:<15} {label:<22} dinp ||err||/||ref|| {a.rel_l2_error:.2e} max "
           f"{a.max_abs_error:.2e} | dweight ||err||/||ref|| {b.rel_l2_error:.2e} max "
@@ -263,7 +265,8 @@ class FakeModule:
 
 def install_fake_cuda(monkeypatch, device=gpu.H200, static=0, fail=False,
                       kernels_in_module=None) -> FakeDriver:
-    """Make :mod:`rmsnorm_lessons.launch` see a fake driver, ``device`` and a fake compiled module.
+    """Make :mod:`rmsnorm_lessons.core.launch` see a fake driver, ``device`` and a fake compiled
+    module.
 
     The caller must call ``launch.release()`` before ``monkeypatch`` is undone when it used the
     launcher cache (the :func:`fake_cuda` fixtures of the tests do).
@@ -325,7 +328,7 @@ FAKE_SPACING = 1 << 40  # far enough apart that no two fake tensors overlap, eve
 def fakes(version, N=6, C=16, **override) -> dict:
     """Fake GPUArrays for every tensor of a call, each at its own address (16-byte aligned, no
     overlap)."""
-    spec = kernels.get(version)
+    spec = rl.ladder.get(version)
     shapes = dict(dout=(N, C), inp=(N, C), weight=(C,), rstd=(N,), dinp=(N, C), dweight=(C,))
     out = {}
     for i, (k, shape) in enumerate(shapes.items()):
@@ -361,7 +364,7 @@ def run_in_child(code: str, timeout: float = 600) -> str:
     import textwrap
     from pathlib import Path
 
-    from rmsnorm_lessons import child
+    from rmsnorm_lessons.core import child
 
     here = Path(__file__).resolve().parent
     path = os.pathsep.join([str(here.parent), str(here), os.environ.get("PYTHONPATH", "")])

@@ -9,17 +9,17 @@ second site of a kind on one line), e.g. ``atomic.shared@27``.
 The solution text is read from the notebooks at collection time: the cell whose check call
 (``lesson04.check_v3_kernel(yours_v3)``, tagged ``exercise-check``) names the exercise gives the
 variable, the cell tagged ``kernel-exercise`` that binds it gives the text, and
-:func:`rmsnorm_lessons.student.solution_only` drops the markers and skeletons.
+:func:`rmsnorm_lessons.course.student.solution_only` drops the markers and skeletons.
 """
 from __future__ import annotations
 
 import ast
-import importlib
 import json
 import re
 from dataclasses import dataclass
 
-from rmsnorm_lessons import lessons, student
+from rmsnorm_lessons import lessons
+from rmsnorm_lessons.course import registry, student
 
 #: mutants per class and exercise (the GPU test's time grows with it)
 CAP = 2
@@ -74,7 +74,7 @@ def _tagged(nb: dict, tag: str) -> list[str]:
             if c.get("cell_type") == "code" and tag in c.get("metadata", {}).get("tags", [])]
 
 
-def solution_text(lesson: lessons.Lesson) -> str:
+def solution_text(lesson: registry.Lesson) -> str:
     """The instructor's CUDA text of ``lesson``'s kernel exercise, markers and skeletons removed."""
     module, function = lesson.kernel_exercise.split(".")
     call = re.compile(rf"\b{module}\.{function}\s*\(\s*(\w+)")
@@ -93,9 +93,8 @@ def solution_text(lesson: lessons.Lesson) -> str:
     raise LookupError(f"{lesson.notebook}: no cell tagged kernel-exercise assigns {name} a string")
 
 
-def check_function(lesson: lessons.Lesson):
-    module, function = lesson.kernel_exercise.split(".")
-    return getattr(importlib.import_module(f"rmsnorm_lessons.exercises.{module}"), function)
+def check_function(lesson: registry.Lesson):
+    return lessons.check_function(lesson.kernel_exercise)
 
 
 # --- finding sites -----------------------------------------------------------------------------
@@ -437,7 +436,7 @@ SLIPS = {"barrier": barrier, "normalisation": normalisation, "stride": stride, "
          "shuffle": shuffle, "tail": tail, "width": width}
 
 
-def mutants_of(lesson: lessons.Lesson) -> list[Mutant]:
+def mutants_of(lesson: registry.Lesson) -> list[Mutant]:
     """Every class's mutants of ``lesson``'s kernel exercise, class by class."""
     text = solution_text(lesson)
     return [Mutant(lesson.stem, lesson.kernel_exercise, mutant_id, mutated)
@@ -445,4 +444,4 @@ def mutants_of(lesson: lessons.Lesson) -> list[Mutant]:
 
 
 def all_mutants() -> list[Mutant]:
-    return [m for lesson in lessons.kernel_exercises() for m in mutants_of(lesson)]
+    return [m for lesson in registry.kernel_exercises() for m in mutants_of(lesson)]

@@ -2,8 +2,9 @@
 (lesson 03 measures what bounds v2 this way, rather than stating it)."""
 import pytest
 
-from rmsnorm_lessons import bench, build, gpu, ladder
-from rmsnorm_lessons.timing import Timing
+from rmsnorm_lessons.core import build, gpu, ladder
+from rmsnorm_lessons.speed import bench
+from rmsnorm_lessons.speed.timing import Timing
 
 ATOMIC = "atomicAdd(&dweight[c], norm * dout_row[c]);"
 
@@ -43,7 +44,7 @@ def test_the_ablated_kernel_builds_without_its_atomic():
 def _opcodes(rung):
     import re
 
-    from rmsnorm_lessons import sass
+    from rmsnorm_lessons.inspection import sass
     try:
         listing = sass.sass(rung, "sm_90")
     except sass.ToolMissing:

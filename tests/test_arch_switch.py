@@ -6,12 +6,12 @@ On CPU: the switch's rules, the target's facts, every v7 plan fitting each targe
 compute_80 and JIT-compiled by the driver, and v7 takes the path of that architecture.
 """
 import pytest
-
-from rmsnorm_lessons import build, devices, gpu, kernels, ladder, launch
-from rmsnorm_lessons.exercises import tuning
-from rmsnorm_lessons.ladder import v7_fast
-
 from _gpu_support import install_fake_cuda
+
+import rmsnorm_lessons as rl
+from rmsnorm_lessons.core import build, devices, gpu, ladder, launch
+from rmsnorm_lessons.core.ladder import v7_fast
+from rmsnorm_lessons.lessons.lesson11 import tuning
 
 VIRTUAL = ("compute_75", "compute_80")
 WIDTHS = (768, 4096, 8192, 16384, 32768, 65536)
@@ -138,11 +138,11 @@ def test_the_path_says_why():
 
 
 @pytest.mark.parametrize("arch", VIRTUAL)
-@pytest.mark.parametrize("version", kernels.VERSIONS)
+@pytest.mark.parametrize("version", rl.ladder.VERSIONS)
 def test_every_rung_builds_as_ptx_for_the_virtual_arch(version, arch):
     ptx = build.compile_file(version, arch, kind="ptx").binary.decode()
     assert f".target sm_{arch[-2:]}" in ptx
-    for kernel in kernels.get(version).kernels:  # v7's wide kernels exist from sm_90 only
+    for kernel in rl.ladder.get(version).kernels:  # v7's wide kernels exist from sm_90 only
         assert (f".entry {kernel}(" in ptx) == (kernel not in v7_fast.WIDE_KERNELS), kernel
     if version == "v7_fast":  # cp.async only where the arch has it (the staged kernel traps below)
         assert ("cp.async" in ptx) == (arch != "compute_75")
@@ -184,7 +184,7 @@ def virtual(request, no_target):
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("version", kernels.VERSIONS)
+@pytest.mark.parametrize("version", rl.ladder.VERSIONS)
 def test_every_rung_passes_the_checks_built_for_a_virtual_arch(virtual, version):
     from test_gpu_kernels import _case
 

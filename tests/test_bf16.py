@@ -2,7 +2,7 @@
 import numpy as np
 import pytest
 
-from rmsnorm_lessons import bf16
+from rmsnorm_lessons.core import bf16
 
 
 def _from_bits(b):

@@ -30,10 +30,26 @@ import pytest
 
 # test_site, test_hub and _hub_support import some of these from here
 from _browser_support import (  # noqa: F401
-    _ERRORS_JS, _PLAYWRIGHT, CHROMIUM, CHROMIUM_ARGS, PAGE_LOAD_S, RUN_ALL_S, SCREENSHOTS, SMOKE,
+    _ERRORS_JS,
+    _PLAYWRIGHT,
+    CHROMIUM,
+    CHROMIUM_ARGS,
+    PAGE_LOAD_S,
+    RUN_ALL_S,
+    SCREENSHOTS,
+    SMOKE,
     Lab,
-    _failure_shot, _finished, _free_port, _kernel_ready, _lessons, _nudge_slider, _run_all,
-    _saved_errors, _smoke_notebook, _wait)
+    _failure_shot,
+    _finished,
+    _free_port,
+    _kernel_ready,
+    _lessons,
+    _nudge_slider,
+    _run_all,
+    _saved_errors,
+    _smoke_notebook,
+    _wait,
+)
 from _checkout import copy_checkout, status
 
 pytestmark = [
@@ -163,7 +179,7 @@ def test_lab_lists_the_lessons_only(lab):
     repository)."""
     with urllib.request.urlopen(f"{lab.url}/api/contents?token={lab.token}", timeout=30) as r:
         names = sorted(item["name"] for item in json.load(r)["content"])
-    from rmsnorm_lessons import lessons, student
+    from rmsnorm_lessons.course import registry, student
 
     shown = [n for n in names if n != f"{SMOKE}.ipynb"]
-    assert shown == sorted([l.notebook for l in lessons.LESSONS] + list(student.COMPANIONS)), names
+    assert shown == sorted([l.notebook for l in registry.LESSONS] + list(student.COMPANIONS)), names

@@ -6,7 +6,9 @@ here, never a skip.
 """
 import pytest
 
-from rmsnorm_lessons import build, kernels, ladder, occupancy
+import rmsnorm_lessons as rl
+from rmsnorm_lessons.core import build, ladder
+from rmsnorm_lessons.inspection import occupancy
 
 KERNEL_FILES = sorted(p.stem for p in build.kernel_dir().glob("*.cu"))
 # Turing to Blackwell: every rung builds and is inspected on each (issue 31)
@@ -25,7 +27,7 @@ def test_the_ladder_has_a_kernel_file_per_version():
     assert KERNEL_FILES, f"no .cu files in {build.kernel_dir()}"
     for name in SHIPPED:
         assert name in KERNEL_FILES, f"{name} has no kernels/{name}.cu"
-    assert set(SHIPPED) <= set(kernels.VERSIONS)
+    assert set(SHIPPED) <= set(rl.ladder.VERSIONS)
     assert "rmsnorm_forward" in KERNEL_FILES
 
 
@@ -40,7 +42,7 @@ def test_every_kernel_file_compiles(name, arch):
         assert r.arch == arch
         assert 0 < r.registers <= 255
     if name in SHIPPED:  # (compiled with the rung's defines: v6 and v7 #error without them)
-        missing = set(kernels.get(name).kernels) - set(compiled.resources)
+        missing = set(rl.ladder.get(name).kernels) - set(compiled.resources)
         # v7's wide rows need clusters: not built below sm_90
         if int(arch.removeprefix("sm_")) < 90:
             missing -= set(ladder.v7_fast.WIDE_KERNELS)

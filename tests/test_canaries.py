@@ -8,10 +8,10 @@ pattern, byte for byte, and the outputs must be right.
 """
 import numpy as np
 import pytest
+from _gpu_support import compare_both, free, reference_of
 
-from rmsnorm_lessons import kernels, launch, reference
-
-from _gpu_support import compare, free, reference_of
+import rmsnorm_lessons as rl
+from rmsnorm_lessons.core import launch, reference
 
 pytestmark = pytest.mark.gpu
 
@@ -67,12 +67,13 @@ def _shapes(spec):
     return shapes
 
 
-@pytest.mark.parametrize("version", kernels.VERSIONS)
+@pytest.mark.parametrize("version", rl.ladder.VERSIONS)
 def test_margins_around_the_outputs_stay_intact(version):
-    import rmsnorm_lessons as rl
     from pycuda import gpuarray
 
-    spec = kernels.get(version)
+    import rmsnorm_lessons as rl
+
+    spec = rl.ladder.get(version)
     for N, C in _shapes(spec):
         p = reference.random_problem(N, C, spec.dtype, seed=N + C)
         dinp, dweight = Guarded(p["dinp"]), Guarded(p["dweight"])
@@ -89,7 +90,7 @@ def test_margins_around_the_outputs_stay_intact(version):
             dweight.assert_margins_intact(f"{version} N={N} C={C} launch {i}: dweight")
             want = reference_of(p, *want)
         got = (dinp.read()[1], dweight.read()[1])
-        a, b = compare(version, 3 * N, got, want, label=f"N={N} C={C} x3")
+        a, b = compare_both(version, 3 * N, got, want, label=f"N={N} C={C} x3")
         assert a.ok, str(a)
         assert b.ok, str(b)
         dinp.alloc.free()

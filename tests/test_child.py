@@ -1,5 +1,5 @@
-"""rmsnorm_lessons.child (CPU): the command line, the run (exit code, output, timeout, environment),
-the rung spec a child rebuilds a rung from, and the child's refusal without a GPU;
+"""rmsnorm_lessons.core.child (CPU): the command line, the run (exit code, output, timeout,
+environment), the rung spec a child rebuilds a rung from, and the child's refusal without a GPU;
 gpu.copy_bandwidth's hook."""
 import json
 import sys
@@ -7,7 +7,9 @@ import sys
 import numpy as np
 import pytest
 
-from rmsnorm_lessons import bench, build, child, gpu, ladder, nsight, sanitizer
+from rmsnorm_lessons.core import build, child, gpu, ladder
+from rmsnorm_lessons.inspection import nsight, sanitizer
+from rmsnorm_lessons.speed import bench
 
 
 def test_command_puts_the_wrapper_in_front_of_this_python():
@@ -60,7 +62,7 @@ def test_the_spec_rebuilds_the_rung_it_was_made_from(tmp_path):
 def test_a_rung_without_a_shipped_plan_is_refused():
     rung = ladder.get("v3_smem")
     fake = type("R", (), {"plan": lambda *a: [], "shared_memory": None, "name": "x"})()
-    with pytest.raises(ValueError, match="plan from rmsnorm_lessons.ladder"):
+    with pytest.raises(ValueError, match="plan from rmsnorm_lessons.core.ladder"):
         child.rung_spec(fake, (8, 256), "/tmp/x.cu")
     assert child.rung_spec(rung, (8, 256), "/tmp/x.cu")["plan_module"] == "v3_smem"
 
@@ -75,15 +77,17 @@ def test_the_child_without_a_gpu_says_so_and_its_usage_is_checked():
         pytest.skip("a GPU is here")
     spec = child.rung_spec(ladder.get("v3_smem"), (8, 256), "/nonexistent.cu")
     spec["name"], spec["source"] = "v3_copy", __file__  # never read: no GPU stops the child first
-    done = child.run(child.command(["-m", "rmsnorm_lessons.child", json.dumps(spec)]), timeout=120)
+    done = child.run(child.command(["-m", "rmsnorm_lessons.core.child", json.dumps(spec)]),
+                     timeout=120)
     assert done.returncode != 0 and "GPU" in done.stderr
-    usage = child.run(child.command(["-m", "rmsnorm_lessons.child"]), timeout=120)
+    usage = child.run(child.command(["-m", "rmsnorm_lessons.core.child"]), timeout=120)
     assert usage.returncode == 2 and "usage" in usage.stderr
 
 
 def test_nsight_and_the_sanitizer_build_their_commands_on_the_child_command():
     cmd = nsight.command("ncu", "v3_smem", 64, 256)
-    assert cmd[cmd.index(sys.executable):] == [sys.executable, "-m", "rmsnorm_lessons.nsight",
+    assert cmd[cmd.index(sys.executable):] == [sys.executable, "-m",
+                                               "rmsnorm_lessons.inspection.nsight",
                                                "--launch",
                                                "v3_smem", "64", "256"]
     wrapped = sanitizer.command("compute-sanitizer", "memcheck", child.command(["-c", "pass"]))

@@ -8,7 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from rmsnorm_lessons import __version__, cli, gpu, ladder
+from rmsnorm_lessons import __version__, cli
+from rmsnorm_lessons.core import gpu, ladder
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -175,7 +176,7 @@ def test_closed_pipe_is_quiet():
 def test_compile_error_is_one_line(tmp_path):
     import shutil
 
-    from rmsnorm_lessons import build
+    from rmsnorm_lessons.core import build
 
     kernels = tmp_path / "kernels"
     shutil.copytree(build.kernel_dir(), kernels)
@@ -232,7 +233,8 @@ def test_student_says_what_is_wrong_with_its_folder_or_its_notebooks(tmp_path):
 def test_a_sweep_skips_what_a_version_cannot_take(monkeypatch, capsys):
     """``check`` with no version named runs every version at every shape it can take and says which
     it skipped and why (here without a GPU: the check itself is stood in for)."""
-    from rmsnorm_lessons import bench, check
+    from rmsnorm_lessons.core import compare
+    from rmsnorm_lessons.speed import bench
 
     checked = []
     monkeypatch.setattr(cli.gpu, "require", lambda: None)
@@ -246,7 +248,7 @@ def test_a_sweep_skips_what_a_version_cannot_take(monkeypatch, capsys):
         checked.append(version)
         ok = type("Cmp", (), {"rel_l2_error": 0.0, "max_abs_error": 0.0})()
         return type("Report", (), {"ok": True, "dinp": ok, "dweight": ok})()
-    monkeypatch.setattr(check, "check_version", fake_check)
+    monkeypatch.setattr(compare, "check_version", fake_check)
     assert cli.main(["check", "--shapes", "8x20000"]) == 0
     out = capsys.readouterr().out
     assert "skip v3_smem" in out and "needs more shared memory" in out

@@ -4,8 +4,9 @@ import re
 
 import pytest
 
-from rmsnorm_lessons import build, notebook
-from rmsnorm_lessons.exercises import Verdict
+from rmsnorm_lessons.core import build
+from rmsnorm_lessons.course import notebook
+from rmsnorm_lessons.course.verdict import Verdict
 
 FILES = sorted(p.name for p in build.kernel_dir().iterdir() if p.suffix in (".cu", ".cuh"))
 # a function head as a reader sees it: qualifiers and attributes (__launch_bounds__(...)), a return

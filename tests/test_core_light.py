@@ -25,27 +25,28 @@ def test_the_core_loads_none_of_the_tools():
     heavy = sorted(m for m in loaded if m.split(".")[-1] in HEAVY
                    and m.startswith("rmsnorm_lessons"))
     assert heavy == [], f"import rmsnorm_lessons loaded {heavy}"
-    assert {"rmsnorm_lessons.kernels", "rmsnorm_lessons.devices",
-            "rmsnorm_lessons.ladder.v7_fast"} <= loaded
+    assert {"rmsnorm_lessons.core.run", "rmsnorm_lessons.core.devices",
+            "rmsnorm_lessons.core.ladder.v7_fast"} <= loaded
     assert "matplotlib" not in loaded and "pycuda" not in loaded
 
 
 def test_the_tools_load_on_first_use():
     loaded = _loaded_after("import rmsnorm_lessons as rl\nrl.occupancy")
-    assert {"rmsnorm_lessons.occupancy", "rmsnorm_lessons.sass"} <= loaded
+    assert {"rmsnorm_lessons.inspection.occupancy", "rmsnorm_lessons.inspection.sass"} <= loaded
 
 
 def test_the_lessons_reach_nsight_bottleneck_lazily_and_it_stays_light():
-    # the lessons' cells call rl.nsight.bottleneck after `import rmsnorm_lessons as rl`
-    loaded = _loaded_after("import rmsnorm_lessons as rl\nassert callable(rl.nsight.bottleneck)")
-    assert {"rmsnorm_lessons.nsight", "rmsnorm_lessons.nsight_csv"} <= loaded
-    assert not {"matplotlib", "pycuda", "rmsnorm_lessons.bench"} & loaded
+    # the lessons' cells call rl.profiles.bottleneck after `import rmsnorm_lessons as rl`
+    loaded = _loaded_after("import rmsnorm_lessons as rl\nassert callable(rl.profiles.bottleneck)")
+    assert {"rmsnorm_lessons.inspection.nsight", "rmsnorm_lessons.inspection.nsight_csv"} <= loaded
+    assert not {"matplotlib", "pycuda", "rmsnorm_lessons.speed.bench"} & loaded
 
 
 def test_validate_and_occupancy_read_one_table():
-    from rmsnorm_lessons import devices, occupancy
+    from rmsnorm_lessons.core import devices
+    from rmsnorm_lessons.inspection import occupancy
 
     assert occupancy.LIMITS is devices.LIMITS and occupancy.limits is devices.limits
-    from rmsnorm_lessons.ladder import arguments
+    from rmsnorm_lessons.core.ladder import arguments
 
     assert arguments.devices is devices and rl.validate.shared_memory is arguments.shared_memory

@@ -14,9 +14,10 @@ import time
 
 import numpy as np
 import pytest
+from _gpu_support import TENSORS, compare_both, free, to_device
 
-from _gpu_support import TENSORS, compare, free, to_device
-from rmsnorm_lessons import gpu, kernels, reference
+import rmsnorm_lessons as rl
+from rmsnorm_lessons.core import gpu, reference
 
 HOG = r"""
 extern "C" __global__ void hog(unsigned long long ns, int* done) {
@@ -44,12 +45,12 @@ def test_v7_finishes_right_while_another_kernel_holds_most_sms(N, C, overwrite):
     from pycuda.compiler import SourceModule
 
     drv = gpu.driver()
-    p = reference.random_problem(N, C, kernels.get("v7_fast").dtype, seed=5, accumulate=True)
+    p = reference.random_problem(N, C, rl.ladder.get("v7_fast").dtype, seed=5, accumulate=True)
     dev = to_device(p)
     warm = to_device(p)
     stream_a, stream_b = drv.Stream(), drv.Stream()
     # compiled, planned and its scratch allocated before the hog starts
-    kernels.run("v7_fast", *[warm[k] for k in TENSORS], overwrite=overwrite, stream=stream_b)
+    rl.run("v7_fast", *[warm[k] for k in TENSORS], overwrite=overwrite, stream=stream_b)
     stream_b.synchronize()
 
     hog = SourceModule(HOG, no_extern_c=True, options=["-O3"]).get_function("hog")
@@ -64,7 +65,7 @@ def test_v7_finishes_right_while_another_kernel_holds_most_sms(N, C, overwrite):
     time.sleep(0.2)  # the hog's blocks are resident
     try:
         t0 = time.perf_counter()
-        kernels.run("v7_fast", *[dev[k] for k in TENSORS], overwrite=overwrite, stream=stream_b)
+        rl.run("v7_fast", *[dev[k] for k in TENSORS], overwrite=overwrite, stream=stream_b)
         stream_b.synchronize()
         wall_s = time.perf_counter() - t0
         hog_still_running = not hog_end.query()
@@ -77,7 +78,7 @@ def test_v7_finishes_right_while_another_kernel_holds_most_sms(N, C, overwrite):
         want = reference.backward(p["dout"], p["inp"], p["weight"], p["rstd"],
                                   None if overwrite else p["dinp"],
                                   p["dweight"])
-        a, b = compare("v7_fast", N, (dev["dinp"].get(), dev["dweight"].get()), want,
+        a, b = compare_both("v7_fast", N, (dev["dinp"].get(), dev["dweight"].get()), want,
                        label="beside the hog")
         assert a.ok and b.ok
     finally:

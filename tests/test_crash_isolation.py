@@ -1,4 +1,4 @@
-"""A learner's kernel runs first in a child process (rmsnorm_lessons/exercises/kernel_child.py).
+"""A learner's kernel runs first in a child process (rmsnorm_lessons/course/checking/child.py).
 
 Here (CPU): the job protocol (a rung whose plan is a function defined inside a lesson's check
 travels to a real child and back as JSON), a fake child's outcome, a crash by a signal, a fault the
@@ -10,16 +10,18 @@ kernel PASSes right after it in the same process; the same for a warp_sum readin
 """
 from __future__ import annotations
 
-import json
 from types import SimpleNamespace
 
 import numpy as np
 import pytest
 
-from rmsnorm_lessons import build, child, gpu, ladder, sanitizer
-from rmsnorm_lessons.exercises import (kernel_check, kernel_child, kernel_running, lesson03,
-                                       lesson06)
-from rmsnorm_lessons.exercises.kernel_running import Outcome
+from rmsnorm_lessons.core import build, child, gpu, ladder
+from rmsnorm_lessons.course.checking import child as kernel_child
+from rmsnorm_lessons.course.checking import kernel as kernel_check
+from rmsnorm_lessons.course.checking import running as kernel_running
+from rmsnorm_lessons.course.checking.running import Outcome
+from rmsnorm_lessons.inspection import sanitizer
+from rmsnorm_lessons.lessons import lesson03, lesson06
 
 TEXT = "__global__ void k() {\n    int a = 1;\n    x128 x = load128(inp_row + c + 1);\n}\n"
 
@@ -37,7 +39,7 @@ def _closure_rung(name="yours_job"):
 
 def test_a_job_carries_a_rung_with_a_local_function_to_a_real_child_and_back():
     rung = _closure_rung()
-    done, result = child.run_job("rmsnorm_lessons.ladder:shared_memory",
+    done, result = child.run_job("rmsnorm_lessons.core.ladder:shared_memory",
                                  dict(version=rung, C=100), timeout=120)
     assert done.returncode == 0, done.output
     assert result == ladder.v7_fast.MAX_BLOCK + 24 + 100
@@ -158,8 +160,8 @@ def test_sanitizer_lines_of_an_entry():
 def test_the_lessons_checks_run_the_sanitizer_by_default():
     import inspect
 
-    from rmsnorm_lessons.exercises import (lesson02, lesson03, lesson04, lesson07, lesson08,
-                                           lesson10, lesson13)
+    from rmsnorm_lessons.lessons import (lesson02, lesson03, lesson04, lesson07, lesson08, lesson10,
+                                         lesson13)
 
     for fn in (lesson02.check_v1_kernel, lesson03.check_v2_kernel, lesson04.check_v3_kernel,
                lesson06.check_v4_kernel, lesson07.check_v5_kernel, lesson08.check_v6_kernel,
@@ -426,7 +428,7 @@ def test_the_childs_build_comes_from_the_parents_disk_cache(monkeypatch, tmp_pat
 
 
 def test_a_child_that_never_reached_the_kernel_does_not_blame_it():
-    fake = FakeChild((child.Finished(1, "", "rmsnorm_lessons.gpu.GpuUnavailable: no device"),
+    fake = FakeChild((child.Finished(1, "", "rmsnorm_lessons.core.gpu.GpuUnavailable: no device"),
                       None))
     ran = kernel_child.run_in_child(RUNG, SHAPES, runner=fake)
     assert not ran.outcome.ok and "stopped before it ran your kernel" in ran.outcome.message

@@ -9,7 +9,8 @@ import os
 import pwd
 from pathlib import Path
 
-from rmsnorm_lessons import lessons, verdicts
+from rmsnorm_lessons.course import record, registry
+from rmsnorm_lessons.workshop import standings
 
 HUB = Path(__file__).resolve().parent.parent / "hub"
 
@@ -24,7 +25,7 @@ def _dashboard(monkeypatch, learners="ada,grace", instructor="teach"):
 
 
 def _rec(exercise, status, time, message="m", score=None):
-    return verdicts.Record(time, verdicts.lesson_of(exercise), exercise, status, message, score)
+    return record.Record(time, record.lesson_of(exercise), exercise, status, message, score)
 
 
 def test_grid_and_leaderboard(monkeypatch):
@@ -32,12 +33,12 @@ def test_grid_and_leaderboard(monkeypatch):
     wrong = _rec("lesson04.check_v3_kernel", "NOT YET", "2026-12-04T10:00:00Z",
                  "<b>bad</b> & worse")
     room = {"ada": [wrong,
-                    _rec(verdicts.TUNING, "PASS", "2026-12-04T10:02:03Z", score=91.25)],
+                    _rec(record.TUNING, "PASS", "2026-12-04T10:02:03Z", score=91.25)],
             "grace": []}
     html = d.tables(room)
-    every = verdicts.exercises()
+    every = standings.exercises()
     assert html.count("<th title=") == len(every)
-    assert lessons.by_stem("04_shared_memory").title in html
+    assert registry.by_stem("04_shared_memory").title in html
     assert "<b>bad</b>" not in html  # a learner's text, escaped
     assert "&lt;b&gt;bad&lt;/b&gt; &amp; worse" in html
     ada = html[html.index("data-learner=\"ada\""):html.index("data-learner=\"grace\"")]
@@ -53,9 +54,9 @@ def test_grid_and_leaderboard(monkeypatch):
 
 def test_predictions_show_as_a_count_and_a_median_and_break_nothing(monkeypatch):
     d = _dashboard(monkeypatch)
-    room = {"ada": [verdicts.Record("2026-12-04T10:00:00Z", "02_naive", "predict.02.v1_ms",
+    room = {"ada": [record.Record("2026-12-04T10:00:00Z", "02_naive", "predict.02.v1_ms",
                                     "PREDICTED", "<i>x</i>", None, 0.4),
-                    verdicts.Record("2026-12-04T10:01:00Z", "02_naive", "predict.02.v2_ms",
+                    record.Record("2026-12-04T10:01:00Z", "02_naive", "predict.02.v2_ms",
                                     "NOT PREDICTED", "m", None, None),
                     _rec("lesson00.check_grid", "PASS", "2026-12-04T10:02:00Z")],
             "grace": []}
@@ -63,7 +64,7 @@ def test_predictions_show_as_a_count_and_a_median_and_break_nothing(monkeypatch)
     ada = html[html.index("data-learner=\"ada\""):html.index("data-learner=\"grace\"")]
     assert "<td>1/2, 40 %</td>" in ada and "<td>1/" in ada
     assert "predict.02" not in html  # the grid's columns stay the exercises
-    assert html.count("<th title=") == len(verdicts.exercises())
+    assert html.count("<th title=") == len(standings.exercises())
 
 
 def test_who_is_let_in(monkeypatch):
@@ -79,7 +80,7 @@ def test_read_room(monkeypatch):
     home = Path(pwd.getpwnam(me).pw_dir)
     room = d.read_room(d.LEARNERS)
     assert list(room) == [me, "hubt-no-such-user"] and room["hubt-no-such-user"] == []
-    want = verdicts.read(home / verdicts.HOME_FILE, owner=os.getuid())
+    want = record.read(home / record.HOME_FILE, owner=os.getuid())
     assert room[me] == want
 
 
@@ -90,4 +91,4 @@ def test_no_line_a_learner_writes_blanks_the_dashboard():
     good = ('{"time": "2026-12-05T10:00:00", "lesson": "00", "exercise": "lesson00.check_grid", '
             '"status": "PASS", "message": "ok"}')
     text = "\n".join(["[" * 100_000, good, "[1, 2]", '"x"', "null", '{"status": 3}', good])
-    assert [r.exercise for r in verdicts.parse(text)] == ["lesson00.check_grid"] * 2
+    assert [r.exercise for r in record.parse(text)] == ["lesson00.check_grid"] * 2

@@ -9,17 +9,16 @@ asserts that every run is still within the tolerance of the float64 reference.
 """
 import numpy as np
 import pytest
+from _gpu_support import bits, compare_both, free, reference_of, tensors, to_device
 
 import rmsnorm_lessons as rl
-from rmsnorm_lessons import check, kernels, launch, reference
-
-from _gpu_support import bits, compare, free, reference_of, tensors, to_device
+from rmsnorm_lessons.core import compare, launch, reference
 
 pytestmark = pytest.mark.gpu
 
 RUNS = 20
-DETERMINISTIC = [v for v in kernels.VERSIONS if kernels.get(v).deterministic]
-ATOMIC = [v for v in kernels.VERSIONS if not kernels.get(v).deterministic]
+DETERMINISTIC = [v for v in rl.ladder.VERSIONS if rl.ladder.get(v).deterministic]
+ATOMIC = [v for v in rl.ladder.VERSIONS if not rl.ladder.get(v).deterministic]
 
 
 def _repeat(version, N, C, seed):
@@ -28,7 +27,7 @@ def _repeat(version, N, C, seed):
     Asserts that dinp (no atomics in any version: one warp or thread owns a row) has the same bits
     every time; returns the problem, the first run's (dinp, dweight) and every run's dweight.
     """
-    spec = kernels.get(version)
+    spec = rl.ladder.get(version)
     p = reference.random_problem(N, C, spec.dtype, seed=seed)
     dev = to_device(p)
     L = launch.Launcher(spec, C)  # a launcher of its own: fresh scratch
@@ -58,19 +57,19 @@ def test_deterministic_versions_are_bitwise_repeatable(version, N, C):
     p, first, dweights = _repeat(version, N, C, seed=N ^ C)
     for i, again in enumerate(dweights[1:], 1):
         assert np.array_equal(bits(again), bits(first[1])), f"run {i}: dweight differs from run 0"
-    a, b = compare(version, N, first, reference_of(p), label=f"N={N} C={C}")
+    a, b = compare_both(version, N, first, reference_of(p), label=f"N={N} C={C}")
     assert a.ok and b.ok, f"{a}\n{b}"
 
 
 @pytest.mark.parametrize("version", DETERMINISTIC)
 def test_deterministic_through_run_with_host_arrays(version):
     # run() allocates fresh device buffers every call; the launcher (and its scratch) is cached
-    spec = kernels.get(version)
+    spec = rl.ladder.get(version)
     p = reference.random_problem(2051, 2048, spec.dtype, seed=5)
     args = [p[k] for k in ("dout", "inp", "weight", "rstd", "dinp", "dweight")]
-    first = kernels.run(version, *args)
+    first = rl.run(version, *args)
     for _ in range(RUNS - 1):
-        again = kernels.run(version, *args)
+        again = rl.run(version, *args)
         assert np.array_equal(bits(again[0]), bits(first[0]))
         assert np.array_equal(bits(again[1]), bits(first[1]))
 
@@ -78,10 +77,10 @@ def test_deterministic_through_run_with_host_arrays(version):
 @pytest.mark.parametrize("version", ATOMIC)
 def test_atomic_versions_vary_only_within_tolerance(version):
     N, C = 16384, 1024  # many blocks adding into every channel
-    spec = kernels.get(version)
+    spec = rl.ladder.get(version)
     p, first, dweights = _repeat(version, N, C, seed=21)  # (asserts dinp is the same every run)
     ref = reference_of(p)
-    tol, eps = check.tolerances(spec.dtype, N)["dweight"]  # what compare_outputs allows dweight
+    tol, eps = compare.tolerances(spec.dtype, N)["dweight"]  # what compare_outputs allows dweight
     stack = np.stack([np.asarray(d, np.float64) for d in dweights])
     spread = stack.max(axis=0) - stack.min(axis=0)
     varied = int(np.count_nonzero(spread))
@@ -91,6 +90,6 @@ def test_atomic_versions_vary_only_within_tolerance(version):
           f"largest spread {spread.max():.3g} (|dweight| up to {np.abs(ref[1]).max():.3g}; "
           f"allowed error {tol:g} + |ref|*{eps:g})")
     for i, d in enumerate(dweights):
-        c = check.compare_outputs(spec, N, (first[0], d), ref, name=f"{version} run {i}")
+        c = compare.compare_outputs(spec, N, (first[0], d), ref, name=f"{version} run {i}")
         assert c.ok, str(c)
     assert np.all(spread <= tol + np.abs(ref[1]) * eps)

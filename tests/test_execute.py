@@ -1,4 +1,4 @@
-"""rmsnorm_lessons.execute: a lesson re-executed in place, or, when a cell raises, left as it
+"""rmsnorm_lessons.course.execute: a lesson re-executed in place, or, when a cell raises, left as it
 was."""
 from __future__ import annotations
 
@@ -7,8 +7,8 @@ import json
 import nbformat
 import pytest
 
-from rmsnorm_lessons import execute
-from rmsnorm_lessons.notebook import RUN_KEY
+from rmsnorm_lessons.course import execute
+from rmsnorm_lessons.course.notebook import RUN_KEY
 
 pytestmark = pytest.mark.slow
 

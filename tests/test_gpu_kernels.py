@@ -2,11 +2,10 @@
 device)."""
 import numpy as np
 import pytest
+from _gpu_support import free, tensors, to_device
 
 import rmsnorm_lessons as rl
-from rmsnorm_lessons import bf16, check, kernels, launch, reference
-
-from _gpu_support import free, tensors, to_device
+from rmsnorm_lessons.core import bf16, compare, launch, reference
 
 pytestmark = pytest.mark.gpu
 
@@ -15,12 +14,12 @@ SHAPES = [(1, 8), (3, 24), (7, 776), (129, 1600), (1000, 2048), (4097, 768), (51
 
 
 def _case(version, N, C, seed):
-    spec = kernels.get(version)
+    spec = rl.ladder.get(version)
     p = reference.random_problem(N, C, spec.dtype, seed=seed)
-    dinp, dweight = kernels.run(version, p["dout"], p["inp"], p["weight"], p["rstd"], p["dinp"],
+    dinp, dweight = rl.run(version, p["dout"], p["inp"], p["weight"], p["rstd"], p["dinp"],
                                 p["dweight"])
     ref = reference.backward(p["dout"], p["inp"], p["weight"], p["rstd"], p["dinp"], p["dweight"])
-    report = check.compare_outputs(spec, N, (dinp, dweight), ref, name=version)
+    report = compare.compare_outputs(spec, N, (dinp, dweight), ref, name=version)
     a, b = report.dinp, report.dweight
     print(f"{version} N={N} C={C}: dinp ||err||/||ref|| {a.rel_l2_error:.2e} max "
           f"{a.max_abs_error:.2e}; "
@@ -29,7 +28,7 @@ def _case(version, N, C, seed):
 
 
 @pytest.mark.parametrize("N,C", SHAPES)
-@pytest.mark.parametrize("version", kernels.VERSIONS)
+@pytest.mark.parametrize("version", rl.ladder.VERSIONS)
 def test_version_matches_float64_reference(version, N, C):
     a, b = _case(version, N, C, seed=N * 7919 + C)
     assert a.ok, str(a)
@@ -46,7 +45,7 @@ def test_forward_kernel_matches_reference():
     for N, C in [(1, 5), (33, 777), (1000, 1024)]:
         x = rng.uniform(-1, 1, (N, C)).astype(np.float32)
         w = rng.uniform(-1, 1, C).astype(np.float32)
-        out, rstd = kernels.forward(x, w)
+        out, rstd = rl.forward(x, w)
         ref_out, ref_rstd = reference.forward(x, w)
         np.testing.assert_allclose(rstd, ref_rstd, rtol=1e-5)
         np.testing.assert_allclose(out, ref_out, rtol=1e-5, atol=1e-6)
@@ -54,24 +53,25 @@ def test_forward_kernel_matches_reference():
 
 def test_outputs_accumulate_not_overwrite():
     # running twice adds the gradient twice
-    for version in kernels.VERSIONS:
-        spec = kernels.get(version)
+    for version in rl.ladder.VERSIONS:
+        spec = rl.ladder.get(version)
         p = reference.random_problem(64, 256, spec.dtype, seed=5, accumulate=False)
-        once = kernels.run(version, p["dout"], p["inp"], p["weight"], p["rstd"])
-        twice = kernels.run(version, p["dout"], p["inp"], p["weight"], p["rstd"], *once)
+        once = rl.run(version, p["dout"], p["inp"], p["weight"], p["rstd"])
+        twice = rl.run(version, p["dout"], p["inp"], p["weight"], p["rstd"], *once)
         np.testing.assert_allclose(np.asarray(twice[0], np.float32),
                                    2 * np.asarray(once[0], np.float32),
                                    rtol=0.02, atol=0.02)
 
 
-@pytest.mark.parametrize("version", [v for v in kernels.VERSIONS if kernels.get(v).deterministic])
+@pytest.mark.parametrize("version", [v for v in rl.ladder.VERSIONS
+                                     if rl.ladder.get(v).deterministic])
 def test_deterministic_versions_are_bitwise_repeatable(version):
-    spec = kernels.get(version)
+    spec = rl.ladder.get(version)
     p = reference.random_problem(4099, 1600, spec.dtype, seed=11)
-    first = kernels.run(version, p["dout"], p["inp"], p["weight"], p["rstd"], p["dinp"],
+    first = rl.run(version, p["dout"], p["inp"], p["weight"], p["rstd"], p["dinp"],
                         p["dweight"])
     for _ in range(19):
-        again = kernels.run(version, p["dout"], p["inp"], p["weight"], p["rstd"], p["dinp"],
+        again = rl.run(version, p["dout"], p["inp"], p["weight"], p["rstd"], p["dinp"],
                             p["dweight"])
         assert np.array_equal(bf16.bits(again[0]), bf16.bits(first[0]))
         assert np.array_equal(bf16.bits(again[1]), bf16.bits(first[1]))
@@ -81,13 +81,14 @@ def test_v6_many_launches_without_host_reset():
     # the ticket counter must come back to zero by itself after every launch: after 100 launches
     # with nothing reset on the host, one more launch from fresh outputs gives exactly the first
     # result
-    spec = kernels.get("v6_last_block")
+    spec = rl.ladder.get("v6_last_block")
     N, C = 1031, 1024
     p = reference.random_problem(N, C, spec.dtype, seed=13)
-    expected = kernels.run(spec, p["dout"], p["inp"], p["weight"], p["rstd"], p["dinp"],
+    expected = rl.run(spec, p["dout"], p["inp"], p["weight"], p["rstd"], p["dinp"],
                            p["dweight"])
     dev = to_device(p)
-    L = launch.Launcher(spec, C)  # a fresh launcher: its own, freshly zeroed ticket counter
+    # a fresh launcher: its own, freshly zeroed ticket counter
+    L = launch.Launcher(launch.checked_call(spec, C))
     bufs = tensors(dev)
     for _ in range(100):
         L(N, bufs)
@@ -111,18 +112,18 @@ def test_gpuarray_inputs_update_in_place():
     from pycuda import gpuarray
 
     for version in ("v2_warp", "v6_last_block"):
-        spec = kernels.get(version)
+        spec = rl.ladder.get(version)
         p = reference.random_problem(77, 264, spec.dtype, seed=17)
         dev = {k: gpuarray.to_gpu(np.ascontiguousarray(p[k])) for k in p}
-        out = kernels.run(version, dev["dout"], dev["inp"], dev["weight"], dev["rstd"], dev["dinp"],
+        out = rl.run(version, dev["dout"], dev["inp"], dev["weight"], dev["rstd"], dev["dinp"],
                           dev["dweight"])
         assert out[0] is dev["dinp"] and out[1] is dev["dweight"]
-        ref = kernels.run(version, p["dout"], p["inp"], p["weight"], p["rstd"], p["dinp"],
+        ref = rl.run(version, p["dout"], p["inp"], p["weight"], p["rstd"], p["dinp"],
                           p["dweight"])
         assert np.array_equal(np.asarray(dev["dinp"].get(), np.float32),
                               np.asarray(ref[0], np.float32)) or version == "v2_warp"
         want = reference.backward(p["dout"], p["inp"], p["weight"], p["rstd"], p["dinp"],
                                   p["dweight"])
-        report = check.compare_outputs(spec, 77, (dev["dinp"].get(), dev["dweight"].get()), want)
+        report = compare.compare_outputs(spec, 77, (dev["dinp"].get(), dev["dweight"].get()), want)
         assert report.ok, str(report)
         free(dev)

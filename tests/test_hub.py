@@ -40,7 +40,6 @@ import subprocess
 from pathlib import Path
 
 import pytest
-
 from _hub_support import HUB, HUB_PYTHON, ROOT, Hub, _pids_of, _user_exists
 from test_browser import CHROMIUM, CHROMIUM_ARGS, SCREENSHOTS, _kernel_ready, _wait
 
@@ -209,7 +208,7 @@ def _takeover_refused(browser, hub: Hub) -> None:
         context.close()
 
 
-CHECK_WRONG = ("from rmsnorm_lessons.exercises import lesson01\n"
+CHECK_WRONG = ("from rmsnorm_lessons.course.verdict import lesson01\n"
                "lesson01.check_term2(lambda *a: None)  # wrong")
 CHECK_RIGHT = ("def t2_ok(dout, inp, weight, rstd):\n"
                "    norm = inp * rstd[:, None]\n"

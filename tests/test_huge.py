@@ -17,7 +17,8 @@ from concurrent.futures import ThreadPoolExecutor
 import numpy as np
 import pytest
 
-from rmsnorm_lessons import bf16, build, check, kernels, reference
+import rmsnorm_lessons as rl
+from rmsnorm_lessons.core import bf16, build, compare, reference
 
 pytestmark = [pytest.mark.gpu, pytest.mark.slow]
 
@@ -71,7 +72,6 @@ class Huge:
     gradient."""
 
     def __init__(self):
-        import rmsnorm_lessons as rl
         from pycuda import gpuarray
         from pycuda.compiler import SourceModule
 
@@ -169,10 +169,9 @@ def huge():
 
 @pytest.mark.parametrize("version", ["v6_last_block", "v7_fast"])
 def test_huge_tensor_past_2_31_elements(huge, version):
-    import rmsnorm_lessons as rl
     from pycuda import gpuarray
 
-    spec = kernels.get(version)
+    spec = rl.ladder.get(version)
     assert spec.dtype == bf16.bfloat16
     assert (N - 1) * C >= 2**31  # the last rows start past index 2**31
     huge.fill_hash(huge.dinp, 3)  # non-zero initial dinp, the same for every version
@@ -181,7 +180,7 @@ def test_huge_tensor_past_2_31_elements(huge, version):
     dinp0_rows = huge.copy_rows(huge.dinp, huge.rows)
 
     start = time.time()
-    out = kernels.run(version, huge.dout, huge.inp, huge.weight, huge.rstd, huge.dinp, dweight)
+    out = rl.run(version, huge.dout, huge.inp, huge.weight, huge.rstd, huge.dinp, dweight)
     print(f"huge: {version} ran in {1e3 * (time.time() - start):.0f} ms (with the first launch's "
           f"set-up)", flush=True)
     assert out[0] is huge.dinp and out[1] is dweight
@@ -201,7 +200,7 @@ def test_huge_tensor_past_2_31_elements(huge, version):
     # dinp on the sampled rows and dweight against the host's float64 sum over every row (the
     # tolerances of N rows: dinp's does not depend on N, dweight's does)
     want_dweight = huge.dweight0.astype(np.float64) + huge.grad_dweight
-    report = check.compare_outputs(spec, N, (got_rows, dweight.get()), (want_rows, want_dweight),
+    report = compare.compare_outputs(spec, N, (got_rows, dweight.get()), (want_rows, want_dweight),
                                    name=f"{version}, dinp on {len(rows)} sampled rows", C=C)
     a, b = report.dinp, report.dweight
     if not a.ok:  # name the rows, not the positions in the sample

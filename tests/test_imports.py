@@ -1,5 +1,6 @@
 """The package's import graph (read with ``ast``, no module imported): no cycles, no shadowed stdlib
-names.
+names, and imports that run one way through the wings (``rmsnorm_lessons.WINGS``), from the course
+down to the core.
 
 Every ``import``/``from ... import`` counts, wherever it stands (top of the module or inside a
 function), relative or absolute, so a cycle hidden behind an import inside a function is found too.
@@ -11,6 +12,11 @@ from pathlib import Path
 import pytest
 
 PACKAGE = "rmsnorm_lessons"
+# read as text, not imported: the package's own list of its wings, lowest first
+WINGS = ast.literal_eval(next(
+    node.value for node in ast.parse((Path(__file__).resolve().parent.parent / PACKAGE /
+                                      "__init__.py").read_text()).body
+    if isinstance(node, ast.Assign) and getattr(node.targets[0], "id", "") == "WINGS"))
 ROOT = Path(__file__).resolve().parent.parent / PACKAGE
 
 
@@ -114,11 +120,12 @@ def _describe(group: list, graph: dict) -> str:
 
 def test_the_graph_sees_relative_absolute_and_function_level_imports():
     graph = import_graph()
-    assert f"{PACKAGE}.sass" in graph[f"{PACKAGE}.occupancy"]  # `from . import ..., sass`
-    # `from ..access import ...`
-    assert f"{PACKAGE}.access" in graph[f"{PACKAGE}.exercises.lesson02"]
-    # `from . import Verdict`
-    assert f"{PACKAGE}.exercises" in graph[f"{PACKAGE}.exercises.lesson00"]
+    # `from . import ..., sass`
+    assert f"{PACKAGE}.inspection.sass" in graph[f"{PACKAGE}.inspection.occupancy"]
+    # `from ..inspection.access import ...`
+    assert f"{PACKAGE}.inspection.access" in graph[f"{PACKAGE}.lessons.lesson02"]
+    # `from ..course.verdict import Verdict, ...`
+    assert f"{PACKAGE}.course.verdict" in graph[f"{PACKAGE}.lessons.lesson00"]
     # a cycle made of an import inside a function is found
     fake = {"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}
     assert find_cycles(fake) == [["a", "b", "c"]]
@@ -142,3 +149,59 @@ def test_no_module_shadows_the_standard_library():
                            f"`import {shadowing[0].rsplit('.', 1)[-1]}` would be ambiguous to "
                            f"readers and "
                            f"tools): {shadowing}")
+
+
+def _tier(module: str) -> int | None:
+    """The tier of ``module``'s wing in ``rmsnorm_lessons.WINGS`` (0: core); None for the modules at
+    the top (the command line, the package's own ``__init__``), which may import anything."""
+    parts = module.split(".")
+    if len(parts) < 3 and not (len(parts) == 2 and (ROOT / parts[1]).is_dir()):
+        return None
+    for tier, wings in enumerate(WINGS):
+        if parts[1] in wings:
+            return tier
+    raise AssertionError(f"{module} is in no wing of rmsnorm_lessons.WINGS")
+
+
+def direction_breaks(graph: dict) -> list[str]:
+    """Every import from a wing into a higher tier, or into another wing of the same tier."""
+    breaks = []
+    for module, targets in sorted(graph.items()):
+        tier = _tier(module)
+        for target in sorted(targets):
+            other = _tier(target)
+            if tier is None or other is None:
+                if tier is not None:  # a wing reaching up to the command line or the top
+                    breaks.append(f"{module} -> {target}")
+                continue
+            same_wing = module.split(".")[1] == target.split(".")[1]
+            if other > tier or (other == tier and not same_wing):
+                breaks.append(f"{module} -> {target}")
+    return breaks
+
+
+def test_every_folder_of_the_package_is_a_wing():
+    folders = {p.name for p in ROOT.iterdir() if p.is_dir() and (p / "__init__.py").is_file()}
+    assert folders - {w for wings in WINGS for w in wings} == set(), "add it to WINGS, in its tier"
+
+
+def test_imports_run_one_way_from_the_course_down_to_the_core():
+    breaks = direction_breaks(import_graph())
+    assert not breaks, ("a lower wing imports a higher one (rmsnorm_lessons.WINGS gives the order; "
+                        "pass what it needs in, or move the code up):\n" + "\n".join(breaks))
+
+
+def test_the_direction_check_sees_a_wing_reaching_up():
+    pkg = PACKAGE
+    fake = {f"{pkg}.core.gpu": {f"{pkg}.course.notebook"},
+            f"{pkg}.inspection.sass": {f"{pkg}.twin.runtime", f"{pkg}.core.build"},
+            f"{pkg}.course.notebook": {f"{pkg}.core.gpu", f"{pkg}.course.verdict"},
+            f"{pkg}.lessons.lesson04": {f"{pkg}.cli"}}
+    assert direction_breaks(fake) == [f"{pkg}.core.gpu -> {pkg}.course.notebook",
+                                      f"{pkg}.inspection.sass -> {pkg}.twin.runtime",
+                                      f"{pkg}.lessons.lesson04 -> {pkg}.cli"]
+
+
+def test_at_most_eight_modules_stand_at_the_top():
+    top = sorted(p.name for p in ROOT.glob("*.py"))
+    assert len(top) <= 8, top

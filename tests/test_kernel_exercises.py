@@ -1,5 +1,5 @@
 """The kernel exercises of lessons 02..09 and their harness
-(rmsnorm_lessons/exercises/kernel_check.py).
+(rmsnorm_lessons/course/checking/kernel.py).
 
 Here (no GPU): every solution compiles and says NOT VERIFIED, every skeleton says NOT YET, the
 mistakes the SASS shows say NOT YET with their own message, and the diagnosis of a wrong result
@@ -16,10 +16,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from rmsnorm_lessons import build, gpu, ladder, reference, student
-from rmsnorm_lessons.exercises import (Verdict, kernel_check, lesson02, lesson03, lesson04,
-                                       lesson06, lesson07,
-                                       lesson08, lesson09, lesson10, lesson13)
+from rmsnorm_lessons.core import build, gpu, ladder, reference
+from rmsnorm_lessons.course import student
+from rmsnorm_lessons.course.checking import kernel as kernel_check
+from rmsnorm_lessons.course.verdict import Verdict
+from rmsnorm_lessons.lessons import (lesson02, lesson03, lesson04, lesson06, lesson07, lesson08,
+                                     lesson09, lesson10, lesson13)
 
 NOTEBOOKS = Path(__file__).resolve().parent.parent / "notebooks"
 needs_nvcc = pytest.mark.skipif(build.find_nvcc() is None, reason="nvcc not found")
@@ -283,7 +285,7 @@ def test_lesson09_times_the_learner_against_v7s_register_path(monkeypatch):
     """The learner's row_pass runs on v7's register path at every C, so it is timed against that
     path, not against v7's default (rows staged in shared memory at the timing shape, which never
     runs row_pass)."""
-    from rmsnorm_lessons import bench
+    from rmsnorm_lessons.speed import bench
 
     timed = []
 
@@ -423,11 +425,11 @@ def test_race_check_says_so_where_compute_sanitizer_is_missing(monkeypatch):
 
 
 def test_diagnosis_takes_a_bound_per_element():
-    """The learner-kernel checks diagnose with check.strict_bounds' bound, an array."""
-    from rmsnorm_lessons import check
+    """The learner-kernel checks diagnose with compare.strict_bounds' bound, an array."""
+    from rmsnorm_lessons.core import compare
 
     p, ref, delta = _problem()
-    want, allowed, _ = check.strict_bounds(p, np.float32)["dinp"]
+    want, allowed, _ = compare.strict_bounds(p, np.float32)["dinp"]
     got = want.copy()
     got[:, -1] = p["dinp"][:, -1]  # the last column never added to
     kind, text = kernel_check.describe_output("dinp", got, want, p["dinp"], delta[0], allowed, 0.0)

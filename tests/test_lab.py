@@ -11,9 +11,9 @@ import sys
 from pathlib import Path
 
 import pytest
-
 from _checkout import ROOT, copy_checkout, git, status
-from rmsnorm_lessons import lessons, student
+
+from rmsnorm_lessons.course import registry, student
 
 pytestmark = pytest.mark.skipif(shutil.which("make") is None or shutil.which("git") is None,
                                 reason="needs make and git")
@@ -33,7 +33,7 @@ def repo(tmp_path_factory):
 
 def test_the_lessons_folder_holds_the_lessons_and_what_they_link_to(repo):
     tracked = git(repo, "ls-files", "notebooks").split()
-    assert sorted(tracked) == sorted([f"notebooks/{lesson.notebook}" for lesson in lessons.LESSONS]
+    assert sorted(tracked) == sorted([f"notebooks/{lesson.notebook}" for lesson in registry.LESSONS]
                                      + [f"notebooks/{name}" for name in student.COMPANIONS])
 
 
@@ -41,20 +41,20 @@ def test_student_edition_by_default_kept_between_runs_git_clean(repo):
     p = _make(repo)
     assert p.returncode == 0, p.stdout + p.stderr
     work = repo / "work" / "student"
-    assert sorted(f.name for f in work.iterdir()) == sorted([l.notebook for l in lessons.LESSONS]
+    assert sorted(f.name for f in work.iterdir()) == sorted([l.notebook for l in registry.LESSONS]
                                                             + list(student.COMPANIONS))
     assert not any("BEGIN SOLUTION" in f.read_text() for f in work.iterdir())
     assert status(repo) == ""
     # a learner's work stays; a lesson they deleted comes back
-    mine = work / lessons.LESSONS[2].notebook
+    mine = work / registry.LESSONS[2].notebook
     mine.write_text(mine.read_text().replace('"cells": [', '"cells": [ ', 1))
     edited = mine.read_text()
-    (work / lessons.LESSONS[3].notebook).unlink()
+    (work / registry.LESSONS[3].notebook).unlink()
     p = _make(repo)
     assert p.returncode == 0, p.stderr
-    assert f"kept {len(lessons.LESSONS) - 1} already there" in p.stdout, p.stdout
+    assert f"kept {len(registry.LESSONS) - 1} already there" in p.stdout, p.stdout
     assert mine.read_text() == edited
-    assert (work / lessons.LESSONS[3].notebook).is_file()
+    assert (work / registry.LESSONS[3].notebook).is_file()
     assert status(repo) == ""
 
 
@@ -62,10 +62,10 @@ def test_instructor_edition_is_a_copy(repo):
     p = _make(repo, "EDITION=instructor")
     assert p.returncode == 0, p.stdout + p.stderr
     work = repo / "work" / "instructor"
-    for lesson in lessons.LESSONS:
+    for lesson in registry.LESSONS:
         committed = (ROOT / "notebooks" / lesson.notebook).read_bytes()
         assert (work / lesson.notebook).read_bytes() == committed
-    (work / lessons.LESSONS[0].notebook).write_text("{}")  # saved by the lab: untracked, ignored
+    (work / registry.LESSONS[0].notebook).write_text("{}")  # saved by the lab: untracked, ignored
     assert status(repo) == ""
 
 

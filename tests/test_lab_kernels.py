@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from rmsnorm_lessons import build, ladder
+from rmsnorm_lessons.core import build, ladder
 
 LAB = Path(__file__).resolve().parent.parent / "lab"
 EXPERIMENTS = [("v8_tma", "v8"), ("v9_async", "v9"), ("v9_async", "v9w_b1024")]

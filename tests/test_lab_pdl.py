@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from rmsnorm_lessons import build, gpu
-from rmsnorm_lessons.ladder import v7_fast
+from rmsnorm_lessons.core import build, gpu
+from rmsnorm_lessons.core.ladder import v7_fast
 
 LAB = Path(__file__).resolve().parent.parent / "lab"
 needs_nvcc = pytest.mark.skipif(build.find_nvcc() is None, reason="nvcc is not installed")
@@ -130,7 +130,7 @@ class FakeModule:
 def test_a_prepared_call_launches_the_plan_as_planned(probe, spelling, with_pdl, C, path):
     import ctypes
 
-    from rmsnorm_lessons import launch
+    from rmsnorm_lessons.core import launch
     facts = gpu.facts_or_fallback()[0]
     plan = v7_fast.plan(1031, C, facts, block=512, overwrite=True)
     assert plan.path == path

@@ -1,23 +1,23 @@
 """The ladder as data (CPU): every shipped rung's plan, checked against its CUDA; the defines the
 builds pass; a learner's rung registered from a source string.
 
-Plans are pure data (:func:`rmsnorm_lessons.ladder.plan` on ``gpu.H200`` or a made-up device), so
-every launch of every rung can be checked here without a GPU: its kernel is one the rung lists, its
-grid and block are legal, its arguments match the kernel's parameters as the ``.cu`` file declares
-them (count, order, names, pointer or int), its shared memory is the rung's, and its scratch does
-not grow with N.
+Plans are pure data (:func:`rmsnorm_lessons.core.ladder.plan` on ``gpu.H200`` or a made-up device),
+so every launch of every rung can be checked here without a GPU: its kernel is one the rung lists,
+its grid and block are legal, its arguments match the kernel's parameters as the ``.cu`` file
+declares them (count, order, names, pointer or int), its shared memory is the rung's, and its
+scratch does not grow with N.
 """
 import dataclasses
 import importlib
 
 import numpy as np
 import pytest
+from _gpu_support import kernel_signatures, reference_of, rung_signatures
 
 import rmsnorm_lessons as rl
-from rmsnorm_lessons import build, gpu, kernels, ladder, launch
-from rmsnorm_lessons.ladder import Launch, Scratch, Tensor, v6_last_block, v7_fast
-
-from _gpu_support import kernel_signatures, reference_of, rung_signatures
+from rmsnorm_lessons.core import build, gpu, ladder, launch
+from rmsnorm_lessons.core.ladder import Launch, Scratch, Tensor, v6_last_block, v7_fast
+from rmsnorm_lessons.course import registry
 
 SHIPPED = tuple(r.name for r in ladder.SHIPPED)
 H200 = gpu.H200
@@ -52,7 +52,7 @@ def test_the_shipped_ladder():
     assert SHIPPED == ("v1_naive", "v2_warp", "v3_smem", "v4_vec_bf16", "v5_two_pass",
                        "v6_last_block", "v7_fast")
     assert ladder.VERSIONS[:len(SHIPPED)] == SHIPPED
-    assert kernels.VERSIONS == ladder.VERSIONS
+    assert rl.ladder.VERSIONS == ladder.VERSIONS
     for v in SHIPPED:
         rung = ladder.get(v)
         assert rung.name == v and rung.source is None and rung.kernels
@@ -230,7 +230,7 @@ def test_a_missing_define_is_a_compile_error_naming_it(version, missing):
 
 @pytest.mark.parametrize("version", ["v3_smem", "v4_vec_bf16", "v5_two_pass", "v6_last_block"])
 def test_blocks_per_sm_is_read_from_the_plan(version):
-    module = importlib.import_module(f"rmsnorm_lessons.ladder.{version}")
+    module = importlib.import_module(f"rmsnorm_lessons.core.ladder.{version}")
     for device in (H200, SMALL_GPU):
         assert ladder.blocks_per_sm(version, 4096, device) == module.BLOCKS_PER_SM
     assert ladder.blocks_per_sm("v7_fast", 4096, H200) == 1  # one 512-thread block per SM
@@ -302,8 +302,8 @@ def my_v2():
 def test_a_registered_rung_joins_the_ladder(my_v2):
     before = tuple(v for v in ladder.VERSIONS if v != "my_v2")
     assert ladder.VERSIONS == before + ("my_v2",)
-    assert "my_v2" in kernels.VERSIONS and "my_v2" in rl.kernels.VERSIONS
-    assert ladder.get("my_v2") is my_v2 and kernels.get("my_v2") is my_v2
+    assert "my_v2" in rl.ladder.VERSIONS and "my_v2" in rl.ladder.VERSIONS
+    assert ladder.get("my_v2") is my_v2 and rl.ladder.get("my_v2") is my_v2
     assert my_v2.source == _my_v2_source() and my_v2.kernels == ("my_v2",)
     plan = ladder.plan("my_v2", 1001, 777, H200)
     assert [(L.kernel, L.grid, L.block, L.shared) for L in plan] == [("my_v2", 126, 256, 0)]
@@ -316,7 +316,7 @@ def test_a_registered_rung_joins_the_ladder(my_v2):
 def test_unregister_restores_the_ladder(my_v2):
     others = tuple(v for v in ladder.VERSIONS if v != "my_v2")
     ladder.unregister("my_v2")
-    assert "my_v2" not in ladder.VERSIONS and "my_v2" not in kernels.VERSIONS
+    assert "my_v2" not in ladder.VERSIONS and "my_v2" not in rl.ladder.VERSIONS
     assert ladder.VERSIONS == others and ladder.VERSIONS[:len(SHIPPED)] == SHIPPED
     with pytest.raises(ValueError, match=r"version must be one of"):
         ladder.get("my_v2")
@@ -328,7 +328,7 @@ def test_a_registered_rung_compiles_and_reports(my_v2):
     res = build.resources("my_v2")
     assert set(res) == {"my_v2"} and 0 < res["my_v2"].registers <= 255
     assert build.resources(my_v2) == res
-    from rmsnorm_lessons import sass
+    from rmsnorm_lessons.inspection import sass
 
     text = sass.report("my_v2")
     assert text.startswith("my_v2 (sm_90): ") and "registers" in text
@@ -386,7 +386,8 @@ def test_rung_from_source_like_a_shipped_rung_copies_all_but_what_differs():
                                   register_it=False)
     assert two.kernels == v7.kernels[:2] and two.defines == v7.defines
     assert two.config_check is not None and "mine_v7" not in ladder.VERSIONS
-    assert two.lesson is None and v7.lesson == "10_v7_one_pass"
+    assert registry.building(two.name) is None
+    assert registry.building(v7.name).stem == "10_v7_one_pass"
     # v7's own check of its variants, copied
     two.check_config(v7_fast.Config(K=2), 4096, 512, False)
     with pytest.raises(ValueError, match=r"prefetch needs K = 2"):
@@ -404,16 +405,16 @@ def test_rung_from_source_like_a_shipped_rung_copies_all_but_what_differs():
 
 def test_the_registry_is_one_list_of_modules():
     assert [r.name for r in ladder.SHIPPED] == ladder.RUNGS == list(SHIPPED)
-    assert all(importlib.import_module(f"rmsnorm_lessons.ladder.{n}").RUNG is ladder.get(n)
+    assert all(importlib.import_module(f"rmsnorm_lessons.core.ladder.{n}").RUNG is ladder.get(n)
                for n in SHIPPED)
     assert ladder.CONFIG_TAKERS == ["v7_fast"]
 
 
 @pytest.mark.gpu
 def test_a_registered_rung_runs(my_v2):
-    from rmsnorm_lessons import check, reference
+    from rmsnorm_lessons.core import compare, reference
 
     p = reference.random_problem(1001, 777, np.float32, seed=5)
-    got = kernels.run("my_v2", p["dout"], p["inp"], p["weight"], p["rstd"], p["dinp"], p["dweight"])
-    report = check.compare_outputs(my_v2, 1001, got, reference_of(p), name="my_v2")
+    got = rl.run("my_v2", p["dout"], p["inp"], p["weight"], p["rstd"], p["dinp"], p["dweight"])
+    report = compare.compare_outputs(my_v2, 1001, got, reference_of(p), name="my_v2")
     assert report.ok, str(report)

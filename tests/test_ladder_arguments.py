@@ -4,8 +4,8 @@ that cannot run (a block above the kernel's launch bounds, more shared memory th
 that is the launcher's check, and lesson 04 and the occupancy tool ask such "what if"s."""
 import pytest
 
-from rmsnorm_lessons import ladder
-from rmsnorm_lessons.ladder import Rung, v7_fast
+from rmsnorm_lessons.core import ladder
+from rmsnorm_lessons.core.ladder import Rung, v7_fast
 
 
 @pytest.mark.parametrize("version,N,C,options,error,match", [

@@ -7,24 +7,23 @@
 * Two PyCUDA streams, interleaved, each on its own problem, through two Launchers and through one
   (which keeps scratch per stream): both right.
 * A CUDA error raised by a launch (here: a plan asking for more threads than a block may have)
-  becomes ``rl.kernels.LaunchError`` naming the version and the kernel.
+  becomes ``rl.launch.LaunchError`` naming the version and the kernel.
 """
 import dataclasses
 
 import numpy as np
 import pytest
+from _gpu_support import bits, compare_both, free, reference_of, tensors, to_device
 
 import rmsnorm_lessons as rl
-from rmsnorm_lessons import kernels, launch, reference
-
-from _gpu_support import bits, compare, free, reference_of, tensors, to_device
+from rmsnorm_lessons.core import launch, reference
 
 pytestmark = pytest.mark.gpu
 
 
-@pytest.mark.parametrize("version", kernels.VERSIONS)
+@pytest.mark.parametrize("version", rl.ladder.VERSIONS)
 def test_100_launches_without_host_reset(version):
-    spec = kernels.get(version)
+    spec = rl.ladder.get(version)
     N, C = 1031, 1024
     p = reference.random_problem(N, C, spec.dtype, seed=13)
     dev = to_device(p)
@@ -49,7 +48,7 @@ def test_100_launches_without_host_reset(version):
                               bits(first[0])), "dinp after 100 launches differs from the first"
         assert np.array_equal(bits(again[1]),
                               bits(first[1])), "dweight after 100 launches differs from the first"
-    a, b = compare(version, N, again, reference_of(p), label="after 100 launches")
+    a, b = compare_both(version, N, again, reference_of(p), label="after 100 launches")
     assert a.ok and b.ok, f"{a}\n{b}"
     # the 100 launches did add up: dweight moved by about 100 gradients
     _, grad = reference.backward(p["dout"], p["inp"], p["weight"], p["rstd"])
@@ -61,10 +60,10 @@ def test_100_launches_without_host_reset(version):
 
 
 @pytest.mark.parametrize("shared", [False, True], ids=["two launchers", "one launcher"])
-@pytest.mark.parametrize("version", kernels.VERSIONS)
+@pytest.mark.parametrize("version", rl.ladder.VERSIONS)
 def test_two_streams(version, shared):
     drv = rl.gpu.driver()
-    spec = kernels.get(version)
+    spec = rl.ladder.get(version)
     N, C = 8191, 2048
     problems = [reference.random_problem(N, C, spec.dtype, seed=s) for s in (31, 32)]
     devs = [to_device(p) for p in problems]
@@ -81,7 +80,7 @@ def test_two_streams(version, shared):
         want = reference_of(p, *want)
         want = reference_of(p, *want)
         got = (d["dinp"].get(), d["dweight"].get())
-        a, b = compare(version, 3 * N, got, want, label=f"stream {i}, 3 launches")
+        a, b = compare_both(version, 3 * N, got, want, label=f"stream {i}, 3 launches")
         assert a.ok and b.ok, f"{a}\n{b}"
         if spec.deterministic:
             # the same as three launches one after another on the default stream
@@ -110,8 +109,8 @@ def _plan_too_many_threads(monkeypatch, L, N):
 def _still_runs(spec, p, label):
     """An invalid configuration is not sticky: the same version still runs, and is right."""
     rl.gpu.synchronize()
-    got = kernels.run(spec, p["dout"], p["inp"], p["weight"], p["rstd"], p["dinp"], p["dweight"])
-    a, b = compare(spec, p["dout"].shape[0], got, reference_of(p), label=label)
+    got = rl.run(spec, p["dout"], p["inp"], p["weight"], p["rstd"], p["dinp"], p["dweight"])
+    a, b = compare_both(spec, p["dout"].shape[0], got, reference_of(p), label=label)
     assert a.ok and b.ok
 
 
@@ -121,7 +120,7 @@ def _launch_fails(monkeypatch, spec, p):
     dev = to_device(p)
     L = launch.Launcher(spec, C)
     _plan_too_many_threads(monkeypatch, L, N)
-    with pytest.raises(kernels.LaunchError,
+    with pytest.raises(rl.launch.LaunchError,
                        match=rf"^{spec.name}: launching {spec.kernels[0]} failed"):
         L(N, tensors(dev))
     rl.gpu.synchronize()
@@ -129,29 +128,29 @@ def _launch_fails(monkeypatch, spec, p):
     free(dev)
 
 
-@pytest.mark.parametrize("version", kernels.VERSIONS)
+@pytest.mark.parametrize("version", rl.ladder.VERSIONS)
 def test_a_launch_error_names_the_version(version, monkeypatch):
-    spec = kernels.get(version)
+    spec = rl.ladder.get(version)
     p = reference.random_problem(64, 256, spec.dtype, seed=3)
     _launch_fails(monkeypatch, spec, p)
     _still_runs(spec, p, "after a refused launch")
 
 
 def test_run_reports_a_launch_error_with_the_version(monkeypatch):
-    spec = kernels.get("v2_warp")
+    spec = rl.ladder.get("v2_warp")
     N, C = 50, 128
     p = reference.random_problem(N, C, spec.dtype, seed=4)
     L = launch.launcher(spec, C)  # the cached launcher run() uses
     _plan_too_many_threads(monkeypatch, L, N)
-    with pytest.raises(kernels.LaunchError,
+    with pytest.raises(rl.launch.LaunchError,
                        match=r"^v2_warp: launching rmsnorm_backward_v2 failed"):
-        kernels.run(spec, p["dout"], p["inp"], p["weight"], p["rstd"], p["dinp"], p["dweight"])
+        rl.run(spec, p["dout"], p["inp"], p["weight"], p["rstd"], p["dinp"], p["dweight"])
     monkeypatch.undo()
     _still_runs(spec, p, "after a launch error")
 
 
 def test_too_many_threads_is_refused_or_a_launch_error(monkeypatch):
-    spec = kernels.get("v6_last_block")
+    spec = rl.ladder.get("v6_last_block")
     N, C = 64, 1024
     with pytest.raises(ValueError,
                        match=r"block_size for v6_last_block must be a multiple of 32 "

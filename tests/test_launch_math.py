@@ -2,8 +2,8 @@
 plan, and the launcher executing a plan against a fake driver.
 
 Plans are data (``ladder.plan`` on ``gpu.H200`` or a made-up device): the grids, blocks and scratch
-are read from them. The launcher (:class:`rmsnorm_lessons.launch.Launcher`) is the real one, with
-the driver, the device and the compiler replaced by recording fakes
+are read from them. The launcher (:class:`rmsnorm_lessons.core.launch.Launcher`) is the real one,
+with the driver, the device and the compiler replaced by recording fakes
 (``_gpu_support.install_fake_cuda``): how it packs arguments, gives shared memory, zeroes and keeps
 scratch, and names a failed launch.
 """
@@ -11,11 +11,11 @@ import dataclasses
 
 import numpy as np
 import pytest
-
-from rmsnorm_lessons import gpu, kernels, ladder, launch
-from rmsnorm_lessons.ladder import Scratch, Tensor, ceil_div
-
 from _gpu_support import FakeStream, install_fake_cuda
+
+import rmsnorm_lessons as rl
+from rmsnorm_lessons.core import gpu, ladder, launch, validate
+from rmsnorm_lessons.core.ladder import Scratch, Tensor, ceil_div
 
 H200 = gpu.H200
 H200_SMS = 132
@@ -205,7 +205,7 @@ def fake_cuda(monkeypatch):
 
 def test_launcher_packs_pointers_and_ints(fake_cuda):
     drv = fake_cuda()
-    L = launch.Launcher("v2_warp", 768)
+    L = launch.Launcher(launch.checked_call("v2_warp", 768))
     t = launch.Tensors(2**40, 2**40 + 4096, 3 << 32, 4 << 32, 5 << 32, 6 << 32)
     L(100, t)
     (_, kernel, grid, block, stream, args, shared), = drv.launches()
@@ -218,7 +218,7 @@ def test_launcher_packs_pointers_and_ints(fake_cuda):
 
 def test_launcher_gives_the_main_kernel_its_shared_memory_only(fake_cuda):
     drv = fake_cuda()
-    L = launch.Launcher("v5_two_pass", 1024)
+    L = launch.Launcher(launch.checked_call("v5_two_pass", 1024))
     s = FakeStream()
     L(100, launch.Tensors(1, 2, 3, 4, 5, 6), s)
     main, reduce = drv.launches()
@@ -232,11 +232,11 @@ def test_launcher_gives_the_main_kernel_its_shared_memory_only(fake_cuda):
 
 def test_a_failed_launch_is_a_launch_error_naming_the_version(fake_cuda):
     fake_cuda(fail=True)
-    L = launch.Launcher("v3_smem", 768)
+    L = launch.Launcher(launch.checked_call("v3_smem", 768))
     with pytest.raises(launch.LaunchError,
                        match=r"^v3_smem: launching rmsnorm_backward_v3 failed: .*invalid argument"):
         L(100, launch.Tensors(1, 2, 3, 4, 5, 6))
-    assert kernels.LaunchError is launch.LaunchError
+    assert rl.launch.LaunchError is launch.LaunchError
 
 
 def test_a_plan_naming_a_kernel_the_module_lacks(fake_cuda):
@@ -245,19 +245,19 @@ def test_a_plan_naming_a_kernel_the_module_lacks(fake_cuda):
     with pytest.raises(ValueError,
                        match=r"v4_vec_bf16: no entry point 'add_dweight_v4' in its CUDA "
                                          r"\(is it extern \"C\" __global__\?\)"):
-        launch.Launcher("v4_vec_bf16", 1024)
+        launch.Launcher(launch.checked_call("v4_vec_bf16", 1024))
 
 
 def test_launcher_with_N_zero_launches_nothing(fake_cuda):
     drv = fake_cuda()
-    L = launch.Launcher("v6_last_block", 1024)
+    L = launch.Launcher(launch.checked_call("v6_last_block", 1024))
     L(0, launch.Tensors(1, 2, 3, 4, 5, 6))
     assert drv.launches() == [] and drv.allocations == []
 
 
 def test_scratch_zeroed_before_each_call(fake_cuda):
     drv = fake_cuda()
-    v4 = launch.Launcher("v4_vec_bf16", 1024)
+    v4 = launch.Launcher(launch.checked_call("v4_vec_bf16", 1024))
     s = FakeStream()
     for _ in range(3):
         v4(5000, launch.Tensors(1, 2, 3, 4, 5, 6), s)
@@ -272,7 +272,7 @@ def test_scratch_zeroed_before_each_call(fake_cuda):
 def test_scratch_zeroed_once_when_made(fake_cuda):
     drv = fake_cuda()
     s = FakeStream()
-    v6 = launch.Launcher("v6_last_block", 1024)
+    v6 = launch.Launcher(launch.checked_call("v6_last_block", 1024))
     for _ in range(3):
         v6(5000, launch.Tensors(1, 2, 3, 4, 5, 6), s)
     allocs = [e for e in drv.log if e[0] == "alloc"]
@@ -285,7 +285,7 @@ def test_scratch_zeroed_once_when_made(fake_cuda):
 
 def test_scratch_grows_with_N_and_never_per_N(fake_cuda):
     drv = fake_cuda()
-    L = launch.Launcher("v5_two_pass", 1024)
+    L = launch.Launcher(launch.checked_call("v5_two_pass", 1024))
     s = FakeStream()
     t = launch.Tensors(1, 2, 3, 4, 5, 6)
     L(16, t, s)  # one block: 1024 floats of partials
@@ -305,7 +305,7 @@ def test_scratch_grows_with_N_and_never_per_N(fake_cuda):
 
 def test_each_stream_gets_its_own_scratch(fake_cuda):
     drv = fake_cuda()
-    L = launch.Launcher("v6_last_block", 1024)
+    L = launch.Launcher(launch.checked_call("v6_last_block", 1024))
     t = launch.Tensors(1, 2, 3, 4, 5, 6)
     streams = [FakeStream() for _ in range(launch.STREAMS_KEPT + 3)]
     for s in streams[:2]:
@@ -325,9 +325,10 @@ def test_each_stream_gets_its_own_scratch(fake_cuda):
 
 def test_more_than_48k_of_shared_memory_is_opted_in_once(fake_cuda):
     drv = fake_cuda(static=16)
-    small = launch.Launcher("v6_last_block", 1024)  # 23552 B: no opt-in
+    small = launch.Launcher(launch.checked_call("v6_last_block", 1024))  # 23552 B: no opt-in
     assert not [e for e in drv.log if e[0] == "set_attribute"]
-    big = launch.Launcher("v6_last_block", 8192)  # 2 * 8192 * 4 + 15360 B: past 48 KiB
+    # 2 * 8192 * 4 + 15360 B: past 48 KiB
+    big = launch.Launcher(launch.checked_call("v6_last_block", 8192))
     big(100, launch.Tensors(1, 2, 3, 4, 5, 6))
     opted = [e for e in drv.log if e[0] == "set_attribute"]
     assert opted == [("set_attribute", "rmsnorm_backward_v6", "MAX_DYNAMIC_SHARED_SIZE_BYTES",
@@ -348,7 +349,7 @@ def test_more_shared_memory_than_the_device_has_is_refused(fake_cuda, version):
     assert largest % rung.c_multiple == 0
     assert static + ladder.shared_memory(version, largest) <= limit < static + ladder.shared_memory(
         version, largest + rung.c_multiple)
-    launch.Launcher(version, largest)  # fits
+    launch.Launcher(launch.checked_call(version, largest))  # fits
     too_big = largest + rung.c_multiple
     need = ladder.shared_memory(version, too_big)
     with pytest.raises(ValueError,
@@ -356,7 +357,8 @@ def test_more_shared_memory_than_the_device_has_is_refused(fake_cuda, version):
                                          rf"for {version} \(\+ {static} static\), more than this "
                                          rf"device allows \({limit} bytes\); the largest C it can "
                                          rf"run is {largest}$"):
-        launch.Launcher(version, too_big)
+        # the device's own limit, past the course-wide one validate.call checks first
+        launch.Launcher(validate.Call(rung, too_big, rung.block_size, False))
 
 
 @pytest.mark.parametrize("version", ["v3_smem", "v4_vec_bf16", "v5_two_pass", "v6_last_block"])
@@ -367,11 +369,11 @@ def test_a_device_of_48k_refuses_what_needs_more(fake_cuda, version):
     fake_cuda(device=small)
     C = next(C for C in range(rung.c_multiple, 1 << 18, rung.c_multiple)
              if ladder.shared_memory(version, C) > launch.DEFAULT_SMEM_LIMIT)
-    launch.Launcher(version, C - rung.c_multiple)
+    launch.Launcher(launch.checked_call(version, C - rung.c_multiple))
     with pytest.raises(ValueError,
                        match=rf"^C={C} needs \d+ bytes of dynamic shared memory per block for "
                              rf"{version}"):
-        launch.Launcher(version, C)
+        launch.Launcher(launch.checked_call(version, C))
 
 
 def test_the_launcher_cache_is_bounded_and_keyed(fake_cuda):

@@ -8,8 +8,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from rmsnorm_lessons import build, gpu, inflight
-from rmsnorm_lessons.exercises import lesson09
+from rmsnorm_lessons.core import build, gpu
+from rmsnorm_lessons.lessons import lesson09
+from rmsnorm_lessons.lessons.lesson09 import inflight
 
 needs_sass = pytest.mark.skipif(build.find_tool("nvdisasm") is None, reason="no nvdisasm")
 
@@ -83,7 +84,7 @@ def test_chase_chain_is_one_cycle_through_every_node():
 def test_the_kernels_load_as_the_lesson_says():
     """Width and loads before the first store, read from the SASS (what lesson 09's SASS cell
     prints)."""
-    from rmsnorm_lessons import sass
+    from rmsnorm_lessons.inspection import sass
 
     listing = sass.listing(inflight.KERNEL_FILE)
     for variant, (width, loads) in inflight.VARIANTS.items():
@@ -121,19 +122,18 @@ def test_latency_and_scale_on_the_gpu():
 def test_bytes_in_flight_plot():
     from matplotlib.figure import Figure
 
-    from rmsnorm_lessons import plots
 
     points = [dict(variant=v, in_flight_per_sm=inflight.in_flight_per_sm(v, b * 256),
                    gbps=1000.0 * b, copy_gbps=4000.0)
               for v in inflight.VARIANTS for b in (1, 2, 4, 8)]
-    fig = plots.bytes_in_flight(points, latency_ns=700, sms=132)
+    fig = lesson09.bytes_in_flight(points, latency_ns=700, sms=132)
     assert isinstance(fig, Figure)
     ax = fig.axes[0]
     # a line per variant, Little's law, the copy line
     assert len(ax.get_lines()) == len(inflight.VARIANTS) + 2
     assert "Little's law, 700 ns" in [t.get_text() for t in ax.get_legend().get_texts()]
     with pytest.raises(ValueError):
-        plots.bytes_in_flight([])
+        lesson09.bytes_in_flight([])
 
 
 @pytest.mark.parametrize("source, part, first, last", [
@@ -174,9 +174,9 @@ def test_the_scale_check_hands_its_run_to_the_child_and_never_runs_it_here(monke
 
     from test_kernel_exercises import kernel_text
 
-    from rmsnorm_lessons import child
-    from rmsnorm_lessons.exercises import kernel_child
-    from rmsnorm_lessons.exercises.kernel_running import Outcome
+    from rmsnorm_lessons.core import child
+    from rmsnorm_lessons.course.checking import child as kernel_child
+    from rmsnorm_lessons.course.checking.running import Outcome
 
     if build.find_nvcc() is None:
         pytest.skip("nvcc not found")

@@ -8,7 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from rmsnorm_lessons import build, bugs, ladder, nsight as profile, sanitizer
+from rmsnorm_lessons.core import build, ladder
+from rmsnorm_lessons.inspection import nsight as profile
+from rmsnorm_lessons.inspection import sanitizer
+from rmsnorm_lessons.lessons.lesson13 import bugs
 
 needs_nvcc = pytest.mark.skipif(build.find_nvcc() is None, reason="nvcc not found")
 
@@ -251,7 +254,8 @@ def test_ncu_command_profiles_the_second_launch_of_one_kernel():
     assert cmd[cmd.index("--page") + 1] == "raw" and "--csv" in cmd
     metrics = cmd[cmd.index("--metrics") + 1].split(",")
     assert profile.DRAM in metrics and profile.OCCUPANCY in metrics and profile.STALLS in metrics
-    assert cmd[-6:] == ["-m", "rmsnorm_lessons.nsight", "--launch", "v7_fast", "8192", "1024"]
+    assert cmd[-6:] == ["-m", "rmsnorm_lessons.inspection.nsight", "--launch", "v7_fast", "8192",
+                        "1024"]
     with pytest.raises(ValueError, match="no kernel"):
         profile.command("ncu", "v3_smem", 8, 8, kernel="k")
 
@@ -268,10 +272,11 @@ def test_the_child_refuses_without_a_gpu():
     import subprocess
     import sys
 
-    from rmsnorm_lessons import gpu
+    from rmsnorm_lessons.core import gpu
     if gpu.available():
         pytest.skip("a GPU is here")
-    p = subprocess.run([sys.executable, "-m", "rmsnorm_lessons.nsight", "v3_smem", "64", "256",
+    p = subprocess.run([sys.executable, "-m", "rmsnorm_lessons.inspection.nsight", "v3_smem", "64",
+                        "256",
                         "--launch"],
                        capture_output=True, text=True, timeout=120)
     assert p.returncode != 0 and "GPU" in p.stderr

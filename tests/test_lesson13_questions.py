@@ -2,8 +2,8 @@
 right answer, says NOT YET to a plausible wrong one with a reason, and asks to replace None."""
 import pytest
 
-from rmsnorm_lessons import nsight
-from rmsnorm_lessons.exercises import lesson13
+from rmsnorm_lessons.inspection import nsight
+from rmsnorm_lessons.lessons import lesson13
 
 CHOICES = [(lesson13.check_reading_first, "b", ("a", "c")),
            (lesson13.check_next_step, "b", ("a", "c"))]

@@ -1,12 +1,13 @@
-"""The lesson registry (rmsnorm_lessons/lessons.py) against the notebooks and the package it
+"""The lesson registry (rmsnorm_lessons/course/registry.py) against the notebooks and the package it
 names."""
-import importlib
 import json
 import re
 
 import pytest
 
-from rmsnorm_lessons import ladder, lessons
+from rmsnorm_lessons import lessons
+from rmsnorm_lessons.core import ladder
+from rmsnorm_lessons.course import registry
 
 CALL = re.compile(r"\b(lesson\d\d|tuning)\.(check_\w+)\(")
 
@@ -23,44 +24,43 @@ def _calls(lesson):
 
 
 def test_one_row_per_notebook_in_order():
-    stems = sorted(p.stem for p in lessons.notebook_dir().glob("[0-9][0-9]_*.ipynb"))
-    assert [lesson.stem for lesson in lessons.LESSONS] == stems
+    stems = sorted(p.stem for p in registry.notebook_dir().glob("[0-9][0-9]_*.ipynb"))
+    assert [lesson.stem for lesson in registry.LESSONS] == stems
 
 
-@pytest.mark.parametrize("lesson", lessons.LESSONS, ids=lambda lesson: lesson.stem)
+@pytest.mark.parametrize("lesson", registry.LESSONS, ids=lambda lesson: lesson.stem)
 def test_row_names_what_its_notebook_calls(lesson):
     assert list(lesson.exercises) == _calls(lesson)
     for name in lesson.exercises:
         module, function = name.split(".")
         assert module in (f"lesson{lesson.number}", "tuning")
-        exercises = importlib.import_module(f"rmsnorm_lessons.exercises.{module}")
-        assert callable(getattr(exercises, function))
+        assert callable(lessons.check_function(name))
     assert lesson.kernel_exercise is None or lesson.kernel_exercise in lesson.exercises
     if lesson.rung is not None:
-        assert ladder.get(lesson.rung).lesson == lesson.stem
+        assert registry.building(ladder.get(lesson.rung).name) is lesson
         assert lesson.rung in lesson.kernel
 
 
 def test_lookup_by_stem_and_refusal():
-    assert lessons.by_stem("04_shared_memory.ipynb").rung == "v3_smem"
+    assert registry.by_stem("04_shared_memory.ipynb").rung == "v3_smem"
     with pytest.raises(ValueError, match="no lesson '99_nothing'"):
-        lessons.by_stem("99_nothing")
-    assert [lesson.number for lesson in lessons.kernel_exercises()] == [
+        registry.by_stem("99_nothing")
+    assert [lesson.number for lesson in registry.kernel_exercises()] == [
         "02", "03", "04", "06", "07", "08", "09", "10", "13"]
 
 
 def test_prerequisites_are_earlier_lessons():
     seen = []
-    for lesson in lessons.LESSONS:
+    for lesson in registry.LESSONS:
         assert len(set(lesson.prerequisites)) == len(lesson.prerequisites), lesson.stem
         for need in lesson.prerequisites:
             assert need in seen, f"{lesson.stem} needs {need}, which is not a lesson before it"
         seen.append(lesson.stem)
-    assert any(lesson.prerequisites for lesson in lessons.LESSONS)
+    assert any(lesson.prerequisites for lesson in registry.LESSONS)
 
 
 def _plan_holds(days, given, limit):
-    from rmsnorm_lessons import schedule
+    from rmsnorm_lessons.course import schedule
 
     planned = [slot.lesson for day in days for slot in day.slots]
     assert planned == list(given), "every lesson once, in course order"
@@ -81,17 +81,17 @@ def _plan_holds(days, given, limit):
 
 
 def test_two_day_plan_covers_the_course_in_order_within_each_day():
-    from rmsnorm_lessons import schedule
+    from rmsnorm_lessons.course import schedule
 
     days = schedule.two_day_plan()
     assert [day.number for day in days] == [1, 2]
-    _plan_holds(days, lessons.LESSONS, schedule.DAY_MINUTES)
+    _plan_holds(days, registry.LESSONS, schedule.DAY_MINUTES)
     first, second = (day.minutes for day in days)
     total = first + second
     # the most even split in course order: no other split point is closer to half and fits
     cut = len(days[0].slots)
-    for k in range(1, len(lessons.LESSONS)):
-        left = sum(lesson.minutes for lesson in lessons.LESSONS[:k])
+    for k in range(1, len(registry.LESSONS)):
+        left = sum(lesson.minutes for lesson in registry.LESSONS[:k])
         if left <= schedule.DAY_MINUTES and total - left <= schedule.DAY_MINUTES:
             assert abs(total - 2 * first) <= abs(total - 2 * left), (k, cut)
 
@@ -99,20 +99,20 @@ def test_two_day_plan_covers_the_course_in_order_within_each_day():
 def test_two_day_plan_follows_a_changed_registry_and_refuses_the_impossible():
     import dataclasses
 
-    from rmsnorm_lessons import schedule
+    from rmsnorm_lessons.course import schedule
 
-    rows = tuple(dataclasses.replace(lesson, minutes=30) for lesson in lessons.LESSONS)
+    rows = tuple(dataclasses.replace(lesson, minutes=30) for lesson in registry.LESSONS)
     days = schedule.two_day_plan(rows)
     _plan_holds(days, rows, schedule.DAY_MINUTES)
     assert abs(days[0].minutes - days[1].minutes) <= 30
-    swapped = (lessons.LESSONS[0], lessons.LESSONS[3], lessons.LESSONS[2])
+    swapped = (registry.LESSONS[0], registry.LESSONS[3], registry.LESSONS[2])
     with pytest.raises(ValueError, match="prerequisite '02_naive' is not a lesson before it"):
         schedule.two_day_plan(swapped)
     with pytest.raises(ValueError, match="no split in course order"):
-        schedule.two_day_plan(lessons.LESSONS, day_minutes=300)
+        schedule.two_day_plan(registry.LESSONS, day_minutes=300)
     with pytest.raises(ValueError, match="at least two lessons"):
-        schedule.two_day_plan(lessons.LESSONS[:1])
+        schedule.two_day_plan(registry.LESSONS[:1])
     with pytest.raises(ValueError, match="minutes must be positive"):
-        schedule.two_day_plan((dataclasses.replace(lessons.LESSONS[0], minutes=0),
-                               lessons.LESSONS[1]))
+        schedule.two_day_plan((dataclasses.replace(registry.LESSONS[0], minutes=0),
+                               registry.LESSONS[1]))
     assert schedule.clock(9 * 60 + 5) == "09:05"

@@ -8,8 +8,10 @@ import numpy as np
 import pytest
 from matplotlib.figure import Figure
 
-from rmsnorm_lessons import access, build, gpu, lessons, plots, student
-from rmsnorm_lessons.exercises import lesson00, lesson01, lesson02, lesson03
+from rmsnorm_lessons.core import build, gpu
+from rmsnorm_lessons.course import plots, registry, student
+from rmsnorm_lessons.inspection import access
+from rmsnorm_lessons.lessons import lesson00, lesson01, lesson02, lesson03
 
 ROOT = Path(__file__).resolve().parent.parent
 NOTEBOOKS = ["00_setup.ipynb", "01_rmsnorm_math.ipynb", "02_naive.ipynb", "03_warp_per_row.ipynb"]
@@ -64,21 +66,21 @@ def test_butterfly_values_sum_in_every_lane():
 @pytest.mark.parametrize("offsets,highlight",
                          [((16, 8, 4, 2, 1), 0), ((16, 8, 4, 2), 5), ((1, 2, 4, 8, 16), None)])
 def test_butterfly_figure(offsets, highlight):
-    assert isinstance(plots.butterfly(offsets, highlight), Figure)
+    assert isinstance(lesson03.butterfly(offsets, highlight), Figure)
 
 
 def test_other_lesson_figures():
-    assert isinstance(plots.thread_indices(20, 8), Figure)
-    assert isinstance(plots.thread_indices(16, 8), Figure)
+    assert isinstance(lesson00.thread_indices(20, 8), Figure)
+    assert isinstance(lesson00.thread_indices(16, 8), Figure)
     a = np.linspace(-1, 1, 11)
-    assert isinstance(plots.gradient_check(a, a + 1e-9), Figure)
+    assert isinstance(lesson01.gradient_check(a, a + 1e-9), Figure)
     results = [dict(name="v1_naive", N=8192, C=1024, ms=3.0),
                dict(name="v2_warp", N=8192, C=1024, ms=0.25),
                dict(name="v1_naive", N=16384, C=2048, ms=12.0),
                dict(name="v2_warp", N=16384, C=2048, ms=0.9)]
-    assert isinstance(plots.speedup_bars(results), Figure)
+    assert isinstance(lesson03.speedup_bars(results), Figure)
     with pytest.raises(ValueError, match="baseline"):
-        plots.speedup_bars(results, baseline="v9")
+        lesson03.speedup_bars(results, baseline="v9")
 
 
 # --- exercises ------------------------------------------------------------------------------------
@@ -261,7 +263,7 @@ def test_lesson03_on_the_gpu(body, passes, expect):
 
 
 def test_access_explorer_builds_and_redraws_without_a_gpu():
-    from rmsnorm_lessons import widgets
+    from rmsnorm_lessons.course import widgets
 
     e = widgets.access_explorer("thread_per_row", N=32, C=64, block_size=256)
     assert isinstance(e.figure(), Figure)
@@ -276,7 +278,8 @@ def test_access_explorer_builds_and_redraws_without_a_gpu():
 
 
 def test_check_and_time_builds_without_a_gpu():
-    from rmsnorm_lessons import gpu, widgets
+    from rmsnorm_lessons.core import gpu
+    from rmsnorm_lessons.course import widgets
 
     c = widgets.check_and_time(["v1_naive", "v2_warp"], N=64, C=32)
     assert c.version.value == "v1_naive"
@@ -292,7 +295,7 @@ def test_check_and_time_builds_without_a_gpu():
 
 @pytest.mark.gpu
 def test_check_and_time_runs_on_the_gpu():
-    from rmsnorm_lessons import widgets
+    from rmsnorm_lessons.course import widgets
 
     c = widgets.check_and_time(["v2_warp"], N=257, C=96, repeats=3)
     text = c.run()
@@ -390,7 +393,7 @@ def test_numeric_exercises_carry_their_answers(stem, count):
 
 @pytest.mark.parametrize("stem", ["02_naive", "03_warp_per_row"])
 def test_the_rung_is_revealed_only_after_the_learners_check(stem):
-    lesson = lessons.by_stem(stem)
+    lesson = registry.by_stem(stem)
     cells = _nb(stem)["cells"]
     kernel = next(i for i, c in enumerate(cells) if "kernel-exercise" in _tags(c))
     for cell in cells[:kernel]:

@@ -36,9 +36,9 @@ def _exercise_text(name):
 
 @pytest.mark.parametrize("name", LESSONS_04_05)
 def test_lessons_04_05_predict_write_then_see_ours(name):
-    from rmsnorm_lessons import lessons
+    from rmsnorm_lessons.course import registry
 
-    rung = lessons.by_stem(name).rung
+    rung = registry.by_stem(name).rung
     cells = _cells(f"{name}.ipynb")
     at = next(i for i, c in enumerate(cells) if "kernel-exercise" in _tags(c))
     for cell in cells[:at]:
@@ -60,7 +60,8 @@ def test_lessons_04_05_predict_write_then_see_ours(name):
 
 
 def test_lesson04_exercise_starts_from_the_signature_and_ends_as_v3():
-    from rmsnorm_lessons import build, student
+    from rmsnorm_lessons.core import build
+    from rmsnorm_lessons.course import student
 
     text = _exercise_text("04_shared_memory")
     skeleton = student.strip_solutions(text)
@@ -76,7 +77,7 @@ def test_lesson04_exercise_starts_from_the_signature_and_ends_as_v3():
 
 
 def test_v3_and_v4_walk_their_rows_with_the_helpers_the_lessons_name():
-    from rmsnorm_lessons import build
+    from rmsnorm_lessons.core import build
 
     common = build.kernel_source("common.cuh")
     helpers = ("zero_block_shared", "first_row_of_warp", "warps_in_grid")

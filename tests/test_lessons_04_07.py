@@ -10,8 +10,12 @@ import numpy as np
 import pytest
 from matplotlib.figure import Figure
 
-from rmsnorm_lessons import access, bf16, gpu, kernels, ladder, launch, occupancy, plots
-from rmsnorm_lessons.exercises import Verdict, lesson04, lesson05, lesson07, lesson08
+import rmsnorm_lessons as rl
+from rmsnorm_lessons.core import bf16, gpu, ladder, launch
+from rmsnorm_lessons.course import plots
+from rmsnorm_lessons.course.verdict import Verdict
+from rmsnorm_lessons.inspection import access, occupancy
+from rmsnorm_lessons.lessons import lesson04, lesson05, lesson07, lesson08
 
 ROOT = Path(__file__).resolve().parent.parent
 NOTEBOOKS = ["04_shared_memory.ipynb", "05_bf16.ipynb", "06_vectorized.ipynb",
@@ -30,7 +34,7 @@ def _small(fig):
 
 @pytest.mark.parametrize("strides", [(1, 2, 32, 33), (0,), (1,), (64, 3)])
 def test_bank_conflicts_figure(strides):
-    fig = _small(plots.bank_conflicts(strides))
+    fig = _small(lesson04.bank_conflicts(strides))
     titles = [ax.get_title() for ax in fig.axes]
     for stride, title in zip(strides, titles):
         degree = 1 if stride == 0 else math.gcd(stride, 32)
@@ -50,7 +54,7 @@ def test_partials_and_ticket_figures():
     _small(plots.partials_reduction())
     _small(plots.partials_reduction(rows=5, warps_per_block=1, blocks=4, channels=3))
     for blocks in (1, 2, 8, 20):
-        fig = _small(plots.ticket_timeline(blocks=blocks, seed=blocks))
+        fig = _small(lesson08.ticket_timeline(blocks=blocks, seed=blocks))
         labels = [t.get_text() for t in fig.axes[0].texts if t.get_text().startswith("ticket")]
         assert sorted(labels,
                       key=lambda s: int(s.split()[1])) == [f"ticket {k}" for k in range(blocks)]
@@ -58,12 +62,12 @@ def test_partials_and_ticket_figures():
 
 def test_bf16_error_histogram():
     rng = np.random.default_rng(0)
-    fig = plots.bf16_error_histogram({"a": rng.random(1000), "b": np.r_[0.0, rng.random(10)]},
+    fig = lesson05.bf16_error_histogram({"a": rng.random(1000), "b": np.r_[0.0, rng.random(10)]},
                                      limit=0.5,
                                      xlabel="x", title="t")
     _small(fig)
     assert "1 exact" in " ".join(t.get_text() for t in fig.axes[0].get_legend().get_texts())
-    _small(plots.bf16_error_histogram({"zeros only": np.zeros(5)}))
+    _small(lesson05.bf16_error_histogram({"zeros only": np.zeros(5)}))
 
 
 @pytest.mark.parametrize("version,C",
@@ -250,7 +254,8 @@ def _tagged(cells, tag):
     ("07_two_pass.ipynb", "v5_two_pass", ("rmsnorm_backward_v5", "reduce_dweight_v5")),
     ("08_last_block.ipynb", "v6_last_block", ("rmsnorm_backward_v6",))])
 def test_ours_shows_only_after_the_learners_check(name, rung, parts):
-    from rmsnorm_lessons import build, notebook
+    from rmsnorm_lessons.core import build
+    from rmsnorm_lessons.course import notebook
 
     cells = _sources(name)
     [exercise], [check], reveals = (_tagged(cells, t) for t in
@@ -273,7 +278,7 @@ def test_ours_shows_only_after_the_learners_check(name, rung, parts):
 
 
 def test_lesson06_final_sum_kernel_starts_from_its_signature():
-    from rmsnorm_lessons import student
+    from rmsnorm_lessons.course import student
 
     cells = _sources("07_two_pass.ipynb")
     [exercise] = _tagged(cells, "kernel-exercise")
@@ -312,7 +317,7 @@ def test_lessons_06_07_predict_before_they_measure(name, keys):
 
 
 def test_shared_memory_summary():
-    from rmsnorm_lessons import widgets
+    from rmsnorm_lessons.course import widgets
 
     text = widgets.shared_memory_summary("v3_smem", 16384)
     assert all(s in text for s in ("65536 B", "opts in", "3 block(s) fit", "second wave")), text
@@ -323,7 +328,7 @@ def test_shared_memory_summary():
 
 
 def test_shared_memory_explorer_builds_and_redraws_without_a_gpu():
-    from rmsnorm_lessons import widgets
+    from rmsnorm_lessons.course import widgets
 
     e = widgets.shared_memory_explorer("v6_last_block", C=8192)
     assert e.block_size.value == 512 and "80896 B" in e.summary()
@@ -382,7 +387,7 @@ def test_no_cpu_cell_depends_on_a_gpu_cell(name):
 
 @pytest.mark.gpu
 def test_v6_passes_the_seeds_own_check():
-    from rmsnorm_lessons import check, reference
+    from rmsnorm_lessons.core import compare, reference
 
     B, T, C = 8, 1024, 1024
     rng = np.random.default_rng(1)
@@ -391,22 +396,22 @@ def test_v6_passes_the_seeds_own_check():
     dout = rng.uniform(-1, 1, (B, T, C)).astype(np.float32)
     _, rstd = reference.forward(inp, weight, dtype=np.float32)
     ref_dinp, ref_dweight = reference.backward(dout, inp, weight, rstd, dtype=np.float32)
-    dinp, dweight = kernels.run("v6_last_block", *(bf16.to_bf16(a) for a in (dout, inp, weight)),
+    dinp, dweight = rl.run("v6_last_block", *(bf16.to_bf16(a) for a in (dout, inp, weight)),
                                 rstd)
-    a = check.compare(dinp, ref_dinp, 1e-1, 0.079, name="dinp")
-    b = check.compare(dweight, ref_dweight, 5e-1, 0.079, name="dweight")
+    a = compare.compare(dinp, ref_dinp, 1e-1, 0.079, name="dinp")
+    b = compare.compare(dweight, ref_dweight, 5e-1, 0.079, name="dweight")
     assert a.ok and b.ok, f"{a}\n{b}"
 
 
 @pytest.mark.gpu
 def test_v6_counter_reads_zero_after_every_launch():
-    from rmsnorm_lessons import gpu, reference
+    from rmsnorm_lessons.core import gpu, reference
 
     N, C = 1031, 1024
     p = reference.random_problem(N, C, bf16.bfloat16, seed=2)
     drv = gpu.driver()
     for _ in range(3):
-        kernels.run("v6_last_block", p["dout"], p["inp"], p["weight"], p["rstd"], p["dinp"],
+        rl.run("v6_last_block", p["dout"], p["inp"], p["weight"], p["rstd"], p["dinp"],
                     p["dweight"])
         counter = np.ones(1, np.uint32)
         drv.memcpy_dtoh(counter, launch.launcher("v6_last_block", C).scratch("scratch"))
@@ -416,11 +421,11 @@ def test_v6_counter_reads_zero_after_every_launch():
 @pytest.mark.gpu
 def test_v4_accumulator_readback_is_what_dweight_adds():
     # lesson 07 reads v4's fp32 sums from the launcher's scratch: they must be this call's sums
-    from rmsnorm_lessons import gpu, reference
+    from rmsnorm_lessons.core import gpu, reference
 
     N, C = 4099, 1600
     p = reference.random_problem(N, C, bf16.bfloat16, seed=3)
-    _, dweight = kernels.run("v4_vec_bf16", p["dout"], p["inp"], p["weight"], p["rstd"], p["dinp"],
+    _, dweight = rl.run("v4_vec_bf16", p["dout"], p["inp"], p["weight"], p["rstd"], p["dinp"],
                              p["dweight"])
     accum = np.empty(C, np.float32)
     gpu.driver().memcpy_dtoh(accum, launch.launcher("v4_vec_bf16", C).scratch("dweight_accum"))
@@ -432,12 +437,12 @@ def test_v4_accumulator_readback_is_what_dweight_adds():
 
 @pytest.mark.gpu
 def test_v5_dweight_is_bitwise_repeatable():
-    from rmsnorm_lessons import reference
+    from rmsnorm_lessons.core import reference
 
     p = reference.random_problem(4096, 1024, bf16.bfloat16, seed=4)
-    first = kernels.run("v5_two_pass", p["dout"], p["inp"], p["weight"], p["rstd"], p["dinp"],
+    first = rl.run("v5_two_pass", p["dout"], p["inp"], p["weight"], p["rstd"], p["dinp"],
                         p["dweight"])[1]
     for _ in range(4):
-        again = kernels.run("v5_two_pass", p["dout"], p["inp"], p["weight"], p["rstd"], p["dinp"],
+        again = rl.run("v5_two_pass", p["dout"], p["inp"], p["weight"], p["rstd"], p["dinp"],
                             p["dweight"])[1]
         assert np.array_equal(bf16.bits(again), bf16.bits(first))

@@ -3,8 +3,8 @@ answer, NOT YET with a reason to a plausible wrong one, and asks to replace None
 import numpy as np
 import pytest
 
-from rmsnorm_lessons import bf16
-from rmsnorm_lessons.exercises import lesson05, lesson06
+from rmsnorm_lessons.core import bf16
+from rmsnorm_lessons.lessons import lesson05, lesson06
 
 
 def _stalled_sum(start=0.0, add=1.0, times=1000):
@@ -49,7 +49,7 @@ def test_none_asks_to_replace_it(check):
 
 
 def test_the_planar_slot_is_the_rungs_staged():
-    from rmsnorm_lessons.ladder import v4_vec_bf16  # mirrors the kernel's staged()
+    from rmsnorm_lessons.core.ladder import v4_vec_bf16  # mirrors the kernel's staged()
 
     for c, C in [(19, 2048), (7, 16), (1023, 1024)]:
         assert lesson06.check_planar_slot(int(v4_vec_bf16.staged(c, C)), c=c, C=C).passed

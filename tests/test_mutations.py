@@ -47,11 +47,11 @@ from __future__ import annotations
 
 import json
 
+import _mutations
 import pytest
 
-from rmsnorm_lessons import build, gpu, ladder, lessons
-
-import _mutations
+from rmsnorm_lessons.core import build, gpu, ladder
+from rmsnorm_lessons.course import registry
 
 MUTANTS = _mutations.all_mutants()
 BY_NODE = {m.node: m for m in MUTANTS}
@@ -92,7 +92,7 @@ KNOWN_GAPS: dict = {}
 #: run in `make test` without a GPU: per exercise its first mutant the static checks must catch,
 #: and its first one only a GPU can judge
 SAMPLE = {
-    m.node for lesson in lessons.kernel_exercises() for caught in (True, False)
+    m.node for lesson in registry.kernel_exercises() for caught in (True, False)
     for m in [next((m for m in MUTANTS if m.exercise == lesson.stem
                     and ((m.exercise, m.kind) in CAUGHT_WITHOUT_A_GPU) == caught), None)] if m}
 NVCC_REJECTS = "nvcc does not accept it"
@@ -118,12 +118,12 @@ def _record(record_property, mutant, status: str, stage: str) -> None:
 
 
 def _check(mutant):
-    return _mutations.check_function(lessons.by_stem(mutant.exercise))(mutant.text)
+    return _mutations.check_function(registry.by_stem(mutant.exercise))(mutant.text)
 
 
 # --- the mutants themselves (no nvcc) ----------------------------------------------------------
 
-@pytest.mark.parametrize("lesson", lessons.kernel_exercises(), ids=lambda l: l.stem)
+@pytest.mark.parametrize("lesson", registry.kernel_exercises(), ids=lambda l: l.stem)
 def test_every_kernel_exercise_yields_its_classes(lesson):
     mutants = [m for m in MUTANTS if m.exercise == lesson.stem]
     solution = _mutations.solution_text(lesson)

@@ -2,9 +2,9 @@
 
 The test writes a throwaway rung, ``v8_copy`` (v3_smem's kernel under a new name), as the two files
 a contributor would add, into temporary copies of ``kernels/`` and of the ladder's folder, and
-appends its line to :data:`rmsnorm_lessons.ladder.RUNGS`; nothing else is told about it. The plan,
-the checks of every argument, nvcc, the inspection tools and (on a GPU) ``run`` then take it by
-name.
+appends its line to :data:`rmsnorm_lessons.core.ladder.RUNGS`; nothing else is told about it. The
+plan, the checks of every argument, nvcc, the inspection tools and (on a GPU) ``run`` then take it
+by name.
 """
 import shutil
 import sys
@@ -12,12 +12,15 @@ import sys
 import numpy as np
 import pytest
 
-from rmsnorm_lessons import build, check, gpu, kernels, ladder, occupancy, reference, sass
+import rmsnorm_lessons as rl
+from rmsnorm_lessons.core import build, compare, gpu, ladder, reference
+from rmsnorm_lessons.course import registry
+from rmsnorm_lessons.inspection import occupancy, sass
 
 NAME = "v8_copy"
 KERNEL = "rmsnorm_backward_v8"
 MODULE = f'''"""{NAME}: v3_smem's kernel under another name (a test's throwaway rung)."""
-from rmsnorm_lessons.ladder.rung import FP32, Launch, Rung, persistent_grid, standard_args
+from rmsnorm_lessons.core.ladder.rung import FP32, Launch, Rung, persistent_grid, standard_args
 
 
 def shared_memory(C, block):
@@ -60,8 +63,9 @@ def v8(tmp_path, monkeypatch):
 
 def test_the_registry_line_puts_it_on_the_ladder(v8):
     assert v8.name == NAME and v8 in ladder.SHIPPED and ladder.VERSIONS[-1] == NAME
-    assert NAME in kernels.VERSIONS
-    assert v8.lesson is None  # no lesson builds it (lessons.py is where that would be said)
+    assert NAME in rl.ladder.VERSIONS
+    # no lesson builds it (the lesson registry is where that would be said)
+    assert registry.building(v8.name) is None
     with pytest.raises(ValueError, match="shipped rung"):
         ladder.unregister(NAME)
 
@@ -72,13 +76,13 @@ def test_plan_and_checks_take_it_by_name(v8):
     assert ladder.shared_memory(NAME, 1000) == 4000
     p = reference.random_problem(37, 776, np.float32, seed=3)
     args = [p[k] for k in ("dout", "inp", "weight", "rstd", "dinp", "dweight")]
-    assert kernels.check_inputs(NAME, *args).N == 37
+    assert rl.validate.inputs(NAME, *args).N == 37
     with pytest.raises(TypeError, match=f"must be native float32 for {NAME}"):
-        kernels.check_inputs(NAME, p["dout"].astype(np.float64), *args[1:])
+        rl.validate.inputs(NAME, p["dout"].astype(np.float64), *args[1:])
     with pytest.raises(ValueError, match=f"block_size for {NAME} must be a multiple of 32"):
-        kernels.run(NAME, *args, block_size=100)
+        rl.run(NAME, *args, block_size=100)
     with pytest.raises(ValueError, match=f"{NAME} takes none"):
-        kernels.run(NAME, *args, config=ladder.v7_fast.Config())
+        rl.run(NAME, *args, config=ladder.v7_fast.Config())
 
 
 def test_nvcc_and_the_inspection_tools_take_it_by_name(v8):
@@ -97,9 +101,9 @@ def test_it_runs_against_the_reference(v8):
     gpu.require()
     for N, C in ((129, 777), (8195, 1024)):
         p = reference.random_problem(N, C, np.float32, seed=N, accumulate=True)
-        got = kernels.run(NAME, p["dout"], p["inp"], p["weight"], p["rstd"], p["dinp"],
+        got = rl.run(NAME, p["dout"], p["inp"], p["weight"], p["rstd"], p["dinp"],
                           p["dweight"])
         ref = reference.backward(p["dout"], p["inp"], p["weight"], p["rstd"], p["dinp"],
                                  p["dweight"])
-        report = check.compare_outputs(v8, N, got, ref, name=NAME, C=C)
+        report = compare.compare_outputs(v8, N, got, ref, name=NAME, C=C)
         assert report.ok, report

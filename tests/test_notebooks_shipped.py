@@ -6,9 +6,9 @@ from pathlib import Path
 
 import pytest
 
-from rmsnorm_lessons import lessons
+from rmsnorm_lessons.course import registry
 
-NOTEBOOKS = [lesson.path for lesson in lessons.LESSONS]
+NOTEBOOKS = [lesson.path for lesson in registry.LESSONS]
 
 
 def _cells(path):
@@ -17,9 +17,10 @@ def _cells(path):
 
 def test_every_lesson_is_here_and_no_other_notebook():
     missing = [p.name for p in NOTEBOOKS if not p.is_file()]
-    assert not missing, f"rmsnorm_lessons/lessons.py names notebooks that are missing: {missing}"
-    others = sorted(p.name for p in lessons.notebook_dir().glob("*.ipynb") if p not in NOTEBOOKS)
-    assert not others, f"notebooks no row of rmsnorm_lessons/lessons.py names: {others}"
+    assert not missing, ("rmsnorm_lessons/course/registry.py names notebooks that are missing: "
+                         f"{missing}")
+    others = sorted(p.name for p in registry.notebook_dir().glob("*.ipynb") if p not in NOTEBOOKS)
+    assert not others, f"notebooks no row of rmsnorm_lessons/course/registry.py names: {others}"
 
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
@@ -78,16 +79,17 @@ def test_lesson_has_the_course_shape(path):
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
 def test_lesson_says_where_its_outputs_were_made(path):
-    # rmsnorm_lessons.execute records it; %%gpu cells label their saved outputs with it where no GPU
-    # is
-    from rmsnorm_lessons.notebook import RUN_KEY
+    # rmsnorm_lessons.course.execute records it; %%gpu cells label their saved outputs with it where
+    # no GPU is
+    from rmsnorm_lessons.course.notebook import RUN_KEY
 
     run = json.loads(path.read_text())["metadata"].get(RUN_KEY)
     assert run and "H200" in run["device"] and len(run["date"]) == 10, run
 
 
 def test_a_gpu_cell_without_a_gpu_shows_its_saved_output(tmp_path, capsys, monkeypatch):
-    from rmsnorm_lessons import gpu, notebook
+    from rmsnorm_lessons.core import gpu
+    from rmsnorm_lessons.course import notebook
 
     nb = {"metadata": {notebook.RUN_KEY: {"device": "NVIDIA H200", "date": "2026-12-02"}},
           "cells": [

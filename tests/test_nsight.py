@@ -1,4 +1,4 @@
-"""rl.nsight.bottleneck and the reading rule, without a GPU: synthetic profiles, a fake ncu child,
+"""rl.profiles.bottleneck and the reading rule, without a GPU: synthetic profiles, a fake ncu child,
 and the saved output of the same call in a notebook."""
 from __future__ import annotations
 
@@ -6,7 +6,9 @@ import json
 
 import pytest
 
-from rmsnorm_lessons import child, gpu, nsight
+from rmsnorm_lessons.core import child, gpu
+from rmsnorm_lessons.course import profiles
+from rmsnorm_lessons.inspection import nsight
 
 
 def _profile(dram, occupancy=47.0, stalls=None, version="v3_smem"):
@@ -54,7 +56,7 @@ def test_a_value_just_under_the_line_does_not_print_as_the_line():
 
 def test_a_bottleneck_shows_the_table_line_and_one_reading():
     p = _profile(34.9)
-    b = nsight.Bottleneck("v3_smem", (8192, 1024), p)
+    b = profiles.Bottleneck("v3_smem", (8192, 1024), p)
     lines = str(b).splitlines()
     assert lines[:2] == nsight.table([p]).splitlines() and len(lines) == 3
     assert lines[2] == nsight.reading(p) == b.reading
@@ -94,15 +96,15 @@ def no_launch(monkeypatch):
 ])
 def test_arguments_are_checked_before_any_launch(no_launch, args, error, match):
     with pytest.raises(error, match=match):
-        nsight.bottleneck(*args)
+        profiles.bottleneck(*args)
 
 
 # --- bottleneck(): where ncu cannot run, one sentence and the saved output ------------------------
 
 def test_without_ncu_it_says_so_and_does_not_raise(monkeypatch):
     monkeypatch.setattr(nsight, "find", lambda: None)
-    monkeypatch.setattr(nsight, "saved_output", lambda *a: None)
-    b = nsight.bottleneck("v3_smem", 8192, 1024)
+    monkeypatch.setattr(profiles, "saved_output", lambda *a: None)
+    b = profiles.bottleneck("v3_smem", 8192, 1024)
     assert b.profile is None and b.reading is None
     assert str(b) == ("Not profiled here: ncu (Nsight Compute) was not found on PATH, under "
                       "CUDA_HOME or in /usr/local/cuda/bin; the saved output of this cell (the "
@@ -112,10 +114,10 @@ def test_without_ncu_it_says_so_and_does_not_raise(monkeypatch):
 def test_without_a_gpu_it_says_why_in_one_sentence(monkeypatch, no_launch):
     monkeypatch.setattr(gpu, "why_unavailable", lambda: "No NVIDIA driver here (libcuda.so.1 is "
                         "missing): kernels can be compiled. Launching them needs a GPU.")
-    monkeypatch.setattr(nsight, "saved_output", lambda *a: ("v3 table\nlatency-bound: DRAM at 35 "
+    monkeypatch.setattr(profiles, "saved_output", lambda *a: ("v3 table\nlatency-bound: DRAM at 35 "
                                                             "% of its peak", "NVIDIA H200, "
                                                             "2026-12-04"))
-    text = str(nsight.bottleneck("v3_smem", 8192, 1024))
+    text = str(profiles.bottleneck("v3_smem", 8192, 1024))
     assert text.splitlines() == [
         "Not profiled here: No NVIDIA driver here (libcuda.so.1 is missing); the saved output of "
         "this call on NVIDIA H200, 2026-12-04 shows what ncu measured there:", "v3 table",
@@ -125,7 +127,7 @@ def test_without_a_gpu_it_says_why_in_one_sentence(monkeypatch, no_launch):
 def _fake_ncu(monkeypatch, stdout, returncode=0):
     monkeypatch.setattr(nsight, "find", lambda: "ncu")
     monkeypatch.setattr(gpu, "why_unavailable", lambda: None)
-    monkeypatch.setattr(nsight, "saved_output", lambda *a: None)
+    monkeypatch.setattr(profiles, "saved_output", lambda *a: None)
     seen = []
 
     def run(cmd, timeout=600, env=None, cwd=None):
@@ -137,7 +139,7 @@ def _fake_ncu(monkeypatch, stdout, returncode=0):
 
 def test_a_driver_that_refuses_the_counters_is_named(monkeypatch):
     _fake_ncu(monkeypatch, "==ERROR== ERR_NVGPUCTRPERM - The user does not have permission", 1)
-    b = nsight.bottleneck("v3_smem", 8192, 1024)
+    b = profiles.bottleneck("v3_smem", 8192, 1024)
     assert b.profile is None and "(ERR_NVGPUCTRPERM)" in b.why_not
     assert str(b).startswith("Not profiled here: ncu may not read this GPU's performance "
                              "counters (ERR_NVGPUCTRPERM)")
@@ -155,7 +157,7 @@ RAW = ('"ID","Kernel Name","dram__throughput.avg.pct_of_peak_sustained_elapsed",
 
 def test_a_profile_is_read_by_the_rule(monkeypatch):
     seen = _fake_ncu(monkeypatch, RAW)
-    b = nsight.bottleneck("v3_smem", 8192, 1024)
+    b = profiles.bottleneck("v3_smem", 8192, 1024)
     assert seen and seen[0][0] == "ncu" and b.profile.dram_pct == 34.9
     assert str(b).splitlines()[-1] == ("latency-bound: DRAM at 35 % of its peak, warps mostly "
                                        "waiting on long_scoreboard (global loads, 84 % of "
@@ -167,15 +169,15 @@ def test_the_saved_output_of_the_same_call_is_found(tmp_path):
         return {"cell_type": "code", "metadata": {}, "source": source, "outputs": [
             {"output_type": "execute_result", "data": {"text/plain": text}, "metadata": {}}]}
     nb = {"metadata": {"rmsnorm_lessons": {"device": "NVIDIA H200", "date": "2026-12-04"}},
-          "cells": [cell("%%gpu\nrl.nsight.bottleneck('v3_smem', 8192, 768)", "not this shape"),
-                    cell("rl.nsight.bottleneck('v3_smem', 8192, 1024)", "not a gpu cell"),
-                    cell("%%gpu\nt = 1\nrl.nsight.bottleneck(\"v3_smem\", 8192, 1024)",
+          "cells": [cell("%%gpu\nrl.profiles.bottleneck('v3_smem', 8192, 768)", "not this shape"),
+                    cell("rl.profiles.bottleneck('v3_smem', 8192, 1024)", "not a gpu cell"),
+                    cell("%%gpu\nt = 1\nrl.profiles.bottleneck(\"v3_smem\", 8192, 1024)",
                          ["table\n", "memory-bound: DRAM at 70 % of its peak"])]}
     path = tmp_path / "02_naive.ipynb"
     path.write_text(json.dumps(nb))
-    assert nsight.saved_output("v3_smem", 8192, 1024, [path]) == (
+    assert profiles.saved_output("v3_smem", 8192, 1024, [path]) == (
         "table\nmemory-bound: DRAM at 70 % of its peak", "NVIDIA H200, 2026-12-04")
-    assert nsight.saved_output("v3_smem", 819, 1024, [path]) is None
+    assert profiles.saved_output("v3_smem", 819, 1024, [path]) is None
     nb["metadata"] = {}  # no GPU run recorded: its outputs are not the H200's
     path.write_text(json.dumps(nb))
-    assert nsight.saved_output("v3_smem", 8192, 1024, [path, tmp_path / "missing.ipynb"]) is None
+    assert profiles.saved_output("v3_smem", 8192, 1024, [path, tmp_path / "missing.ipynb"]) is None

@@ -4,7 +4,8 @@ calculator against the driver's own answer.
 import pytest
 
 import rmsnorm_lessons as rl
-from rmsnorm_lessons import build, ladder, occupancy
+from rmsnorm_lessons.core import build, ladder
+from rmsnorm_lessons.inspection import occupancy
 
 ARCHES = ("sm_80", "sm_90")
 needs_nvcc = pytest.mark.skipif(build.find_nvcc() is None, reason="nvcc not installed")

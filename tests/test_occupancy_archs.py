@@ -4,7 +4,8 @@ hand-worked cases come out right, and the per-arch table of a rung renders for e
 (compiled by nvcc for each)."""
 import pytest
 
-from rmsnorm_lessons import build, gpu, ladder, occupancy
+from rmsnorm_lessons.core import build, gpu, ladder
+from rmsnorm_lessons.inspection import occupancy
 
 needs_nvcc = pytest.mark.skipif(build.find_nvcc() is None, reason="nvcc not installed")
 KIB = 1024

@@ -1,5 +1,5 @@
-"""torch.compile's shapes compiled ahead in other processes (rmsnorm_lessons/peer_compile.py), on
-CPU: the pool runs a task per shape in spawned processes, the bench waits for its shape, a failed
+"""torch.compile's shapes compiled ahead in other processes (rmsnorm_lessons/speed/peer_compile.py),
+on CPU: the pool runs a task per shape in spawned processes, the bench waits for its shape, a failed
 worker is said and left to the bench, and the peers' sweep waits for torch.compile only.
 (lab/peer_compile_cpu.py shows the cache hits themselves, with torch.)"""
 from __future__ import annotations
@@ -11,7 +11,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from rmsnorm_lessons import peer_compile, peers
+from rmsnorm_lessons.speed import peer_compile, peers
 
 
 def test_each_shape_runs_once_in_a_worker_and_wait_returns_its_result():

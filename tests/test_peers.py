@@ -1,6 +1,6 @@
-"""The peers' bench loop (rmsnorm_lessons/peers.py) with a made-up peer in place of PyTorch (CPU): a
-noisy timing is timed again on the peer already built, a wrong peer is not timed, the sweep says how
-long each peer took when asked, and a peer is timed in bursts as the versions are."""
+"""The peers' bench loop (rmsnorm_lessons/speed/peers.py) with a made-up peer in place of PyTorch
+(CPU): a noisy timing is timed again on the peer already built, a wrong peer is not timed, the sweep
+says how long each peer took when asked, and a peer is timed in bursts as the versions are."""
 from __future__ import annotations
 
 import io
@@ -9,7 +9,8 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 
-from rmsnorm_lessons import gpu, peers, timing
+from rmsnorm_lessons.core import gpu
+from rmsnorm_lessons.speed import peers, timing
 
 
 class FakePeer:

@@ -1,15 +1,20 @@
-"""rmsnorm_lessons.plots (CPU): every figure is reachable as ``rl.plots.X`` from its lesson's
-module, the figures of the bench and of lessons 10-13 draw from made-up rows, and both ways of
-making a figure agree."""
+"""The course's figures (CPU): a figure one lesson draws lives in that lesson's home and the ones
+several draw in ``rl.plots``, none is defined twice, the figures of the bench and of lessons 09-13
+draw from made-up rows, and both ways of making a figure agree."""
 import dataclasses
-import importlib
+import inspect
+import json
+import re
 
 import pytest
 from matplotlib.figure import Figure
 
-from rmsnorm_lessons import bench, gpu, nsight, plots
-
-MODULES = ("figure", "lessons_00_03", "lessons_04_07", "lesson09", "lesson10", "lesson13")
+from rmsnorm_lessons import lessons
+from rmsnorm_lessons.core import gpu
+from rmsnorm_lessons.course import plots, registry
+from rmsnorm_lessons.inspection import nsight
+from rmsnorm_lessons.lessons import lesson00, lesson09, lesson10, lesson13
+from rmsnorm_lessons.speed import bench
 
 
 def _rows():
@@ -18,47 +23,79 @@ def _rows():
                     (4096, 4096))]
 
 
-def test_every_public_name_comes_from_one_lesson_module():
+def _figure_functions(module) -> set[str]:
+    """The public functions defined in ``module`` that draw a figure (every figure of the course is
+    made by one of the two helpers of ``rl.plots``)."""
+    return {name for name, value in vars(module).items() if inspect.isfunction(value)
+            and value.__module__ == module.__name__ and name[0] != "_"
+            and re.search(r"\b_(outside_pyplot|figure)\(", inspect.getsource(value))}
+
+
+def _calls_by_lesson() -> dict[str, set[str]]:
+    """lesson number -> the names its notebook calls as ``plots.X(`` or ``lessonNN.X(``."""
+    found = {}
+    for lesson in registry.LESSONS:
+        nb = json.loads((registry.notebook_dir() / lesson.notebook).read_text())
+        text = "\n".join("".join(c["source"]) for c in nb["cells"] if c["cell_type"] == "code")
+        found[lesson.number] = set(re.findall(r"(?:plots|lesson\d\d)\.(\w+)\(", text))
+    return found
+
+
+#: shared figures a widget draws (rmsnorm_lessons.course.widgets)
+WIDGET_FIGURES = {"access_pattern", "shared_memory_chart"}
+
+
+def test_a_figure_one_lesson_draws_lives_in_that_lessons_home():
+    calls = _calls_by_lesson()
+    for name in _figure_functions(plots):
+        users = sorted(n for n, used in calls.items() if name in used)
+        assert len(users) >= 2 or name in WIDGET_FIGURES, (
+            f"rl.plots.{name} is drawn by lesson(s) {users} only: it belongs in that lesson's home")
+    for number, names in calls.items():
+        own = lessons.home(f"lesson{number}")
+        for other in range(14):
+            if f"{other:02d}" == number:
+                continue
+            theirs = _figure_functions(lessons.home(f"lesson{other:02d}"))
+            assert not names & theirs, \
+                f"lesson {number} draws lesson {other:02d}'s {names & theirs}"
+        assert own is not None
+
+
+def test_no_figure_is_defined_twice():
     homes = {}
-    for name in MODULES:
-        module = importlib.import_module(f"rmsnorm_lessons.plots.{name}")
-        for attr, value in vars(module).items():
-            if callable(value) and getattr(value, "__module__",
-                                           "") == module.__name__ and attr[0] != "_":
-                homes.setdefault(attr, []).append(name)
-    assert sorted(homes) == sorted(n for n in plots.__all__ if n not in ("COPY_COLOR", "DPI",
-            "FIGSIZE"))
+    modules = [plots] + [lessons.home(f"lesson{n:02d}") for n in range(14)] + [
+        lessons.home("lesson09.plots"), lessons.home("lesson13.plots")]
+    for module in modules:
+        for name in _figure_functions(module):
+            homes.setdefault(name, set()).add(module.__name__)
     assert all(len(where) == 1 for where in homes.values()), homes
-    for name in plots.__all__:
-        assert getattr(plots, name) is not None
 
 
 def test_both_ways_of_making_a_figure_have_the_course_size():
-    from rmsnorm_lessons.plots import figure
-
-    outside, ax = figure._outside_pyplot()
-    inside, _ = figure._figure()
+    outside, ax = plots._outside_pyplot()
+    inside, _ = plots._figure()
     assert isinstance(outside, Figure) and ax is not None
     for fig in (outside, inside):
         assert fig.dpi == plots.DPI and tuple(fig.get_size_inches()) == pytest.approx(plots.FIGSIZE)
-    two = figure._outside_pyplot(ncols=2)[1]
+    two = plots._outside_pyplot(ncols=2)[1]
     assert len(two) == 2
 
 
 def test_the_bench_figures_draw_from_timing_rows():
     rows = _rows()
     for fig in (plots.bandwidth_bars(rows), plots.speed_of_light(rows, 4000.0),
-                plots.floor_and_fixed([(8192, 1024), (4096, 4096)], 4000.0),
-                plots.fixed_cost({"v7_fast": [(1024, 0.017), (16384, 0.142)]}, C=1024),
-                plots.v7_row_layout(2048)):
+                lesson09.floor_and_fixed([(8192, 1024), (4096, 4096)], 4000.0),
+                lesson09.fixed_cost({"v7_fast": [(1024, 0.017), (16384, 0.142)]}, C=1024),
+                lesson10.v7_row_layout(2048)):
         assert isinstance(fig, Figure) and fig.dpi == plots.DPI
 
 
-def test_the_lesson_10_figures_draw():
+def test_the_lesson_13_figures_draw():
     profile = nsight.Profile("v3_smem", "rmsnorm_backward_v3", (8192, 1024), 80.0, 60.0, 12.5,
                              {"long_scoreboard": 3.0, "barrier": 1.0})
-    assert isinstance(plots.profile_bars([profile]), Figure)
-    assert isinstance(plots.seed_loop_rows(8200, 768, device=gpu.H200), Figure)
+    assert isinstance(lesson13.profile_bars([profile]), Figure)
+    assert isinstance(lesson13.seed_loop_rows(8200, 768, device=gpu.H200), Figure)
 
 
 def test_the_fp32_peak_from_device_facts():
@@ -72,20 +109,20 @@ def test_the_fp32_peak_from_device_facts():
 
 
 def test_the_roofline_draws_from_made_up_numbers():
-    fig = plots.roofline(copy_gbps=1000.0, peak_flops=20e12, intensity=0.7, name="made up")
+    fig = lesson00.roofline(copy_gbps=1000.0, peak_flops=20e12, intensity=0.7, name="made up")
     assert isinstance(fig, Figure) and fig.dpi == plots.DPI
     assert max(fig.get_size_inches()) <= plots.FIGSIZE[0]
-    right_of_ridge = plots.roofline(copy_gbps=1000.0, peak_flops=1e12, intensity=50.0)
+    right_of_ridge = lesson00.roofline(copy_gbps=1000.0, peak_flops=1e12, intensity=50.0)
     assert isinstance(right_of_ridge, Figure)
     with pytest.raises(ValueError):
-        plots.roofline(copy_gbps=0.0, peak_flops=1e12, intensity=1.0)
+        lesson00.roofline(copy_gbps=0.0, peak_flops=1e12, intensity=1.0)
 
 
 def test_the_memory_levels_draw_from_a_chase_and_the_device_facts():
-    from rmsnorm_lessons import inflight
+    from rmsnorm_lessons.lessons.lesson09 import inflight
 
     chase = inflight.Chase(l1_ns=30.0, l2_ns=150.0, dram_ns=330.0)
-    fig = plots.memory_levels(chase, gpu.H200)
+    fig = lesson09.memory_levels(chase, gpu.H200)
     assert isinstance(fig, Figure) and fig.dpi == plots.DPI
     ax = fig.axes[0]
     labels = [t.get_text() for t in ax.get_yticklabels()]
@@ -94,6 +131,6 @@ def test_the_memory_levels_draw_from_a_chase_and_the_device_facts():
     assert "30 ns" in texts and "150 ns" in texts and "330 ns" in texts
     assert "60 MiB" in texts and "228 KiB" in texts  # the facts' L2 and shared memory per SM
     assert len(ax.patches) == 3  # registers: no load, no bar
-    assert isinstance(plots.memory_levels(chase), Figure)  # without facts: no capacities
+    assert isinstance(lesson09.memory_levels(chase), Figure)  # without facts: no capacities
     with pytest.raises(ValueError):
-        plots.memory_levels(inflight.Chase(l1_ns=0.0, l2_ns=150.0, dram_ns=330.0))
+        lesson09.memory_levels(inflight.Chase(l1_ns=0.0, l2_ns=150.0, dram_ns=330.0))

@@ -6,13 +6,14 @@ import numpy as np
 import pytest
 
 import rmsnorm_lessons as rl
-from rmsnorm_lessons import lessons, predict, progress_predictions, verdicts
+from rmsnorm_lessons.course import predict, record, registry
+from rmsnorm_lessons.workshop import predictions
 
 
 @pytest.fixture(autouse=True)
 def _fresh(monkeypatch):
     monkeypatch.setattr(predict, "_GUESSES", {})
-    monkeypatch.delenv(verdicts.ENV, raising=False)
+    monkeypatch.delenv(record.ENV, raising=False)
 
 
 def test_rl_predict_is_the_module():
@@ -179,7 +180,7 @@ def test_a_saved_gap_shows_this_learners_guess_beside_the_saved_measurement():
     IPython = pytest.importorskip("IPython")
     from IPython.testing.globalipapp import get_ipython
 
-    from rmsnorm_lessons import notebook
+    from rmsnorm_lessons.course import notebook
 
     get_ipython()
     predict.guess("02.v1_ms", ms=0.8)  # the author's guess, on the H200
@@ -211,18 +212,18 @@ def test_replay_without_a_guess_or_with_other_fields():
 
 def test_versus_records_a_line_where_recording_is_on(tmp_path, monkeypatch):
     path = tmp_path / "v.jsonl"
-    monkeypatch.setenv(verdicts.ENV, str(path))
+    monkeypatch.setenv(record.ENV, str(path))
     predict.guess("02.v1_ms", ms=0.8)
     predict.versus("02.v1_ms", ms=0.4)
     predict.versus("03.v2_ms", ms=0.4)
     lines = [json.loads(x) for x in path.read_text().splitlines()]
-    stem = {lesson.number: lesson.stem for lesson in lessons.LESSONS}
+    stem = {lesson.number: lesson.stem for lesson in registry.LESSONS}
     assert [(d["exercise"], d["lesson"], d["status"]) for d in lines] == [
         ("predict.02.v1_ms", stem["02"], "PREDICTED"),
         ("predict.03.v2_ms", stem["03"], "NOT PREDICTED")]
     assert lines[0]["prediction_error"] == pytest.approx(1.0)
     assert lines[1]["prediction_error"] is None
-    records = verdicts.read(path)
+    records = record.read(path)
     assert [r.status for r in records] == ["PREDICTED", "NOT PREDICTED"]
 
 
@@ -263,7 +264,7 @@ def test_seen_reads_what_guess_and_versus_printed(capsys):
         _cell("%%gpu\nrl.predict.versus('02.v3_ms', ms=t.ms)", saved + "anything\n"),
         _cell("rl.predict.versus('02.v4_ms', ms=t.ms)", ""),
     ]}
-    got = {s.key: (s.status, s.error, s.detail) for s in progress_predictions.seen(nb)}
+    got = {s.key: (s.status, s.error, s.detail) for s in predictions.seen(nb)}
     assert list(got) == ["02.v1_ms", "02.v2_ms", "02.v3_ms", "02.v4_ms"]
     assert got["02.v1_ms"] == ("PREDICTED", 1.0, "ms 0.8 vs 0.4 (2.0x higher); bound latency vs "
                                                  "memory (you said latency; it is memory)")
@@ -274,7 +275,7 @@ def test_seen_reads_what_guess_and_versus_printed(capsys):
 
 def test_seen_takes_versus_without_a_guess_cell(capsys):
     text = _printed(capsys, "rl.predict.versus('05.v4_ms', ms=0.5)")
-    [s] = progress_predictions.seen({"cells": [_cell("rl.predict.versus('05.v4_ms', ms=t)",
+    [s] = predictions.seen({"cells": [_cell("rl.predict.versus('05.v4_ms', ms=t)",
                                                      text)]})
     assert (s.key, s.status, s.error, s.measured) == ("05.v4_ms", "NOT PREDICTED", None, True)
     assert s.detail == "ms - vs 0.5 (not guessed)"
@@ -292,14 +293,15 @@ def test_seen_reads_a_gaps_data_live_or_replayed_and_skips_saved_text():
                       "it measures.\n"}
     cell = {"cell_type": "code", "metadata": {}, "source": "%%gpu\nrl.predict.versus(mine, ms=t)",
             "outputs": [saved, author, display]}
-    [s] = progress_predictions.seen({"cells": [cell]})
+    [s] = predictions.seen({"cells": [cell]})
     assert (s.key, s.status, s.measured, s.guessed) == ("07.v5_ms", "PREDICTED", True, "")
     assert s.error == pytest.approx(2 / 3) and s.detail == "ms 0.1 vs 0.3 (3.0x lower)"
 
 
 @pytest.mark.gpu
 def test_on_a_gpu_the_measurement_cell_measures_and_shows_the_gap_once(tmp_path, monkeypatch):
-    from rmsnorm_lessons import gpu, notebook
+    from rmsnorm_lessons.core import gpu
+    from rmsnorm_lessons.course import notebook
 
     reason = gpu.why_unavailable()
     if reason is not None:
@@ -310,7 +312,7 @@ def test_on_a_gpu_the_measurement_cell_measures_and_shows_the_gap_once(tmp_path,
     ip = get_ipython()
     notebook.load_ipython_extension(ip)
     record = tmp_path / "v.jsonl"
-    monkeypatch.setenv(verdicts.ENV, str(record))
+    monkeypatch.setenv(record.ENV, str(record))
     ip.run_cell("import rmsnorm_lessons as rl\n"
                 "mine = rl.predict.guess('02.v1_ms', ms=0.5, pct_of_copy=10)", store_history=True)
     with IPython.utils.capture.capture_output() as cap:
@@ -323,6 +325,6 @@ def test_on_a_gpu_the_measurement_cell_measures_and_shows_the_gap_once(tmp_path,
     ms, pct = data["measured"]["ms"], data["measured"]["pct_of_copy"]
     assert ms > 0 and pct > 0 and data["status"] == "PREDICTED"
     assert data["error"] == pytest.approx(max(abs(0.5 - ms) / ms, abs(10 - pct) / pct))
-    [line] = verdicts.read(record)
+    [line] = record.read(record)
     assert (line.exercise, line.status) == ("predict.02.v1_ms", "PREDICTED")
     assert line.prediction_error == pytest.approx(data["error"])

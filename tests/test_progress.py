@@ -19,12 +19,13 @@ from pathlib import Path
 
 import pytest
 
-from rmsnorm_lessons import lessons, progress
+from rmsnorm_lessons.course import registry
+from rmsnorm_lessons.workshop import progress
 
 ROOT = Path(__file__).resolve().parent.parent
-FIRST = lessons.LESSONS[0]  # 00_setup
+FIRST = registry.LESSONS[0]  # 00_setup
 EXERCISES = len(FIRST.exercises)
-SECOND = lessons.LESSONS[1]  # 01_rmsnorm_math: one
+SECOND = registry.LESSONS[1]  # 01_rmsnorm_math: one
 
 pytest.importorskip("nbclient")
 pytest.importorskip("ipykernel")
@@ -35,7 +36,7 @@ def _cell(source: str) -> dict:
             "source": source}
 
 
-def tiny_notebook(path: Path, lesson: lessons.Lesson, verdicts: list[str]) -> Path:
+def tiny_notebook(path: Path, lesson: registry.Lesson, verdicts: list[str]) -> Path:
     """A notebook named as ``lesson`` whose check calls print ``verdicts`` (one per exercise, in
     order) followed by the uid and home the kernel ran as; a verdict None leaves that call out.
     Exercises past the verdicts given (the end-of-lesson questions) print "PASS: answered"."""
@@ -262,7 +263,8 @@ def test_predictions_get_a_row_each_and_a_total_with_the_median_error(tmp_path):
 def test_a_saved_measurement_is_set_beside_the_learners_own_guess(tmp_path):
     # no GPU: the %%gpu cell shows the H200's saved output, whose gap (the author's guess, 0.9) is
     # replayed with this learner's guess (0.2) beside the saved measurement (0.5)
-    from rmsnorm_lessons import gpu, predict
+    from rmsnorm_lessons.core import gpu
+    from rmsnorm_lessons.course import predict
 
     author = {"key": "00.copy_ms", "status": "PREDICTED", "error": 0.8, "why": "it streams",
               "measured": {"ms": 0.5}, "rows": [["ms", "0.9", "0.5", "80 % higher"]]}
@@ -285,7 +287,7 @@ def test_a_saved_measurement_is_set_beside_the_learners_own_guess(tmp_path):
 
 
 def test_the_room_summary_counts_predictions():
-    from rmsnorm_lessons.progress_predictions import Seen
+    from rmsnorm_lessons.workshop.predictions import Seen
 
     learner = progress.Learner("ann", Path("/nowhere"), [Path("/nowhere/x.ipynb")])
     seen = [Seen("02.a", True, "1 ms", "ms 1 vs 2 (2.0x lower)", 0.5),

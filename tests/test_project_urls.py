@@ -1,5 +1,5 @@
 """The repository's address lives in one place, pyproject.toml's [project.urls] Repository, and
-every Colab and Binder link that ships is built from it by rmsnorm_lessons.project (CPU)."""
+every Colab and Binder link that ships is built from it by rmsnorm_lessons.core.project (CPU)."""
 import json
 import re
 import subprocess
@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from rmsnorm_lessons import project
-from rmsnorm_lessons.lessons import LESSONS
+from rmsnorm_lessons.core import project
+from rmsnorm_lessons.course.registry import LESSONS
 
 ROOT = Path(__file__).resolve().parent.parent
 SKIP_DIRS = {".git", ".venv", "build", "work", "node_modules", ".ipynb_checkpoints"}

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from rmsnorm_lessons import lessons
+from rmsnorm_lessons.course import registry
 
 ROOT = Path(__file__).resolve().parent.parent
 ALLOWED = Path(__file__).with_name("prose_figures_allowed.txt")
@@ -84,7 +84,7 @@ def test_the_parser_finds_figures_outside_code_spans():
     assert unshown(nb) == ["41 %", "2.5x", "99 KiB"], unshown(nb)
 
 
-@pytest.mark.parametrize("lesson", lessons.LESSONS, ids=lambda l: l.stem)
+@pytest.mark.parametrize("lesson", registry.LESSONS, ids=lambda l: l.stem)
 def test_every_prose_figure_is_shown_by_the_notebook(lesson):
     nb = json.loads(lesson.path.read_text())
     known = {fig for stem, fig in allowed() if stem == lesson.stem}

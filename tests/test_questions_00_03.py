@@ -2,7 +2,7 @@
 one says NOT YET with a reason, and None asks to be replaced."""
 import pytest
 
-from rmsnorm_lessons.exercises import lesson00, lesson01, lesson02, lesson03
+from rmsnorm_lessons.lessons import lesson00, lesson01, lesson02, lesson03
 
 # (check, arguments before the answer, right answer, a plausible wrong one, words of its reason)
 CASES = [

@@ -6,8 +6,10 @@ from pathlib import Path
 
 import pytest
 
-from rmsnorm_lessons import build, lessons, occupancy
-from rmsnorm_lessons.exercises import lesson04, lesson07
+from rmsnorm_lessons.core import build
+from rmsnorm_lessons.course import registry
+from rmsnorm_lessons.inspection import occupancy
+from rmsnorm_lessons.lessons import lesson04, lesson07
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -49,7 +51,7 @@ def test_the_checks_follow_their_parameters():
 
 
 def _cells(stem):
-    return json.loads(lessons.by_stem(stem).path.read_text())["cells"]
+    return json.loads(registry.by_stem(stem).path.read_text())["cells"]
 
 
 @pytest.mark.parametrize("stem", ["04_shared_memory", "07_two_pass"])
@@ -62,7 +64,7 @@ def test_the_questions_close_the_lesson(stem):
     start, end = heads[-2], heads[-1]
     asked = [c for c in cells[start:end] if c["cell_type"] == "code"]
     assert 3 <= len(asked) <= 5
-    names = [n for n in lessons.by_stem(stem).exercises if "_kernel" not in n][-len(asked):]
+    names = [n for n in registry.by_stem(stem).exercises if "_kernel" not in n][-len(asked):]
     for cell, name in zip(asked, names):
         source = "".join(cell["source"])
         assert "### BEGIN SOLUTION" in source and source.splitlines()[-1].startswith(name + "(")
@@ -73,8 +75,8 @@ def test_the_questions_close_the_lesson(stem):
 
 
 @pytest.mark.parametrize("stem, call", [
-    ("04_shared_memory", 'rl.nsight.bottleneck("v3_smem", 8192, 1024)'),
-    ("07_two_pass", 'rl.nsight.bottleneck("v5_two_pass", 16384, 2048)')])
+    ("04_shared_memory", 'rl.profiles.bottleneck("v3_smem", 8192, 1024)'),
+    ("07_two_pass", 'rl.profiles.bottleneck("v5_two_pass", 16384, 2048)')])
 def test_each_lesson_profiles_the_shape_it_times_beside_the_timing(stem, call):
     cells = _cells(stem)
     [at] = [i for i, c in enumerate(cells) if call in "".join(c["source"])]

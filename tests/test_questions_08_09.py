@@ -2,7 +2,7 @@
 wrong one gets a reason that does not give the answer away, None asks to be replaced."""
 import pytest
 
-from rmsnorm_lessons.exercises import lesson08, lesson09
+from rmsnorm_lessons.lessons import lesson08, lesson09
 
 CASES = [  # (check, right, [(plausible wrong, a word of its reason)], the None message's words)
     (lesson08.check_partial_floats, 264 * 1024,

@@ -2,7 +2,7 @@
 one is NOT YET with a reason, and the placeholder asks to be replaced."""
 import pytest
 
-from rmsnorm_lessons.exercises import lesson10, lesson11, lesson12
+from rmsnorm_lessons.lessons import lesson10, lesson11, lesson12
 
 CASES = [
     # check, right, plausible wrong answers (with a word of the reason given)

@@ -5,8 +5,8 @@ from pathlib import Path
 
 import pytest
 
-from rmsnorm_lessons import project
-from rmsnorm_lessons.lessons import LESSONS
+from rmsnorm_lessons.core import project
+from rmsnorm_lessons.course.registry import LESSONS
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -22,7 +22,7 @@ def tool():
 
 def test_readme_lesson_table_is_the_registry(tool):
     assert tool.readme_block() == tool.render(), (
-        "README.md's lesson table differs from rmsnorm_lessons/lessons.py: "
+        "README.md's lesson table differs from rmsnorm_lessons/course/registry.py: "
         "run python tools/readme_lessons.py --write")
 
 
@@ -64,7 +64,7 @@ def test_render_follows_a_changed_registry_and_refuses_a_pipe(tool):
 
 def test_readme_schedule_is_the_plan(tool):
     assert tool.readme_schedule_block() == tool.render_schedule(), (
-        "README.md's schedule differs from rmsnorm_lessons/schedule.py's plan: "
+        "README.md's schedule differs from rmsnorm_lessons/course/schedule.py's plan: "
         "run python tools/readme_lessons.py --write")
 
 

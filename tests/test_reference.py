@@ -3,7 +3,7 @@ shapes."""
 import numpy as np
 import pytest
 
-from rmsnorm_lessons import bf16, reference
+from rmsnorm_lessons.core import bf16, reference
 
 
 def _problem(N, C, seed, dtype=np.float64):
@@ -166,7 +166,7 @@ def test_bad_shapes_refused():
 @pytest.mark.parametrize("N,C,accumulate", [(1, 7, True), (3, 768, False), (257, 1000, True),
                                             (600, 4096, True)])
 def test_backward_by_rows_is_backward(N, C, accumulate):
-    from rmsnorm_lessons.bf16 import bfloat16
+    from rmsnorm_lessons.core.bf16 import bfloat16
 
     p = reference.random_problem(N, C, bfloat16, seed=N + C, accumulate=accumulate)
     args = (p["dout"], p["inp"], p["weight"], p["rstd"], p["dinp"], p["dweight"])

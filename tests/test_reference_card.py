@@ -13,7 +13,7 @@ try:
 except ImportError:  # Python 3.10
     tomllib = pytest.importorskip("tomli")
 
-from rmsnorm_lessons.lessons import LESSONS
+from rmsnorm_lessons.course.registry import LESSONS
 
 ROOT = Path(__file__).resolve().parent.parent
 CARD = ROOT / "notebooks" / "reference_card.md"
@@ -48,7 +48,9 @@ def tool():
 
 def _checks_opcodes() -> set[str]:
     names = set()
-    for path in sorted((ROOT / "rmsnorm_lessons" / "exercises").glob("*.py")):
+    package = ROOT / "rmsnorm_lessons"
+    for path in sorted([*(package / "course" / "checking").glob("*.py"),
+                        *(package / "lessons").rglob("*.py")]):
         for token in TOKEN.findall(path.read_text()):
             if token.split(".")[0] in HOPPER_OPCODES:
                 names.add(token.split(".")[0])

@@ -1,13 +1,13 @@
 """How many clusters of whole-SM blocks a GPU runs at once, asked of the driver for any sm_90 GPU
-(rmsnorm_lessons.libcuda, gpu.facts): v7_fast's plan for rows split over a cluster launches that
-many, so that none waits for a second round (CPU: the probe kernel assembles and the driver is asked
-with the right launch; GPU: tests/test_v7_gpu.py compares with v7's own wide kernels)."""
+(rmsnorm_lessons.core.libcuda, gpu.facts): v7_fast's plan for rows split over a cluster launches
+that many, so that none waits for a second round (CPU: the probe kernel assembles and the driver is
+asked with the right launch; GPU: tests/test_v7_gpu.py compares with v7's own wide kernels)."""
 import subprocess
 
 import pytest
 
-from rmsnorm_lessons import build, gpu, libcuda
-from rmsnorm_lessons.ladder import v7_fast
+from rmsnorm_lessons.core import build, gpu, libcuda
+from rmsnorm_lessons.core.ladder import v7_fast
 
 
 @pytest.mark.skipif(build.find_nvcc() is None, reason="nvcc is not installed")

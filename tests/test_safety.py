@@ -7,11 +7,11 @@ tests/test_safety_gpu.py, threads and streams in tests/test_safety_concurrency.p
 """
 import numpy as np
 import pytest
-
-from rmsnorm_lessons import build, gpu, kernels, ladder, launch, reference
-from rmsnorm_lessons.ladder.v7_fast import Config
-
 from _gpu_support import TENSORS, FakeGPUArray, fakes
+
+import rmsnorm_lessons as rl
+from rmsnorm_lessons.core import build, gpu, ladder, launch, reference
+from rmsnorm_lessons.core.ladder.v7_fast import Config
 
 SHIPPED = tuple(r.name for r in ladder.SHIPPED)
 MiB = 1 << 20
@@ -30,7 +30,7 @@ def _refused(version, error, rule, N=6, C=None, **options):
     """run(version, **options) on a small problem (N x C) raises ``error`` matching ``rule``."""
     p = _problem(version, N, C)
     with pytest.raises(error, match=rule):
-        kernels.run(version, *_args(p), **options)
+        rl.run(version, *_args(p), **options)
 
 
 @pytest.fixture
@@ -79,7 +79,7 @@ def test_block_size_past_the_launch_bounds(no_gpu, version):
 
 
 def test_numpy_ints_are_block_sizes():
-    from rmsnorm_lessons import validate
+    from rmsnorm_lessons.core import validate
 
     assert validate.block_size(ladder.get("v2_warp"), np.int64(128)) == 128
     assert validate.block_size(ladder.get("v2_warp"), None) == 256
@@ -117,13 +117,13 @@ def test_overwrite_where_not_offered(no_gpu):
 def test_version_of_the_wrong_type(no_gpu, version):
     p = _problem("v1_naive")
     with pytest.raises(TypeError, match=r"^version must be a version name \(str\) or a Rung, got "):
-        kernels.run(version, *_args(p))
+        rl.run(version, *_args(p))
 
 
 def test_unknown_version(no_gpu):
     p = _problem("v1_naive")
     with pytest.raises(ValueError, match=r"^version must be one of v1_naive, .*v7_fast; got 'v1'$"):
-        kernels.run("v1", *_args(p))
+        rl.run("v1", *_args(p))
 
 
 @pytest.mark.parametrize("name", ["dout", "inp", "weight", "dinp", "dweight"])
@@ -133,7 +133,7 @@ def test_big_endian_float32_refused(no_gpu, name):
     with pytest.raises(TypeError,
                        match=rf"^{name} must be native float32 for v1_naive, got big-endian "
                              rf"float32$"):
-        kernels.run("v1_naive", *_args(p))
+        rl.run("v1_naive", *_args(p))
 
 
 @pytest.mark.parametrize("version", ["v1_naive", "v6_last_block"])
@@ -143,7 +143,7 @@ def test_big_endian_rstd_refused(no_gpu, version):
     with pytest.raises(TypeError,
                        match=r"^rstd must be native float32 \(the forward pass caches it in "
                              r"fp32\), got big-endian float32$"):
-        kernels.run(version, *_args(p))
+        rl.run(version, *_args(p))
 
 
 @pytest.mark.parametrize("version", ["v2_warp", "v6_last_block"])
@@ -153,8 +153,8 @@ def test_C_past_2_30_refused(no_gpu, version):
     with pytest.raises(ValueError,
                        match=r"^C \(the last dim of inp\) must be at most 2\*\*30 \(kernels index "
                              rf"columns with int\), got {C}$"):
-        kernels.run(version, *[f[k] for k in TENSORS])
-    assert kernels.check_inputs(version, *[fakes(version, 1, 2**30)[k] for k in TENSORS]).C == 2**30
+        rl.run(version, *[f[k] for k in TENSORS])
+    assert rl.validate.inputs(version, *[fakes(version, 1, 2**30)[k] for k in TENSORS]).C == 2**30
 
 
 @pytest.mark.parametrize("version", ["v1_naive", "v5_two_pass", "v6_last_block"])
@@ -206,7 +206,7 @@ def test_gpuarray_outputs_required(no_gpu):
     with pytest.raises(ValueError,
                        match=r"^dinp and dweight must be given as GPUArrays when the inputs are "
                              r"GPUArrays$"):
-        kernels.run("v6_last_block", f["dout"], f["inp"], f["weight"], f["rstd"])
+        rl.run("v6_last_block", f["dout"], f["inp"], f["weight"], f["rstd"])
 
 
 @pytest.mark.parametrize("version", ["v2_warp", "v6_last_block"])
@@ -227,10 +227,10 @@ def test_outputs_sharing_memory_refused(no_gpu, version):
     for replace, rule in cases:
         g = {**f, **replace}
         with pytest.raises(ValueError, match=rule):
-            kernels.run(version, *[g[k] for k in TENSORS])
+            rl.run(version, *[g[k] for k in TENSORS])
     # inputs may share memory with each other (read only): dout is inp
     g = {**f, "dout": f["inp"]}
-    assert kernels.check_inputs(version, *[g[k] for k in TENSORS]).N == 6
+    assert rl.validate.inputs(version, *[g[k] for k in TENSORS]).N == 6
 
 
 def test_numpy_outputs_sharing_memory_refused(no_gpu):
@@ -247,9 +247,9 @@ def test_numpy_outputs_sharing_memory_refused(no_gpu):
         g = {**p, **replace}
         # before the GPU is asked for (no_gpu would raise)
         with pytest.raises(ValueError, match=rule):
-            kernels.run("v2_warp", *[g[k] for k in TENSORS])
+            rl.run("v2_warp", *[g[k] for k in TENSORS])
     g = {**p, "dout": p["inp"]}  # inputs may share memory (read only)
-    assert kernels.check_inputs("v2_warp", *[g[k] for k in TENSORS]).N == 6
+    assert rl.validate.inputs("v2_warp", *[g[k] for k in TENSORS]).N == 6
 
 
 @pytest.mark.parametrize("version,offset,align",
@@ -264,14 +264,14 @@ def test_misaligned_views_refused(no_gpu, version, offset, align):
                        match=rf"^inp must start on a {align}-byte boundary for {version} "
                              rf"\({why}\); its "
                              rf"address ends in {offset:#x}$"):
-        kernels.run(version, *[f[k] for k in TENSORS])
+        rl.run(version, *[f[k] for k in TENSORS])
 
 
 def test_rstd_needs_only_4_byte_alignment(no_gpu):
     f = fakes("v6_last_block")
     f["rstd"] = FakeGPUArray(f["rstd"].shape, np.float32, int(f["rstd"].gpudata) + 4)
-    assert kernels.check_inputs("v6_last_block", *[f[k] for k in TENSORS]).N == 6
+    assert rl.validate.inputs("v6_last_block", *[f[k] for k in TENSORS]).N == 6
     f["rstd"] = FakeGPUArray(f["rstd"].shape, np.float32, int(f["rstd"].gpudata) + 2)
     with pytest.raises(ValueError,
                        match=r"^rstd must start on a 4-byte boundary for v6_last_block"):
-        kernels.run("v6_last_block", *[f[k] for k in TENSORS])
+        rl.run("v6_last_block", *[f[k] for k in TENSORS])

@@ -10,11 +10,11 @@
 """
 import numpy as np
 import pytest
+from _gpu_support import (TENSORS, bits, busy, clock_hz, compare_both, free, reference_of,
+                          run_in_child, to_device)
 
-from rmsnorm_lessons import bf16, gpu, kernels, ladder, reference
-
-from _gpu_support import (TENSORS, bits, busy, clock_hz, compare, free, reference_of, run_in_child,
-                          to_device)
+import rmsnorm_lessons as rl
+from rmsnorm_lessons.core import bf16, gpu, ladder, reference
 
 SHIPPED = tuple(r.name for r in ladder.SHIPPED)
 
@@ -39,7 +39,8 @@ from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 
-from rmsnorm_lessons import check, kernels, ladder, reference
+from rmsnorm_lessons.core import compare, ladder, reference
+import rmsnorm_lessons as rl
 from _gpu_support import TENSORS, bits, reference_of
 
 version, N, C, calls, threads = {version!r}, 1031, 512, 20, 4
@@ -51,7 +52,7 @@ start = threading.Barrier(threads)
 
 def work(i):
     start.wait(timeout=120)  # all four at once; the first calls also race to make the launcher
-    return [kernels.run(version, *[problems[i][k] for k in TENSORS]) for _ in range(calls)]
+    return [rl.run(version, *[problems[i][k] for k in TENSORS]) for _ in range(calls)]
 
 
 with ThreadPoolExecutor(threads) as pool:
@@ -60,13 +61,13 @@ print("threads done", flush=True)  # (and ended: the pool is shut down)
 for i, outs in enumerate(results):
     assert len(outs) == calls
     for j, got in enumerate(outs):
-        report = check.compare_outputs(spec, N, got, refs[i],
+        report = compare.compare_outputs(spec, N, got, refs[i],
                                        name=f"{{version}} thread {{i}} call {{j}}")
         assert report.ok, str(report)
         if spec.deterministic:
             assert all(np.array_equal(bits(got[k]), bits(outs[0][k])) for k in (0, 1))
     if spec.deterministic:  # the same bits as the main thread alone
-        alone = kernels.run(version, *[problems[i][k] for k in TENSORS])
+        alone = rl.run(version, *[problems[i][k] for k in TENSORS])
         assert all(np.array_equal(bits(alone[k]), bits(outs[0][k])) for k in (0, 1))
 print("CHILD OK")
 """
@@ -98,7 +99,8 @@ def test_four_threads_at_once(version):
 _NEW_THREAD = """
 import threading
 
-from rmsnorm_lessons import check, gpu, kernels, ladder, reference
+from rmsnorm_lessons.core import compare, gpu, ladder, reference
+import rmsnorm_lessons as rl
 from _gpu_support import TENSORS, free, reference_of, to_device
 
 version, N, C = {version!r}, 257, 1024
@@ -113,11 +115,11 @@ def in_a_new_thread():
     def fresh():
         try:
             # run() needs nothing else
-            box["numpy"] = kernels.run(version, *[p[k] for k in TENSORS])
+            box["numpy"] = rl.run(version, *[p[k] for k in TENSORS])
             # PyCUDA calls of the thread's own (GPUArrays) need the context current
             with gpu.in_context():
                 dev = to_device(p)
-                kernels.run(version, *[dev[k] for k in TENSORS])
+                rl.run(version, *[dev[k] for k in TENSORS])
                 box["gpuarray"] = (dev["dinp"].get(), dev["dweight"].get())
                 free(dev)
         except BaseException as exc:  # reported by the main thread
@@ -130,7 +132,7 @@ def in_a_new_thread():
     if "error" in box:
         raise box["error"]
     for how in ("numpy", "gpuarray"):
-        report = check.compare_outputs(spec, N, box[how], want,
+        report = compare.compare_outputs(spec, N, box[how], want,
                                        name=f"{{version}} in a new thread ({{how}})")
         assert report.ok, str(report)
 
@@ -139,8 +141,8 @@ def in_a_new_thread():
 in_a_new_thread()
 print("a thread new to the GPU ran and ended", flush=True)
 # the main thread (and another new thread) still can
-got = kernels.run(version, *[p[k] for k in TENSORS])
-assert check.compare_outputs(spec, N, got, want).ok
+got = rl.run(version, *[p[k] for k in TENSORS])
+assert compare.compare_outputs(spec, N, got, want).ok
 in_a_new_thread()
 print("CHILD OK")
 """
@@ -168,25 +170,25 @@ def test_run_on_a_pycuda_stream_queues_and_returns(version):
     p = reference.random_problem(N, C, spec.dtype, seed=41)
     stream = drv.Stream()
     warm = to_device(p)  # compiles, makes the launcher and this stream's scratch at this N
-    kernels.run(version, *[warm[k] for k in TENSORS], stream=stream)
+    rl.run(version, *[warm[k] for k in TENSORS], stream=stream)
     stream.synchronize()
     free(warm)
 
     dev = to_device(p)
     busy(stream, 0.5)
-    out = kernels.run(version, *[dev[k] for k in TENSORS], stream=stream)
+    out = rl.run(version, *[dev[k] for k in TENSORS], stream=stream)
     still_busy = not stream.is_done()
     stream.synchronize()
     assert out[0] is dev["dinp"] and out[1] is dev["dweight"]
     assert still_busy, "run() waited for the stream"
-    a, b = compare(version, N, (dev["dinp"].get(), dev["dweight"].get()), reference_of(p),
+    a, b = compare_both(version, N, (dev["dinp"].get(), dev["dweight"].get()), reference_of(p),
                    label="on a stream")
     assert a.ok and b.ok, f"{a}\n{b}"
     free(dev)
     # NumPy inputs on a stream: run waits for its copies back
     busy(stream, 0.2)
-    got = kernels.run(version, *_args(p), stream=stream)
-    a, b = compare(version, N, got, reference_of(p), label="NumPy on a stream")
+    got = rl.run(version, *_args(p), stream=stream)
+    a, b = compare_both(version, N, got, reference_of(p), label="NumPy on a stream")
     assert a.ok and b.ok, f"{a}\n{b}"
 
 
@@ -229,7 +231,7 @@ def test_run_on_a_torch_stream_is_ordered_with_it(version, handle):
     warm = {k: _torch_tensor(torch, p[k]) for k in TENSORS}
     torch.cuda.synchronize()
     w = wrap(warm)
-    kernels.run(version, *[w[k] for k in TENSORS], stream=target)
+    rl.run(version, *[w[k] for k in TENSORS], stream=target)
     s.synchronize()
 
     t = {k: _torch_tensor(torch, p[k]) for k in TENSORS}
@@ -240,7 +242,7 @@ def test_run_on_a_torch_stream_is_ordered_with_it(version, handle):
         torch.cuda._sleep(int(0.3 * clock_hz()))
         t["inp"].copy_(final_inp)
     g = wrap(t)
-    out = kernels.run(version, *[g[k] for k in TENSORS], stream=target)
+    out = rl.run(version, *[g[k] for k in TENSORS], stream=target)
     still_busy = not s.query()
     with torch.cuda.stream(s):  # queued after run: must see our results
         after = (t["dinp"].clone(), t["dweight"].clone())
@@ -249,7 +251,7 @@ def test_run_on_a_torch_stream_is_ordered_with_it(version, handle):
     assert still_busy, "run() waited for the PyTorch stream"
     want = reference_of(p)
     got = (_to_numpy(torch, after[0], spec.dtype), _to_numpy(torch, after[1], spec.dtype))
-    a, b = compare(version, N, got, want, label="on a torch stream")
+    a, b = compare_both(version, N, got, want, label="on a torch stream")
     assert a.ok and b.ok, f"{a}\n{b}"
     now = (_to_numpy(torch, t["dinp"], spec.dtype), _to_numpy(torch, t["dweight"], spec.dtype))
     assert np.array_equal(bits(now[0]), bits(got[0])) and np.array_equal(bits(now[1]), bits(got[1]))

@@ -13,11 +13,10 @@ import gc
 
 import numpy as np
 import pytest
+from _gpu_support import TENSORS, compare_both, free, reference_of, to_device
 
 import rmsnorm_lessons as rl
-from rmsnorm_lessons import build, gpu, kernels, ladder, launch, reference
-
-from _gpu_support import TENSORS, compare, free, reference_of, to_device
+from rmsnorm_lessons.core import build, gpu, ladder, launch, reference
 
 SHIPPED = tuple(r.name for r in ladder.SHIPPED)
 MiB = 1 << 20
@@ -73,7 +72,7 @@ def test_300_shapes_do_not_grow_device_memory(version):
         def call(N):  # views of the first N rows of each tensor: GPUArrays of exactly (N, C)
             args = _first_rows(big, N)
             assert args[1].shape == (N, C) and args[1].flags.c_contiguous
-            out = kernels.run(version, *args)
+            out = rl.run(version, *args)
             assert out[0] is args[4] and out[1] is args[5]
 
         call(top)  # the launcher and its scratch exist, at the largest N
@@ -96,11 +95,11 @@ def test_numpy_calls_at_many_shapes_free_their_device_buffers(version):
     spec, C = _memory_case(version)
     Ns = [100 + 13 * i for i in range(60)]
     p = reference.random_problem(max(Ns), C, spec.dtype, seed=9)
-    kernels.run(version, *[p[k] for k in TENSORS])
+    rl.run(version, *[p[k] for k in TENSORS])
     before = _free_bytes()
     for N in Ns:
         args = _first_rows(p, N)
-        kernels.run(version, *args)
+        rl.run(version, *args)
     after = _free_bytes()
     print(f"{version}: device memory in use grew by {(before - after) / MiB:.1f} MiB over "
           f"{len(Ns)} NumPy calls")
@@ -108,7 +107,7 @@ def test_numpy_calls_at_many_shapes_free_their_device_buffers(version):
     # and the last call was right
     N = Ns[-1]
     args = _first_rows(p, N)
-    a, b = compare(version, N, kernels.run(version, *args), reference.backward(*args),
+    a, b = compare_both(version, N, rl.run(version, *args), reference.backward(*args),
                    label="last of many shapes")
     assert a.ok and b.ok, f"{a}\n{b}"
 
@@ -129,7 +128,7 @@ def test_real_aliased_outputs_refused(version):
     try:
         def call(**replace):
             g = {**dev, **replace}
-            return kernels.run(version, *[g[k] for k in TENSORS])
+            return rl.run(version, *[g[k] for k in TENSORS])
 
         with pytest.raises(ValueError, match=r"^dweight is the same memory as weight"):
             call(dweight=dev["weight"])
@@ -149,7 +148,7 @@ def test_real_aliased_outputs_refused(version):
         first.set(np.ascontiguousarray(p["inp"]))
         apart.set(np.ascontiguousarray(p["dinp"]))
         call(inp=first, dinp=apart)
-        a, b = compare(version, N, (apart.get(), dev["dweight"].get()), reference_of(p),
+        a, b = compare_both(version, N, (apart.get(), dev["dweight"].get()), reference_of(p),
                        label="views side by side")
         assert a.ok and b.ok, f"{a}\n{b}"
         block.gpudata.free()
@@ -174,14 +173,14 @@ def test_real_misaligned_view_refused(version, offset, align):
         g = {**dev, "inp": view}
         with pytest.raises(ValueError,
                            match=rf"^inp must start on a {align}-byte boundary for {version}"):
-            kernels.run(version, *[g[k] for k in TENSORS])
+            rl.run(version, *[g[k] for k in TENSORS])
         # an aligned view of the same block is accepted and right
         ok = gpuarray.GPUArray((N, C), spec.dtype,
                                gpudata=int(block.gpudata) + (4 if align == 4 else 16))
         ok.set(np.ascontiguousarray(p["inp"]))
         g = {**dev, "inp": ok}
-        kernels.run(version, *[g[k] for k in TENSORS])
-        a, b = compare(version, N, (dev["dinp"].get(), dev["dweight"].get()), reference_of(p),
+        rl.run(version, *[g[k] for k in TENSORS])
+        a, b = compare_both(version, N, (dev["dinp"].get(), dev["dweight"].get()), reference_of(p),
                        label="aligned view")
         assert a.ok and b.ok, f"{a}\n{b}"
     finally:
@@ -205,7 +204,7 @@ def test_v6_at_the_largest_C_it_accepts():
     assert static + ladder.shared_memory(rung, largest + 8) > facts.shared_memory_per_block_optin
     N = 5
     p = reference.random_problem(N, largest, rung.dtype, seed=91)
-    a, b = compare(rung, N, kernels.run(rung, *_args(p)), reference_of(p), label=f"C={largest}")
+    a, b = compare_both(rung, N, rl.run(rung, *_args(p)), reference_of(p), label=f"C={largest}")
     assert a.ok and b.ok, f"{a}\n{b}"
     q = reference.random_problem(N, largest + 8, rung.dtype, seed=92)
     with pytest.raises(ValueError,
@@ -213,4 +212,4 @@ def test_v6_at_the_largest_C_it_accepts():
                              rf"block for v6_last_block \(\+ {static} static\), more than this "
                              rf"device allows \({facts.shared_memory_per_block_optin} bytes\); "
                              rf"the largest C it can run is {largest}$"):
-        kernels.run(rung, *_args(q))
+        rl.run(rung, *_args(q))

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from rmsnorm_lessons import build, ladder
+from rmsnorm_lessons.core import build, ladder
 
 ROOT = Path(__file__).resolve().parent.parent
 spec = importlib.util.spec_from_file_location("sanitize_tool", ROOT / "tools" / "sanitize.py")

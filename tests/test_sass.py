@@ -9,7 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from rmsnorm_lessons import build, ladder, occupancy, sass
+from rmsnorm_lessons.core import build, ladder
+from rmsnorm_lessons.inspection import occupancy, sass
 
 ARCHES = ("sm_80", "sm_90")
 needs_nvdisasm = pytest.mark.skipif(build.find_tool("nvdisasm") is None,

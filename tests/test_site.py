@@ -4,7 +4,8 @@ Chromium.
 The site is built once, with ``make site SITE_ARGS="--out <tmp>"`` (the repository is not written to
 but for the screenshots under build/screenshots/). Then:
 
-* on disk: an index with the lessons of rmsnorm_lessons/lessons.py, one page per notebook, every
+* on disk: an index with the lessons of rmsnorm_lessons/course/registry.py, one page per notebook,
+every
   relative link and image of every page pointing at a file that exists (so it works from file:// and
   any static HTTP server), no Markdown link left unrendered;
 * the default build is the student edition: no solution marker and no line of a solution in a lesson
@@ -28,10 +29,10 @@ from pathlib import Path
 from urllib.parse import unquote, urlparse
 
 import pytest
-
-from rmsnorm_lessons.lessons import LESSONS as REGISTRY
-from rmsnorm_lessons.student import BEGIN, END, student_notebook
 from test_browser import CHROMIUM, CHROMIUM_ARGS, SCREENSHOTS
+
+from rmsnorm_lessons.course.registry import LESSONS as REGISTRY
+from rmsnorm_lessons.course.student import BEGIN, END, student_notebook
 
 ROOT = Path(__file__).resolve().parent.parent
 NOTEBOOKS = ROOT / "notebooks"
@@ -323,7 +324,7 @@ def test_site_in_browser(site, tmp_path):
 
 
 def test_the_index_opens_each_lesson_in_colab_from_the_one_address(site):
-    from rmsnorm_lessons import project
+    from rmsnorm_lessons.core import project
 
     index = (site / "index.html").read_text()
     for lesson in REGISTRY:
@@ -369,7 +370,7 @@ def test_the_card_page_keeps_every_anchor_and_lesson_links_follow_it():
 
 
 def test_site_has_the_card_and_the_two_day_plan(site):
-    from rmsnorm_lessons import schedule
+    from rmsnorm_lessons.course import schedule
 
     card = site / "reference_card.html"
     assert card.is_file()

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from rmsnorm_lessons import lessons
+from rmsnorm_lessons.course import registry
 
 NOTEBOOKS = Path(__file__).resolve().parent.parent / "notebooks"
 MAX_MINUTES, MAX_WORDS, MAX_OUTPUT_LINES = 60, 2000, 150
@@ -24,7 +24,7 @@ def output_lines(output: dict) -> int:
     return text.count("\n") + (0 if text.endswith("\n") or not text else 1)
 
 
-@pytest.mark.parametrize("lesson", lessons.LESSONS, ids=lambda lesson: lesson.stem)
+@pytest.mark.parametrize("lesson", registry.LESSONS, ids=lambda lesson: lesson.stem)
 def test_a_lesson_fits_one_sitting(lesson):
     nb = json.loads((NOTEBOOKS / f"{lesson.stem}.ipynb").read_text(encoding="utf-8"))
     assert lesson.minutes <= MAX_MINUTES

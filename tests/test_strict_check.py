@@ -1,4 +1,4 @@
-"""check.compare_strict (CPU): the learner-kernel checks' comparison, a bound per element from a
+"""compare.compare_strict (CPU): the learner-kernel checks' comparison, a bound per element from a
 model of fp32 rounding. Kernels emulated in NumPy fp32 (several summation orders, as a loop, a
 butterfly, per-block partials or atomics would add) pass it at the check's shapes; the slips a
 learner makes (a mean over C + 1, a dropped term, a dropped tail row or column) fail it, where the
@@ -6,9 +6,9 @@ seed's rule lets a mean over C + 1 through."""
 import numpy as np
 import pytest
 
-from rmsnorm_lessons import check, ladder, reference
-from rmsnorm_lessons.bf16 import bfloat16
-from rmsnorm_lessons.exercises import kernel_running
+from rmsnorm_lessons.core import compare, ladder, reference
+from rmsnorm_lessons.core.bf16 import bfloat16
+from rmsnorm_lessons.course.checking import running as kernel_running
 
 F32 = np.float32
 DTYPES = {"fp32": np.dtype(np.float32), "bf16": bfloat16}
@@ -82,7 +82,7 @@ def test_fp32_kernels_in_any_summation_order_pass(kind, order):
         if N * C > (400_000 if order in ("loop", "reversed", "lanes") else 1_600_000):
             continue  # CPU time: the slow orders on the small shapes, numpy's pairwise sum on more
         p = _problem(N, C, dtype, seed=k)
-        report = check.compare_strict(dtype, p, emulate(p, dtype, order))
+        report = compare.compare_strict(dtype, p, emulate(p, dtype, order))
         assert report.ok, (N, C, str(report))
 
 
@@ -93,7 +93,7 @@ def test_each_slip_fails_at_every_small_c_shape(kind, slip):
     dtype = DTYPES[kind]
     for k, (N, C) in enumerate(SMALL):
         p = _problem(N, C, dtype, seed=k)
-        report = check.compare_strict(dtype, p, emulate(p, dtype, "numpy", slip))
+        report = compare.compare_strict(dtype, p, emulate(p, dtype, "numpy", slip))
         assert not report.ok, (slip, N, C)
 
 
@@ -104,34 +104,34 @@ def test_the_seeds_rule_lets_a_mean_over_c_plus_one_through_and_the_bound_does_n
         got = emulate(p, dtype, "numpy", "mean over C+1")
         ref = reference.backward(p["dout"], p["inp"], p["weight"], p["rstd"], p["dinp"],
                                  p["dweight"])
-        assert check.compare_outputs(dtype, N, got, ref).ok  # inside 0.079 relative
-        report = check.compare_strict(dtype, p, got)
+        assert compare.compare_outputs(dtype, N, got, ref).ok  # inside 0.079 relative
+        report = compare.compare_strict(dtype, p, got)
         assert not report.dinp.ok and report.dinp.failures > 10, str(report)
 
 
 def test_the_bound_is_rounding_sized():
     """Where a result is exact the bound is about one ulp: well under the seed's 0.079."""
     p = _problem(301, 16, bfloat16)
-    bounds = check.strict_bounds(p, bfloat16)
+    bounds = compare.strict_bounds(p, bfloat16)
     want, allowed, ref = bounds["dinp"]
     rel = allowed / np.maximum(np.abs(want), 1e-3)
     assert np.median(rel) < 2 * 2.0 ** -7
-    assert np.all(np.abs(want - ref) <= check.ulp(want, bfloat16))
-    report = check.compare_strict("v4_vec_bf16", p, (want, bounds["dweight"][0]))
+    assert np.all(np.abs(want - ref) <= compare.ulp(want, bfloat16))
+    report = compare.compare_strict("v4_vec_bf16", p, (want, bounds["dweight"][0]))
     assert report.ok and "rounding bound" in str(report.dinp)
     bad = want.copy()
     bad[3, 5] = np.nan
-    report = check.compare_strict(bfloat16, p, (bad, bounds["dweight"][0]))
+    report = compare.compare_strict(bfloat16, p, (bad, bounds["dweight"][0]))
     assert not report.ok and report.dinp.failures == 1 and report.dinp.worst[0][0] == (3, 5)
 
 
 def test_ulp_of_both_dtypes():
-    assert check.ulp(1.0, np.float32) == 2.0 ** -23 and check.ulp(1.5, bfloat16) == 2.0 ** -7
-    assert check.ulp(-3.0, bfloat16) == 2.0 ** -6 and check.ulp(0.0, np.float32) == 2.0 ** -149
+    assert compare.ulp(1.0, np.float32) == 2.0 ** -23 and compare.ulp(1.5, bfloat16) == 2.0 ** -7
+    assert compare.ulp(-3.0, bfloat16) == 2.0 ** -6 and compare.ulp(0.0, np.float32) == 2.0 ** -149
 
 
 def test_shapes_respect_each_rungs_c_multiple_and_plan():
-    from rmsnorm_lessons import gpu
+    from rmsnorm_lessons.core import gpu
 
     for rung in ladder.SHIPPED:
         shapes = kernel_running.shapes_for(rung)
@@ -148,7 +148,7 @@ def test_shapes_respect_each_rungs_c_multiple_and_plan():
 
 
 def _shipped_as_learner(name, old=None, new=None):
-    from rmsnorm_lessons import build
+    from rmsnorm_lessons.core import build
 
     text = build.kernel_source(name)
     if old is not None:
@@ -168,8 +168,8 @@ def prebuilt():
     disk cache), so each check finds its cubin built: the tests' time is the checks'."""
     from concurrent.futures import ThreadPoolExecutor
 
-    from rmsnorm_lessons import build, gpu
-    from rmsnorm_lessons.exercises import kernel_check
+    from rmsnorm_lessons.core import build, gpu
+    from rmsnorm_lessons.course.checking import kernel as kernel_check
 
     texts = [(f"strict_{r.name}", r.name, _shipped_as_learner(r.name)) for r in ladder.SHIPPED]
     texts += [("strict_v4_slip", "v4_vec_bf16", _shipped_as_learner("v4_vec_bf16", *V4_SLIP)),
@@ -185,7 +185,7 @@ def prebuilt():
 @pytest.mark.gpu
 @pytest.mark.parametrize("name", [r.name for r in ladder.SHIPPED])
 def test_every_shipped_rung_passes_the_strict_check_at_the_new_shapes(name, prebuilt):
-    from rmsnorm_lessons.exercises import kernel_check
+    from rmsnorm_lessons.course.checking import kernel as kernel_check
 
     verdict = kernel_check.check_kernel(prebuilt[f"strict_{name}"], name=f"strict_{name}",
                                         like=name, sanitize=False, timing=False)
@@ -195,7 +195,7 @@ def test_every_shipped_rung_passes_the_strict_check_at_the_new_shapes(name, preb
 
 @pytest.mark.gpu
 def test_a_mean_over_c_plus_one_in_v4_is_not_yet(prebuilt):
-    from rmsnorm_lessons.exercises import kernel_check
+    from rmsnorm_lessons.course.checking import kernel as kernel_check
 
     verdict = kernel_check.check_kernel(prebuilt["strict_v4_slip"], name="strict_v4_slip",
                                         like="v4_vec_bf16",
@@ -205,8 +205,8 @@ def test_a_mean_over_c_plus_one_in_v4_is_not_yet(prebuilt):
 
 @pytest.mark.gpu
 def test_a_barrier_removed_in_v6_is_not_yet(prebuilt):
-    from rmsnorm_lessons import sanitizer
-    from rmsnorm_lessons.exercises import kernel_check
+    from rmsnorm_lessons.course.checking import kernel as kernel_check
+    from rmsnorm_lessons.inspection import sanitizer
 
     if sanitizer.find() is None:
         pytest.skip("compute-sanitizer is not installed: a race may pass the numbers")

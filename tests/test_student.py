@@ -10,11 +10,12 @@ from pathlib import Path
 
 import pytest
 
-from rmsnorm_lessons import build, gpu, lessons, student
+from rmsnorm_lessons.core import build, gpu
+from rmsnorm_lessons.course import registry, student
 
 ROOT = Path(__file__).resolve().parent.parent
-NOTEBOOKS = lessons.notebook_dir()
-LESSONS = [lesson.stem for lesson in lessons.LESSONS]
+NOTEBOOKS = registry.notebook_dir()
+LESSONS = [lesson.stem for lesson in registry.LESSONS]
 needs_nvcc = pytest.mark.skipif(build.find_nvcc() is None, reason="nvcc not found")
 
 
@@ -64,7 +65,7 @@ def test_every_exercise_has_a_solution_and_the_student_edition_has_none(lesson):
     checks = [c for c in nb["cells"] if c["cell_type"] == "code" and student.check_calls(_src(c))]
     assert checks, "a lesson without an exercise"
     called = [f"{m}.{fn}" for c in checks for m, fn in student.check_calls(_src(c))]
-    assert list(dict.fromkeys(called)) == list(lessons.by_stem(lesson).exercises)
+    assert list(dict.fromkeys(called)) == list(registry.by_stem(lesson).exercises)
     solutions = [c for c in nb["cells"] if c["cell_type"] == "code"
                  and student.has_solution(_src(c)) and "prediction" not in student.tags(c)]
     assert len(solutions) == len(checks), "one solution cell per check (a guess is no exercise)"
@@ -89,7 +90,7 @@ def test_every_exercise_has_a_solution_and_the_student_edition_has_none(lesson):
 
 
 def _shows_a_guess(cell) -> bool:
-    from rmsnorm_lessons import predict
+    from rmsnorm_lessons.course import predict
 
     return any(predict.GAP_MIME in o.get("data", {}) for o in cell.get("outputs", []))
 
@@ -117,7 +118,7 @@ def test_reveal_and_prediction_cells_lose_their_outputs():
 
 
 def test_the_student_edition_keeps_a_measurement_but_not_the_authors_guess(capsys):
-    from rmsnorm_lessons import predict
+    from rmsnorm_lessons.course import predict
 
     predict.guess("02.v1_ms", ms=0.8)
     gap = predict.versus("02.v1_ms", ms=0.4, why="atomics wait in L2")
@@ -194,10 +195,10 @@ def test_student_cli_writes_every_lesson_and_keeps_what_is_there(tmp_path):
     proc = _student_cli(tmp_path)
     assert proc.returncode == 0, proc.stderr
     written = sorted(p.name for p in tmp_path.glob("*.ipynb"))
-    assert written == sorted(l.notebook for l in lessons.LESSONS)
+    assert written == sorted(l.notebook for l in registry.LESSONS)
     for path in tmp_path.glob("*.ipynb"):
         assert "BEGIN SOLUTION" not in path.read_text()
-    mine = tmp_path / lessons.LESSONS[0].notebook
+    mine = tmp_path / registry.LESSONS[0].notebook
     mine.write_text("{}")  # a learner's work: kept, unless --overwrite
     proc = _student_cli(tmp_path)
     assert proc.returncode == 0 and f"kept {len(LESSONS)} already there" in proc.stdout, proc.stdout
@@ -208,7 +209,7 @@ def test_student_cli_writes_every_lesson_and_keeps_what_is_there(tmp_path):
 
 
 def test_student_cli_instructor_copy_and_bad_paths(tmp_path):
-    lesson = lessons.LESSONS[2]
+    lesson = registry.LESSONS[2]
     proc = _student_cli(tmp_path / "i", NOTEBOOKS / lesson.notebook, "--instructor")
     assert proc.returncode == 0, proc.stderr
     copied = (tmp_path / "i" / lesson.notebook).read_bytes()
@@ -287,7 +288,7 @@ def test_student_edition_runs_under_nbval(lesson, tmp_path):
 @needs_nvcc
 def test_progress_prints_one_line_per_exercise_and_a_total(tmp_path):
     lesson = "04_shared_memory"
-    exercises = list(lessons.by_stem(lesson).exercises)
+    exercises = list(registry.by_stem(lesson).exercises)
     student.write_student_edition([NOTEBOOKS / f"{lesson}.ipynb"], tmp_path)
     proc = subprocess.run([sys.executable, "-m", "rmsnorm_lessons", "progress",
                            str(NOTEBOOKS / f"{lesson}.ipynb"),
@@ -301,7 +302,7 @@ def test_progress_prints_one_line_per_exercise_and_a_total(tmp_path):
     n = len(exercises)
     instructor, learner = lines[:n + 1], lines[n + 1:]
     assert [ln[:2] for ln in instructor[:n]] == [[lesson, e] for e in exercises]
-    at = exercises.index(lessons.by_stem(lesson).kernel_exercise)  # the others need no GPU
+    at = exercises.index(registry.by_stem(lesson).kernel_exercise)  # the others need no GPU
     for i, ln in enumerate(instructor[:n]):
         assert " ".join(ln[2:4]).startswith(kernel if i == at else "PASS"), ln
     n_pass = n if gpu.available() else n - 1
@@ -312,7 +313,7 @@ def test_progress_prints_one_line_per_exercise_and_a_total(tmp_path):
 
 
 def test_progress_reads_verdicts_from_outputs():
-    from rmsnorm_lessons import progress
+    from rmsnorm_lessons.workshop import progress
 
     def cell(source, outputs):
         return {"cell_type": "code", "source": source, "metadata": {}, "outputs": outputs}

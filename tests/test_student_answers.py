@@ -12,10 +12,10 @@ import re
 
 import pytest
 
-from rmsnorm_lessons import lessons, student
+from rmsnorm_lessons.course import registry, student
 
-LESSONS = [lesson.stem for lesson in lessons.LESSONS]
-PREDICTING = [lesson.stem for lesson in lessons.LESSONS if "02" <= lesson.number <= "12"]
+LESSONS = [lesson.stem for lesson in registry.LESSONS]
+PREDICTING = [lesson.stem for lesson in registry.LESSONS if "02" <= lesson.number <= "12"]
 MIN_CHARS = 16  # a solution line this long (spaces not counted) is not a coincidence
 TEXT_TYPES = ("text/plain", "text/html", "text/markdown")
 GUESS = re.compile(r"(?:(\w+)\s*=\s*)?\brl\.predict\.guess\(\s*[\"'](\d\d\.[a-z0-9_]+)[\"']")
@@ -90,7 +90,7 @@ def leaked_answers(nb: dict, st: dict) -> list[str]:
 
 
 def _lesson(stem):
-    nb = json.loads(lessons.by_stem(stem).path.read_text(encoding="utf-8"))
+    nb = json.loads(registry.by_stem(stem).path.read_text(encoding="utf-8"))
     return nb, student.student_notebook(nb)
 
 

@@ -10,10 +10,10 @@ import zlib
 
 import numpy as np
 import pytest
+from _gpu_support import compare_both, reference_of
 
-from rmsnorm_lessons import kernels, reference
-
-from _gpu_support import compare, reference_of
+import rmsnorm_lessons as rl
+from rmsnorm_lessons.core import reference
 
 MAX_N, MAX_C = 70_000, 16_384
 CAP = {"v1_naive": 1 << 21}  # N*C at most this much
@@ -22,7 +22,7 @@ PER_VERSION = 12
 
 
 def _shapes(version: str) -> list[tuple[int, int]]:
-    spec = kernels.get(version)
+    spec = rl.ladder.get(version)
     rng = np.random.default_rng(zlib.crc32(version.encode()))
     cap = CAP.get(version, DEFAULT_CAP)
     m = spec.c_multiple
@@ -44,24 +44,24 @@ def _shapes(version: str) -> list[tuple[int, int]]:
     return sorted(set(shapes))
 
 
-CASES = [(v, N, C) for v in kernels.VERSIONS for N, C in _shapes(v)]
+CASES = [(v, N, C) for v in rl.ladder.VERSIONS for N, C in _shapes(v)]
 
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("version,N,C", CASES, ids=[f"{v}-{N}x{C}" for v, N, C in CASES])
 def test_sweep_against_float64_reference(version, N, C):
-    spec = kernels.get(version)
+    spec = rl.ladder.get(version)
     p = reference.random_problem(N, C, spec.dtype, seed=zlib.crc32(f"{version}/{N}/{C}".encode()),
                                  accumulate=True)
-    got = kernels.run(version, p["dout"], p["inp"], p["weight"], p["rstd"], p["dinp"], p["dweight"])
-    a, b = compare(version, N, got, reference_of(p), label=f"N={N} C={C}")
+    got = rl.run(version, p["dout"], p["inp"], p["weight"], p["rstd"], p["dinp"], p["dweight"])
+    a, b = compare_both(version, N, got, reference_of(p), label=f"N={N} C={C}")
     assert a.ok, str(a)
     assert b.ok, str(b)
 
 
 def test_the_sample_covers_what_it_promises():  # (CPU)
-    for v in kernels.VERSIONS:
-        spec = kernels.get(v)
+    for v in rl.ladder.VERSIONS:
+        spec = rl.ladder.get(v)
         shapes = _shapes(v)
         Ns = [N for N, _ in shapes]
         Cs = [C for _, C in shapes]

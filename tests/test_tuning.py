@@ -1,11 +1,12 @@
-"""The tuning exercise's check (rmsnorm_lessons/exercises/tuning.py): refusals, a GPU's score."""
+"""The tuning exercise's check (rmsnorm_lessons/lessons/lesson11/tuning.py): refusals, a GPU's
+score."""
 from __future__ import annotations
 
 import pytest
 
-from rmsnorm_lessons import gpu, ladder
-from rmsnorm_lessons.exercises import tuning
-from rmsnorm_lessons.ladder.v7_fast import Config
+from rmsnorm_lessons.core import gpu, ladder
+from rmsnorm_lessons.core.ladder.v7_fast import Config
+from rmsnorm_lessons.lessons.lesson11 import tuning
 
 
 @pytest.mark.parametrize("config, says", [
@@ -64,11 +65,12 @@ def _fake_gpu(monkeypatch, yours_ms, ceiling_ms, ok=True):
     """The GPU's side replaced: a check report that is ``ok`` and the timings given, per shape."""
     from types import SimpleNamespace
 
-    from rmsnorm_lessons import bench, check
+    from rmsnorm_lessons.core import compare
+    from rmsnorm_lessons.speed import bench
 
     timed = []
     monkeypatch.setattr(gpu, "why_unavailable", lambda: None)
-    monkeypatch.setattr(check, "check_version", lambda *a, **k: SimpleNamespace(ok=ok))
+    monkeypatch.setattr(compare, "check_version", lambda *a, **k: SimpleNamespace(ok=ok))
 
     def time_shape(N, C, rows, ceiling_modes=(), copy_gbps=float("nan"), repeats=50):
         (spec, overwrite, config, label), = rows
@@ -116,9 +118,9 @@ def _lesson_cell() -> str:
     """Lesson 11's tuning exercise: the one cell that calls the check."""
     import json
 
-    from rmsnorm_lessons import lessons
+    from rmsnorm_lessons.course import registry
 
-    nb = json.loads(lessons.by_stem("11_v7_tuning").path.read_text())
+    nb = json.loads(registry.by_stem("11_v7_tuning").path.read_text())
     (cell,) = [c for c in nb["cells"] if "tuning.check_tuning(" in "".join(c["source"])]
     assert "exercise-check" in cell["metadata"].get("tags", [])
     return "".join(cell["source"])
@@ -134,7 +136,7 @@ def _config_in(text: str) -> Config:
 
 def _configs(text: str) -> tuple:
     """The Config the cell starts from (its skeleton) and the solution's."""
-    from rmsnorm_lessons import student
+    from rmsnorm_lessons.course import student
 
     return (_config_in(student.strip_solutions(text)),
             _config_in(text.split("### BEGIN SOLUTION")[1]))

@@ -14,8 +14,11 @@ import subprocess
 import numpy as np
 import pytest
 
-from rmsnorm_lessons import build, check, ladder, plots, sass
-from rmsnorm_lessons.ladder import v4_vec_bf16 as v4
+from rmsnorm_lessons.core import build, compare, ladder
+from rmsnorm_lessons.core.ladder import v4_vec_bf16 as v4
+from rmsnorm_lessons.course import plots
+from rmsnorm_lessons.inspection import sass
+from rmsnorm_lessons.lessons import lesson06
 
 needs_nvcc = pytest.mark.skipif(build.find_nvcc() is None, reason="nvcc not found")
 needs_sass = pytest.mark.skipif(build.find_tool("nvdisasm") is None
@@ -119,7 +122,7 @@ def test_both_layouts_compile_without_spills_and_add_with_cas_loops(interleaved,
                          [(1024, 0, "8-way", "no conflict"), (776, 5, "8-way", "no conflict"),
                                             (8, 3, "no conflict", "no conflict")])
 def test_staging_banks_figure(C, k, left, right):
-    fig = plots.v4_staging_banks(C, k)
+    fig = lesson06.v4_staging_banks(C, k)
     assert fig.dpi == plots.DPI and fig.get_size_inches()[0] <= plots.FIGSIZE[0]
     titles = [ax.get_title() for ax in fig.axes]
     assert titles[0].startswith("interleaved") and left in titles[0], titles
@@ -130,5 +133,5 @@ def test_staging_banks_figure(C, k, left, right):
 @pytest.mark.parametrize("N,C", [(1031, 776), (517, 2056), (33, 8192), (1, 8)])
 def test_both_layouts_match_the_reference(interleaved, N, C):
     for name in (v4.RUNG.name, interleaved.name):
-        report = check.check_version(name, N, C, seed=N + C)
+        report = compare.check_version(name, N, C, seed=N + C)
         assert report.ok, report

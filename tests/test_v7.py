@@ -4,7 +4,7 @@ resources.
 
 The plan is data (``ladder.plan("v7_fast", ...)`` on ``gpu.H200``); its variants are chosen with
 ``ladder.v7_fast.Config``, never with globals or environment variables. The version itself is also
-in every parametrized test over ``rl.kernels.VERSIONS``. On the GPU: tests/test_v7_gpu.py; the
+in every parametrized test over ``rl.ladder.VERSIONS``. On the GPU: tests/test_v7_gpu.py; the
 bench's rows, the peers, the streaming ceiling and lesson 10's exercise: tests/test_v7_measure.py.
 """
 import dataclasses
@@ -12,14 +12,15 @@ import re
 
 import pytest
 
-from rmsnorm_lessons import build, gpu, kernels, ladder, launch
-from rmsnorm_lessons.ladder import ceil_div, v7_fast
-from rmsnorm_lessons.ladder.v7_fast import Config, row_layout
+import rmsnorm_lessons as rl
+from rmsnorm_lessons.core import build, gpu, ladder, launch
+from rmsnorm_lessons.core.ladder import ceil_div, v7_fast
+from rmsnorm_lessons.core.ladder.v7_fast import Config, row_layout
 
 H200_SMS = 132
 OPTIN_H200 = 232448  # shared memory a block may have on sm_90 after opting in
 OPTIN_A100 = 166912
-V7 = kernels.get("v7_fast")
+V7 = rl.ladder.get("v7_fast")
 
 
 def plan(N, C, block_size=None, overwrite=False, config=None, device=gpu.H200):

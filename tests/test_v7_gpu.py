@@ -5,14 +5,14 @@ driver's count.
 import ctypes
 
 import numpy as np
-
 import pytest
 
-from rmsnorm_lessons import bf16, build, check, gpu, kernels, ladder, launch, libcuda, reference
-from rmsnorm_lessons.ladder import v7_fast
-from rmsnorm_lessons.ladder.v7_fast import Config, row_layout
+import rmsnorm_lessons as rl
+from rmsnorm_lessons.core import bf16, build, compare, gpu, ladder, launch, libcuda, reference
+from rmsnorm_lessons.core.ladder import v7_fast
+from rmsnorm_lessons.core.ladder.v7_fast import Config, row_layout
 
-V7 = kernels.get("v7_fast")
+V7 = rl.ladder.get("v7_fast")
 
 
 def args(launch_):
@@ -32,7 +32,7 @@ def _gradient(p, overwrite):
 
 
 def _ok(N, got, want):
-    report = check.compare_outputs(V7, N, got, want, name="v7_fast")
+    report = compare.compare_outputs(V7, N, got, want, name="v7_fast")
     assert report.ok, str(report)
 
 
@@ -42,18 +42,18 @@ def _ok(N, got, want):
 def test_overwrite_mode_sets_dinp_and_adds_dweight(N, C):
     p = reference.random_problem(N, C, bf16.bfloat16, seed=N + C, accumulate=True)
     poisoned = np.full((N, C), np.nan, np.float32).astype(bf16.bfloat16)  # never read in this mode
-    got = kernels.run(V7, p["dout"], p["inp"], p["weight"], p["rstd"], poisoned, p["dweight"],
+    got = rl.run(V7, p["dout"], p["inp"], p["weight"], p["rstd"], poisoned, p["dweight"],
                       overwrite=True)
     assert np.isfinite(np.asarray(got[0], np.float32)).all()
     _ok(N, got, _gradient(p, overwrite=True))
     # again, from its own outputs: dinp is the same gradient (bitwise), dweight took a second one
-    again = kernels.run(V7, p["dout"], p["inp"], p["weight"], p["rstd"], got[0], got[1],
+    again = rl.run(V7, p["dout"], p["inp"], p["weight"], p["rstd"], got[0], got[1],
                         overwrite=True)
     assert np.array_equal(bf16.bits(again[0]), bf16.bits(got[0]))
     _, grad_w = reference.backward(p["dout"], p["inp"], p["weight"], p["rstd"])
     want_w = p["dweight"].astype(np.float64) + 2 * grad_w
-    tol = check.tolerances(bf16.bfloat16, N)
-    assert check.compare(again[1], want_w, 2 * tol["dweight"][0], tol["dweight"][1],
+    tol = compare.tolerances(bf16.bfloat16, N)
+    assert compare.compare(again[1], want_w, 2 * tol["dweight"][0], tol["dweight"][1],
                          name="dweight").ok
 
 
@@ -64,7 +64,7 @@ def test_every_launch_shape_against_the_reference(C, overwrite):
     N = max(3, min(4099, (1 << 23) // C) | 1)  # odd; N*C up to 8 M
     p = reference.random_problem(N, C, bf16.bfloat16, seed=C * 3 + overwrite, accumulate=True)
     want = _gradient(p, overwrite)
-    got = kernels.run(V7, p["dout"], p["inp"], p["weight"], p["rstd"], p["dinp"], p["dweight"],
+    got = rl.run(V7, p["dout"], p["inp"], p["weight"], p["rstd"], p["dinp"], p["dweight"],
                       overwrite=overwrite)
     _ok(N, got, want)
     main = launch.launcher(V7, C, overwrite=overwrite).plan(N)[0]  # the launcher run() used
@@ -77,7 +77,7 @@ def test_every_launch_shape_against_the_reference(C, overwrite):
         assert got == (t.group, t.stages, t.block, t.shared)
         # and the register path at the same C, which Config(staged=False) asks for
         registers = v7_fast.Config(staged=False)
-        _ok(N, kernels.run(V7, p["dout"], p["inp"], p["weight"], p["rstd"], p["dinp"], p["dweight"],
+        _ok(N, rl.run(V7, p["dout"], p["inp"], p["weight"], p["rstd"], p["dinp"], p["dweight"],
                            overwrite=overwrite, config=registers), want)
         main = launch.launcher(V7, C, overwrite=overwrite, config=registers).plan(N)[0]
     s = row_layout(C, overwrite=overwrite)  # the register path ran the layout this file expects
@@ -91,7 +91,7 @@ def test_every_launch_shape_against_the_reference(C, overwrite):
 def _run(p, config=None, block=None):
     """One call from ``p``'s inputs and outputs, with a variant; returns (dinp, dweight) as NumPy
     arrays."""
-    return kernels.run(V7, p["dout"], p["inp"], p["weight"], p["rstd"], p["dinp"], p["dweight"],
+    return rl.run(V7, p["dout"], p["inp"], p["weight"], p["rstd"], p["dinp"], p["dweight"],
                        config=config, block_size=block)
 
 
@@ -120,7 +120,7 @@ def test_launch_variants_are_right(variant):
 def test_C_beyond_65536_refused_before_launching():
     p = reference.random_problem(2, 65544, bf16.bfloat16, seed=1)
     with pytest.raises(ValueError, match=r"the largest C is 65536"):
-        kernels.run(V7, p["dout"], p["inp"], p["weight"], p["rstd"])
+        rl.run(V7, p["dout"], p["inp"], p["weight"], p["rstd"])
 
 
 @pytest.mark.gpu
@@ -130,9 +130,9 @@ def test_C_beyond_65536_refused_before_launching():
 @pytest.mark.parametrize("overwrite", [False, True])
 def test_wide_rows_against_the_reference_bitwise_twice(N, C, overwrite):
     p = reference.random_problem(N, C, bf16.bfloat16, seed=N + C, accumulate=True)
-    report = check.check_version(V7, N, C, seed=N + C + 3, overwrite=overwrite)
+    report = compare.check_version(V7, N, C, seed=N + C + 3, overwrite=overwrite)
     assert report.ok, report
-    runs = [kernels.run(V7, p["dout"], p["inp"], p["weight"], p["rstd"], p["dinp"], p["dweight"],
+    runs = [rl.run(V7, p["dout"], p["inp"], p["weight"], p["rstd"], p["dinp"], p["dweight"],
                         overwrite=overwrite) for _ in range(2)]
     for a, b in zip(*runs):
         assert np.array_equal(bf16.bits(a), bf16.bits(b))

@@ -6,13 +6,14 @@ import dataclasses
 import types
 
 import numpy as np
-
 import pytest
 
-from rmsnorm_lessons import bench, bf16, build, gpu, kernels, ladder, peers
-from rmsnorm_lessons.exercises import lesson10
+import rmsnorm_lessons as rl
+from rmsnorm_lessons.core import bf16, build, gpu, ladder
+from rmsnorm_lessons.lessons import lesson09, lesson10
+from rmsnorm_lessons.speed import bench, peers
 
-V7 = kernels.get("v7_fast")
+V7 = rl.ladder.get("v7_fast")
 
 
 def plan(N, C, block_size=None, overwrite=False, config=None, device=gpu.H200):
@@ -120,7 +121,8 @@ def test_bench_command_writes_every_row(tmp_path, monkeypatch, capsys):
     picture."""
     import json
 
-    from rmsnorm_lessons import cli, gpu
+    from rmsnorm_lessons import cli
+    from rmsnorm_lessons.core import gpu
 
     shapes = [(8192, 768), (1024, 4096)]
     calls = {}
@@ -202,9 +204,8 @@ def test_fit_fixed_cost_recovers_a_line():
 
 
 def test_fixed_cost_plot():
-    from rmsnorm_lessons import plots
 
-    fig = plots.fixed_cost({"v7_fast": [(1024, 0.017), (16384, 0.142)],
+    fig = lesson09.fixed_cost({"v7_fast": [(1024, 0.017), (16384, 0.142)],
                             bench.STREAM_NAME: [(1024, 0.012), (16384, 0.132)]}, C=4096)
     labels = [t.get_text() for t in fig.axes[0].get_legend().get_texts()]
     assert labels[0].startswith("v7_fast: 8.7 us + 8.14 ns/row"), labels

@@ -1,26 +1,27 @@
 """Bad input is refused before anything is launched, with a message naming the argument and the
 rule.
 
-The CPU tests call ``rl.kernels.check_inputs``/``run`` with NumPy arrays and with a fake GPUArray
+The CPU tests call ``rl.validate.inputs``/``run`` with NumPy arrays and with a fake GPUArray
 (an object with ``.gpudata``, ``.shape``, ``.dtype``, ``.flags``, ``.strides``); the ``gpu`` tests
 use real GPUArrays and real launches. (What ``run`` refuses before touching the GPU, proved with the
 GPU fenced off, is in test_safety.py; the shared memory a C needs, in test_validation_smem.py.)
 """
 import numpy as np
 import pytest
+from _gpu_support import FakeGPUArray, compare_both
+from _gpu_support import fakes as _fakes
 
-from rmsnorm_lessons import bf16, check, gpu, kernels, reference
+import rmsnorm_lessons as rl
+from rmsnorm_lessons.core import bf16, compare, gpu, reference
 
-from _gpu_support import FakeGPUArray, compare, fakes as _fakes
-
-FP32_VERSIONS = [v for v in kernels.VERSIONS if kernels.get(v).dtype == np.float32]
-BF16_VERSIONS = [v for v in kernels.VERSIONS if kernels.get(v).dtype == bf16.bfloat16]
-VECTOR_VERSIONS = [v for v in kernels.VERSIONS if kernels.get(v).c_multiple > 1]
-ALL = list(kernels.VERSIONS)
+FP32_VERSIONS = [v for v in rl.ladder.VERSIONS if rl.ladder.get(v).dtype == np.float32]
+BF16_VERSIONS = [v for v in rl.ladder.VERSIONS if rl.ladder.get(v).dtype == bf16.bfloat16]
+VECTOR_VERSIONS = [v for v in rl.ladder.VERSIONS if rl.ladder.get(v).c_multiple > 1]
+ALL = list(rl.ladder.VERSIONS)
 
 
 def _arrays(version, N=6, C=16, shape=None, seed=0):
-    spec = kernels.get(version)
+    spec = rl.ladder.get(version)
     p = reference.random_problem(N, C, spec.dtype, seed=seed)
     if shape is not None:
         p = {k: (v.reshape(shape[:-1]) if k == "rstd" else v.reshape(shape)
@@ -31,7 +32,7 @@ def _arrays(version, N=6, C=16, shape=None, seed=0):
 
 def _call(version, p, **replace):
     a = {**p, **replace}
-    return kernels.check_inputs(version, a["dout"], a["inp"], a["weight"], a["rstd"], a["dinp"],
+    return rl.validate.inputs(version, a["dout"], a["inp"], a["weight"], a["rstd"], a["dinp"],
                                 a["dweight"])
 
 
@@ -41,7 +42,7 @@ def _call(version, p, **replace):
 
 @pytest.mark.parametrize("version", ALL)
 def test_good_input_passes(version):
-    spec = kernels.get(version)
+    spec = rl.ladder.get(version)
     C = 8 * spec.c_multiple
     shp = _call(version, _arrays(version, 5, C))
     assert (shp.N, shp.C, shp.shape) == (5, C, (5, C))
@@ -51,7 +52,7 @@ def test_good_input_passes(version):
     assert (shp.N, shp.C) == (6, C)
     p = _arrays(version, 5, C)
     # outputs optional
-    assert kernels.check_inputs(version, p["dout"], p["inp"], p["weight"], p["rstd"]).N == 5
+    assert rl.validate.inputs(version, p["dout"], p["inp"], p["weight"], p["rstd"]).N == 5
 
 
 # --------------------------------------------------------------------------------------------------
@@ -72,7 +73,7 @@ def test_good_input_passes(version):
 @pytest.mark.parametrize("version", ALL)
 def test_mismatched_shapes_refused(version, name, bad, rule):
     p = _arrays(version)
-    dtype = np.float32 if name == "rstd" else kernels.get(version).dtype
+    dtype = np.float32 if name == "rstd" else rl.ladder.get(version).dtype
     with pytest.raises(ValueError, match=rule):
         _call(version, p, **{name: np.zeros(bad, dtype)})
     with pytest.raises(ValueError, match=rule):
@@ -93,7 +94,7 @@ def test_three_dim_shapes_must_match_exactly():
 @pytest.mark.parametrize("version", ["v1_naive", "v6_last_block"])
 def test_ndim_other_than_2_or_3_refused(version, shape):
     p = _arrays(version)
-    dtype = kernels.get(version).dtype
+    dtype = rl.ladder.get(version).dtype
     with pytest.raises(ValueError,
                        match=r"inp must have 2 dims \(N, C\) or 3 dims \(B, T, C\), got shape"):
         _call(version, p, inp=np.zeros(shape, dtype))
@@ -108,7 +109,7 @@ def test_ndim_other_than_2_or_3_refused(version, shape):
 @pytest.mark.parametrize("name", ["dout", "inp", "weight", "dinp", "dweight"])
 @pytest.mark.parametrize("version", ALL)
 def test_wrong_dtype_for_the_version_refused(version, name):
-    spec = kernels.get(version)
+    spec = rl.ladder.get(version)
     p = _arrays(version)
     wrong = np.float32 if spec.dtype == bf16.bfloat16 else bf16.bfloat16
     rule = rf"{name} must be native {spec.dtype.name} for {version}, got {np.dtype(wrong).name}$"
@@ -225,7 +226,7 @@ def test_fp32_versions_refuse_views_off_their_element_size(version, name, offset
 @pytest.mark.parametrize("C", [1, 4, 12, 100, 777, 1604])
 @pytest.mark.parametrize("version", VECTOR_VERSIONS)
 def test_C_not_a_multiple_of_8_refused(version, C):
-    spec = kernels.get(version)
+    spec = rl.ladder.get(version)
     p = _arrays(version, 3, C)
     with pytest.raises(ValueError,
                        match=rf"{version} needs C to be a multiple of {spec.c_multiple} \(128-bit "
@@ -245,7 +246,7 @@ def test_fp32_versions_take_any_C(version):
 def test_C_zero_refused(version):
     p = {k: np.zeros((4, 0) if k in ("dout", "inp", "dinp") else (0,) if k in ("weight", "dweight")
                      else (4,),
-                     np.float32 if k == "rstd" else kernels.get(version).dtype)
+                     np.float32 if k == "rstd" else rl.ladder.get(version).dtype)
          for k in ("dout", "inp", "weight", "rstd", "dinp", "dweight")}
     with pytest.raises(ValueError, match=r"C \(the last dim of inp\) must be at least 1, got 0"):
         _call(version, p)
@@ -267,30 +268,30 @@ def test_N_at_2_31_refused():
 
 @pytest.mark.parametrize("version", ALL)
 def test_N_zero_is_a_no_op_that_leaves_outputs_untouched(version):
-    spec = kernels.get(version)
+    spec = rl.ladder.get(version)
     C = 8 * spec.c_multiple
     p = _arrays(version, 0, C)
     dinp0 = np.zeros((0, C), spec.dtype)
     dweight0 = bf16.to_bf16(np.arange(C)).astype(spec.dtype)
     keep = dweight0.copy()
-    dinp, dweight = kernels.run(version, p["dout"], p["inp"], p["weight"], p["rstd"], dinp0,
+    dinp, dweight = rl.run(version, p["dout"], p["inp"], p["weight"], p["rstd"], dinp0,
                                 dweight0)
     assert dinp.shape == (0, C)
     assert np.array_equal(np.asarray(dweight, np.float32), np.asarray(keep, np.float32))
     assert np.array_equal(np.asarray(dweight0, np.float32), np.asarray(keep, np.float32))
-    dinp, dweight = kernels.run(version, p["dout"], p["inp"], p["weight"], p["rstd"])
+    dinp, dweight = rl.run(version, p["dout"], p["inp"], p["weight"], p["rstd"])
     assert dinp.shape == (0, C) and not np.any(np.asarray(dweight, np.float32))
     # (B, 0, C) too
     q = _arrays(version, 0, C, shape=(3, 0, C))
-    dinp, _ = kernels.run(version, q["dout"], q["inp"], q["weight"], q["rstd"])
+    dinp, _ = rl.run(version, q["dout"], q["inp"], q["weight"], q["rstd"])
     assert dinp.shape == (3, 0, C)
     # GPUArrays: the very same objects come back
     fakes = _fakes(version, 0, C)
-    out = kernels.run(version, fakes["dout"], fakes["inp"], fakes["weight"], fakes["rstd"],
+    out = rl.run(version, fakes["dout"], fakes["inp"], fakes["weight"], fakes["rstd"],
                       fakes["dinp"],
                       fakes["dweight"])
     assert out[0] is fakes["dinp"] and out[1] is fakes["dweight"]
-    assert "N == 0" in kernels.run.__doc__
+    assert "N == 0" in rl.run.__doc__
 
 
 @pytest.mark.parametrize("version", ["v2_warp", "v6_last_block"])
@@ -299,7 +300,7 @@ def test_N_zero_with_gpuarrays_as_pycuda_makes_them(version):
     # size 0: PyCUDA allocates nothing and keeps gpudata None
     for k in ("dout", "inp", "rstd", "dinp"):
         fakes[k] = FakeGPUArray(fakes[k].shape, fakes[k].dtype, address=None)
-    out = kernels.run(version,
+    out = rl.run(version,
                       *[fakes[k] for k in ("dout", "inp", "weight", "rstd", "dinp", "dweight")])
     assert out[0] is fakes["dinp"] and out[1] is fakes["dweight"]
 
@@ -308,15 +309,15 @@ def test_run_refuses_before_touching_the_gpu(monkeypatch):
     monkeypatch.setattr(gpu, "require", lambda: pytest.fail("GPU touched"))
     p = _arrays("v6_last_block", 4, 12)
     with pytest.raises(ValueError, match=r"v6_last_block needs C to be a multiple of 8"):
-        kernels.run("v6_last_block", p["dout"], p["inp"], p["weight"], p["rstd"])
+        rl.run("v6_last_block", p["dout"], p["inp"], p["weight"], p["rstd"])
     with pytest.raises(ValueError,
                        match=r"overwrite=True \(dinp = instead of \+=\) is not offered by "
                              r"v1_naive"):
         q = _arrays("v1_naive")
-        kernels.run("v1_naive", q["dout"], q["inp"], q["weight"], q["rstd"], overwrite=True)
+        rl.run("v1_naive", q["dout"], q["inp"], q["weight"], q["rstd"], overwrite=True)
     fakes = _fakes("v6_last_block")
     with pytest.raises(ValueError, match=r"dinp and dweight must be given as GPUArrays"):
-        kernels.run("v6_last_block", fakes["dout"], fakes["inp"], fakes["weight"], fakes["rstd"])
+        rl.run("v6_last_block", fakes["dout"], fakes["inp"], fakes["weight"], fakes["rstd"])
 
 
 # --------------------------------------------------------------------------------------------------
@@ -336,15 +337,15 @@ def test_misaligned_real_gpuarray_view_refused():
     with pytest.raises(ValueError,
                        match=r"inp must start on a 16-byte boundary for v6_last_block \(128-bit "
                              r"loads\)"):
-        kernels.run("v6_last_block", dev["dout"], view, dev["weight"], dev["rstd"], dev["dinp"],
+        rl.run("v6_last_block", dev["dout"], view, dev["weight"], dev["rstd"], dev["dinp"],
                     dev["dweight"])
     aligned = big[8:8 + N * C].reshape(N, C)  # 16 bytes in: accepted
     assert int(aligned.gpudata) % 16 == 0
     aligned.set(np.ascontiguousarray(p["inp"]))
-    kernels.run("v6_last_block", dev["dout"], aligned, dev["weight"], dev["rstd"], dev["dinp"],
+    rl.run("v6_last_block", dev["dout"], aligned, dev["weight"], dev["rstd"], dev["dinp"],
                 dev["dweight"])
     want = reference.backward(p["dout"], p["inp"], p["weight"], p["rstd"], p["dinp"], p["dweight"])
-    a, b = compare("v6_last_block", N, (dev["dinp"].get(), dev["dweight"].get()), want,
+    a, b = compare_both("v6_last_block", N, (dev["dinp"].get(), dev["dweight"].get()), want,
                    label="aligned view")
     assert a.ok and b.ok, f"{a}\n{b}"
 
@@ -363,7 +364,7 @@ def test_real_non_contiguous_gpuarray_refused():
         pytest.skip(f"this PyCUDA cannot make a strided 2-d view: {exc}")
     assert not contiguous
     with pytest.raises(ValueError, match=r"inp must be C-contiguous"):
-        kernels.run("v2_warp", dev["dout"], view, dev["weight"], dev["rstd"], dev["dinp"],
+        rl.run("v2_warp", dev["dout"], view, dev["weight"], dev["rstd"], dev["dinp"],
                     dev["dweight"])
 
 
@@ -372,7 +373,7 @@ def test_real_non_contiguous_gpuarray_refused():
 def test_nan_and_inf_propagate_like_the_reference(version):
     import rmsnorm_lessons as rl
 
-    spec = kernels.get(version)
+    spec = rl.ladder.get(version)
     N, C = 300, 776 if spec.c_multiple > 1 else 777
     p = reference.random_problem(N, C, spec.dtype, seed=99)
     # poison after rstd was computed: a NaN and an Inf in inp, a NaN and a -Inf in dout, each in its
@@ -382,10 +383,10 @@ def test_nan_and_inf_propagate_like_the_reference(version):
     p["dout"][200, 300] = np.nan
     p["dout"][299, 700] = -np.inf
     args = (p["dout"], p["inp"], p["weight"], p["rstd"], p["dinp"], p["dweight"])
-    dinp, dweight = kernels.run(version, *args)  # must come back: no hang, no crash
+    dinp, dweight = rl.run(version, *args)  # must come back: no hang, no crash
     with np.errstate(invalid="ignore"):  # inf - inf in the reference, as on the device
         ref_dinp, ref_dweight = reference.backward(*args)
-        report = check.compare_outputs(spec, N, (dinp, dweight), (ref_dinp, ref_dweight),
+        report = compare.compare_outputs(spec, N, (dinp, dweight), (ref_dinp, ref_dweight),
                                        name=version)
     for name, got, ref in (("dinp", dinp, ref_dinp), ("dweight", dweight, ref_dweight)):
         g = np.asarray(got, np.float64)
@@ -400,7 +401,7 @@ def test_nan_and_inf_propagate_like_the_reference(version):
         assert getattr(report, name).ok, str(getattr(report, name))
     # and the device is still fine afterwards
     q = reference.random_problem(64, 256, spec.dtype, seed=7)
-    out = kernels.run(version, q["dout"], q["inp"], q["weight"], q["rstd"], q["dinp"], q["dweight"])
+    out = rl.run(version, q["dout"], q["inp"], q["weight"], q["rstd"], q["dinp"], q["dweight"])
     want = reference.backward(q["dout"], q["inp"], q["weight"], q["rstd"], q["dinp"], q["dweight"])
-    assert check.compare_outputs(spec, 64, out, want).dinp.ok
+    assert compare.compare_outputs(spec, 64, out, want).dinp.ok
     rl.gpu.synchronize()

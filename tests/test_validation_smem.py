@@ -5,13 +5,14 @@ import dataclasses
 
 import pytest
 
-from rmsnorm_lessons import gpu, kernels, ladder, launch, reference
+import rmsnorm_lessons as rl
+from rmsnorm_lessons.core import gpu, ladder, launch, reference
 
-ALL = list(kernels.VERSIONS)
+ALL = list(rl.ladder.VERSIONS)
 
 
 def _arrays(version, N=6, C=16, seed=0):
-    return reference.random_problem(N, C, kernels.get(version).dtype, seed=seed)
+    return reference.random_problem(N, C, rl.ladder.get(version).dtype, seed=seed)
 
 
 OPTIN_H200 = 227 * 1024  # bytes a block may opt in to on Hopper
@@ -26,7 +27,7 @@ def _need(version, C, block=None):
 
 @pytest.mark.parametrize("version", ALL)
 def test_the_largest_C_that_fits(version):
-    spec = kernels.get(version)
+    spec = rl.ladder.get(version)
     for C in (spec.c_multiple * 8, 1600, 16384):
         if C % spec.c_multiple == 0 and _need(version, C) <= OPTIN_H200:
             assert launch.largest_c(spec, OPTIN_H200, spec.block_size) >= C
@@ -60,12 +61,12 @@ def test_a_C_beyond_the_version_is_refused_before_the_gpu(monkeypatch):
     p = _arrays("v6_last_block", 2, 1032)
     monkeypatch.setattr(gpu, "require", lambda: pytest.fail("GPU touched"))
     with pytest.raises(ValueError, match=r"^v9_capped runs C up to 1024, got C=1032$"):
-        kernels.run(capped, p["dout"], p["inp"], p["weight"], p["rstd"])
+        rl.run(capped, p["dout"], p["inp"], p["weight"], p["rstd"])
     # check_inputs checks the arrays only; a C that only this device cannot hold passes it (the
     # launcher checks the device)
-    assert kernels.check_inputs(capped, p["dout"], p["inp"], p["weight"], p["rstd"]).C == 1032
+    assert rl.validate.inputs(capped, p["dout"], p["inp"], p["weight"], p["rstd"]).C == 1032
     p = _arrays("v6_last_block", 2, 32768)
-    assert kernels.check_inputs("v6_last_block", p["dout"], p["inp"], p["weight"],
+    assert rl.validate.inputs("v6_last_block", p["dout"], p["inp"], p["weight"],
                                 p["rstd"]).C == 32768
 
 
@@ -76,7 +77,7 @@ def test_v7_refuses_C_past_its_limit_without_a_gpu(monkeypatch):
     with pytest.raises(ValueError,
                        match=rf"^v7_fast: C={C} is wider than 4 blocks of 512 threads hold; the "
                                          rf"largest C is 65536$"):
-        kernels.run("v7_fast", p["dout"], p["inp"], p["weight"], p["rstd"])
+        rl.run("v7_fast", p["dout"], p["inp"], p["weight"], p["rstd"])
 
 
 def test_shared_memory_depends_on_the_block_size():
@@ -93,7 +94,7 @@ def test_shared_memory_depends_on_the_block_size():
 def test_run_refuses_C_beyond_the_devices_shared_memory(version):
     import rmsnorm_lessons as rl
 
-    spec = kernels.get(version)
+    spec = rl.ladder.get(version)
     limit = rl.gpu.facts().shared_memory_per_block_optin
     C = next((C for C in range(spec.c_multiple * 256, 1 << 20, spec.c_multiple * 256)
               if _need(version, C) > limit), None)
@@ -112,4 +113,4 @@ def test_run_refuses_C_beyond_the_devices_shared_memory(version):
                                          rf"C={C} needs \d+ bytes of dynamic shared memory per "
                                          r"block \(block of \d+\); no GPU allows a block more than "
                                          r"\d+ bytes)"):
-        kernels.run(version, p["dout"], p["inp"], p["weight"], p["rstd"], p["dinp"], p["dweight"])
+        rl.run(version, p["dout"], p["inp"], p["weight"], p["rstd"], p["dinp"], p["dweight"])

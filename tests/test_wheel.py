@@ -10,7 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from rmsnorm_lessons import build, lessons
+from rmsnorm_lessons.core import build
+from rmsnorm_lessons.course import registry
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -67,7 +68,7 @@ def test_the_wheel_ships_every_module_and_kernel(wheel):
         if "__pycache__" not in path.parts:
             where = path.relative_to(ROOT).as_posix()
             assert where in names, f"{where} is not in the wheel"
-    for lesson in lessons.LESSONS:  # for `student` and `progress` (lessons.notebook_dir)
+    for lesson in registry.LESSONS:  # for `student` and `progress` (registry.notebook_dir)
         shipped = "/".join(("rmsnorm_lessons", "notebooks", lesson.notebook))
         assert shipped in names, f"{lesson.notebook} is not in the wheel"
     assert not [n for n in names if n.endswith(".failed.ipynb") or n.endswith("conftest.py")]
@@ -101,7 +102,7 @@ def test_compile_and_exercise_from_another_folder(venv, elsewhere):
     cwd, env = elsewhere
     code = """
 import rmsnorm_lessons as rl
-from rmsnorm_lessons.exercises import lesson01
+from rmsnorm_lessons.lessons import lesson01
 print("kernels from", rl.build.kernel_dir())
 assert "site-packages" in str(rl.build.kernel_dir()), rl.build.kernel_dir()
 compiled = rl.build.compile_file("v7_fast")
@@ -139,7 +140,7 @@ def test_student_edition_and_progress_from_the_wheel(venv, elsewhere):
     p = _run([venv, "-m", "rmsnorm_lessons", "student", out], cwd, env)
     assert p.returncode == 0, p.stderr
     written = sorted(f.name for f in out.glob("*.ipynb"))
-    assert written == sorted(l.notebook for l in lessons.LESSONS)
+    assert written == sorted(l.notebook for l in registry.LESSONS)
     assert not any("BEGIN SOLUTION" in f.read_text() for f in out.glob("*.ipynb"))
     # the venv has no PyCUDA: kernel checks cannot be verified, and the skeletons are unfinished
     p = _run([venv, "-m", "rmsnorm_lessons", "progress", *sorted(out.glob("*.ipynb"))], cwd, env,
@@ -148,10 +149,10 @@ def test_student_edition_and_progress_from_the_wheel(venv, elsewhere):
     rows = [ln.split(None, 3) for ln in p.stdout.splitlines() if ln.strip()]
     assert len({r[0] for r in rows}) == 1  # one learner: whoever owns OUT
     seen = {(r[1], r[2]): r[3] for r in rows if r[2].startswith(("lesson", "tuning."))}
-    for lesson in lessons.LESSONS:
+    for lesson in registry.LESSONS:
         for exercise in lesson.exercises:
             verdict = seen.get((lesson.stem, exercise))
             assert verdict is not None, f"no row for {lesson.stem} {exercise}:\n{p.stdout}"
             assert verdict.startswith(("NOT YET", "NOT VERIFIED")), (lesson.stem, exercise, verdict)
         assert any(r[1] == lesson.stem and r[2] == "total:" for r in rows), lesson.stem
-    assert len(seen) == sum(len(l.exercises) for l in lessons.LESSONS)
+    assert len(seen) == sum(len(l.exercises) for l in registry.LESSONS)

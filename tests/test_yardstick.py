@@ -6,7 +6,8 @@ import io
 import numpy as np
 import pytest
 
-from rmsnorm_lessons import bench, bf16, check, ladder, timing
+from rmsnorm_lessons.core import bf16, compare
+from rmsnorm_lessons.speed import bench, timing
 
 GB = 10**9
 
@@ -101,8 +102,8 @@ def test_sweep_times_a_shapes_rows_and_ceilings_interleaved(monkeypatch):
         checked.append((spec.name, overwrite, inputs.key))
         return type("R", (), {"ok": True})()
 
-    monkeypatch.setattr(bench.checking, "Inputs", FakeInputs)
-    monkeypatch.setattr(bench.checking, "check_version", fake_check)
+    monkeypatch.setattr(bench.compare, "Inputs", FakeInputs)
+    monkeypatch.setattr(bench.compare, "check_version", fake_check)
     monkeypatch.setattr(bench.launch, "launcher", lambda spec, C, overwrite=False,
                         config=None: (lambda N, tensors: None))
     monkeypatch.setattr(bench, "_stream_launcher", lambda accumulate,
@@ -150,7 +151,7 @@ def test_sweep_times_a_shapes_rows_and_ceilings_interleaved(monkeypatch):
                for r in recs if r["name"] == "v7_fast")
     # no ceiling unless asked
     assert bench.sweep(["v7_fast"], shapes[:1], copy_gbps=4000.0)[-1].name == "v7_fast"
-    assert check  # the module the sweep checks with (imported by bench as checking)
+    assert bench.compare is compare  # the module the sweep checks with
 
 
 def test_the_default_sweep_has_the_wide_rows():

@@ -3,7 +3,8 @@
 What it writes, all in one folder, every link relative (it works from ``file://`` and from any plain
 HTTP server, e.g. ``python -m http.server -d build/site``):
 
-* ``index.html``: the README's opening paragraph and the lessons (from rmsnorm_lessons/lessons.py),
+* ``index.html``: the README's opening paragraph and the lessons (from
+rmsnorm_lessons/course/registry.py),
   each lesson a link, and its kernel a link to the kernel's page (or, where a lesson builds
   several, the kernel files it reads);
 * ``<lesson>.html`` per notebook in ``notebooks/``: the notebook as committed, with the outputs it
@@ -15,7 +16,7 @@ HTTP server, e.g. ``python -m http.server -d build/site``):
   and hub/kubernetes.md (running the course for a room of learners);
 * ``reference_card.html``: notebooks/reference_card.md, the terms and SASS opcodes the lessons link
   to (``reference_card.md#warp`` in a notebook becomes ``reference_card.html#warp`` in its page);
-  the index shows the two-day plan of rmsnorm_lessons/schedule.py beside it.
+  the index shows the two-day plan of rmsnorm_lessons/course/schedule.py beside it.
 
 Renderer: nbconvert's HTML exporter with its ``lab`` template. It is installed already (JupyterLab
 pulls it in), so the site costs no new dependency and no Node build; it writes each figure into the
@@ -96,7 +97,7 @@ def lesson_map() -> list[dict]:
     """The lessons, from the registry: ``[{"notebook", "kernel", "kernel_file", "adds", ...}]``;
     ``kernel`` is the registry's Markdown for the kernel column, ``kernel_file`` the one file of
     ``kernels/`` it names (None where it names several or none)."""
-    from rmsnorm_lessons.lessons import LESSONS
+    from rmsnorm_lessons.course.registry import LESSONS
 
     rows = []
     for lesson in LESSONS:
@@ -230,7 +231,7 @@ def render_lesson(path: Path, lessons: list[str], row: dict | None,
 
     raw = json.loads(path.read_text())
     if not instructor:
-        from rmsnorm_lessons.student import student_notebook
+        from rmsnorm_lessons.course.student import student_notebook
 
         raw = student_notebook(raw)
     kernels = kernels_of(raw, row)
@@ -322,8 +323,9 @@ def build(out: Path, instructor: bool = False) -> list[Path]:
             (out / name).write_text(_page(title, _nav(lessons, name), _markdown(text)))
             written.append(out / name)
 
-    from rmsnorm_lessons import project  # the repository's address: pyproject.toml's [project.urls]
-    from rmsnorm_lessons import schedule
+    # the repository's address: pyproject.toml's [project.urls]
+    from rmsnorm_lessons.core import project
+    from rmsnorm_lessons.course import schedule
 
     table = ["| lesson | kernel | what it adds | min | open |", "| --- | --- | --- | ---: | --- |"]
     for name in lessons:

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """The Colab and Binder links of the README's Colab block and of lesson 00's Colab cell, rendered
 from the repository's address, which lives in one place: pyproject.toml's ``[project.urls]
-Repository``, read by :mod:`rmsnorm_lessons.project`. After changing it there, run
+Repository``, read by :mod:`rmsnorm_lessons.core.project`. After changing it there, run
 
     python3 tools/colab_links.py            # rewrites the README's Colab block and lesson 00's
                                             # Colab cell
@@ -23,7 +23,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
-from rmsnorm_lessons import project  # noqa: E402  (the checkout's package, beside this tool)
+from rmsnorm_lessons.core import project  # noqa: E402  (the checkout's package, beside this tool)
 
 README = ROOT / "README.md"
 LESSON00 = ROOT / "notebooks" / "00_setup.ipynb"

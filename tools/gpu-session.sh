@@ -30,7 +30,7 @@ case "$STEP" in
         done | tr '\n' ' ')
         if [ -z "${LESSONS// /}" ]; then echo "no lesson to re-execute"; exit 0; fi
         # shellcheck disable=SC2086  # LESSONS is a word list
-        timeout "${LIMIT:-570}" python3 -m rmsnorm_lessons.execute $LESSONS 2>&1 \
+        timeout "${LIMIT:-570}" python3 -m rmsnorm_lessons.course.execute $LESSONS 2>&1 \
             | tee "$OUT/execute.log"
         status=$?
         find notebooks -maxdepth 1 -name '*.failed.ipynb' -exec mv {} "$OUT/" \;

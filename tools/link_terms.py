@@ -161,7 +161,7 @@ def missing_links(nb: dict) -> list[str]:
 
 def _default_notebooks() -> list[Path]:
     sys.path.insert(0, str(ROOT))
-    from rmsnorm_lessons.lessons import LESSONS
+    from rmsnorm_lessons.course.registry import LESSONS
 
     return [lesson.path for lesson in LESSONS]
 
@@ -170,7 +170,8 @@ def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("notebooks", nargs="*", type=Path,
-                        help="notebooks (default: every lesson of rmsnorm_lessons/lessons.py)")
+                        help="notebooks (default: every lesson of the lesson registry, "
+                             "rmsnorm_lessons/course/registry.py)")
     parser.add_argument("--check", action="store_true",
                         help="change nothing; exit 1 if a term's first use is not linked")
     args = parser.parse_args(argv)

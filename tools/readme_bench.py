@@ -130,7 +130,7 @@ def _peer_versions(names, packages: dict) -> str | None:
 def render(bench_json) -> str:
     """The text between the README's markers, for this bench.json (a path from the repository root
     or absolute)."""
-    from rmsnorm_lessons.bench import LARGE_SHAPES, STREAM_NAME
+    from rmsnorm_lessons.speed.bench import LARGE_SHAPES, STREAM_NAME
 
     bench_json = Path(bench_json)
     if not bench_json.is_absolute():

@@ -1,5 +1,5 @@
 """The README's lesson table and two-day schedule, rendered from the lesson registry
-(rmsnorm_lessons/lessons.py; the plan is rmsnorm_lessons/schedule.py's).
+(rmsnorm_lessons/course/registry.py; the plan is rmsnorm_lessons/course/schedule.py's).
 
     python tools/readme_lessons.py            # print what the README should hold
     python tools/readme_lessons.py --check    # exit 1 if README.md holds something else
@@ -27,13 +27,13 @@ COLAB_BADGE = "https://colab.research.google.com/assets/colab-badge.svg"
 
 def render(lessons=None) -> str:
     """The table (one row a lesson: number and notebook, kernel, what it adds, minutes, its Colab
-    badge, built by rmsnorm_lessons.project from pyproject.toml's [project.urls]) and one line
+    badge, built by rmsnorm_lessons.core.project from pyproject.toml's [project.urls]) and one line
     under it: how many lessons have you write a kernel, and the time in all."""
     sys.path.insert(0, str(ROOT))
-    from rmsnorm_lessons import project
+    from rmsnorm_lessons.core import project
 
     if lessons is None:
-        from rmsnorm_lessons.lessons import LESSONS as lessons
+        from rmsnorm_lessons.course.registry import LESSONS as lessons
     if not lessons:
         raise ValueError("lessons: the registry is empty")
     rows = ["| # | notebook | kernel | what it adds | min | open |",
@@ -54,13 +54,13 @@ def render(lessons=None) -> str:
 
 
 def render_schedule(lessons=None) -> str:
-    """The two-day plan (rmsnorm_lessons.schedule): its rule, then per day the lessons with their
-    times, minutes and prerequisites, each linked to its notebook."""
+    """The two-day plan (rmsnorm_lessons.course.schedule): its rule, then per day the lessons with
+    their times, minutes and prerequisites, each linked to its notebook."""
     sys.path.insert(0, str(ROOT))
-    from rmsnorm_lessons import schedule
+    from rmsnorm_lessons.course import schedule
 
     if lessons is None:
-        from rmsnorm_lessons.lessons import LESSONS as lessons
+        from rmsnorm_lessons.course.registry import LESSONS as lessons
     text = schedule.plan_markdown(lambda lesson: f"notebooks/{lesson.notebook}", lessons)
     return "\n".join(line if line.startswith("|") else "\n".join(
         textwrap.wrap(line, WIDTH, break_on_hyphens=False)) for line in text.split("\n"))
@@ -104,7 +104,8 @@ def main(argv=None) -> int:
         text = f"{before}\n{rendered}\n{after}"
     if args.write:
         README.write_text(text)
-        print("README.md: lesson table and schedule rendered from rmsnorm_lessons/lessons.py")
+        print("README.md: lesson table and schedule rendered from "
+              "rmsnorm_lessons/course/registry.py")
     elif differ:
         verb = "differ" if len(differ) > 1 else "differs"
         print(f"README.md's {' and '.join(differ)} {verb} from the registry: "

@@ -17,10 +17,10 @@ WORKERS=${WORKERS:-8}
 nvidia-smi -L 2>&1 | tee "$OUT/info.log"
 if [ "${EXECUTE:-1}" = 1 ]; then
     # shellcheck disable=SC2086  # LESSONS is a word list
-    python3 -m rmsnorm_lessons.execute ${LESSONS:-notebooks/[0-9]*.ipynb} 2>&1 \
+    python3 -m rmsnorm_lessons.course.execute ${LESSONS:-notebooks/[0-9]*.ipynb} 2>&1 \
         | tee "$OUT/execute.log"
-    # what a lesson ran up to its error (rmsnorm_lessons.execute writes it beside the lesson): to
-    # read, not for nbval
+    # what a lesson ran up to its error (rmsnorm_lessons.course.execute writes it beside the
+    # lesson): to read, not for nbval
     find notebooks -maxdepth 1 -name '*.failed.ipynb' -exec mv {} "$OUT/" \;
     python3 tools/tag_notebooks.py 2>&1 | tee "$OUT/tag.log"
     tar czf "$OUT/notebooks.tgz" notebooks/*.ipynb

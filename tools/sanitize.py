@@ -11,7 +11,7 @@
 Every (tool, version) pair runs in its own process: ``compute-sanitizer --tool TOOL python
 tools/sanitize.py --launch VERSION``. That child (the driver) builds fully initialised inputs on the
 host (initcheck flags any read of device memory nothing wrote), runs the version twice at each shape
-through ``rl.kernels.run`` and checks the result against the float64 reference. The parent reads the
+through ``rl.run`` and checks the result against the float64 reference. The parent reads the
 sanitizer's ``ERROR SUMMARY`` (and racecheck's hazard summary), prints one line per run and a table
 of error totals, and exits 1 on any error or failed run, 2 when there is no compute-sanitizer or no
 GPU.
@@ -28,8 +28,9 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from rmsnorm_lessons import (check, child, gpu, kernels, ladder,  # noqa: E402 (after the path)
-                             reference, sanitizer)
+import rmsnorm_lessons as rl  # noqa: E402 (after the path)
+from rmsnorm_lessons.core import child, compare, gpu, ladder, reference  # noqa: E402
+from rmsnorm_lessons.inspection import sanitizer  # noqa: E402
 
 TOOLS = sanitizer.TOOLS
 NO_GPU_EXIT = 3  # the driver's exit code when no GPU is usable
@@ -61,14 +62,14 @@ def drive(version: str) -> int:
             # every input set on the host
             p = reference.random_problem(N, C, spec.dtype, seed=N * 1000 + C)
             args = (p["dout"], p["inp"], p["weight"], p["rstd"])
-            once = kernels.run(spec, *args, p["dinp"], p["dweight"])
-            twice = kernels.run(spec, *args, *once)  # the same launcher again: scratch reused
+            once = rl.run(spec, *args, p["dinp"], p["dweight"])
+            twice = rl.run(spec, *args, *once)  # the same launcher again: scratch reused
             ref1 = reference.backward(*args, p["dinp"], p["dweight"])
             ref2 = reference.backward(*args, *ref1)
             ok = True
             # two calls' worth of rows in the second
             for got, want in ((once, ref1), (twice, ref2)):
-                ok &= check.compare_outputs(spec, 2 * N, got, want, name=name, C=C).ok
+                ok &= compare.compare_outputs(spec, 2 * N, got, want, name=name, C=C).ok
             print(f"driver: {name} N={N} C={C}: {'ok' if ok else 'WRONG RESULT'}", flush=True)
             failed += not ok
     return 1 if failed else 0

@@ -25,10 +25,10 @@ nvcc_wheels=""
 cuda_wheels="nvidia-cuda-nvcc==13.0.* nvidia-cuda-crt==13.0.* nvidia-nvvm==13.0.*"
 cuda_wheels="$cuda_wheels nvidia-cuda-runtime==13.0.* nvidia-cuda-cccl==13.0.*"
 has_nvcc || nvcc_wheels="$cuda_wheels"
-# nvdisasm for the SASS listings (rmsnorm_lessons.sass reads `nvdisasm -json`), from NVIDIA's wheel
-# when the system has none. cuobjdump only for the tests: tests/test_sass.py compares the JSON's
-# listing with cuobjdump's, which caught nvdisasm's JSON giving a kernel's subroutines as functions
-# of their own
+# nvdisasm for the SASS listings (rmsnorm_lessons.inspection.sass reads `nvdisasm -json`), from
+# NVIDIA's wheel when the system has none. cuobjdump only for the tests: tests/test_sass.py compares
+# the JSON's listing with cuobjdump's, which caught nvdisasm's JSON giving a kernel's subroutines as
+# functions of their own
 has_tool nvdisasm || nvcc_wheels="$nvcc_wheels nvidia-cuda-nvdisasm>=13.0,<14"
 has_tool cuobjdump || nvcc_wheels="$nvcc_wheels nvidia-cuda-cuobjdump>=13.0,<14"
 

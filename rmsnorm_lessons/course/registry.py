@@ -1,0 +1,176 @@
+"""The course's lessons, one row each: the only list of them.
+
+Tests, the student edition, ``progress``, the site, the README's lesson table and the lab's
+scripts read this registry; a new lesson is one :class:`Lesson` row here (and its notebook).
+
+    >>> from rmsnorm_lessons import lessons
+    >>> [l.stem for l in lessons.LESSONS][:3]
+    ['00_setup', '01_rmsnorm_math', '02_naive']
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+__all__ = ["LESSONS", "Lesson", "by_stem", "kernel_exercises", "notebook_dir"]
+
+
+@dataclass(frozen=True)
+class Lesson:
+    """One lesson: its notebook, what it builds and its exercises.
+
+    ``exercises`` name the checks the notebook calls, in the order it calls them, as
+    ``"lessonNN.check_x"`` (the module in :mod:`rmsnorm_lessons.course.verdict` and the function);
+    ``kernel_exercise`` is the one among them that judges a CUDA kernel the learner writes, if any.
+    ``minutes`` is the lesson's own estimate of a sitting; ``kernel`` is what the README's table
+    shows in its kernel column (the rung's name, or the other kernels the lesson builds).
+    ``prerequisites`` are the stems of the earlier lessons whose code or ideas this one uses
+    directly (the rest follow through theirs); :mod:`rmsnorm_lessons.course.schedule` plans a
+    two-day workshop from them and the minutes, and refuses a lesson placed before one it needs.
+    """
+
+    stem: str
+    title: str
+    kernel: str
+    adds: str
+    exercises: tuple[str, ...]
+    minutes: int
+    rung: str | None = None
+    kernel_exercise: str | None = None
+    prerequisites: tuple[str, ...] = ()
+
+    @property
+    def number(self) -> str:
+        return self.stem[:2]
+
+    @property
+    def notebook(self) -> str:
+        return f"{self.stem}.ipynb"
+
+    @property
+    def path(self) -> Path:
+        """The instructor edition's notebook in this checkout (or installed copy)."""
+        return notebook_dir() / self.notebook
+
+
+LESSONS: tuple[Lesson, ...] = (
+    Lesson("00_setup", "Setup: a first kernel and the copy bandwidth", "-",
+           "what is here, a first `SourceModule` kernel, CUDA events, the copy bandwidth",
+           ("lesson00.check_grid", "lesson00.check_bytes", "lesson00.check_ridge",
+            "lesson00.check_more_flops", "lesson00.check_why_rotate"), minutes=60,
+           prerequisites=()),
+    Lesson("01_rmsnorm_math", "The math of RMSNorm", "`rmsnorm_forward`",
+           "forward and backward derived, the NumPy reference, finite differences",
+           ("lesson01.check_term2", "lesson01.check_rstd_scaling", "lesson01.check_catch_overwrite",
+            "lesson01.check_fd_passes"), minutes=55, prerequisites=()),
+    Lesson("02_naive", "v1: one thread per row", "`v1_naive`",
+           "one thread per row, two loops over C, dweight by global `atomicAdd`",
+           ("lesson02.check_atomics", "lesson02.check_sectors", "lesson02.check_v1_kernel",
+            "lesson02.check_idle_sms", "lesson02.check_coalesce_v1", "lesson02.check_free_atomics"),
+           minutes=60, rung="v1_naive", kernel_exercise="lesson02.check_v1_kernel",
+           prerequisites=("00_setup", "01_rmsnorm_math")),
+    Lesson("03_warp_per_row", "v2: one warp per row", "`v2_warp`",
+           "one warp per row: coalesced loads, the `__shfl_xor_sync` butterfly",
+           ("lesson03.check_warp_sum", "lesson03.check_v2_kernel", "lesson03.check_lane_columns",
+            "lesson03.check_small_n", "lesson03.check_v2_atomic_share"), minutes=60,
+           rung="v2_warp", kernel_exercise="lesson03.check_v2_kernel", prerequisites=("02_naive",)),
+    Lesson("04_shared_memory", "v3: dweight in shared memory", "`v3_smem`",
+           "dweight per block in shared memory, one global atomic per block and channel",
+           ("lesson04.check_v3_atomics", "lesson04.check_bank_conflict_degree",
+            "lesson04.check_v3_kernel", "lesson04.check_two_row_warps", "lesson04.check_widest_c",
+            "lesson04.check_v3_stalls"),
+           minutes=60, rung="v3_smem", kernel_exercise="lesson04.check_v3_kernel",
+           prerequisites=("03_warp_per_row",)),
+    Lesson("05_bf16", "bf16: 16-bit storage, fp32 arithmetic", "(bf16 on the host)",
+           "bf16 on the host: rounding to nearest even, its spacing, the error it costs, the "
+           "seed's tolerances",
+           ("lesson05.check_bf16_round", "lesson05.check_half_ulp", "lesson05.check_sum_stalls",
+            "lesson05.check_error_growth", "lesson05.check_range"),
+           minutes=45, prerequisites=("04_shared_memory",)),
+    Lesson("06_vectorized", "v4: 128-bit loads and a conflict-free staging", "`v4_vec_bf16`",
+           "128-bit `Packed128` loads/stores, channel-planar shared staging, cache hints",
+           ("lesson06.check_v4_kernel", "lesson06.check_planar_slot",
+            "lesson06.check_four_wide_conflict", "lesson06.check_streaming_load"),
+           minutes=60, rung="v4_vec_bf16", kernel_exercise="lesson06.check_v4_kernel",
+           prerequisites=("05_bf16", "04_shared_memory")),
+    Lesson("07_two_pass", "v5: deterministic in two passes", "`v5_two_pass`",
+           "determinism: per-block partials, a second kernel sums them",
+           ("lesson07.check_block_order_sum", "lesson07.check_scratch_bytes",
+            "lesson07.check_v5_kernel", "lesson07.check_launch_bound_registers",
+            "lesson07.check_same_bits", "lesson07.check_second_wave"),
+           minutes=60, rung="v5_two_pass", kernel_exercise="lesson07.check_v5_kernel",
+           prerequisites=("06_vectorized",)),
+    Lesson("08_last_block", "v6: the seed's kernel10, the last block sums", "`v6_last_block`",
+           "the seed's kernel10: one kernel, an `atomicInc` ticket, the last block sums",
+           ("lesson08.check_atomic_inc", "lesson08.check_seed_tickets",
+            "lesson08.check_v6_kernel", "lesson08.check_partial_floats", "lesson08.check_ldcg",
+            "lesson08.check_second_wave", "lesson08.check_wrap_row"),
+           minutes=60, rung="v6_last_block", kernel_exercise="lesson08.check_v6_kernel",
+           prerequisites=("07_two_pass",)),
+    Lesson("09_bytes_in_flight", "Bytes in flight: the floor of a memory-bound kernel",
+           "(copy, `scale`, the streaming ceiling)",
+           "Little's law: latency x bandwidth, vector width, unrolling, the floor of a "
+           "memory-bound kernel",
+           ("lesson09.check_floor_time", "lesson09.check_in_flight",
+            "lesson09.check_scale_kernel", "lesson09.check_in_flight_kib", "lesson09.check_chase",
+            "lesson09.check_latency_under_load", "lesson09.check_l1_in_flight"),
+           minutes=60, kernel_exercise="lesson09.check_scale_kernel",
+           prerequisites=("00_setup", "06_vectorized")),
+    Lesson("10_v7_one_pass", "v7: one pass over each row", "`v7_fast`",
+           "past the seed: one pass over each row with every load issued first, the launch plan, "
+           "the final sum that waits for nobody",
+           ("lesson10.check_partials_fraction", "lesson10.check_v7_kernel",
+            "lesson10.check_group_size", "lesson10.check_idle_slots", "lesson10.check_final_sum"),
+           minutes=55, rung="v7_fast", kernel_exercise="lesson10.check_v7_kernel",
+           prerequisites=("08_last_block", "09_bytes_in_flight")),
+    Lesson("11_v7_tuning", "Tuning v7: each choice measured", "(`v7_fast`'s variants, the peers)",
+           "K, prefetch, blocks per SM and overwrite mode predicted then measured, the scoreboard, "
+           "the libraries, a `Config` tuned to a target",
+           ("tuning.check_tuning", "lesson11.check_tail_rows", "lesson11.check_in_flight_bytes",
+            "lesson11.check_more_sms"), minutes=50, prerequisites=("10_v7_one_pass",)),
+    Lesson("12_v7_hopper", "Optional: v7 on Hopper, rows in shared memory and across a cluster",
+           "(`v7_fast`'s staged and wide paths)",
+           "rows staged in shared memory by `cp.async`, rows split over a thread-block cluster "
+           "(bulk copies, mbarriers, distributed shared memory)",
+           ("lesson12.check_rank_chunks", "lesson12.check_cluster_wait",
+            "lesson12.check_staged_wait"), minutes=35, prerequisites=("11_v7_tuning",)),
+    Lesson("13_finding_bugs", "Finding bugs and bottlenecks", "(three broken rungs)",
+           "compute-sanitizer's racecheck, synccheck and memcheck; Nsight Compute: latency- vs "
+           "bandwidth-bound",
+           ("lesson13.check_v3_fix", "lesson13.check_reading_first", "lesson13.check_dram_percent",
+            "lesson13.check_next_step", "lesson13.check_occupancy_cap"), minutes=60,
+           kernel_exercise="lesson13.check_v3_fix",
+           prerequisites=("04_shared_memory", "07_two_pass", "08_last_block",
+                          "10_v7_one_pass")),
+)
+
+_BY_STEM = {lesson.stem: lesson for lesson in LESSONS}
+
+
+def by_stem(stem: str) -> Lesson:
+    """The lesson whose notebook is ``stem`` (``"04_shared_memory"``; ``.ipynb`` is dropped)."""
+    key = stem[:-len(".ipynb")] if stem.endswith(".ipynb") else stem
+    try:
+        return _BY_STEM[key]
+    except KeyError:
+        raise ValueError(f"no lesson {stem!r}; the lessons are {', '.join(_BY_STEM)}") from None
+
+
+def building(rung: str) -> Lesson | None:
+    """The lesson that builds the rung named ``rung`` (None: no lesson does)."""
+    return next((lesson for lesson in LESSONS if lesson.rung == rung), None)
+
+
+def kernel_exercises() -> tuple[Lesson, ...]:
+    """The lessons that ask the learner to write a CUDA kernel, in course order."""
+    return tuple(lesson for lesson in LESSONS if lesson.kernel_exercise)
+
+
+def notebook_dir() -> Path:
+    """Where the instructor edition's notebooks are: the checkout's notebooks folder beside the
+    package, else the copy an installed package carries inside itself."""
+    here = Path(__file__).resolve().parents[1]  # the package
+    for candidate in (here.parent / "notebooks", here / "notebooks"):
+        if candidate.is_dir():
+            return candidate
+    raise FileNotFoundError("the lessons' notebooks are neither beside the package nor inside it")

@@ -1,0 +1,297 @@
+"""The student edition of the course: ``python -m rmsnorm_lessons student OUT/``.
+
+The notebooks ship as the instructor edition: every exercise filled in between nbgrader's region
+markers, so every check cell says PASS on a GPU. The student edition is the same notebooks with each
+solution region replaced by its skeleton, the outputs of the solution cells and of the cells that
+show or check their answers cleared, the outputs of the cells tagged ``reveal`` (our kernel, shown
+after the learner's check) and ``prediction`` (the author's guess) cleared too, a saved measurement
+shown beside a guess (:func:`.predict.versus`) kept without the author's guess, and every other
+output (the H200 tables and figures) kept.
+
+Markers. A line containing ``BEGIN SOLUTION`` opens a solution region and a line containing
+``END SOLUTION`` closes it, whatever the comment mark (``### BEGIN SOLUTION`` in Python,
+``// ### BEGIN SOLUTION`` inside a cell's CUDA text): nbgrader's ClearSolutions matches the
+delimiter text inside the line the same way (its current source: ``if self.begin_solution_delimeter
+in line``; versions before 0.6 compared the whole stripped line with ``### BEGIN SOLUTION``, which a
+``//`` line does not match). Right after a region an optional skeleton block holds what the student
+edition has instead:
+
+* in CUDA text, ``#if 0 // ### BEGIN SKELETON`` ... ``#endif // ### END SKELETON``: the lines
+  between are kept as they are (in the instructor edition the preprocessor skips them);
+* in Python, ``### BEGIN SKELETON`` ... ``### END SKELETON`` with every line commented out by ``#
+  ``, which is removed.
+
+Without a skeleton block the region is simply removed: a Python exercise keeps its placeholder
+before the region (``answer = None``) or after it (``return None``), which the solution overrides.
+
+Why a few lines of our own rather than nbgrader's preprocessor: ClearSolutions replaces a region by
+one stub per notebook language (Python's ``# YOUR CODE HERE`` / ``raise NotImplementedError()``).
+Inside a CUDA string that stub is not CUDA (``# YOUR`` is an invalid preprocessor directive), so the
+kernel would not compile, and in a Python cell it raises, so the student edition would not run top
+to bottom; neither can keep the given code around a CUDA region nor put back a skeleton that
+compiles and says NOT YET. The markers stay nbgrader's, so an instructor who grades with nbgrader
+can still find the regions.
+"""
+from __future__ import annotations
+
+import copy
+import json
+import re
+import shutil
+from pathlib import Path
+
+BEGIN, END = "BEGIN SOLUTION", "END SOLUTION"
+BEGIN_SKELETON, END_SKELETON = "BEGIN SKELETON", "END SKELETON"
+#: files beside the lessons that they link to, copied into every edition
+COMPANIONS = ("reference_card.md",)
+#: a cell that calls a lesson's check: ``lesson04.check_v3_kernel(yours_v3)``
+CHECK_CALL = re.compile(r"\b(lesson\d\d|tuning)\.(check_\w+)\s*\(")
+_BOUND = re.compile(r"^\s*(?:def\s+(\w+)|(\w+)\s*=[^=])", re.M)
+#: cells whose outputs the student edition clears whatever they call: our kernel after the check,
+#: and the guess written in the instructor edition
+CLEARED_TAGS = ("reveal", "prediction")
+
+
+class MarkerError(ValueError):
+    """Solution or skeleton markers that do not pair up."""
+
+
+def has_solution(text: str) -> bool:
+    return any(BEGIN in line for line in text.splitlines())
+
+
+def _uncomment(line: str) -> str:
+    m = re.match(r"^(\s*)# ?(.*)$", line)
+    return (m.group(1) + m.group(2)) if m else line
+
+
+def strip_solutions(text: str) -> str:
+    """``text`` with every solution region replaced by the skeleton block after it (or removed)."""
+    lines = text.split("\n")
+    out, i = [], 0
+    while i < len(lines):
+        line = lines[i]
+        if END in line or BEGIN_SKELETON in line or END_SKELETON in line:
+            raise MarkerError(f"line {i + 1}: {line.strip()!r} without a {BEGIN} before it")
+        if BEGIN not in line:
+            out.append(line)
+            i += 1
+            continue
+        j = i + 1
+        while j < len(lines) and END not in lines[j]:
+            if BEGIN in lines[j]:
+                raise MarkerError(f"line {j + 1}: a {BEGIN} inside the region opened at line "
+                                  f"{i + 1}")
+            j += 1
+        if j == len(lines):
+            raise MarkerError(f"line {i + 1}: {BEGIN} without {END}")
+        i = j + 1
+        if i < len(lines) and BEGIN_SKELETON in lines[i]:
+            cuda = lines[i].strip().startswith("#if")
+            k = i + 1
+            while k < len(lines) and END_SKELETON not in lines[k]:
+                k += 1
+            if k == len(lines):
+                raise MarkerError(f"line {i + 1}: {BEGIN_SKELETON} without {END_SKELETON}")
+            body = lines[i + 1:k]
+            out.extend(body if cuda else [_uncomment(b) for b in body])
+            i = k + 1
+    return "\n".join(out)
+
+
+def solution_only(text: str) -> str:
+    """The instructor's text without the skeleton blocks and the marker lines (what the solution
+    reads as)."""
+    lines, out, skip = text.split("\n"), [], False
+    for line in lines:
+        if BEGIN_SKELETON in line:
+            skip = True
+        elif END_SKELETON in line:
+            skip = False
+        elif not skip and BEGIN not in line and END not in line:
+            out.append(line)
+    return "\n".join(out)
+
+
+def solution_lines(text: str) -> list[str]:
+    """The lines inside the solution regions of ``text`` (markers and skeletons excluded)."""
+    out, inside = [], False
+    for line in text.split("\n"):
+        if BEGIN in line:
+            inside = True
+        elif END in line:
+            inside = False
+        elif inside:
+            out.append(line)
+    return out
+
+
+def tags(cell) -> list:
+    return cell.get("metadata", {}).get("tags", [])
+
+
+def _source(cell) -> str:
+    src = cell.get("source", "")
+    return "".join(src) if isinstance(src, list) else src
+
+
+def check_calls(text: str) -> list[tuple[str, str]]:
+    """``[(module, check function name), ...]`` called in a cell's text: ``("lesson04",
+    "check_v3_kernel")``, ``("tuning", "check_tuning")``."""
+    return [(m.group(1), m.group(2)) for m in CHECK_CALL.finditer(text)]
+
+
+def _clear(cell) -> None:
+    cell["outputs"] = []
+    cell["execution_count"] = None
+
+
+def student_notebook(nb: dict) -> dict:
+    """A copy of the notebook (nbformat 4, as a dict) as the student edition."""
+    nb = copy.deepcopy(nb)
+    cells = [c for c in nb.get("cells", []) if c.get("cell_type") == "code"]
+    bound_elsewhere = set()
+    for cell in cells:
+        if not has_solution(_source(cell)):
+            bound_elsewhere.update(bound_names(_source(cell)))
+    answers: set[str] = set()  # names an earlier solution cell binds (and no other cell does)
+    for cell in cells:
+        text = _source(cell)
+        _hide_guesses(cell)
+        _drop_answers(cell)
+        if has_solution(text):
+            if "prediction" not in tags(cell):  # a guess is no answer that later cells must hide
+                answers.update(bound_names(text) - bound_elsewhere)
+            cell["source"] = strip_solutions(text)
+            _clear(cell)
+        elif any(t in CLEARED_TAGS for t in tags(cell)):
+            _clear(cell)
+        elif check_calls(text) or (answers
+                                   and re.search(r"\b(" + "|".join(map(re.escape, sorted(answers)))
+                                                         + r")\b", text)):
+            _clear(cell)  # it checks or shows an answer
+    return nb
+
+
+def bound_names(text: str) -> set[str]:
+    """The names a cell's Python binds at its top level (assignments, ``def``, ``for``, imports):
+    read from its syntax tree, so the C inside a kernel's string (``r = rstd[row];``) binds
+    nothing. A cell that does not parse (IPython magics aside) falls back to a line pattern."""
+    import ast
+
+    lines = [line for line in text.splitlines() if not line.lstrip().startswith(("%", "!"))]
+    try:
+        tree = ast.parse("\n".join(lines))
+    except SyntaxError:
+        return {a or b for a, b in _BOUND.findall(text)}
+    names: set[str] = set()
+
+    def visit(node) -> None:
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            names.add(node.name)
+            return  # what a function binds inside stays inside
+        if isinstance(node, (ast.Lambda, ast.ListComp, ast.SetComp, ast.DictComp,
+                             ast.GeneratorExp)):
+            return
+        if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store):
+            names.add(node.id)
+        elif isinstance(node, (ast.Import, ast.ImportFrom)):
+            names.update((a.asname or a.name).split(".")[0] for a in node.names)
+        for child in ast.iter_child_nodes(node):
+            visit(child)
+
+    visit(tree)
+    return names
+
+
+def _drop_answers(cell) -> None:
+    """The strings that would give a numeric answer away stay in the instructor's edition."""
+    meta = cell.get("metadata", {}).get("rmsnorm_lessons")
+    if isinstance(meta, dict) and "answers" in meta:
+        del meta["answers"]
+        if not meta:
+            del cell["metadata"]["rmsnorm_lessons"]
+
+
+def _hide_guesses(cell) -> None:
+    from . import predict
+
+    for out in cell.get("outputs", []):
+        gap = out.get("data", {}).get(predict.GAP_MIME)
+        if gap is not None:
+            out["data"] = predict.measurement_only(gap) or {}
+
+
+def _sources(sources) -> list[Path]:
+    """Notebook files as given; a folder stands for the registry's lessons in it (a folder without
+    any is refused, as is a path that is neither)."""
+    from .registry import LESSONS
+
+    paths = []
+    for s in map(Path, sources):
+        if s.is_dir():
+            found = [s / lesson.notebook for lesson in LESSONS if (s / lesson.notebook).is_file()]
+            if not found:
+                raise ValueError(f"{s}: a folder without lesson notebooks")
+            paths.extend(found)
+        elif s.is_file():
+            paths.append(s)
+        else:
+            raise ValueError(f"{s}: no such notebook or folder")
+    return paths
+
+
+def _read_notebook(path: Path) -> dict:
+    """The notebook at ``path``, or a ValueError naming the file when it is not one."""
+    try:
+        nb = json.loads(path.read_text(encoding="utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise ValueError(f"{path} is not a notebook (not JSON: {exc})") from None
+    if not isinstance(nb, dict) or not isinstance(nb.get("cells"), list):
+        raise ValueError(f"{path} is not a notebook (JSON without a list of cells)")
+    return nb
+
+
+def write_edition(sources, out_dir, instructor: bool = False, overwrite: bool = False):
+    """Write the student edition (or, ``instructor=True``, a copy of the instructor edition) of
+    ``sources`` (notebook files, or folders of lessons) into ``out_dir``. A notebook already there
+    is kept, a learner's work, unless ``overwrite``. Returns (the paths written, the paths kept)."""
+    out = Path(out_dir)
+    paths = _sources(sources)
+    notebooks = {path: _read_notebook(path) for path in paths}  # every source read before writing
+    out.mkdir(parents=True, exist_ok=True)
+    written, kept = [], []
+    for path in paths:
+        target = out / path.name
+        if target.exists() and not overwrite:
+            kept.append(target)
+            continue
+        # a temporary name first: an interrupted run leaves no half notebook for a later run to keep
+        partial = target.with_name(f".{target.name}.partial")
+        if instructor:
+            partial.write_bytes(path.read_bytes())
+        else:
+            with open(partial, "w") as f:
+                nb = student_notebook(notebooks[path])
+                json.dump(nb, f, indent=1, ensure_ascii=False)
+                f.write("\n")
+        partial.replace(target)
+        written.append(target)
+    for folder in dict.fromkeys(path.parent for path in paths):
+        for name in COMPANIONS:  # what the lessons link to travels with them
+            if (folder / name).is_file() and folder.resolve() != out.resolve():
+                shutil.copyfile(folder / name, out / name)
+    return written, kept
+
+
+def write_student_edition(sources, out_dir) -> list[Path]:
+    """Write the student edition of ``sources`` (notebook files, or folders of lessons) into
+    ``out_dir``, replacing what is there."""
+    return write_edition(sources, out_dir, overwrite=True)[0]
+
+
+def default_notebooks() -> Path:
+    """The course's lessons (the instructor edition): :func:`.lessons.notebook_dir`."""
+    from .registry import notebook_dir
+
+    return notebook_dir()
