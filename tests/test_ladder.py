@@ -23,7 +23,6 @@ SHIPPED = tuple(r.name for r in ladder.SHIPPED)
 H200 = gpu.H200
 SMALL_GPU = dataclasses.replace(gpu.H200, name="a made-up GPU", multiprocessors=20)
 # grids bounded by the SMs
-PERSISTENT = ("v3_smem", "v4_vec_bf16", "v5_two_pass", "v6_last_block", "v7_fast")
 # odd N, N = 1, C not a power of two (and odd C for the fp32 rungs), the largest C of v7
 SHAPES = [(1, 8), (3, 24), (37, 776), (129, 777), (1001, 1600), (4099, 5120), (70001, 768),
           (5, 16384)]
@@ -49,8 +48,12 @@ def _plans(version, N, C, device=H200):
 
 
 def test_the_shipped_ladder():
-    assert SHIPPED == ("v1_naive", "v2_warp", "v3_smem", "v4_vec_bf16", "v5_two_pass",
-                       "v6_last_block", "v7_fast")
+    # the registry's lines, in course order, each the name of its module's RUNG
+    assert SHIPPED == tuple(ladder.RUNGS)
+    assert len(set(SHIPPED)) == len(SHIPPED)
+    # every rung a lesson builds is shipped, in the order the lessons build them
+    built = [lesson.rung for lesson in registry.LESSONS if lesson.rung is not None]
+    assert built == [name for name in SHIPPED if name in built]
     assert ladder.VERSIONS[:len(SHIPPED)] == SHIPPED
     assert rl.ladder.VERSIONS == ladder.VERSIONS
     for v in SHIPPED:
@@ -170,12 +173,11 @@ def test_scratch_and_grid_do_not_grow_with_N(version, C):
             if isinstance(v, Scratch):
                 most = (32 + 2 * 4 * H200.multiprocessors * C) * 4
                 assert v.nbytes <= most, f"{v!r}: not bounded by C x SMs"
-    if version in PERSISTENT:
-        g5, g6 = (ladder.plan(version, N, C, H200)[0].grid for N in (10**5, 10**6))
-        assert g5 == g6 <= 4 * H200.multiprocessors
-    else:  # one thread or one warp per row
-        assert ladder.plan(version, 10**6, C,
-                           H200)[0].grid > ladder.plan(version, 10**5, C, H200)[0].grid
+    g5, g6 = (ladder.plan(version, N, C, H200)[0].grid for N in (10**5, 10**6))
+    if g5 == g6:  # a persistent grid: a few blocks per SM, whatever N
+        assert g6 <= 4 * H200.multiprocessors
+    else:  # one thread or one warp per row: the grid follows the rows
+        assert g6 >= 9 * g5
 
 
 @pytest.mark.parametrize("N,C", [(1, 8), (37, 776), (70001, 1600), (4099, 16384)])
@@ -228,17 +230,25 @@ def test_a_missing_define_is_a_compile_error_naming_it(version, missing):
                              defines=defines)
 
 
-@pytest.mark.parametrize("version", ["v3_smem", "v4_vec_bf16", "v5_two_pass", "v6_last_block"])
+# the rungs whose module states its blocks per SM (a persistent grid of that many)
+FIXED_PER_SM = [r.name for r in ladder.SHIPPED
+                if hasattr(importlib.import_module(f"{ladder.__name__}.{r.name}"), "BLOCKS_PER_SM")]
+
+
+@pytest.mark.parametrize("version", FIXED_PER_SM)
 def test_blocks_per_sm_is_read_from_the_plan(version):
     module = importlib.import_module(f"rmsnorm_lessons.core.ladder.{version}")
     for device in (H200, SMALL_GPU):
         assert ladder.blocks_per_sm(version, 4096, device) == module.BLOCKS_PER_SM
+
+
+def test_v7_runs_one_block_per_sm():
     assert ladder.blocks_per_sm("v7_fast", 4096, H200) == 1  # one 512-thread block per SM
 
 
 def test_get_refuses_what_is_not_a_version():
     with pytest.raises(ValueError,
-                       match=r"version must be one of v1_naive, v2_warp, .*v7_fast; got 'v8'"):
+                       match=rf"version must be one of {', '.join(ladder.VERSIONS)}; got 'v8'"):
         ladder.get("v8")
     with pytest.raises(TypeError,
                        match=r"version must be a version name \(str\) or a Rung, got list"):

@@ -70,16 +70,15 @@ def test_bf16_error_histogram():
     _small(lesson05.bf16_error_histogram({"zeros only": np.zeros(5)}))
 
 
-@pytest.mark.parametrize("version,C",
-                         [("v3_smem", 16384), ("v4_vec_bf16", 1024), ("v5_two_pass", 4096),
-                                       ("v6_last_block", 8192)])
+@pytest.mark.parametrize("version", ladder.with_shared_dweight())
+@pytest.mark.parametrize("C", [1024, 16384])
 def test_shared_memory_chart(version, C):
     _small(plots.shared_memory_chart(version, C=C, Cs=[256, 1024, 4096, 16384]))
 
 
-@pytest.mark.parametrize("version,per_sm", [("v1_naive", None), ("v2_warp", None), ("v3_smem", 4),
-                                            ("v4_vec_bf16", 4), ("v5_two_pass", 2),
-                                            ("v6_last_block", 2)])
+@pytest.mark.parametrize("version,per_sm",
+                         [(r.name, getattr(getattr(ladder, r.name), "BLOCKS_PER_SM", None))
+                          for r in ladder.SHIPPED if r.config_check is None])
 def test_plan_blocks_per_sm_is_read_from_the_plans(version, per_sm):
     # what the shared-memory chart and summary draw as "the plan launches k per SM"
     assert occupancy.plan_blocks_per_sm(version, 1024) == per_sm

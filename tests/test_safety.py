@@ -5,6 +5,8 @@ compiler) replaced by a function that fails the test: a refusal that touched the
 "GPU touched" instead. On the GPU: memory, aliasing and the shared-memory edge in
 tests/test_safety_gpu.py, threads and streams in tests/test_safety_concurrency.py.
 """
+import re
+
 import numpy as np
 import pytest
 from _gpu_support import TENSORS, FakeGPUArray, fakes
@@ -71,10 +73,11 @@ def test_block_size_of_the_wrong_type(no_gpu, block, kind):
              rf"{kind} ", block_size=block)
 
 
-@pytest.mark.parametrize("version", ["v5_two_pass", "v6_last_block", "v7_fast"])
+@pytest.mark.parametrize("version", [r.name for r in ladder.SHIPPED if r.max_block < 1024])
 def test_block_size_past_the_launch_bounds(no_gpu, version):
+    most = ladder.get(version).max_block
     _refused(version, ValueError,
-             rf"^block_size for {version} must be a multiple of 32 from 32 to 512 "
+             rf"^block_size for {version} must be a multiple of 32 from 32 to {most} "
              rf"\(its __launch_bounds__\), got 1024$", block_size=1024)
 
 
@@ -122,7 +125,8 @@ def test_version_of_the_wrong_type(no_gpu, version):
 
 def test_unknown_version(no_gpu):
     p = _problem("v1_naive")
-    with pytest.raises(ValueError, match=r"^version must be one of v1_naive, .*v7_fast; got 'v1'$"):
+    known = re.escape(", ".join(ladder.VERSIONS))
+    with pytest.raises(ValueError, match=rf"^version must be one of {known}; got 'v1'$"):
         rl.run("v1", *_args(p))
 
 
@@ -157,7 +161,7 @@ def test_C_past_2_30_refused(no_gpu, version):
     assert rl.validate.inputs(version, *[fakes(version, 1, 2**30)[k] for k in TENSORS]).C == 2**30
 
 
-@pytest.mark.parametrize("version", ["v1_naive", "v5_two_pass", "v6_last_block"])
+@pytest.mark.parametrize("version", [r.name for r in ladder.SHIPPED if r.config_check is None])
 def test_config_is_only_for_v7(no_gpu, version):
     _refused(version, ValueError, rf"^config is for v7_fast's variants; {version} takes none$",
              config=Config())
@@ -252,10 +256,16 @@ def test_numpy_outputs_sharing_memory_refused(no_gpu):
     assert rl.validate.inputs("v2_warp", *[g[k] for k in TENSORS]).N == 6
 
 
-@pytest.mark.parametrize("version,offset,align",
-                         [("v1_naive", 2, 4), ("v2_warp", 1, 4), ("v4_vec_bf16", 8, 16),
-                                                  ("v5_two_pass", 2, 16), ("v6_last_block", 4, 16),
-                                                  ("v7_fast", 8, 16)])
+def _misalignments():
+    """(version, offset, alignment): every rung, off by one byte and by half its alignment (16 for
+    the 128-bit rungs, the element's size for the others)."""
+    for r in ladder.SHIPPED:
+        align = 16 if r.c_multiple > 1 else r.dtype.itemsize
+        for offset in sorted({1, align // 2}):
+            yield r.name, offset, align
+
+
+@pytest.mark.parametrize("version,offset,align", list(_misalignments()))
 def test_misaligned_views_refused(no_gpu, version, offset, align):
     f = fakes(version)
     f["inp"] = FakeGPUArray(f["inp"].shape, f["inp"].dtype, int(f["inp"].gpudata) + offset)

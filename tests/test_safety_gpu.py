@@ -117,7 +117,7 @@ def test_numpy_calls_at_many_shapes_free_their_device_buffers(version):
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("version", ["v1_naive", "v6_last_block", "v7_fast"])
+@pytest.mark.parametrize("version", [r.name for r in ladder.SHIPPED])
 def test_real_aliased_outputs_refused(version):
     from pycuda import gpuarray
 
@@ -158,8 +158,8 @@ def test_real_aliased_outputs_refused(version):
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("version,offset,align",
-                         [("v1_naive", 2, 4), ("v4_vec_bf16", 8, 16), ("v5_two_pass", 8, 16),
-                                                  ("v6_last_block", 8, 16), ("v7_fast", 8, 16)])
+                         [(r.name, *((8, 16) if r.c_multiple > 1 else (2, r.dtype.itemsize)))
+                          for r in ladder.SHIPPED])
 def test_real_misaligned_view_refused(version, offset, align):
     from pycuda import gpuarray
 

@@ -6,7 +6,7 @@ import io
 import numpy as np
 import pytest
 
-from rmsnorm_lessons.core import bf16, compare
+from rmsnorm_lessons.core import bf16, compare, ladder
 from rmsnorm_lessons.speed import bench, timing
 
 GB = 10**9
@@ -86,7 +86,13 @@ class _FakeProblem:
         pass
 
 
+# three rungs of the ladder: the first fp32 one, and the last two bf16 ones (the last overwrites)
+FP32_RUNG = next(r.name for r in ladder.SHIPPED if r.dtype == np.float32)
+SEED, FAST = [r.name for r in ladder.SHIPPED if r.dtype == bf16.bfloat16][-2:]
+
+
 def test_sweep_times_a_shapes_rows_and_ceilings_interleaved(monkeypatch):
+    assert ladder.get(FAST).overwrite_mode and not ladder.get(SEED).overwrite_mode
     rounds, alone = [], []
     _FakeProblem.made = []
     monkeypatch.setattr(bench, "runnable", lambda spec, N, C: None)
@@ -114,7 +120,7 @@ def test_sweep_times_a_shapes_rows_and_ceilings_interleaved(monkeypatch):
         # the ceiling 0.9 ms, v7 (dinp=) noisy, the others 1 ms
         return {name: ([0.9] * 10 if name.startswith(bench.STREAM_NAME) else
                        [0.5, 1.0,
-                        2.0] * 4 if name == "v7_fast (dinp=)" else [1.0] * 10) for name in launches}
+                        2.0] * 4 if name == f"{FAST} (dinp=)" else [1.0] * 10) for name in launches}
 
     def fake_time_ms(launch, sets=1, warmup=5, repeats=50, stream=None):
         alone.append(sets)
@@ -124,33 +130,31 @@ def test_sweep_times_a_shapes_rows_and_ceilings_interleaved(monkeypatch):
     monkeypatch.setattr(bench, "time_ms", fake_time_ms)
     shapes = [(64, 1024), (32, 2048)]
     given = {}
-    rows = bench.sweep(["v3_smem", "v6_last_block", "v7_fast"], shapes, copy_gbps=4000.0,
+    rows = bench.sweep([FP32_RUNG, SEED, FAST], shapes, copy_gbps=4000.0,
                        overwrite=True,
                        ceiling=True, inputs=given)
     # per shape: the fp32 rung on its own buffers, then every bf16 row and both ceilings in one
     # interleaved run
-    bf16_rows = ["v6_last_block", "v7_fast", "v7_fast (dinp=)", bench.STREAM_NAME,
-                 bench.STREAM_NAME + " (dinp=)"]
-    assert rounds == [(["v3_smem"], 3), (bf16_rows, 3)] * 2
+    bf16_rows = [SEED, FAST, f"{FAST} (dinp=)", bench.STREAM_NAME, bench.STREAM_NAME + " (dinp=)"]
+    assert rounds == [([FP32_RUNG], 3), (bf16_rows, 3)] * 2
     assert [(N, C) for N, C, _ in _FakeProblem.made] == [(64, 1024)] * 2 + [(32, 2048)] * 2
     # one host problem (and its float64 references) per shape and dtype, shared by its checks
     f32, b16 = np.dtype(np.float32), np.dtype(bf16.bfloat16)
     assert made_inputs == [(64, 1024, f32), (64, 1024, b16), (32, 2048, f32), (32, 2048, b16)]
     assert sorted(given, key=str) == sorted(made_inputs, key=str)  # the caller's dict holds them
-    bench.sweep(["v3_smem"], [(64, 1024)], copy_gbps=4000.0, inputs=given)
+    bench.sweep([FP32_RUNG], [(64, 1024)], copy_gbps=4000.0, inputs=given)
     assert len(made_inputs) == 4  # and a second sweep takes them from it
-    assert checked[:4] == [("v3_smem", False, (64, 1024, f32)), ("v6_last_block", False,
-                           (64, 1024, b16)), ("v7_fast", False, (64, 1024, b16)),
-                           ("v7_fast", True, (64, 1024, b16))]
-    assert [r.name for r in rows] == ["v3_smem", *bf16_rows] * 2
-    noisy = [r for r in rows if r.name == "v7_fast (dinp=)"]
+    assert checked[:4] == [(FP32_RUNG, False, (64, 1024, f32)), (SEED, False, (64, 1024, b16)),
+                           (FAST, False, (64, 1024, b16)), (FAST, True, (64, 1024, b16))]
+    assert [r.name for r in rows] == [FP32_RUNG, *bf16_rows] * 2
+    noisy = [r for r in rows if r.name == f"{FAST} (dinp=)"]
     # timed again alone, steadier kept
     assert alone == [3, 3] and all(r.ms == 0.8 and not r.noisy for r in noisy)
     recs = bench.records(rows)
     assert all(r["percent_of_ceiling"] == pytest.approx(90.0)
-               for r in recs if r["name"] == "v7_fast")
+               for r in recs if r["name"] == FAST)
     # no ceiling unless asked
-    assert bench.sweep(["v7_fast"], shapes[:1], copy_gbps=4000.0)[-1].name == "v7_fast"
+    assert bench.sweep([FAST], shapes[:1], copy_gbps=4000.0)[-1].name == FAST
     assert bench.compare is compare  # the module the sweep checks with
 
 

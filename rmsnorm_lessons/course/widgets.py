@@ -250,15 +250,13 @@ class SharedMemoryExplorer:
     needs and how many blocks fit on an SM; the picture shows both against C. Needs no GPU (nvcc
     only, for the registers of each kernel)."""
 
-    VERSIONS = ("v3_smem", "v4_vec_bf16", "v5_two_pass", "v6_last_block")
-
     def __init__(self, version: str = "v3_smem", C: int = 4096, block_size: int | None = None,
                  arch: str = "sm_90"):
         w = _ipywidgets()
         spec = ladder.get(version)
         self.arch = arch
         style = {"description_width": "initial"}
-        self.version = w.Dropdown(options=list(self.VERSIONS), value=spec.name,
+        self.version = w.Dropdown(options=list(ladder.with_shared_dweight()), value=spec.name,
                                   description="version",
                                   style=style)
         self.C = w.IntSlider(value=int(C), min=256, max=32768, step=256, description="C",

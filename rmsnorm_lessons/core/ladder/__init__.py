@@ -24,7 +24,8 @@ from .rung import (BF16, CONFIG_TAKERS, FP32, STANDARD_TENSORS, TENSOR_NAMES, La
 __all__ = ["BF16", "CONFIG_TAKERS", "FP32", "Launch", "Plan", "RUNGS", "Rung", "SHIPPED", "Scratch",
            "Tensor", "TENSOR_NAMES", "STANDARD_TENSORS", "VERSIONS", "blocks_per_sm", "ceil_div",
            "get", "load_shipped", "persistent_grid", "plan", "register", "rung_from_source",
-           "shared_memory", "standard_args", "tensor_args", "unregister", "v7_fast"]
+           "shared_memory", "standard_args", "tensor_args", "unregister", "v7_fast",
+           "with_shared_dweight"]
 
 #: the shipped rungs in course order, one line each: the module ``ladder/<name>.py`` whose ``RUNG``
 #: it is (a dotted name is imported as it stands)
@@ -193,6 +194,13 @@ def shared_memory(version, C: int, block_size: int | None = None) -> int:
     C = arguments.whole("C", C, 1)
     arguments.size(rung, 1, C)
     return int(rung.shared_memory(C, arguments.block_size(rung, block_size, most=1024)))
+
+
+def with_shared_dweight() -> tuple[str, ...]:
+    """The shipped rungs whose blocks sum dweight in dynamic shared memory that grows with C and
+    that have no variants (v3..v6 today: v7's variants trade that memory for row groups)."""
+    return tuple(r.name for r in SHIPPED if r.config_check is None
+                 and shared_memory(r, 4096) > shared_memory(r, 1024) > 0)
 
 
 def blocks_per_sm(version, C: int, device=None, block_size: int | None = None) -> float:

@@ -1,0 +1,104 @@
+"""The registries are the only lists: ``ladder.RUNGS`` of the rungs, the lesson registry of the
+lessons. No line of the package, the tests or the tools names three rungs by hand (a set of rungs is
+derived from their records), and a rung added exactly as CONTRIBUTING.md says passes the tests that
+cover every rung (slow: a copy of the repository, the tests run there in a child process)."""
+from __future__ import annotations
+
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from rmsnorm_lessons.core import ladder
+
+ROOT = Path(__file__).resolve().parent.parent
+SCANNED = ("rmsnorm_lessons", "tests", "tools")
+#: the tests that cover every rung, run with the throwaway rung on the ladder
+RUNG_TESTS = ("tests/test_build.py", "tests/test_ladder.py", "tests/test_sass.py",
+              "tests/test_launch_math.py", "tests/test_safety.py", "tests/test_validation.py",
+              "tests/test_occupancy.py", "tests/test_ladder_arguments.py", "tests/test_imports.py")
+
+
+def _named_rungs(line: str) -> set[str]:
+    return {name for name in re.findall(r"[\"'](\w+)[\"']", line) if name in ladder.VERSIONS}
+
+
+def test_no_line_lists_three_rungs_by_hand():
+    found = []
+    for folder in SCANNED:
+        for path in sorted((ROOT / folder).rglob("*.py")):
+            for number, line in enumerate(path.read_text().splitlines(), 1):
+                if len(_named_rungs(line)) >= 3:
+                    found.append(f"{path.relative_to(ROOT)}:{number}: {line.strip()}")
+    assert not found, ("derive these sets from ladder.SHIPPED (a rung's fields: dtype, c_multiple, "
+                       "config_check, max_block, ...), not by naming the rungs:\n"
+                       + "\n".join(found))
+
+
+def test_the_scan_sees_a_hand_made_list():
+    names = list(ladder.VERSIONS)
+    assert len(_named_rungs(f'ALL = ("{names[0]}", "{names[1]}", "{names[2]}")')) == 3
+    assert _named_rungs(f'"{names[0]}_slip", "{names[1]}"') == {names[1]}
+
+
+NAME = "v8_throwaway"
+KERNEL = "rmsnorm_backward_v8"
+MODULE = f'''"""{NAME}: v3_smem's kernel under another name (a test's throwaway rung)."""
+from .rung import FP32, Launch, Rung, persistent_grid, standard_args
+
+
+def shared_memory(C, block):
+    return C * 4
+
+
+def plan(N, C, device, *, block, overwrite=False, config=None):
+    grid = persistent_grid(N, block, device.multiprocessors, 4)
+    return [Launch("{KERNEL}", grid, block, shared_memory(C, block), standard_args(N, C))]
+
+
+RUNG = Rung(name="{NAME}", adds="v3 again", dtype=FP32, c_multiple=1, deterministic=False,
+            block_size=256, kernels=("{KERNEL}",), plan=plan, shared_memory=shared_memory)
+'''
+
+
+def _copy_of_the_repository(target: Path) -> None:
+    files = subprocess.run(["git", "ls-files"], cwd=ROOT, capture_output=True, text=True,
+                           check=True).stdout.split("\n")
+    for name in filter(None, files):
+        source = ROOT / name
+        if source.is_file() and not name.startswith(("notebooks/", "results/", "lab/")):
+            (target / name).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(source, target / name)
+
+
+@pytest.mark.slow
+def test_a_rung_is_three_files(tmp_path):
+    repo = tmp_path / "repo"
+    _copy_of_the_repository(repo)
+    # CONTRIBUTING.md's three steps: the kernel, the ladder module, one line in RUNGS
+    kernel = (repo / "kernels" / "v3_smem.cu").read_text().replace("rmsnorm_backward_v3", KERNEL)
+    (repo / "kernels" / f"{NAME}.cu").write_text(kernel)
+    ladder_dir = repo / "rmsnorm_lessons" / "core" / "ladder"
+    (ladder_dir / f"{NAME}.py").write_text(MODULE)
+    registry = ladder_dir / "__init__.py"
+    text = registry.read_text()
+    last = f'    "{ladder.RUNGS[-1]}",\n'
+    assert last in text, "RUNGS is no longer one name a line: update CONTRIBUTING.md and this test"
+    registry.write_text(text.replace(last, last + f'    "{NAME}",\n', 1))
+    env = {"PYTHONPATH": str(repo), "RMSNORM_CACHE_DIR": str(tmp_path / "cache"),
+           "PATH": __import__("os").environ["PATH"]}
+    probe = subprocess.run([sys.executable, "-c", "import rmsnorm_lessons as rl; "
+                            "print(rl.__file__, rl.ladder.VERSIONS[-1])"], cwd=repo, env=env,
+                           capture_output=True, text=True)
+    assert probe.stdout.split() == [str(repo / "rmsnorm_lessons" / "__init__.py"), NAME], probe
+    done = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:xdist", "-p",
+                           "no:cacheprovider", "-m", "not slow and not gpu", *RUNG_TESTS],
+                          cwd=repo, env=env, capture_output=True, text=True, timeout=1500)
+    tail = "\n".join(done.stdout.splitlines()[-25:])
+    assert done.returncode == 0, f"the rung tests fail with a new rung on the ladder:\n{tail}"
+    assert NAME in subprocess.run([sys.executable, "-m", "pytest", "-q", "--collect-only", "-p",
+                                   "no:cacheprovider", "tests/test_ladder.py"], cwd=repo, env=env,
+                                  capture_output=True, text=True).stdout
