@@ -1,0 +1,140 @@
+"""Running a twin build in a child process and reading what it says.
+
+:func:`run_program` is the general form (buffers, launches, calls); :mod:`rmsnorm_lessons.twin`
+builds its programs from a rung's plan. The child (``_child.py``) imports nothing of the package,
+so a kernel that crashes takes only it down; its time limit is the runtime's watchdog, which names
+where the kernel was, with the parent's own limit a little later as a last resort.
+"""
+from __future__ import annotations
+
+import pickle
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from . import lines
+from .compile import Library
+
+#: seconds a child may run (compile not included) before the watchdog stops the kernel
+TIME_LIMIT = 30.0
+CHILD = Path(__file__).resolve().parent / "_child.py"
+
+
+@dataclass(frozen=True)
+class Hazard:
+    """One thing the twin found: ``kind`` is ``race``, ``divergence``, ``out of bounds``,
+    ``time limit``, ``crash`` or ``error``; ``text`` says it with the lines of the source."""
+
+    kind: str
+    text: str
+
+    def __str__(self) -> str:
+        return f"{self.kind}: {self.text}"
+
+
+@dataclass(frozen=True)
+class Buffer:
+    """A buffer of the launches: ``label`` names it in reports (``dinp``, ``scratch``), ``elem``
+    is its element size (the shadow's granule), ``fills`` its contents before each call (None:
+    left as the last call left it)."""
+
+    name: str
+    nbytes: int
+    elem: int
+    fills: tuple
+    label: str = ""
+
+
+@dataclass
+class TwinRun:
+    """What a child run gave: the buffers read back (bytes), the hazards, each launch's block
+    order, whether a launch was stopped, and the child's wall time."""
+
+    buffers: dict = field(default_factory=dict)
+    hazards: list = field(default_factory=list)
+    orders: list = field(default_factory=list)
+    stopped: bool = False
+    seconds: float = 0.0
+
+
+def _launch_dict(kernel: str, grid: int, block: int, shared: int, args) -> dict:
+    for name, value in (("grid", grid), ("block", block), ("shared", shared)):
+        if isinstance(value, bool) or not isinstance(value, int) or value < (name == "shared" and 0
+                                                                            or 1):
+            raise ValueError(f"{kernel}: {name} must be a whole number (at least "
+                             f"{0 if name == 'shared' else 1}), got {value!r}")
+    if block > 1024:
+        raise ValueError(f"{kernel}: block must be at most 1024 threads, got {block}")
+    return {"kernel": kernel, "grid": grid, "block": block, "shared": shared, "args": list(args)}
+
+
+def run_program(library: Library, buffers, launches, *, calls: int = 1, seed: int = 1,
+                read=(), limit: float = TIME_LIMIT) -> TwinRun:
+    """Run ``launches`` (dicts: kernel, grid, block, shared, args as ``("buffer", name)`` or
+    ``("value", number)``) ``calls`` times on ``buffers`` in a child process; the blocks of launch
+    k of call c run in the order seeded by ``seed``, k and c (``seed=0``: the first call in block
+    order). Returns the buffers named in ``read`` and every hazard, with its lines."""
+    if limit <= 0:
+        raise ValueError(f"limit must be a positive number of seconds, got {limit!r}")
+    launches = [_launch_dict(**launch) if "args" in launch and "kernel" in launch
+                and not isinstance(launch, dict) else launch for launch in launches]
+    with tempfile.TemporaryDirectory(prefix="rmsnorm-twin-run-") as tmp:
+        tmp = Path(tmp)
+        program = {"library": str(library.path), "hazards": library.hazards, "calls": calls,
+                   "seed": seed, "limit": limit, "watch": str(tmp / "watch"),
+                   "buffers": [dict(name=b.name, nbytes=b.nbytes, elem=b.elem, fill=list(b.fills),
+                                    label=b.label or b.name) for b in buffers],
+                   "launches": launches, "read": list(read)}
+        (tmp / "program").write_bytes(pickle.dumps(program))
+        started = time.perf_counter()
+        try:
+            done = subprocess.run([sys.executable, str(CHILD), str(tmp / "program"),
+                                   str(tmp / "result")], capture_output=True, text=True,
+                                  timeout=limit + 15)
+            code, stderr = done.returncode, done.stderr
+        except subprocess.TimeoutExpired:
+            code, stderr = None, ""
+        seconds = time.perf_counter() - started
+        watch = (tmp / "watch").read_text(errors="replace") if (tmp / "watch").exists() else ""
+        result = pickle.loads((tmp / "result").read_bytes()) if code == 0 else None
+    return _decode(library, result, code, stderr, watch, limit, seconds)
+
+
+def _decode(library, result, code, stderr, watch, limit, seconds) -> TwinRun:
+    texts, kinds = [], []
+    if result is not None:
+        for line in result["reports"].splitlines():
+            kind, _, text = line.partition("\t")
+            kinds.append(kind if kind != "dropped" else "error")
+            texts.append(text if kind != "dropped" else f"{text} reports not shown")
+    stopped = result is None or result["status"] != 0
+    if result is None:
+        fields = watch.strip().split("\t")
+        if code == 124 and fields[0] == "TWIN-TIMEOUT":
+            place = fields[2] if len(fields) > 3 and fields[2] != fields[3] else fields[-3]
+            kinds.append("time limit")
+            texts.append(f"the kernel did not finish in {limit:g} s and was stopped: "
+                         f"{fields[1]} was at {place} (last access at {fields[3]}): a loop that "
+                         "does not advance, or a wait for another block (CUDA runs blocks in no "
+                         "promised order, and may run them one at a time)")
+        elif code is None:
+            kinds.append("time limit")
+            texts.append(f"the kernel did not finish in {limit:g} s and was stopped")
+        elif fields[0] == "TWIN-CRASH" and len(fields) >= 6:
+            kinds.append("crash")
+            texts.append(f"the kernel crashed (signal {fields[4]}, address {fields[5]}): "
+                         f"{fields[1]} at {fields[2]} (last access at {fields[3]}): a wild pointer,"
+                         " or too deep a recursion")
+        else:
+            tail = [ln for ln in stderr.strip().splitlines() if ln.strip()][-1:] or ["no output"]
+            kinds.append("error")
+            texts.append(f"the twin's child process failed (exit {code}): {tail[0][:400]}")
+    texts = lines.resolve(texts, library.path, library.label)
+    run = TwinRun(hazards=[Hazard(k, t) for k, t in zip(kinds, texts)], stopped=stopped,
+                  seconds=seconds)
+    if result is not None:
+        run.buffers, run.orders = result["buffers"], result["orders"]
+    return run
