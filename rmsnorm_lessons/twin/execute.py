@@ -8,6 +8,7 @@ where the kernel was, with the parent's own limit a little later as a last resor
 from __future__ import annotations
 
 import pickle
+import re
 import subprocess
 import sys
 import tempfile
@@ -133,7 +134,13 @@ def _decode(library, result, code, stderr, watch, limit, seconds) -> TwinRun:
             kinds.append("error")
             texts.append(f"the twin's child process failed (exit {code}): {tail[0][:400]}")
     texts = lines.resolve(texts, library.path, library.label)
-    run = TwinRun(hazards=[Hazard(k, t) for k, t in zip(kinds, texts)], stopped=stopped,
+    hazards, shapes = [], set()
+    for kind, text in zip(kinds, texts):  # one per place: not again for each element or block
+        shape = re.sub(r"\[\d+\]|\b(block|thread|threads) [\d, .]+", "#", text)
+        if shape not in shapes:
+            shapes.add(shape)
+            hazards.append(Hazard(kind, text))
+    run = TwinRun(hazards=hazards, stopped=stopped,
                   seconds=seconds)
     if result is not None:
         run.buffers, run.orders = result["buffers"], result["orders"]

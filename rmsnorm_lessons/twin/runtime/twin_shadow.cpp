@@ -84,8 +84,20 @@ VC with_point(const VC& a, uint32_t block, Point p) {
     return out;
 }
 
+// one report per kind of place: the same text but for its numbers (blocks, threads, elements)
+static std::string shape(const std::string& line) {
+    std::string key;
+    bool token = false;
+    for (size_t i = 0; i < line.size(); i++) {
+        if (line.compare(i, 2, "{{") == 0) token = true;
+        if (line.compare(i, 2, "}}") == 0) token = false;
+        if (token || !isdigit((unsigned char)line[i])) key += line[i];
+    }
+    return key;
+}
+
 void report(const std::string& line) {
-    if (!seen.insert(line).second) return;
+    if (!seen.insert(shape(line)).second) return;
     if (reports.size() >= MAX_REPORTS) { reports_dropped++; return; }
     reports.push_back(line);
 }
@@ -173,10 +185,7 @@ static void race(const Region& r, size_t index, const Rec& before, const Rec& no
     std::string text = std::string("race\t") + kind + " on " + r.name + "[" +
                        std::to_string(index) + "]: " + who(before) + " and " + who(now) + ", " +
                        order;
-    // one report per pair of places and buffer, whichever element and threads
-    std::string key = std::string(kind) + r.name + where(before.pc, before.stack) +
-                      where(now.pc, now.stack);
-    if (seen.insert(key).second) report(text);
+    report(text);
 }
 
 static void update(Region& r, size_t i, const Rec& cur, const Fiber& f) {
