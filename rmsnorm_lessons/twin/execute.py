@@ -63,10 +63,10 @@ class TwinRun:
 
 def _launch_dict(kernel: str, grid: int, block: int, shared: int, args) -> dict:
     for name, value in (("grid", grid), ("block", block), ("shared", shared)):
-        if isinstance(value, bool) or not isinstance(value, int) or value < (name == "shared" and 0
-                                                                            or 1):
-            raise ValueError(f"{kernel}: {name} must be a whole number (at least "
-                             f"{0 if name == 'shared' else 1}), got {value!r}")
+        least = 0 if name == "shared" else 1
+        if isinstance(value, bool) or not isinstance(value, int) or value < least:
+            raise ValueError(f"{kernel}: {name} must be a whole number (at least {least}), got "
+                             f"{value!r}")
     if block > 1024:
         raise ValueError(f"{kernel}: block must be at most 1024 threads, got {block}")
     return {"kernel": kernel, "grid": grid, "block": block, "shared": shared, "args": list(args)}
@@ -80,8 +80,7 @@ def run_program(library: Library, buffers, launches, *, calls: int = 1, seed: in
     order). Returns the buffers named in ``read`` and every hazard, with its lines."""
     if limit <= 0:
         raise ValueError(f"limit must be a positive number of seconds, got {limit!r}")
-    launches = [_launch_dict(**launch) if "args" in launch and "kernel" in launch
-                and not isinstance(launch, dict) else launch for launch in launches]
+    launches = [_launch_dict(**launch) for launch in launches]
     with tempfile.TemporaryDirectory(prefix="rmsnorm-twin-run-") as tmp:
         tmp = Path(tmp)
         program = {"library": str(library.path), "hazards": library.hazards, "calls": calls,
