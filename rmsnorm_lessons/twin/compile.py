@@ -145,7 +145,7 @@ def _entries(kernels) -> str:
 
 _GCC_LINE = re.compile(r"^(?P<file>[^:\n]+):(?P<line>\d+):(?:\d+:)? (?P<kind>error|fatal error):"
                        r" (?P<text>.*)$", re.M)
-_UNDECLARED = re.compile(r"'(\w+)' (?:was not declared in this scope|is not a member of)")
+_UNDECLARED = re.compile(r"[‘'](\w+)[’'] (?:was not declared in this scope|is not a member of)")
 
 
 def _errors(stderr: str, own: str) -> list[str]:

@@ -135,7 +135,7 @@ def _decode(library, result, code, stderr, watch, limit, seconds) -> TwinRun:
     texts = lines.resolve(texts, library.path, library.label)
     hazards, shapes = [], set()
     for kind, text in zip(kinds, texts):  # one per place: not again for each element or block
-        shape = re.sub(r"\[\d+\]|\b(block|thread|threads) [\d, .]+", "#", text)
+        shape = re.sub(r"\[\d+\]|\(byte \d+\)|\b(block|thread|threads) [\d, .]+", "#", text)
         if shape not in shapes:
             shapes.add(shape)
             hazards.append(Hazard(kind, text))

@@ -13,6 +13,7 @@ import subprocess
 from pathlib import Path
 
 TOKEN = re.compile(r"\{\{([0-9a-f,]+)\}\}")
+SYMBOL = re.compile(r"\[\[([0-9a-f]+)\]\]")
 #: the twin's own headers: a place inside them is named by the kernel line that called them
 OWN = ("cuda_twin.h", "twin_bf16.h", "type_traits", "utility")
 
@@ -62,6 +63,28 @@ def _name(frames, label: str) -> str:
     return text
 
 
+def _symbols(library: Path) -> list[tuple[int, int, str]]:
+    """``(address, size, name)`` of the library's data symbols (static ``__shared__`` arrays)."""
+    tool = shutil.which("nm")
+    if tool is None:
+        return []
+    done = subprocess.run([tool, "-C", "-S", "--defined-only", str(library)], capture_output=True,
+                          text=True)
+    out = []
+    for line in done.stdout.splitlines():
+        parts = line.split(maxsplit=3)
+        if len(parts) == 4 and parts[2].lower() in "bdgs":
+            out.append((int(parts[0], 16), int(parts[1], 16), parts[3]))
+    return out
+
+
+def _variable(symbols, offset: int) -> str:
+    for address, size, name in symbols:
+        if address <= offset < address + size:
+            return f"__shared__ {name.split('::')[-1]} (byte {offset - address})"
+    return f"static __shared__ memory (offset {offset:#x})"
+
+
 def resolve(texts: list[str], library: Path, label: str) -> list[str]:
     """``texts`` with every ``{{...}}`` place replaced by its line (see :func:`_name`)."""
     chains = [[int(x, 16) for x in m.group(1).split(",")] for t in texts
@@ -71,4 +94,8 @@ def resolve(texts: list[str], library: Path, label: str) -> list[str]:
     def name(m):
         chain = [int(x, 16) for x in m.group(1).split(",")]
         return _name([f for a in chain for f in frames.get(a, [])], label)
-    return [TOKEN.sub(name, t) for t in texts]
+    texts = [TOKEN.sub(name, t) for t in texts]
+    if any(SYMBOL.search(t) for t in texts):
+        symbols = _symbols(library)
+        texts = [SYMBOL.sub(lambda m: _variable(symbols, int(m.group(1), 16)), t) for t in texts]
+    return texts

@@ -29,7 +29,8 @@ struct Rec {
     uint32_t pc;
     uint32_t stack;
 };
-struct Cell { Rec w, r[2]; };
+// the last plain write, the last atomic, and up to two plain reads since the write
+struct Cell { Rec w, a, r[2]; };
 
 // A release point: thread tid of some block at its barrier epoch, after `fences` fences.
 struct Point { uint32_t tid, epoch, fences; };

@@ -40,6 +40,7 @@ struct Region {
 };
 
 static std::vector<Region*> globals;
+static uintptr_t shared_map_lo = 0, shared_map_hi = 0;  // the last twin_alloc_shared mapping
 static Region dyn_shared, static_shared;
 static uintptr_t module_lo = 0, module_hi = 0;
 static std::vector<std::string> reports;
@@ -87,11 +88,13 @@ VC with_point(const VC& a, uint32_t block, Point p) {
 // one report per kind of place: the same text but for its numbers (blocks, threads, elements)
 static std::string shape(const std::string& line) {
     std::string key;
-    bool token = false;
+    bool token = false, symbol = false;
     for (size_t i = 0; i < line.size(); i++) {
         if (line.compare(i, 2, "{{") == 0) token = true;
         if (line.compare(i, 2, "}}") == 0) token = false;
-        if (token || !isdigit((unsigned char)line[i])) key += line[i];
+        if (line.compare(i, 2, "[[") == 0) symbol = true;
+        if (line.compare(i, 2, "]]") == 0) symbol = false;
+        if (!symbol && (token || !isdigit((unsigned char)line[i]))) key += line[i];
     }
     return key;
 }
@@ -116,9 +119,13 @@ std::string where(uint32_t pc, uint32_t stack) {
     return s + "}}";
 }
 
+// the buffer holding a, else the buffer whose guard gap holds it (out of bounds), else none
 static Region* find(uintptr_t a) {
-    if (a >= dyn_shared.map_lo && a < dyn_shared.map_hi) return &dyn_shared;
+    if (a >= dyn_shared.lo && a < dyn_shared.hi) return &dyn_shared;
     if (a >= static_shared.lo && a < static_shared.hi) return &static_shared;
+    for (Region* r : globals)
+        if (a >= r->lo && a < r->hi) return r;
+    if (a >= dyn_shared.map_lo && a < dyn_shared.map_hi) return &dyn_shared;
     for (Region* r : globals)
         if (a >= r->map_lo && a < r->map_hi) return r;
     return nullptr;
@@ -129,13 +136,21 @@ bool shadow_ignores(const void* p) {
     return (a >= (uintptr_t)&twin_ctx && a < (uintptr_t)(&twin_ctx + 1)) || in_stacks(p);
 }
 
+// an element of a buffer; in static shared memory [[offset]], named by Python from the symbols
+static std::string element(const Region& r, long long index) {
+    if (&r == &static_shared)
+        return "[[" + hex(pc_offset((void*)(r.lo + index * r.elem))) + "]]";
+    return r.name + "[" + std::to_string(index) + "]";
+}
+
 std::string region_name(const void* p, size_t bytes) {
     Region* r = find((uintptr_t)p);
     if (!r) return "an address outside every buffer";
     long long off = (long long)((uintptr_t)p - r->lo);
     long long index = off >= 0 ? off / r->elem : -((-off + r->elem - 1) / r->elem);
-    std::string s = r->name + "[" + std::to_string(index) + "]";
-    if (bytes > r->elem) s += " .. [" + std::to_string(index + (bytes - 1) / r->elem) + "]";
+    std::string s = element(*r, index);
+    if (bytes > r->elem && r != &static_shared)
+        s += " .. [" + std::to_string(index + (bytes - 1) / r->elem) + "]";
     return s;
 }
 
@@ -182,16 +197,22 @@ static void race(const Region& r, size_t index, const Rec& before, const Rec& no
                         : before.block == now.block ? "no __syncthreads between them (same block)"
                         : "nothing orders them (blocks are ordered only by a __threadfence and "
                           "an atomic on each side)";
-    std::string text = std::string("race\t") + kind + " on " + r.name + "[" +
-                       std::to_string(index) + "]: " + who(before) + " and " + who(now) + ", " +
-                       order;
+    std::string text = std::string("race\t") + kind + " on " + element(r, (long long)index) +
+                       ": " + who(before) + " and " + who(now) + ", " + order;
     report(text);
 }
 
+static bool unordered(const Rec& p, const Fiber& f) {
+    return p.kind != EMPTY && !same_thread(p, f) && !ordered(p, f);
+}
+
+// A plain read conflicts with the write and the atomic; a plain write with all; an atomic with
+// the write and the reads, never with another atomic.
 static void update(Region& r, size_t i, const Rec& cur, const Fiber& f) {
     Cell& c = r.cells[i];
+    if (unordered(c.w, f)) race(r, i, c.w, cur);
+    if (cur.kind != ATOMIC && unordered(c.a, f)) race(r, i, c.a, cur);
     if (cur.kind == READ) {
-        if (c.w.kind != EMPTY && !same_thread(c.w, f) && !ordered(c.w, f)) race(r, i, c.w, cur);
         for (int k = 0; k < 2; k++) {
             Rec& s = c.r[k];
             if (s.kind == EMPTY || same_thread(s, f) || ordered(s, f)) { s = cur; return; }
@@ -199,21 +220,23 @@ static void update(Region& r, size_t i, const Rec& cur, const Fiber& f) {
         c.r[1] = cur;
         return;
     }
-    if (c.w.kind != EMPTY && !same_thread(c.w, f) && !(cur.kind == ATOMIC && c.w.kind == ATOMIC) &&
-        !ordered(c.w, f))
-        race(r, i, c.w, cur);
-    for (int k = 0; k < 2; k++) {
-        Rec& s = c.r[k];
-        if (s.kind != EMPTY && !same_thread(s, f) && !ordered(s, f)) race(r, i, s, cur);
+    for (Rec& s : c.r) {
+        if (unordered(s, f)) race(r, i, s, cur);
         s.kind = EMPTY;
     }
-    c.w = cur;
+    if (cur.kind == ATOMIC) {
+        c.a = cur;
+    } else {
+        c.w = cur;
+        c.a.kind = EMPTY;
+    }
 }
 
 void shadow_access(const void* address, size_t bytes, Kind kind, uint32_t pc) {
-    if (shadow_ignores(address)) return;
+    if (!current) return;
     Fiber& f = *current;
     f.last_pc = pc;
+    if (shadow_ignores(address)) return;
     uintptr_t a = (uintptr_t)address;
     Region* r = find(a);
     if (!r || a < r->lo || a + bytes > r->hi) {
@@ -254,8 +277,8 @@ void shared_region(void* base, size_t bytes) {
     dyn_shared.elem = 4;
     dyn_shared.lo = (uintptr_t)base;
     dyn_shared.hi = dyn_shared.lo + bytes;
-    dyn_shared.map_lo = dyn_shared.lo - 65536;
-    dyn_shared.map_hi = dyn_shared.hi + 65536;
+    dyn_shared.map_lo = shared_map_lo;
+    dyn_shared.map_hi = shared_map_hi;
     dyn_shared.cells.assign(tracking ? (bytes + 3) / 4 : 0, Cell{});
     static_shared.shared = true;
     static_shared.name = "static __shared__ memory (bytes)";
@@ -350,6 +373,8 @@ extern "C" void* twin_alloc_shared(size_t bytes) {
                             MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
     if (map == MAP_FAILED) return nullptr;
     mprotect(map + gap, body, PROT_READ | PROT_WRITE);
+    shared_map_lo = (uintptr_t)map;
+    shared_map_hi = (uintptr_t)(map + gap + body + gap);
     return (void*)((uintptr_t)(map + gap + body - bytes) & ~(uintptr_t)255);
 }
 
