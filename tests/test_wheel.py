@@ -77,6 +77,11 @@ def test_the_wheel_ships_every_module_and_kernel(wheel):
             # the mapped package
             shipped = "/".join(("rmsnorm_lessons", "kernel_sources", path.name))
             assert shipped in names, f"kernels/{path.name} is not in the wheel"
+    twin = ROOT / "rmsnorm_lessons" / "twin" / "runtime"
+    for path in sorted(twin.rglob("*")):
+        if path.suffix in (".cpp", ".h"):  # the CPU twin compiles them on the user's machine
+            where = path.relative_to(ROOT).as_posix()
+            assert where in names, f"{where} is not in the wheel"
     meta = zipfile.ZipFile(wheel).read(next(n for n in names
                                             if n.endswith(".dist-info/METADATA"))).decode()
     assert "License-Expression: MIT AND CC-BY-4.0" in meta
@@ -121,6 +126,26 @@ print("exercise check ran")
     p = _run([venv, "-c", code], cwd, env)
     assert p.returncode == 0, p.stderr
     assert "compiled v7_fast:" in p.stdout and "exercise check ran" in p.stdout
+
+
+def test_the_cpu_twin_from_another_folder(venv, elsewhere):
+    """The twin's runtime ships as package data and compiles on the user's machine (g++)."""
+    from rmsnorm_lessons import twin
+
+    if twin.available() is not None:
+        pytest.skip(twin.available())
+    cwd, env = elsewhere
+    code = """
+import numpy as np
+from rmsnorm_lessons import check, reference, twin
+p = reference.random_problem(33, 40, np.float32, seed=1, accumulate=True)
+ran = twin.run_rung("v3_smem", p["dout"], p["inp"], p["weight"], p["rstd"], p["dinp"], p["dweight"])
+assert ran.hazards == [] and check.compare_strict(np.float32, p, (ran.dinp, ran.dweight)).ok
+print("twin ran v3_smem from", twin.__file__)
+"""
+    p = _run([venv, "-c", code], cwd, {**env, "RMSNORM_CACHE_DIR": str(cwd / "cache")})
+    assert p.returncode == 0, p.stderr
+    assert "twin ran v3_smem from" in p.stdout and "site-packages" in p.stdout
 
 
 def test_info_from_another_folder(venv, elsewhere):

@@ -25,7 +25,7 @@ from pathlib import Path
 from . import _core, scan
 
 RUNTIME = Path(__file__).resolve().parent / "runtime"
-RUNTIME_SOURCES = ("twin_sched.cpp", "twin_shadow.cpp")
+RUNTIME_SOURCES = ("twin_sched.cpp", "twin_sync.cpp", "twin_shadow.cpp", "twin_hooks.cpp")
 #: -fno-strict-aliasing: CUDA C reads a Packed128 through an int4 and back (common.cuh)
 FLAGS = ("-std=c++17", "-fPIC", "-fno-strict-aliasing", "-w", "-gdwarf-4")
 #: chosen by measurement (results/twin/NOTES.md): -O1 compiles faster than -O2 and runs as fast
@@ -139,7 +139,8 @@ def _entries(kernels) -> str:
     for k in kernels:
         out.append(f'extern "C" __attribute__((no_sanitize_thread)) void twin_entry_{k}(void** a) '
                    f'{{ twin_gen::invoke({k}, a); }}\n'
-                   f'extern "C" const char* twin_sig_{k}() {{ return twin_gen::signature({k}); }}\n')
+                   f'extern "C" const char* twin_sig_{k}() '
+                   f'{{ return twin_gen::signature({k}); }}\n')
     return "".join(out)
 
 

@@ -7,7 +7,9 @@
 #include <cstdint>
 #include <map>
 #include <memory>
+#include <set>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 #include "include/cuda_twin.h"
@@ -81,7 +83,22 @@ extern bool tracking;  // built with the hooks, and the launch asked for hazards
 uint32_t pc_offset(const void* pc);
 bool in_stacks(const void* p);
 
+// a buffer the kernel may touch: [lo, hi), with guard gaps to map_lo / map_hi
+struct Region {
+    uintptr_t lo = 0, hi = 0, map_lo = 0, map_hi = 0;
+    bool shared = false;
+    std::string name;
+    uint32_t elem = 1;
+    std::vector<Cell> cells;
+};
+
 // --- twin_shadow.cpp ---
+extern std::vector<Region*> globals;
+extern uintptr_t shared_map_lo, shared_map_hi;
+extern std::vector<std::string> reports;
+extern std::set<std::string> seen;
+extern std::vector<std::pair<uint32_t, uint32_t>> nodes;
+extern std::unordered_map<uint64_t, uint32_t> node_index;
 void shadow_begin_launch(uint32_t grid);
 void shadow_begin_block(uint32_t block);
 void shadow_end_block(uint32_t block, const std::vector<Fiber>& fibers, uint32_t epochs);
