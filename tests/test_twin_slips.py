@@ -56,11 +56,11 @@ def _shapes():
     return [(1, 8, None, 1), (129, 776, None, 1), (203, 264, two_sms, 1), (203, 264, two_sms, 2)]
 
 
-def _run(name, text, like, N, C, device, seed):
+def _run(name, text, like, N, C, device, seed, **kw):
     rung = ladder.rung_from_source(name=name, source=f'#line 1 "{name}"\n' + text, like=like)
     p = reference.random_problem(N, C, rung.dtype, seed=N * 7 + C, accumulate=True)
     return twin.run_rung(rung, p["dout"], p["inp"], p["weight"], p["rstd"], p["dinp"],
-                         p["dweight"], device=device, seed=seed)
+                         p["dweight"], device=device, seed=seed, **kw)
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -97,3 +97,11 @@ def test_the_row_loops_barrier_is_not_redundant(stem):
     races = [h.text for h in got.hazards if h.kind == "race"]
     assert races, "removing the row loop's first barrier must be a race"
     assert any("shared memory" in t and f"write at line {staged}" in t for t in races), races
+
+
+def test_one_barrier_compiled_into_two_calls_is_not_divergence():
+    """g++ -O2 copies the row loop's __syncthreads into both arms of ``if (warp != 0)``: two call
+    sites, one barrier of the text (the report is dropped where both places are the same line)."""
+    text = _mutations.solution_text(lessons.by_stem("07_two_pass"))
+    got = _run("slip_v5_o2", text, "v5_two_pass", 33, 8, None, 1, opt="-O2")
+    assert got.hazards == [], [str(h) for h in got.hazards]

@@ -135,6 +135,9 @@ def _decode(library, result, code, stderr, watch, limit, seconds) -> TwinRun:
     texts = lines.resolve(texts, library.path, library.label)
     hazards, shapes = [], set()
     for kind, text in zip(kinds, texts):  # one per place: not again for each element or block
+        places = re.findall(r"thread \d+ at (.+?)(?=, thread \d+ at |: a __syncthreads)", text)
+        if "different barriers" in text and len(set(places)) == 1:
+            continue  # one barrier of the text, compiled into several calls
         shape = re.sub(r"\[\d+\]|\(byte \d+\)|\b(block|thread|threads) [\d, .]+", "#", text)
         if shape not in shapes:
             shapes.add(shape)

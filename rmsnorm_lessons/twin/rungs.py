@@ -19,6 +19,14 @@ from . import _core, compile, execute
 
 NAN_WORD = np.uint32(0x7FC00000)  # what the GPU check fills scratch with: quiet NaN floats
 
+#: the shapes a check runs on the twin, each there for a reason (N, C, SMs of the planned GPU; None:
+#: the target's): the GPU check's shapes (odd N, C not a multiple of 32, one row, the small C
+#: where an error of one part in C shows) but for its (8195, 1024), which is there so that every
+#: block of a persistent grid takes several rows: the twin plans (203, 264) for a GPU of 2 SMs
+#: instead, the same coverage at a fortieth of the work. C is rounded to the rung's multiple.
+CHECK_SHAPES = ((129, 1600, None), (1000, 777, None), (203, 264, 2), (1, 7, None), (333, 8, None),
+                (301, 16, None), (257, 24, None), (199, 40, None))
+
 
 @dataclass
 class RungRun:
@@ -44,6 +52,30 @@ def build_rung(version, hazards: bool = True, opt: str = compile.OPT) -> compile
                            path=path, opt=opt)
 
 
+def small_gpu(sms: int):
+    """The target's facts (this GPU's, else the saved H200's) with ``sms`` multiprocessors."""
+    import dataclasses
+
+    return dataclasses.replace(_core.gpu.target_facts_or_fallback()[0], multiprocessors=sms)
+
+
+def check_shapes(version, shapes=CHECK_SHAPES) -> list:
+    """``[(N, C, device or None), ...]`` for ``version``: C rounded down to its multiple (up where
+    that is 0), without shapes its plan refuses, each once."""
+    rung = _core.ladder.get(version)
+    m, out = rung.c_multiple, []
+    for N, C, sms in shapes:
+        C = C - C % m or m
+        device = small_gpu(sms) if sms else None
+        try:
+            _core.ladder.plan(rung, N, C, device)
+        except ValueError:
+            continue
+        if all((N, C, sms) != (n, c, s) for n, c, s, _ in out):
+            out.append((N, C, sms, device))
+    return [(N, C, device) for N, C, _, device in out]
+
+
 def _array(name, value, dtype, shape):
     a = np.ascontiguousarray(np.asarray(value), dtype=dtype)
     if a.shape != shape:
@@ -61,7 +93,7 @@ def _scratch_fills(scratch, calls: int) -> tuple:
 
 def run_rung(version, dout, inp, weight, rstd, dinp=None, dweight=None, *, seed: int = 1,
              hazards: bool = True, device=None, calls: int = 2, block_size: int | None = None,
-             limit: float = execute.TIME_LIMIT) -> RungRun:
+             limit: float = execute.TIME_LIMIT, opt: str = compile.OPT) -> RungRun:
     """``version``'s plan at (N, C) = ``inp.shape`` on the CPU twin; ``dinp``/``dweight`` are added
     into (zeros where None), as on the GPU. ``seed`` permutes the blocks (0: in order, first
     call), ``device`` gives the plan its SM count (default: the target's facts, as the GPU check
@@ -81,7 +113,7 @@ def run_rung(version, dout, inp, weight, rstd, dinp=None, dweight=None, *, seed:
                "dweight": _array("dweight", np.zeros(C) if dweight is None else dweight, dt, (C,))}
     plan = _core.ladder.plan(rung, N, C, device, block_size=block_size)
     started = time.perf_counter()
-    library = build_rung(rung, hazards)
+    library = build_rung(rung, hazards, opt)
     built = time.perf_counter() - started
     if not plan:
         return RungRun(tensors["dinp"], tensors["dweight"], build_seconds=built)

@@ -16,6 +16,7 @@
 #endif
 
 #include <cstdlib>
+#include <algorithm>
 #include <cstring>
 #include <type_traits>
 
@@ -143,16 +144,22 @@ static void resolve_stall() {
                where(fibers[done[0]].last_pc, fibers[done[0]].stack) +
                "): every thread of a block must reach every __syncthreads");
     }
+    // barrier calls at different places: one source barrier may be several calls in the machine
+    // code (g++ duplicates a call into both arms of a branch), so Python drops the report where
+    // every place is the same line
+    std::vector<uint32_t> places;
+    std::string at;
     for (uint32_t t : waiting) {
         Fiber& f = fibers[t];
-        if (f.bar_pc != first.bar_pc || f.bar_op != first.bar_op) {
-            report("divergence\t" + blk + ": threads wait at different barriers: thread " +
-                   std::to_string(first.tid) + " at " + where(first.bar_pc, first.stack) +
-                   ", thread " + std::to_string(f.tid) + " at " + where(f.bar_pc, f.stack) +
-                   ": a __syncthreads inside a branch not every thread takes");
-            break;
-        }
+        if (std::find(places.begin(), places.end(), f.bar_pc) != places.end() || places.size() > 3)
+            continue;
+        places.push_back(f.bar_pc);
+        at += (at.empty() ? "thread " : ", thread ") + std::to_string(t) + " at " +
+              where(f.bar_pc, f.stack);
     }
+    if (places.size() > 1)
+        report("divergence\t" + blk + ": threads wait at different barriers: " + at +
+               ": a __syncthreads inside a branch not every thread takes");
     int count = 0, all = 1, any = 0;
     VC joined;
     for (uint32_t t : waiting) {
