@@ -1,5 +1,5 @@
 """Every shipped rung v1..v6 on the CPU twin gives the float64 reference's answer within the check's
-rounding bound (rmsnorm_lessons.check.compare_strict), adding into random starting dinp and
+rounding bound (rmsnorm_lessons.core.compare.compare_strict), adding into random starting dinp and
 dweight, with no hazard: at odd N, C not a multiple of 32 (of 8 where the rung needs whole 128-bit
 chunks), N = 1, and on a GPU of 2 SMs, where every block of a persistent grid takes many rows.
 v6_last_block is the seed's rmsnorm_backward_kernel10, re-derived (kernels/v6_last_block.cu).
@@ -9,7 +9,9 @@ import dataclasses
 import numpy as np
 import pytest
 
-from rmsnorm_lessons import check, gpu, ladder, reference, twin
+from rmsnorm_lessons import twin
+from rmsnorm_lessons.core import compare as check
+from rmsnorm_lessons.core import gpu, ladder, reference
 
 pytestmark = pytest.mark.skipif(twin.available() is not None, reason=str(twin.available()))
 

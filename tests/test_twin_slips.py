@@ -17,7 +17,9 @@ import dataclasses
 
 import pytest
 
-from rmsnorm_lessons import gpu, ladder, lessons, reference, twin
+from rmsnorm_lessons import twin
+from rmsnorm_lessons.core import gpu, ladder, reference
+from rmsnorm_lessons.course import registry
 
 import _mutations
 
@@ -74,7 +76,7 @@ def _forget():
 @pytest.mark.parametrize("stem", sorted(EXERCISES))
 def test_the_first_and_last_barrier_of_v5_and_v6_are_redundant(stem):
     like = EXERCISES[stem]
-    text = _mutations.solution_text(lessons.by_stem(stem))
+    text = _mutations.solution_text(registry.by_stem(stem))
     sites = _sites(text)
     for N, C, device, seed in _shapes():
         want = _run(f"slip_{like}_solution", text, like, N, C, device, seed)
@@ -90,7 +92,7 @@ def test_the_first_and_last_barrier_of_v5_and_v6_are_redundant(stem):
 @pytest.mark.parametrize("stem", sorted(EXERCISES))
 def test_the_row_loops_barrier_is_not_redundant(stem):
     like = EXERCISES[stem]
-    text = _mutations.solution_text(lessons.by_stem(stem))
+    text = _mutations.solution_text(registry.by_stem(stem))
     line = _sites(text)["row loop's first"]
     staged = next(k + 1 for k, l in enumerate(text.split("\n")) if "store128(staging" in l)
     got = _run(f"slip_{like}_loop", _without(text, line), like, 129, 776, None, 1)
@@ -102,6 +104,6 @@ def test_the_row_loops_barrier_is_not_redundant(stem):
 def test_one_barrier_compiled_into_two_calls_is_not_divergence():
     """g++ -O2 copies the row loop's __syncthreads into both arms of ``if (warp != 0)``: two call
     sites, one barrier of the text (the report is dropped where both places are the same line)."""
-    text = _mutations.solution_text(lessons.by_stem("07_two_pass"))
+    text = _mutations.solution_text(registry.by_stem("07_two_pass"))
     got = _run("slip_v5_o2", text, "v5_two_pass", 33, 8, None, 1, opt="-O2")
     assert got.hazards == [], [str(h) for h in got.hazards]

@@ -17,7 +17,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 sys.path[:0] = [str(ROOT), str(ROOT / "tests")]
 
-from rmsnorm_lessons import ladder, lessons, reference, twin  # noqa: E402
+from rmsnorm_lessons import twin  # noqa: E402
+from rmsnorm_lessons.core import ladder, reference  # noqa: E402
+from rmsnorm_lessons.course import registry  # noqa: E402
 from rmsnorm_lessons.twin import compile, rungs  # noqa: E402
 
 import _mutations  # noqa: E402
@@ -48,7 +50,7 @@ def main() -> None:
         print(f"runtime objects {opt}, cold: {time.perf_counter() - t:.2f} s (once per machine)")
     print(f"{'exercise':<18} {'opt':<4} {'cold s':>7} {'cached s':>8} {'run on s':>8} "
           f"{'run off s':>9} {'hazards':>7}  shapes")
-    for lesson in lessons.kernel_exercises():
+    for lesson in registry.kernel_exercises():
         like = LIKE.get(lesson.stem[:2])
         if like is None:
             continue
