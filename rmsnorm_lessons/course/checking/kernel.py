@@ -11,8 +11,11 @@ timed.
    lesson's static checks on the SASS (a warp shuffle, no local memory, 128-bit loads, a fence
    before the ticket...). A failed static check is NOT YET, and so is a ``// TODO`` line left in the
    text.
-3. Without a GPU the verdict is **NOT VERIFIED (no GPU here)**, never PASS, and says what was
-   checked.
+3. Without a GPU the **CPU twin** runs it (:mod:`.cpu`, :mod:`rmsnorm_lessons.twin`): PASS (on
+   the CPU) or NOT YET with the first wrong element or the race, divergence or out-of-bounds
+   access and its lines, saying what the CPU cannot judge (speed, the memory model's weaker
+   orderings). Where the twin cannot run it (a construct it does not model, no g++), the verdict
+   is **NOT VERIFIED** and says why, never PASS. Steps 4-6 need a GPU.
 4. **Run** (GPU), in a child process first (:mod:`.kernel_child`): random inputs, random non-zero
    starting ``dinp``/``dweight`` (a kernel must add into them), scratch buffers filled with NaN
    before the checked call (a kernel must write what it reads), odd shapes and small C
@@ -41,6 +44,7 @@ from typing import Callable
 from ...core import build, gpu, ladder
 from ..verdict import Verdict, failed, not_verified, passed
 from . import child as kernel_child
+from . import cpu as cpu_twin
 from . import running as kernel_running
 
 # lesson 09 names chunks with _ranges
@@ -109,18 +113,21 @@ class Inspected:
     compiled: object  # build.Compiled
     head: str  # "nvcc compiled NAME for ARCH (resources)."
     checked: str  # " Checked in the SASS: ..." or ""
+    on_cpu: bool = False  # no GPU here: the CPU twin runs it
 
 
 def inspect_text(source: str, name: str, kernels, static, compile_it: Callable, sass_of: Callable,
                  *,
-                 rung=None, against: str) -> tuple[Verdict | None, Inspected | None]:
+                 rung=None, against: str,
+                 cpu: Callable[[], str | None] | None = None) -> tuple[Verdict | None,
+                                                                 Inspected | None]:
     """Steps 1-3 for any learner's text: compile it (``compile_it(arch)``, for this GPU's arch, else
     :data:`rmsnorm_lessons.core.build.DEFAULT_ARCH`), name its kernels' resources, run the
     ``static`` checks on its SASS (``sass_of(compiled, arch)``; skipped, and said, where the
     disassembler is missing) and look for TODO lines. Returns ``(verdict, None)`` where the check
     ends here: NOT YET, or NOT VERIFIED without a GPU (``against``: what a GPU would compare it
-    with); else
-    ``(None, Inspected)``."""
+    with); else ``(None, Inspected)``. ``cpu()``: where there is no GPU, None if the CPU twin can
+    run the text (``Inspected.on_cpu``), else why not (said in the NOT VERIFIED verdict)."""
     from ...inspection import sass
 
     reason = gpu.why_unavailable()
@@ -160,9 +167,13 @@ def inspect_text(source: str, name: str, kernels, static, compile_it: Callable, 
     if todo:
         return failed(f"{todo_note}{head}{checked}{sass_note}"), None
     if reason is not None:
+        blocked = cpu() if cpu is not None else "no CPU run was given"
+        if blocked is None:
+            return None, Inspected(arch, compiled, head, checked, on_cpu=True)
+        twin_note = f" The CPU twin could not run it: {blocked}." if cpu is not None else ""
         return not_verified("no GPU here, so it was compiled and inspected but not run. "
-                            f"{head}{checked}{sass_note} On a GPU this check runs it against "
-                            f"{against}."), None
+                            f"{head}{checked}{sass_note}{twin_note} On a GPU this check runs it "
+                            f"against {against}."), None
     return None, Inspected(arch, compiled, head, checked)
 
 
@@ -183,7 +194,7 @@ def _plain_race_note(listing, kernels) -> str:
 
 
 def check_plain_kernel(source, *, name: str, kernels, static=(), run=None,
-                       against: str = "NumPy") -> Verdict:
+                       against: str = "NumPy", cpu_run: Callable | None = None) -> Verdict:
     """A learner's kernel that is not a rung (lesson 09's ``scale_wide``): compiled from its text
     alone (``#line 1`` in front, so nvcc's line numbers are the text's), inspected as
     :func:`check_kernel` inspects a rung, and where a GPU works handed to ``run(module)`` (the
@@ -191,7 +202,9 @@ def check_plain_kernel(source, *, name: str, kernels, static=(), run=None,
     (:func:`.kernel_child.run_plain_in_child`): a crash there is NOT YET with memcheck's line, and
     this process never launches the kernel. compute-sanitizer's racecheck and synccheck are not run
     (``run`` checks and times in one go, no one small call): the verdict says whether the SASS gives
-    them anything to look at. Without a GPU: NOT VERIFIED, never PASS."""
+    them anything to look at. Without a GPU, ``cpu_run(text)`` (the text with its ``#line 1`` in
+    front; it returns an :class:`Outcome`) runs it on the CPU twin: PASS (on the CPU) or NOT YET;
+    where there is none, or the twin cannot take the text: NOT VERIFIED, never PASS."""
     from ...inspection import sass
 
     if not isinstance(source, str) or not source.strip():
@@ -205,9 +218,19 @@ def check_plain_kernel(source, *, name: str, kernels, static=(), run=None,
     stop, seen = inspect_text(
         source, name, kernels, static,
         lambda arch: build.compile_source(f'#line 1 "{name}"\n' + source, arch, name=name),
-        sass_of, against=against)
+        sass_of, against=against,
+        cpu=None if cpu_run is None else
+        lambda: cpu_twin.why_not_text(f'#line 1 "{name}"\n' + source, name, kernels))
     if stop is not None:
         return stop
+    if seen.on_cpu:
+        outcome = cpu_run(f'#line 1 "{name}"\n' + source)
+        if not outcome.ok:
+            verdict = failed(f"on the CPU twin, {outcome.message}. {seen.head} {cpu_twin.CANNOT}.")
+            verdict.kinds = outcome.kinds
+            return verdict
+        return passed(f"on the CPU twin, {outcome.message}. {seen.head}{seen.checked} "
+                      f"{cpu_twin.CANNOT}.")
     if run is None:
         return not_verified(f"no way to run it was given. {seen.head}{seen.checked}")
     ran = kernel_child.run_plain_in_child(name, source, run)
@@ -217,6 +240,18 @@ def check_plain_kernel(source, *, name: str, kernels, static=(), run=None,
         verdict.kinds = ran.outcome.kinds
         return verdict
     return passed(f"{seen.head}{seen.checked} {ran.outcome.message}.{note}.")
+
+
+def _judged_on_cpu(rung, name, head, checked, seed, rows_per_block, hints) -> Verdict:
+    """PASS (on the CPU) or NOT YET from the CPU twin (:mod:`.cpu`), saying what it cannot
+    judge."""
+    outcome = cpu_twin.run_checks_on_cpu(rung, seed=seed, rows_per_block=rows_per_block,
+                                         hints=hints)
+    if not outcome.ok:
+        verdict = failed(f"on the CPU twin, {outcome.message}. {head} {cpu_twin.CANNOT}.")
+        verdict.kinds = outcome.kinds
+        return verdict
+    return passed(f"on the CPU twin, {name} {outcome.message}.{checked} {cpu_twin.CANNOT}.")
 
 
 def check_kernel(source, *, name: str, like=None, compare_with: str | None = None, shapes=None,
@@ -256,10 +291,13 @@ def check_kernel(source, *, name: str, like=None, compare_with: str | None = Non
     stop, seen = inspect_text(source, name, rung.kernels, static,
                               lambda arch: build.compile_file(rung, arch),
                               lambda compiled, arch: sass.listing(rung, arch), rung=rung,
-                              against="the float64 reference")
+                              against="the float64 reference",
+                              cpu=lambda: cpu_twin.why_not(rung))
     if stop is not None:
         return stop
     head, checked = seen.head, seen.checked
+    if seen.on_cpu:
+        return _judged_on_cpu(rung, name, head, checked, seed, rows_per_block, hints)
     ran = kernel_child.run_in_child(rung, shapes_for(rung, shapes), seed=seed,
                                     rows_per_block=rows_per_block, hints=hints,
                                     time_shape=TIME_SHAPE if timing else None,

@@ -131,19 +131,8 @@ def run_checks(rung, shapes, *, seed=0, rows_per_block=None, hints=None,
                                "floats, every sum in a fixed order)", ("nondeterministic",))
             done.append(f"{N}x{C}")
             continue
-        delta = reference.backward(p["dout"], p["inp"], p["weight"], p["rstd"])
-        grid = ladder.plan(rung, N, C)[0].grid
-        parts, kinds = [], []
-        for i, name in enumerate(("dinp", "dweight")):
-            if (report.dinp if i == 0 else report.dweight).ok:
-                continue
-            want, allowed, _ = bounds[name]
-            kind, text = describe_output(name, got[i], want, p[name], delta[i], allowed, 0.0,
-                                         problem=p, grid=grid,
-                                         rows_per_block=rows_per_block or rung.block_size // 32,
-                                         hints=hints)
-            parts.append(text)
-            kinds.append(kind)
+        parts, kinds = wrong_result(rung, p, got, report, bounds, ladder.plan(rung, N, C)[0].grid,
+                                    rows_per_block, hints)
         try:
             again = _run(rung, p, poison=False)
             if any(_bad_mask(got[i], np.asarray(again[i], np.float64),
@@ -160,6 +149,30 @@ def run_checks(rung, shapes, *, seed=0, rows_per_block=None, hints=None,
                    f"matches the float64 reference at {len(done)} shapes ({', '.join(done)}) "
                    f"within a bound on {'fp32' if rung.dtype == np.float32 else 'bf16'}'s "
                    "rounding, adding into random starting dinp and dweight")
+
+
+def wrong_result(rung, p, got, report, bounds, grid, rows_per_block=None, hints=None):
+    """``(sentences, kinds)``: what is wrong with ``got`` (dinp, dweight) where ``report`` failed,
+    diagnosed (:func:`.diagnosis.describe_output`) and with its first wrong element named."""
+    delta = reference.backward(p["dout"], p["inp"], p["weight"], p["rstd"])
+    parts, kinds = [], []
+    for i, name in enumerate(("dinp", "dweight")):
+        if (report.dinp if i == 0 else report.dweight).ok:
+            continue
+        want, allowed, _ = bounds[name]
+        kind, text = describe_output(name, got[i], want, p[name], delta[i], allowed, 0.0,
+                                     problem=p, grid=grid,
+                                     rows_per_block=rows_per_block or rung.block_size // 32,
+                                     hints=hints)
+        bad = np.argwhere(_bad_mask(got[i], want, allowed, 0.0))
+        if bad.size:
+            at = tuple(int(x) for x in bad[0])
+            text += (f" (first wrong element: {name}[{', '.join(map(str, at))}] = "
+                     f"{float(np.asarray(got[i], np.float64)[at]):.6g}, want "
+                     f"{float(np.asarray(want, np.float64)[at]):.6g})")
+        parts.append(text)
+        kinds.append(kind)
+    return parts, kinds
 
 
 def run_once(rung, shape, seed: int = 0) -> None:

@@ -333,6 +333,34 @@ def _run_scale(function_of) -> "object":
                             "copy")
 
 
+def _run_scale_on_cpu(text: str) -> "object":
+    """The check's run on the CPU twin where there is no GPU: the first three of
+    :data:`CHECK_SIZES` (the largest, a million float4, is left to the GPU), the same poisoned
+    output and guard, any race or out-of-bounds access the twin finds; not timed."""
+    from ... import twin
+
+    rng = np.random.default_rng(8)
+    done = []
+    for n4 in CHECK_SIZES[:3]:
+        x = rng.standard_normal((n4, 4)).astype(np.float32)
+        y = np.full((n4 + GUARD, 4), np.nan, np.float32)
+        grid = -(-n4 // (BLOCK * UNROLL))
+        ran = twin.run_kernel(text, KERNEL, grid=grid, block=BLOCK, name="yours_scale",
+                              args=[("y", y), ("x", x), -1.75, n4])
+        ok_so_far = f" (right at n4 = {', '.join(done)})" if done else ""
+        if ran.hazards:
+            first = ran.hazards[0]
+            return kc.Outcome(False, f"at n4 = {n4}{ok_so_far} the CPU twin found a "
+                                     f"{first.kind}: {first.text}", (first.kind,))
+        got, want = ran.arrays["y"], np.float32(-1.75) * x
+        if not (np.array_equal(got[:n4], want) and np.isnan(got[n4:]).all()):
+            return kc.Outcome(False, f"at n4 = {n4}{ok_so_far}: {_wrong_where(got, want)}",
+                              ("wrong",))
+        done.append(str(n4))
+    return kc.Outcome(True, f"scale_wide matches NumPy at {len(done)} sizes ({', '.join(done)} "
+                            "float4), writing nothing past the end (not timed: no GPU)")
+
+
 def check_scale_kernel(source: str) -> Verdict:
     """Lesson 09's kernel exercise: ``scale_wide(float4* y, const float4* x, float a, int n4)``
     computes
@@ -343,4 +371,5 @@ def check_scale_kernel(source: str) -> Verdict:
     00's scale."""
     return kc.check_plain_kernel(source, name="yours_scale", kernels=(KERNEL,),
                                  static=_static_checks(),
-                                 run=lambda module: _run_scale(module.get_function))
+                                 run=lambda module: _run_scale(module.get_function),
+                                 cpu_run=_run_scale_on_cpu)
