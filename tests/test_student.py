@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from rmsnorm_lessons import twin
 from rmsnorm_lessons.core import build, gpu
 from rmsnorm_lessons.course import registry, student
 
@@ -298,14 +299,16 @@ def test_progress_prints_one_line_per_exercise_and_a_total(tmp_path):
     # every row starts with the learner: the owner of the notebooks' folders (this account here)
     lines = [ln.split()[1:] for ln in proc.stdout.splitlines()]
     lines = [ln for ln in lines if not (len(ln) > 1 and ln[1].startswith("predict."))]
-    kernel = "PASS" if gpu.available() else "NOT VERIFIED"
+    # without a GPU the CPU twin judges the kernel (issue 46); without g++ either, NOT VERIFIED
+    judged = gpu.available() or twin.available() is None
+    kernel = "PASS" if judged else "NOT VERIFIED"
     n = len(exercises)
     instructor, learner = lines[:n + 1], lines[n + 1:]
     assert [ln[:2] for ln in instructor[:n]] == [[lesson, e] for e in exercises]
     at = exercises.index(registry.by_stem(lesson).kernel_exercise)  # the others need no GPU
     for i, ln in enumerate(instructor[:n]):
         assert " ".join(ln[2:4]).startswith(kernel if i == at else "PASS"), ln
-    n_pass = n if gpu.available() else n - 1
+    n_pass = n if judged else n - 1
     assert " ".join(instructor[n]) == (f"{lesson} total: {n_pass} PASS, 0 NOT YET, {n - n_pass} "
                                        f"NOT VERIFIED of {n}")
     assert all(" ".join(ln[2:4]) == "NOT YET" for ln in learner[:n]), learner

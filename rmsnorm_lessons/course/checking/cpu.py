@@ -82,8 +82,9 @@ def run_checks_on_cpu(rung, *, seed: int = 0, rows_per_block=None, hints=None,
         report = compare.compare_strict(rung.dtype, p, result, name=rung.name)
         if not report.ok:
             grid = ladder.plan(rung, N, C, device)[0].grid
-            parts, kinds = wrong_result(rung, p, result, report, compare.strict_bounds(p, rung.dtype),
-                                        grid, rows_per_block, hints)
+            bounds = compare.strict_bounds(p, rung.dtype)
+            parts, kinds = wrong_result(rung, p, result, report, bounds, grid, rows_per_block,
+                                        hints)
             return Outcome(False, f"{where}{ok_so_far}: " + " ".join(parts), tuple(kinds))
         if rung.deterministic and device is not None:  # several blocks, each with many rows
             again = twin.run_rung(rung, *args, device=device, seed=seed + k + 101)
