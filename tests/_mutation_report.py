@@ -2,7 +2,8 @@
 
 Each mutant's test records ``("mutation", json)`` in its report's ``user_properties`` (which
 pytest-xdist carries from the workers to the controller); this plugin gathers them and prints
-one line, e.g. ``mutation score: 57/57 caught (compile-only 9, GPU 48); survivors: none``.
+one line, e.g. ``mutation score: 57/57 caught (compile-only 9, GPU 48); survivors: none``,
+and one for the run without a GPU (compile-only, or judged by the CPU twin).
 Load it with ``pytest_plugins = ["tests._mutation_report"]`` in tests/conftest.py or ``-p
 tests._mutation_report``.
 """
@@ -44,10 +45,12 @@ def score_lines(results) -> list[str]:
     cpu = [r for r in results if not r["gpu"]]
     if cpu:
         static = sum(r["stage"] == "compile-only" for r in cpu)
-        lines.append(f"mutation score without a GPU: {static}/{len(cpu)} caught by the compile and "
-                     f"the static checks (compile-only), "
-                     f"{sum(r['stage'] == 'needs a GPU' for r in cpu)} need a GPU to be judged; "
-                     f"rejected by nvcc: "
+        on_cpu = sum(r["stage"] == "CPU twin" for r in cpu)
+        judged = [r for r in cpu if r["stage"] != "needs a GPU"]
+        lines.append(f"mutation score without a GPU: {static + on_cpu}/{len(judged)} caught "
+                     f"(compile-only {static}, CPU twin {on_cpu}), "
+                     f"{len(cpu) - len(judged)} need a GPU to be judged; survivors: "
+                     f"{_names(r for r in cpu if r['stage'] == 'survived')}; rejected by nvcc: "
                      f"{_names(r for r in cpu if r['stage'] == 'nvcc rejected')}")
     return lines
 

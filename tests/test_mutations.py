@@ -37,10 +37,12 @@ whole exchange skipped (the lane's own part used as the row's sum). ``width`` co
 load or store moving 8 bytes (a ``load64``/``store64`` helper of the mutant's own) and an fp32
 location receiving a bf16-rounded value.
 
-Without a GPU (in ``make test``: a sample, the rest marked slow): every mutant compiles, no verdict
-is PASS, and the slips the static checks must catch (:data:`CAUGHT_WITHOUT_A_GPU`) are NOT YET. On
-a GPU (marker ``gpu``, one test per mutant, parallel-safe under pytest-xdist): every mutant is NOT
-YET. Run it with ``pytest -n 8 --dist load -m gpu tests/test_mutations.py``: the Makefile's
+Without a GPU (in ``make test``: a sample, the rest marked slow): every mutant compiles, the slips
+the static checks must catch (:data:`CAUGHT_WITHOUT_A_GPU`) are NOT YET, and the CPU twin
+(:mod:`rmsnorm_lessons.twin`, issue 46) judges the rest: every mutant is NOT YET, but lesson 10's
+(v7 uses what the twin does not model: NOT VERIFIED, "needs a GPU"). On a GPU (marker ``gpu``, one
+test per mutant, parallel-safe under pytest-xdist): every mutant is NOT YET
+(tests/test_twin_gpu.py checks that the twin and the GPU give the same verdicts). Run it with ``pytest -n 8 --dist load -m gpu tests/test_mutations.py``: the Makefile's
 ``--dist loadfile`` would give every mutant of this file to one worker.
 """
 from __future__ import annotations
@@ -50,6 +52,7 @@ import json
 import _mutations
 import pytest
 
+from rmsnorm_lessons import twin
 from rmsnorm_lessons.core import build, gpu, ladder
 from rmsnorm_lessons.course import registry
 
@@ -96,6 +99,9 @@ SAMPLE = {
     for m in [next((m for m in MUTANTS if m.exercise == lesson.stem
                     and ((m.exercise, m.kind) in CAUGHT_WITHOUT_A_GPU) == caught), None)] if m}
 NVCC_REJECTS = "nvcc does not accept it"
+CPU_TWIN = "on the CPU twin"
+#: exercises whose text uses what the CPU twin does not model (v7: inline PTX, clusters)
+NEEDS_A_GPU = ("10_v7_one_pass",)
 _CONTEXT_LOST = ""  # the GPU test that made this process's CUDA context unusable
 
 needs_nvcc = pytest.mark.skipif(build.find_nvcc() is None, reason="nvcc not found")
@@ -169,11 +175,13 @@ def test_the_score_line_counts_and_names_the_survivors():
 
     lines = _mutation_report.score_lines([
         record("GPU"), record("compile-only"), record("survived", id="normalisation.mean@36"),
-        record("needs a GPU", gpu=False), record("compile-only", gpu=False)])
+        record("needs a GPU", gpu=False), record("compile-only", gpu=False),
+        record("CPU twin", gpu=False), record("survived", gpu=False, id="stride.loop@20")])
     assert lines == ["mutation score: 2/3 caught (compile-only 1, GPU 1); survivors: lesson06 "
                      "normalisation.mean@36; rejected by nvcc: none",
-                     "mutation score without a GPU: 1/2 caught by the compile and the static "
-                     "checks (compile-only), 1 need a GPU to be judged; rejected by nvcc: none"]
+                     "mutation score without a GPU: 2/3 caught (compile-only 1, CPU twin 1), 1 "
+                     "need a GPU to be judged; survivors: lesson06 stride.loop@20; rejected by "
+                     "nvcc: none"]
 
 
 # --- without a GPU: compiled and inspected -----------------------------------------------------
@@ -185,10 +193,15 @@ def _judge_without_a_gpu(mutant, record_property, request):
     verdict = _check(mutant)
     rejected = verdict.message.startswith(NVCC_REJECTS)
     caught = (mutant.exercise, mutant.kind) in CAUGHT_WITHOUT_A_GPU
+    on_cpu = verdict.message.startswith(CPU_TWIN)
     _record(record_property, mutant, verdict.status, "nvcc rejected" if rejected else
-            "compile-only" if verdict.status == "NOT YET" else "needs a GPU")
+            "survived" if verdict.status == "PASS" else
+            ("CPU twin" if on_cpu else "compile-only") if verdict.status == "NOT YET" else
+            "needs a GPU")
     assert not rejected, f"{mutant.node}: a mutant must compile\n{verdict}"
     assert verdict.status in ("NOT YET", "NOT VERIFIED"), f"{mutant.node}: {verdict}"
+    if twin.available() is None and mutant.exercise not in NEEDS_A_GPU:
+        assert verdict.status == "NOT YET", f"{mutant.node} survived the CPU twin: {verdict}"
     if caught:
         assert verdict.status == "NOT YET", (
             f"{mutant.node}: the static checks must catch it "
@@ -223,6 +236,7 @@ def test_every_mutant_is_not_yet_on_the_gpu(node, record_property, monkeypatch):
         pytest.fail(f"not judged: {_CONTEXT_LOST} left this worker's CUDA context unusable")
     with monkeypatch.context() as hidden:  # what the compile and the static checks alone say
         hidden.setattr(gpu, "why_unavailable", lambda: "hidden by the mutation test")
+        hidden.setattr(twin, "available", lambda: "hidden by the mutation test")
         static = _check(mutant)
     verdict = _check(mutant)
     try:
