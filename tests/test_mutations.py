@@ -42,7 +42,8 @@ the static checks must catch (:data:`CAUGHT_WITHOUT_A_GPU`) are NOT YET, and the
 (:mod:`rmsnorm_lessons.twin`, issue 46) judges the rest: every mutant is NOT YET, but lesson 10's
 (v7 uses what the twin does not model: NOT VERIFIED, "needs a GPU"). On a GPU (marker ``gpu``, one
 test per mutant, parallel-safe under pytest-xdist): every mutant is NOT YET
-(tests/test_twin_gpu.py checks that the twin and the GPU give the same verdicts). Run it with ``pytest -n 8 --dist load -m gpu tests/test_mutations.py``: the Makefile's
+(tests/test_twin_gpu.py checks that the twin and the GPU give the same verdicts). Run it with
+``pytest -n 8 --dist load -m gpu tests/test_mutations.py``: the Makefile's
 ``--dist loadfile`` would give every mutant of this file to one worker.
 """
 from __future__ import annotations

@@ -8,7 +8,8 @@ float64 reference within the bf16/fp32 rounding bound, with its scratch filled w
 hazard the twin finds (a race, a divergent barrier or shuffle, an access out of bounds, a kernel
 that never ends, a crash) is NOT YET with its lines; a wrong element is NOT YET with the
 diagnosis and the first wrong element; a deterministic rung must give the same bits in another
-block order (at the small GPU's shape, where several blocks each take many rows). What the twin does not model is NOT VERIFIED ("needs a GPU: ... at line N"), never a
+block order (at the small GPU's shape, where several blocks each take many rows). What the twin
+does not model is NOT VERIFIED ("needs a GPU: ... at line N"), never a
 verdict. On a GPU the GPU run stays the judge (:mod:`.kernel`).
 """
 from __future__ import annotations
