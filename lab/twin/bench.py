@@ -28,15 +28,17 @@ LIKE = {"02": "v1_naive", "03": "v2_warp", "04": "v3_smem", "06": "v4_vec_bf16",
         "07": "v5_two_pass", "08": "v6_last_block", "13": "v3_smem"}
 
 
-def _check_run(rung, hazards: bool, opt: str) -> tuple[float, int]:
-    """Seconds to run the check's shapes (the child processes included), and hazards found."""
-    started, found = time.perf_counter(), 0
+def _check_run(rung, hazards: bool, opt: str) -> tuple[float, int, int]:
+    """Seconds to run the check's shapes (the child processes included), hazards found, fiber
+    switches."""
+    started, found, switches = time.perf_counter(), 0, 0
     for k, (N, C, device) in enumerate(rungs.check_shapes(rung)):
         p = reference.random_problem(N, C, rung.dtype, seed=k, accumulate=True)
         got = rungs.run_rung(rung, p["dout"], p["inp"], p["weight"], p["rstd"], p["dinp"],
                              p["dweight"], device=device, hazards=hazards, opt=opt)
         found += len(got.hazards)
-    return time.perf_counter() - started, found
+        switches += got.switches
+    return time.perf_counter() - started, found, switches
 
 
 def main() -> None:
@@ -49,7 +51,7 @@ def main() -> None:
         compile.runtime_objects(opt)
         print(f"runtime objects {opt}, cold: {time.perf_counter() - t:.2f} s (once per machine)")
     print(f"{'exercise':<18} {'opt':<4} {'cold s':>7} {'cached s':>8} {'run on s':>8} "
-          f"{'run off s':>9} {'hazards':>7}  shapes")
+          f"{'run off s':>9} {'hazards':>7} {'switches':>9}  shapes")
     for lesson in registry.kernel_exercises():
         like = LIKE.get(lesson.stem[:2])
         if like is None:
@@ -65,12 +67,12 @@ def main() -> None:
             t = time.perf_counter()
             rungs.build_rung(rung, True, opt)
             cached = time.perf_counter() - t
-            on, found = _check_run(rung, True, opt)
-            off, _ = _check_run(rung, False, opt)
+            on, found, switches = _check_run(rung, True, opt)
+            off, _, _ = _check_run(rung, False, opt)
             shapes = ", ".join(f"{N}x{C}" + ("/2SM" if d else "")
                                for N, C, d in rungs.check_shapes(rung))
             print(f"{lesson.stem:<18} {opt:<4} {cold:7.2f} {cached:8.3f} {on:8.2f} {off:9.2f} "
-                  f"{found:7d}  {shapes}", flush=True)
+                  f"{found:7d} {switches:9d}  {shapes}", flush=True)
     print(f"twin available: {twin.available() or 'yes'}")
 
 

@@ -55,8 +55,9 @@ def main(program_file: str, result_file: str) -> int:
                 break
         if status:
             break
+    lib.twin_switches.restype = ctypes.c_uint64
     result = {"status": status, "reports": lib.twin_reports().decode(errors="replace"),
-              "orders": orders, "buffers": {}}
+              "orders": orders, "buffers": {}, "switches": lib.twin_switches()}
     for name in prog["read"]:
         b = next(b for b in prog["buffers"] if b["name"] == name)
         result["buffers"][name] = ctypes.string_at(buffers[name], b["nbytes"])

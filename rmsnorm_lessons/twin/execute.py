@@ -59,6 +59,7 @@ class TwinRun:
     orders: list = field(default_factory=list)
     stopped: bool = False
     seconds: float = 0.0
+    switches: int = 0  # fiber switches (the benchmark reads it)
 
 
 def _launch_dict(kernel: str, grid: int, block: int, shared: int, args) -> dict:
@@ -146,4 +147,5 @@ def _decode(library, result, code, stderr, watch, limit, seconds) -> TwinRun:
                   seconds=seconds)
     if result is not None:
         run.buffers, run.orders = result["buffers"], result["orders"]
+        run.switches = result.get("switches", 0)
     return run

@@ -40,6 +40,7 @@ class RungRun:
     stopped: bool = False
     build_seconds: float = 0.0
     run_seconds: float = 0.0
+    switches: int = 0
 
 
 def build_rung(version, hazards: bool = True, opt: str = compile.OPT) -> compile.Library:
@@ -139,4 +140,4 @@ def run_rung(version, dout, inp, weight, rstd, dinp=None, dweight=None, *, seed:
     out = {name: (np.frombuffer(ran.buffers[name], dt).reshape(tensors[name].shape).copy()
                   if name in ran.buffers else None) for name in ("dinp", "dweight")}
     return RungRun(out["dinp"], out["dweight"], ran.hazards, ran.orders, ran.stopped, built,
-                   ran.seconds)
+                   ran.seconds, ran.switches)

@@ -58,6 +58,11 @@ def why_not_text(text: str, name: str, kernels) -> str | None:
     return None
 
 
+#: a hazard's kind, as the verdict names it
+FOUND = {"race": "a race", "divergence": "a divergence", "out of bounds": "an access out of bounds",
+         "time limit": "a kernel that does not finish", "crash": "a crash", "error": "an error"}
+
+
 def _hazard_kind(kind: str) -> str:
     return {"race": "race", "divergence": "divergence", "out of bounds": "error",
             "time limit": "error", "crash": "error"}.get(kind, "error")
@@ -77,8 +82,8 @@ def run_checks_on_cpu(rung, *, seed: int = 0, rows_per_block=None, hints=None,
         if got.hazards:
             first = got.hazards[0]
             more = f" ({len(got.hazards) - 1} more found)" if len(got.hazards) > 1 else ""
-            return Outcome(False, f"{where}{ok_so_far} the CPU twin found a {first.kind}: "
-                                  f"{first.text}{more}", (_hazard_kind(first.kind),))
+            return Outcome(False, f"{where}{ok_so_far} it found {FOUND.get(first.kind, 'an error')}"
+                                  f": {first.text}{more}", (_hazard_kind(first.kind),))
         result = (got.dinp, got.dweight)
         report = compare.compare_strict(rung.dtype, p, result, name=rung.name)
         if not report.ok:

@@ -15,6 +15,7 @@ import re
 import numpy as np
 
 from ...core import gpu, ladder
+from ...course.checking import cpu
 from ...course.checking import kernel as kc
 from ...course.checking.diagnosis import found
 from ...course.verdict import Verdict, choice_verdict, failed, passed, read_number
@@ -350,8 +351,9 @@ def _run_scale_on_cpu(text: str) -> "object":
         ok_so_far = f" (right at n4 = {', '.join(done)})" if done else ""
         if ran.hazards:
             first = ran.hazards[0]
-            return kc.Outcome(False, f"at n4 = {n4}{ok_so_far} the CPU twin found a "
-                                     f"{first.kind}: {first.text}", (first.kind,))
+            return kc.Outcome(False, f"at n4 = {n4}{ok_so_far} it found "
+                                     f"{cpu.FOUND.get(first.kind, 'an error')}: {first.text}",
+                              (first.kind,))
         got, want = ran.arrays["y"], np.float32(-1.75) * x
         if not (np.array_equal(got[:n4], want) and np.isnan(got[n4:]).all()):
             return kc.Outcome(False, f"at n4 = {n4}{ok_so_far}: {_wrong_where(got, want)}",

@@ -37,6 +37,7 @@ static const size_t STACK = 256 * 1024, GUARD = 4096;
 static void (*entry_now)(void**) = nullptr;
 static void** argv_now = nullptr;
 static bool aborted = false;
+static uint64_t switches = 0;  // fiber switches so far (the benchmark's count)
 static void* shared_now = nullptr;
 static std::vector<uint32_t> warp_wsync;
 static uintptr_t module_base = 0;
@@ -86,6 +87,7 @@ static void fiber_main() {
 static void switch_away() {
     Fiber* me = current;
     Fiber* next = next_ready(me->tid);
+    switches++;
     if (next) {
         enter(next);
         swapcontext(&me->ctx, &next->ctx);
@@ -413,3 +415,4 @@ extern "C" int twin_launch(void (*entry)(void**), void** argv, uint32_t grid, ui
 }
 
 extern "C" void* twin_dynamic_shared(void) { return shared_now; }
+extern "C" uint64_t twin_switches(void) { return switches; }
