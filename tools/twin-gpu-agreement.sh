@@ -12,4 +12,5 @@ PY=${PY:-.venv/bin/python}
 JOBS=${JOBS:-0}
 if [ "$JOBS" -gt 0 ]; then XDIST="-n $JOBS --dist load"; else XDIST="-p no:xdist"; fi
 $PY -m pytest -q $XDIST -m gpu tests/test_twin_gpu.py tests/test_mutations.py
-$PY -m pytest -q -p no:xdist tests/test_twin_rungs.py tests/test_twin_hazards.py tests/test_twin_bf16.py
+$PY -m pytest -q -p no:xdist tests/test_twin_rungs.py tests/test_twin_hazards.py \
+    tests/test_twin_bf16.py
