@@ -201,7 +201,7 @@ def library(text: str, name: str, kernels, *, defines: dict | None = None, hazar
     cxx = require_cxx()
     flags = (opt, *FLAGS, *((HAZARD_FLAG,) if hazards else ()))
     key = _digest(text, sorted(includes.items()), sorted((defines or {}).items()), kernels, flags,
-                  _runtime_digest(), cxx_version(cxx), scan.for_gcc.__doc__, _ENTRY)
+                  _runtime_digest(), cxx_version(cxx), Path(scan.__file__).read_text(), _ENTRY)
     target = _core.cache_dir() / "twin" / f"{name}-{key}.so"
     if not target.is_file():
         objects = runtime_objects(opt)
