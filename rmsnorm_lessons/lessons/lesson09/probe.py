@@ -17,7 +17,8 @@ def launch(kernel: str, N: int, C: int, blocks_per_sm: int | None = None,
            launches: int = 2) -> None:
     """Launch scale variant ``kernel`` on N x C floats ``launches`` times (GPU): a grid of SMs x
     ``blocks_per_sm`` blocks of :data:`.inflight.BLOCK` threads, or one block per
-    :data:`.inflight.BLOCK` x loads elements where ``blocks_per_sm`` is None (lesson 00's launch)."""
+    :data:`.inflight.BLOCK` x loads elements where ``blocks_per_sm`` is None (lesson 00's
+    launch)."""
     width, loads = inflight.width_and_loads(kernel)
     n_floats = int(N) * int(C)
     if n_floats * 4 % width:
