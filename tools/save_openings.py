@@ -37,8 +37,9 @@ from rmsnorm_lessons.inspection.nsight_profile import EXTRA, UNLISTED, Profile  
 
 #: the run the seed comes from, as the lead labelled it
 SEED_DEVICE, SEED_DATE = "NVIDIA H100 80GB HBM3", "2026-12-05"
-NOT_SAVED = ("not in the saved run (its profiles printed duration, DRAM %, occupancy and the top "
-             "three stalls)")
+#: what a field the run's profiles did not print says (they printed duration, DRAM %, achieved
+#: occupancy and the top three stall reasons)
+NOT_SAVED = "not in the saved run"
 PROFILE_ROW = re.compile(r"^(?P<version>\S+)\s+(?P<kernel>\S+)\s+(?P<N>\d+)x(?P<C>\d+)\s+"
                          r"(?P<us>[\d.]+)\s+(?P<dram>[\d.]+)\s+(?P<occ>[\d.]+)\s+(?P<stalls>.*)$")
 STALL = re.compile(r"(\w+) (\d+) %")

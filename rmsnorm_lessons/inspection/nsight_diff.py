@@ -35,19 +35,9 @@ ROWS = (
     ("DRAM bytes / element", lambda p: p.per_element("dram_bytes"), ".2f", " B", "ratio"),
     ("achieved occupancy", lambda p: p.occupancy_pct, ".1f", " %", "points"),
     ("global load efficiency", lambda p: p.load_efficiency_pct, ".1f", " %", "points"),
-    ("L2 atomic sectors / element", lambda p: _atomic_sectors(p), ".3f", "", "delta"),
+    ("L2 atomic sectors / element", lambda p: p.atomic_sectors_per_element, ".3f", "", "delta"),
     ("bank conflicts / wavefront", lambda p: p.conflicts_per_wavefront, ".2f", "", "delta"),
 )
-
-
-def _atomic_sectors(p: Profile):
-    """Sectors L2 touched for global atomics and reductions, per element (reductions alone where
-    ncu gave no count for the returning kind)."""
-    red = p.per_element("red_sectors")
-    if red is None:
-        return None
-    atom = p.per_element("atom_sectors")
-    return red + (atom or 0.0)
 
 
 def change_text(a, b, spec: str, unit: str, how: str) -> str:

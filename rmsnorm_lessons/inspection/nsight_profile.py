@@ -124,6 +124,15 @@ class Profile:
         return None if value is None else value / self.elements
 
     @property
+    def atomic_sectors_per_element(self) -> float | None:
+        """L2 sectors of global reductions and atomics per element (reductions alone where ncu
+        gave no count of the returning kind); None where it counted neither."""
+        red = self.per_element("red_sectors")
+        if red is None:
+            return None
+        return red + (self.per_element("atom_sectors") or 0.0)
+
+    @property
     def conflicts_per_wavefront(self) -> float | None:
         """Bank conflicts per conflict-free shared-memory pass: the extra wavefronts over the
         ones a conflict-free access would need (an 8-way conflict: 7; none: 0)."""
@@ -136,6 +145,10 @@ class Profile:
         """Why field ``name`` has no value (:data:`NOT_MEASURED` unless ``missing`` says)."""
         if name == "dram_bytes":
             name = "dram_read_bytes" if self.dram_read_bytes is None else "dram_write_bytes"
+        if name == "conflicts_per_wavefront":
+            name = "bank_conflicts" if self.bank_conflicts is None else "shared_wavefronts"
+        if name == "atomic_sectors_per_element":
+            name = "red_sectors"
         return self.missing.get(name, NOT_MEASURED)
 
     def as_dict(self) -> dict:
