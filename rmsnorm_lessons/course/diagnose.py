@@ -222,8 +222,8 @@ def _support(cause: str, opening) -> tuple[bool | None, str]:
         if not top:
             return lacking("stall:long_scoreboard")
         if dram >= DRAM_BUSY_PCT:
-            return False, (f"DRAM is at {_show(dram)} % of its peak: it does not idle, whatever the "
-                           "warps wait on")
+            return False, (f"DRAM is at {_show(dram)} % of its peak: it does not idle, "
+                           "whatever the warps wait on")
         if top[0][0] != "long_scoreboard":
             return False, (f"the top stall is {top[0][0]} ({top[0][2]:.0f} %), not a wait on "
                            "global loads")
