@@ -11,6 +11,7 @@ whose they are.
 """
 from __future__ import annotations
 
+import textwrap
 from dataclasses import dataclass
 from typing import Callable
 
@@ -106,13 +107,13 @@ METRICS = {
                                            _p("conflicts_per_wavefront"), 0.05,
                                            "the extra shared-memory passes per conflict-free one "
                                            "(0: none; an 8-way conflict: 7)"),
-    "stall:<reason>": Metric("warp stalls: <reason>", "% of stalls",
+    "stall:<reason>": Metric("<reason> stalls", "% of stalls",
                              lambda o, reason: o.profile.stall_share(reason), 0.5,
                              "the share of the warps' stalls spent waiting on <waits>"),
     "ablation:<label>": Metric("without <label>", "% of the time",
                                lambda o, label: o.figures.get(f"ablation:{label}"), 1.0,
                                "the share of the call's time gone when <label> is taken out"),
-    "differing_channels": Metric("channels differing over 20 runs", "of C",
+    "differing_channels": Metric("channels differing over repeated calls", "of C",
                                  lambda o, a: o.figures.get("differing_channels"), 0.5,
                                  "the channels whose sum differs in some bit between identical "
                                  "calls"),
@@ -152,7 +153,7 @@ HINTS = {
 #: a sentence where a figure is a likely but wrong pick for a cause
 NOT_SHOWN = {
     ("global_atomics", "stall:long_scoreboard"):
-        "a global atomic whose result is unused (REDG) is fire-and-forget: no warp waits on it",
+        "a global atomic whose result is unused, a REDG, is fire-and-forget: no warp waits on it",
 }
 
 
@@ -189,6 +190,8 @@ def why_missing(opening, name: str) -> str:
     if name.startswith("stall:"):
         return ("the saved run listed only its top three stall reasons" if opening.profile.stalls
                 else opening.profile.why_missing("dram_pct"))
+    if name == "second_kernel_us" and opening.extra:
+        return next(iter(opening.extra.values())).why_missing("duration_us")
     if name.startswith(("ablation:", "differing_channels", "second_kernel")) or name == "time_ms":
         return "this opening did not measure it"
     return opening.profile.why_missing(field)
@@ -319,8 +322,10 @@ def causes() -> None:
     for name, m in METRICS.items():
         unit = f" [{m.unit}]" if m.unit else ""
         print(f"  {name:<30} {m.label}{unit}")
-        print(f"  {'':<30} {m.counts.replace('<waits>', 'that reason')}")
-    print("  stall reasons (stall:<reason>): " + ", ".join(nsight.WAITS_ON))
+        print(textwrap.fill(m.counts.replace("<waits>", "that reason"), width=96,
+                            initial_indent=" " * 33, subsequent_indent=" " * 33))
+    print(textwrap.fill("stall reasons (stall:<reason>): " + ", ".join(nsight.WAITS_ON),
+                        width=96, initial_indent="  ", subsequent_indent="    "))
 
 
 def _choice(answer, options, what: str):
@@ -413,17 +418,17 @@ def check(opening, *, bound, cause, metric: str, value, this_lesson: tuple[str, 
     if metric not in SHOWS[cause]:
         label, counts = _words(metric)
         note = NOT_SHOWN.get((cause, metric))
-        return failed(f"{label} counts {counts}" + (f"; {note}" if note else "")
-                      + f": it does not show that {CAUSES[cause]}. {HINTS[cause]}")
+        return failed(f"{label} counts {counts}: it does not show that {CAUSES[cause]}"
+                      + (f" ({note})" if note else "") + f". {HINTS[cause]}")
     supported, why = _support(cause, opening)
     if not supported:
         return failed(why + ("" if supported is False else
                              ": this opening cannot support that cause; which one does it show?"))
     kernel = rung or "this lesson's kernel"
     if cause in this_lesson:
-        lesson = f"{kernel} goes after it"
+        lesson = f"Right, and {kernel} goes after it."
     else:
-        lesson = (f"true, but {kernel} leaves it: which of the causes this opening supports "
-                  "does it remove?")
-    return passed(f"{why}. {nsight.reading(p)}. ({opening.source}) {lesson[0].upper()}"
-                  f"{lesson[1:]}.")
+        lesson = (f"True, but {kernel} leaves it: which of the causes this opening supports does "
+                  "it remove?")
+    why = why if why.endswith(("?", ".")) else why + "."
+    return passed(f"{why} {nsight.reading(p)} ({opening.source}). {lesson}")
