@@ -147,7 +147,7 @@ def test_ours_stays_hidden_otherwise(capsys, verdict, why):
 
 
 def test_a_kernel_that_was_not_run_shows_no_line_of_ours(capsys):
-    # issue 41: a wrong v1 checked where there is no GPU (NOT VERIFIED) prints no line of v1_naive.cu
+    # issue 41: a wrong v1 checked with no GPU (NOT VERIFIED) prints no line of v1_naive.cu
     notebook.compare_with_ours(Verdict(False, "compiled; no GPU to run it", verified=False),
                                "v1_naive")
     out = capsys.readouterr().out

@@ -299,7 +299,7 @@ def default_notebooks() -> Path:
     return notebook_dir()
 
 
-# --- issue 41: an investigation's opening and explanations -----------------------------------------
+# --- issue 41: an investigation's opening and explanations ---------------------------------------
 
 #: the heading the student edition puts above an explanation it folds
 EXPLANATION_HEADING = ("#### After your diagnosis: the explanation (folded: click the bar at its "
