@@ -277,3 +277,14 @@ def test_a_diff_needs_one_shape():
 def test_every_extra_field_has_a_metric_and_a_meaning():
     assert all(m.count("__") == 1 and meaning for m, meaning in EXTRA.values())
     assert nsight.METRICS[:4] == nsight.BASE
+
+
+def test_lesson09s_probe_refuses_a_bad_call_before_the_gpu(monkeypatch):
+    from rmsnorm_lessons.core import gpu
+    from rmsnorm_lessons.lessons.lesson09 import probe
+
+    monkeypatch.setattr(gpu, "require", lambda: pytest.fail("the GPU was asked for"))
+    with pytest.raises(ValueError, match="variant must be one of"):
+        probe.launch("scale_f64_x1", 1024, 1)
+    with pytest.raises(ValueError, match="whole 16-byte loads of scale_f128_x4"):
+        probe.launch("scale_f128_x4", 3, 1)

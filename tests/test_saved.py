@@ -150,3 +150,36 @@ def test_the_seed_reads_tables_as_the_run_printed_them():
         pytest.approx(2152 / 0.725)
     assert tool.parse_figure("v2 without its atomics: 0.0764 ms against 0.2688 ms: ...",
                              "ablation") == pytest.approx(100 * (1 - 0.0764 / 0.2688))
+
+
+def test_measure_calls_every_lessons_opening_with_the_run_set(monkeypatch):
+    from types import ModuleType, SimpleNamespace
+
+    seen = []
+
+    def home(number, after=True, ladder=False, source="measured now on GPU A"):
+        module = ModuleType(f"lesson{number}")
+        if after:
+            def opening(after=False):
+                seen.append((number, after, os.environ.get(saved.ENV)))
+                return SimpleNamespace(source=source)
+        else:
+            def opening():
+                seen.append((number, False, os.environ.get(saved.ENV)))
+                return SimpleNamespace(source=source)
+        module.opening = opening
+        if ladder:
+            module.ladder_profile = lambda v: seen.append((number, v)) or SimpleNamespace(
+                source=source)
+        return module
+    homes = {"02": home("02", after=False), "03": home("03"), "13": home("13", ladder=True)}
+    monkeypatch.setattr(tool.importlib, "import_module",
+                        lambda name: homes[name.removeprefix("rmsnorm_lessons.lessons.lesson")])
+    monkeypatch.delenv(saved.ENV, raising=False)
+    tool.measure("h100-2026-12-20", ["02", "03", "13"])
+    assert seen[:4] == [("02", False, "h100-2026-12-20"), ("03", False, "h100-2026-12-20"),
+                        ("03", True, "h100-2026-12-20"), ("13", False, "h100-2026-12-20")]
+    assert [v for _, v in seen[5:]] == [r.name for r in ladder.SHIPPED]  # lesson 13's ladder
+    homes["03"] = home("03", source="saved on NVIDIA H100 80GB HBM3, 2026-12-05")
+    with pytest.raises(SystemExit, match="lesson 03 opening\\(\\) was not measured here"):
+        tool.measure("h100-2026-12-20", ["03"])

@@ -82,9 +82,11 @@ def ladder_rows(profiles, copy_gbps: float, fp32_peak: float | None = None,
     """Lesson 13: each profiled rung as a roofline point, measured: FLOP per DRAM byte
     (``flops_per_element`` x N x C over the bytes read plus written) and GFLOP/s (the same FLOPs
     over ncu's duration), and that as a % of the roof above it (the copy line, or the FP32 peak
-    right of the ridge). A profile without DRAM bytes or a duration has None there."""
+    right of the ridge). A profile without DRAM bytes or a duration has None there. ``profiles``:
+    :class:`~rmsnorm_lessons.inspection.nsight.Profile` or openings (their main profile)."""
     if not copy_gbps > 0:
         raise ValueError(f"copy_gbps must be positive, got {copy_gbps}")
+    profiles = [getattr(p, "profile", p) for p in profiles]  # an opening stands for its profile
     rows = []
     for label, p in zip(_labels(profiles, labels), profiles):
         flops = flops_per_element * p.elements
