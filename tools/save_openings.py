@@ -22,7 +22,6 @@ import argparse
 import importlib
 import inspect
 import json
-import math
 import os
 import re
 import sys

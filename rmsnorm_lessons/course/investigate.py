@@ -17,7 +17,7 @@ from typing import Callable
 from ..core import gpu, ladder
 from ..inspection import nsight
 from ..inspection.nsight_diff import change_text, format_rows, stall_lines
-from ..inspection.nsight_profile import BASE, EXTRA, Profile
+from ..inspection.nsight_profile import EXTRA, Profile
 from ..speed.timing import Timing
 from . import diagnose, saved
 
