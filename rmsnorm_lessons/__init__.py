@@ -39,7 +39,7 @@ _HOMES = {
     "sanitizer": "inspection", "sass": "inspection",
     "bench": "speed", "peers": "speed", "timing": "speed",
     "notebook": "course", "plots": "course", "predict": "course", "profiles": "course",
-    "registry": "course",
+    "registry": "course", "investigate": "course", "diagnose": "course", "saved": "course",
     "student": "course", "widgets": "course",
     "cli": "",
 }

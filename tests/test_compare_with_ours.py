@@ -105,17 +105,21 @@ def test_an_unknown_source_lists_the_kernels():
         notebook.compare_with_ours(Verdict(True, "ok"), "v1_naive", anyway="yes")
 
 
-@pytest.mark.parametrize("verdict, anyway", [
-    (Verdict(True, "matches"), False),
-    (Verdict(False, "compiled; no GPU to run it", verified=False), False),
-    (Verdict(False, "dweight differs"), True),
-    (None, True),
+@pytest.mark.parametrize("verdict, anyway, above", [
+    (Verdict(True, "matches"), False, ""),
+    (Verdict(True, "matches"), True, ""),
+    (Verdict(False, "compiled; no GPU to run it", verified=False), True,
+     "unchecked: your kernel was not run\n"),
+    (Verdict(False, "dweight differs"), True,
+     "unchecked: your kernel did not pass its check (NOT YET)\n"),
+    (None, True, "unchecked: your kernel was not run (the check cell has not given a verdict "
+                 "here)\n"),
 ])
-def test_ours_is_shown_after_a_pass_or_on_request(capsys, verdict, anyway):
+def test_ours_is_shown_after_a_pass_or_on_request(capsys, verdict, anyway, above):
     assert notebook.compare_with_ours(verdict, "v5_two_pass", part="reduce_dweight_v5",
                                       anyway=anyway) is None
     out = capsys.readouterr().out
-    assert out.startswith("Ours: reduce_dweight_v5 in kernels/v5_two_pass.cu\n")
+    assert out.startswith(above + "Ours: reduce_dweight_v5 in kernels/v5_two_pass.cu\n")
     assert notebook.part_of(build.kernel_source("v5_two_pass"), "reduce_dweight_v5") in out
     assert "rmsnorm_backward_v5(" not in out
 
@@ -129,6 +133,9 @@ def test_the_whole_file_without_part(capsys):
 
 @pytest.mark.parametrize("verdict, why", [
     (Verdict(False, "dweight differs"), "it says NOT YET"),
+    # a kernel that was not run (no GPU: NOT VERIFIED) is never followed by ours (issue 41)
+    (Verdict(False, "compiled; no GPU to run it", verified=False),
+     "it says NOT VERIFIED: your kernel was not run"),
     (None, "the check cell has not given a verdict here"),
     ("PASS: forged", "the check cell has not given a verdict here"),
 ])
@@ -137,3 +144,13 @@ def test_ours_stays_hidden_otherwise(capsys, verdict, why):
     out = capsys.readouterr().out.strip()
     assert "\n" not in out and why in out and "anyway=True" in out
     assert "rmsnorm_backward_v1" not in out and "__global__" not in out
+
+
+def test_a_kernel_that_was_not_run_shows_no_line_of_ours(capsys):
+    # issue 41: a wrong v1 checked with no GPU (NOT VERIFIED) prints no line of v1_naive.cu
+    notebook.compare_with_ours(Verdict(False, "compiled; no GPU to run it", verified=False),
+                               "v1_naive")
+    out = capsys.readouterr().out
+    ours = [line.strip() for line in build.kernel_source("v1_naive").splitlines()
+            if len(line.strip()) >= 12]
+    assert ours and not any(line in out for line in ours), out

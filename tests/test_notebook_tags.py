@@ -60,6 +60,20 @@ def test_reveal_and_versus_cells_need_the_tag_and_prediction_cells_do_not():
     assert [n for n, _ in tag_notebooks.untagged(nb)] == [0, 1, 2]
 
 
+@pytest.mark.parametrize("tag, source", [
+    ("opening", "before = lesson04.opening()"),
+    ("diagnosis", "lesson04.check_diagnosis(before, bound=..., cause=..., metric=..., value=...)"),
+    ("what-changed", "after = lesson04.opening(after=True)\nrl.investigate.what_changed(before, "
+                     "after)"),
+])
+def test_an_investigations_cells_need_the_tag(tag, source):
+    tagged = _cell(source, "v2_warp at 8192x1024, saved on NVIDIA H100 80GB HBM3\n", tags=[tag])
+    untagged_by_name = _cell(source, "")
+    nb = {"cells": [tagged, untagged_by_name]}
+    assert [n for n, _ in tag_notebooks.untagged(nb)] == [0, 1]
+    assert tag_notebooks.TAG_RULES[tag] in tag_notebooks.reasons(tagged)
+
+
 def test_a_deterministic_cell_needs_no_tag():
     nb = {"cells": [_cell("print(rl.build.kernel_source('v1_naive'))",
                           "// v1_naive.cu\n__global__ ...\n"),

@@ -181,3 +181,12 @@ def test_the_saved_output_of_the_same_call_is_found(tmp_path):
     nb["metadata"] = {}  # no GPU run recorded: its outputs are not the H200's
     path.write_text(json.dumps(nb))
     assert profiles.saved_output("v3_smem", 8192, 1024, [path, tmp_path / "missing.ipynb"]) is None
+
+
+def test_a_bottleneck_without_its_reading_shows_the_table_only():
+    p = _profile(34.9)
+    b = profiles.Bottleneck("v3_smem", (8192, 1024), p, show_reading=False)
+    assert str(b) == nsight.table([p]) and b.reading == nsight.reading(p)
+    saved = profiles.Bottleneck("v3_smem", (8192, 1024), why_not="no GPU", show_reading=False,
+                                saved=("table\nlatency-bound: DRAM at 35 %", "NVIDIA H200, x"))
+    assert "bound" not in str(saved) and str(saved).endswith("table")

@@ -43,13 +43,16 @@ def _calls_by_lesson() -> dict[str, set[str]]:
 
 #: shared figures a widget draws (rmsnorm_lessons.course.widgets)
 WIDGET_FIGURES = {"access_pattern", "shared_memory_chart"}
+#: shared figures a course helper draws for the lessons that call it: profile_diff is drawn by
+#: rl.investigate.what_changed (lessons 03-10)
+HELPER_FIGURES = {"profile_diff": "what_changed("}
 
 
 def test_a_figure_one_lesson_draws_lives_in_that_lessons_home():
     calls = _calls_by_lesson()
     for name in _figure_functions(plots):
         users = sorted(n for n, used in calls.items() if name in used)
-        assert len(users) >= 2 or name in WIDGET_FIGURES, (
+        assert len(users) >= 2 or name in WIDGET_FIGURES or name in HELPER_FIGURES, (
             f"rl.plots.{name} is drawn by lesson(s) {users} only: it belongs in that lesson's home")
     for number, names in calls.items():
         own = lessons.home(f"lesson{number}")
@@ -134,3 +137,54 @@ def test_the_memory_levels_draw_from_a_chase_and_the_device_facts():
     assert isinstance(lesson09.memory_levels(chase), Figure)  # without facts: no capacities
     with pytest.raises(ValueError):
         lesson09.memory_levels(inflight.Chase(l1_ns=0.0, l2_ns=150.0, dram_ns=330.0))
+
+
+def _opening(version, ms, dram, occupancy, stalls, source="measured now on a made-up GPU"):
+    from rmsnorm_lessons.course import investigate
+
+    timing = bench._timing(version, 8192, 1024, [ms] * 3, 16 * 8192 * 1024, 3000.0)
+    profile = nsight.Profile(version, "k", (8192, 1024), dram, occupancy, ms * 900, stalls)
+    return investigate.Opening(version, (8192, 1024), None, timing, profile, source=source)
+
+
+def test_profile_diff_draws_from_two_made_up_openings():
+    from rmsnorm_lessons.course import investigate
+
+    before = _opening("v1_naive", 3.2, 1.8, 12.4, {"long_scoreboard": 9.9, "wait": 0.1})
+    after = _opening("v2_warp", 0.27, 21.1, 92.0, {"long_scoreboard": 9.8, "lg_throttle": 0.2,
+                                                   "unlisted": 0.5})
+    change = investigate.what_changed(before, after, show=False)
+    fig = change.figure
+    assert isinstance(fig, Figure) and fig.dpi == plots.DPI
+    assert tuple(fig.get_size_inches() * fig.dpi) == (512, 224)
+    times, shares, stalls = fig.axes[:3]
+    assert [round(b.get_height(), 2) for b in times.patches] == [3.2, 0.27]
+    assert len(shares.patches) == 4 and shares.get_ylim()[0] == 0
+    from matplotlib.colors import to_hex
+
+    handles, labels = stalls.get_legend_handles_labels()
+    colours = {label: to_hex(h.patches[0].get_facecolor()) for h, label in zip(handles, labels)}
+    # the same reason has the same colour in every lesson's picture
+    assert colours["long_scoreboard"] == plots.STALL_COLORS["long_scoreboard"]
+    assert colours["unlisted"] == plots.STALL_COLORS["unlisted"] and "wait" in colours
+
+
+def test_the_ladder_roofline_draws_from_made_up_profiles():
+    def made_up(version, read, written, us):
+        return nsight.Profile(version, "k", (16384, 2048), 50.0, 50.0, us, {},
+                              dram_read_bytes=read, dram_write_bytes=written)
+    n = 16384 * 2048
+    ladder = [made_up("v3_smem", 12 * n, 4 * n, 400.0), made_up("v4_vec_bf16", 6 * n, 2 * n, 110.0),
+              nsight.Profile("v1_naive", "k", (16384, 2048), 2.0, 12.0, 7000.0, {})]
+    rows = lesson13.ladder_rows(ladder, 3000.0, 60e12)
+    assert rows[0]["flop_per_byte"] == pytest.approx(11 / 16)
+    assert rows[1]["gflops"] == pytest.approx(11 * n / 110e-6 / 1e9)
+    assert rows[1]["pct_of_roof"] == pytest.approx(100 * rows[1]["gflops"] / (3000 * 11 / 8))
+    assert rows[2]["gflops"] is None  # no bytes measured: not placed, and the title says so
+    fig = lesson13.ladder_roofline(ladder, 3000.0, 60e12)
+    assert isinstance(fig, Figure) and "v1_naive" in fig.axes[0].get_title()
+    assert "no DRAM bytes" in lesson13.ladder_table(ladder, 3000.0, 60e12)
+    with pytest.raises(ValueError, match="fp32_peak"):
+        lesson13.ladder_roofline(ladder, 3000.0, 0.0)
+    with pytest.raises(ValueError, match="labels"):
+        lesson13.ladder_rows(ladder, 3000.0, labels=["one"])

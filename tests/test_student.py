@@ -71,11 +71,14 @@ def test_every_exercise_has_a_solution_and_the_student_edition_has_none(lesson):
                  and student.has_solution(_src(c)) and "prediction" not in student.tags(c)]
     assert len(solutions) == len(checks), "one solution cell per check (a guess is no exercise)"
     st = student.student_notebook(nb)
-    assert len(st["cells"]) == len(nb["cells"])
+    lessons_cells = [c for c in st["cells"] if not student.inserted(c)]  # headings it adds
+    assert len(lessons_cells) == len(nb["cells"])
     kept = 0
-    for before, after in zip(nb["cells"], st["cells"]):
+    for before, after in zip(nb["cells"], lessons_cells):
         assert "SOLUTION" not in _src(after) and "SKELETON" not in _src(after)
-        if before["cell_type"] != "code":
+        if before["cell_type"] != "code" and "explanation" in student.tags(before):
+            assert _src(after) == _src(before)  # folded, not changed
+        elif before["cell_type"] != "code":
             assert after == before
         elif (student.has_solution(_src(before)) or student.check_calls(_src(before))
               or _cleared_by_tag(before)):
@@ -116,6 +119,48 @@ def test_reveal_and_prediction_cells_lose_their_outputs():
     assert [bool(c["outputs"]) for c in st["cells"]] == [False, True, True, False]
     assert st["cells"][0]["execution_count"] is None and st["cells"][1]["execution_count"] == 3
     assert nb["cells"][0]["outputs"], "the instructor edition is not changed"
+
+
+def test_an_investigation_in_the_student_edition():
+    def code(source, tags, text):
+        return {"cell_type": "code", "metadata": {"tags": tags}, "source": source,
+                "execution_count": 2, "id": f"c{len(source)}",
+                "outputs": [{"output_type": "stream", "name": "stdout", "text": text}]}
+
+    opening = code("before = lesson04.opening()", ["opening", "nbval-ignore-output"],
+                   ["v2_warp at 8192x1024, measured now on NVIDIA H100 80GB HBM3\n",
+                    "bench time   0.2688 ms\n",
+                    "latency-bound: DRAM at 21 % of its peak\n"])
+    diagnosis = code("### BEGIN SOLUTION\nbound = 'latency'\n### END SOLUTION\n"
+                     "lesson04.check_diagnosis(before, bound=bound)", ["diagnosis"],
+                     "PASS: taking the atomicAdd out removes 72 % of the time\n")
+    decision = code("home = 'shared'\nlesson04.check_dweight_home(home)", ["decision"],
+                    "PASS: 4 KiB a block\n")
+    changed = code("rl.investigate.what_changed(before, after)", ["gpu", "what-changed"],
+                   "what changed: v2_warp -> v3_smem\n")
+    explain = [{"cell_type": "markdown", "metadata": {"tags": ["explanation"]}, "id": f"m{k}",
+                "source": f"Why v2 is slow, part {k}"} for k in (1, 2)]
+    nb = {"cells": [opening, diagnosis, *explain, decision, changed],
+          "metadata": {"rmsnorm_lessons": {"device": "NVIDIA H100 80GB HBM3",
+                                           "date": "2026-12-20"}},
+          "nbformat": 4, "nbformat_minor": 5}
+    st = student.student_notebook(nb)
+    shown = _text_of(st["cells"][0])
+    assert shown.splitlines()[0] == ("v2_warp at 8192x1024, saved on NVIDIA H100 80GB HBM3, "
+                                     "2026-12-20: run the cell for yours")
+    assert "bench time" in shown and "bound" not in shown  # the figures stay, the reading goes
+    assert st["cells"][1]["outputs"] == [] and "'latency'" not in _src(st["cells"][1])
+    heading, first, second = st["cells"][2:5]
+    assert student.inserted(heading) and _src(heading) == student.EXPLANATION_HEADING
+    assert heading["id"] == "m1-heading" and not student.inserted(second)
+    assert first["metadata"]["jupyter"]["source_hidden"] is True
+    assert second["metadata"]["jupyter"]["source_hidden"] is True  # one heading for the two
+    assert st["cells"][5]["outputs"] == [] and st["cells"][6]["outputs"] == []
+    assert "measured now" in _text_of(nb["cells"][0]), "the instructor edition is not changed"
+
+
+def _text_of(cell) -> str:
+    return "".join("".join(o.get("text", "")) for o in cell["outputs"])
 
 
 def test_the_student_edition_keeps_a_measurement_but_not_the_authors_guess(capsys):

@@ -42,10 +42,16 @@ SOURCE_RULES = {
     "a kernel exercise's check (it runs the kernel only where a GPU is)":
         r"\bcheck_warp_sum\(|\bcheck_v\d_kernel\(",
     "a measurement beside a guess": r"\bpredict\.versus\(",
+    "an opening, a diagnosis or what changed (measured here, or the saved run's)":
+        r"\bopening\(|\bwhat_changed\(|\bcheck_diagnosis\(|\bdiagnose\.check\(",
 }
 # cells tagged so: the tag says what their output depends on
 TAG_RULES = {
     "reveal": "a reveal cell (ours is shown only where the check passed: a GPU ran it)",
+    # issue 41: an investigation's cells print this GPU's figures, or the saved run's without one
+    "opening": "an opening (the last rung measured here, or the saved run's without a GPU)",
+    "diagnosis": "a diagnosis verdict (it quotes the opening's figures, measured or saved)",
+    "what-changed": "what changed (two openings, measured here or saved)",
 }
 # a prediction cell prints the learner's own numbers ("0.8 ms"): no output rule applies to it
 PREDICTION = "prediction"

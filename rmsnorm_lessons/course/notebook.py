@@ -294,12 +294,27 @@ def part_of(text: str, part: str) -> str:
 
 HIDDEN = ("Ours stays hidden until your kernel passes its check ({why}): run the check, or pass "
           "anyway=True to see it now.")
+#: the line above ours where the learner asked to see it before their kernel passed (issue 41)
+UNCHECKED = "unchecked: {why}"
+
+
+def _not_passed(verdict) -> str:
+    """Why the learner's kernel has not passed: it was not run, or it was and failed."""
+    from .verdict import Verdict
+
+    if isinstance(verdict, Verdict) and verdict.status == "NOT VERIFIED":
+        return "your kernel was not run"
+    if isinstance(verdict, Verdict):
+        return "your kernel did not pass its check (NOT YET)"
+    return "your kernel was not run (the check cell has not given a verdict here)"
 
 
 def compare_with_ours(verdict, source: str, part: str | None = None, anyway: bool = False):
     """In a cell tagged ``reveal``, after the learner's check: print our kernel (``source``: a rung
-    or a file under kernels/; ``part``: one function of it) where ``verdict`` is PASS or NOT
-    VERIFIED, or ``anyway``; else one sentence saying why it stays hidden."""
+    or a file under kernels/; ``part``: one function of it) where ``verdict`` is PASS; else one
+    sentence saying why it stays hidden. NOT VERIFIED (the kernel was not run: no GPU) keeps it
+    hidden too. ``anyway=True`` prints it whatever the verdict, under a line saying that the
+    learner's kernel is unchecked."""
     from ..core import build
     from .verdict import Verdict
 
@@ -313,11 +328,17 @@ def compare_with_ours(verdict, source: str, part: str | None = None, anyway: boo
     text = build.kernel_source(source)  # FileNotFoundError listing the kernels
     shown = part_of(text, part) if part is not None else text
     name = build.kernel_path(source).name
-    if isinstance(verdict, Verdict) and verdict.status in ("PASS", "NOT VERIFIED") or anyway:
+    passed = isinstance(verdict, Verdict) and verdict.status == "PASS"
+    if passed or anyway:
         what = f"{part} in kernels/{name}" if part is not None else f"kernels/{name}"
-        print(f"Ours: {what}\n\n{shown.rstrip()}")
+        above = "" if passed else UNCHECKED.format(why=_not_passed(verdict)) + "\n"
+        print(f"{above}Ours: {what}\n\n{shown.rstrip()}")
         return None
-    why = (f"it says {verdict.status}" if isinstance(verdict, Verdict)
-           else "the check cell has not given a verdict here")
+    if isinstance(verdict, Verdict) and verdict.status == "NOT VERIFIED":
+        why = "it says NOT VERIFIED: your kernel was not run"
+    elif isinstance(verdict, Verdict):
+        why = f"it says {verdict.status}"
+    else:
+        why = "the check cell has not given a verdict here"
     print(HIDDEN.format(why=why))
     return None

@@ -243,3 +243,78 @@ def shared_memory_chart(version: str = "v3_smem", block_size: int | None = None,
             ax.axvline(C, color="grey", lw=0.8)
     fig.suptitle(f"{spec.name}, {block} threads a block, {arch}", fontsize=9)
     return fig
+
+
+#: one colour per stall reason, the same in every lesson's picture
+STALL_COLORS = {"long_scoreboard": "#1f77b4", "short_scoreboard": "#ff7f0e", "barrier": "#2ca02c",
+                "mio_throttle": "#d62728", "lg_throttle": "#9467bd", "wait": "#8c564b",
+                "not_selected": "#e377c2", "membar": "#bcbd22", "math_pipe_throttle": "#17becf",
+                "drain": "#7f7f7f", "other": "#c7c7c7", "unlisted": "#e5e5e5"}
+#: the stall reasons a bar shows one by one; the rest are "other"
+STALLS_SHOWN = 4
+
+
+def _stall_stack(profile) -> list[tuple[str, float]]:
+    """(reason, % of stalls) of the top reasons, then "other" (and a saved run's "unlisted")."""
+    top = [(r, s) for r, _, s in profile.top_stalls(STALLS_SHOWN)]
+    unlisted = profile.stall_share("unlisted") if "unlisted" in profile.stalls else None
+    rest = 100.0 - sum(s for _, s in top) - (unlisted or 0.0)
+    out = top + ([("other", rest)] if rest > 0.5 else [])
+    return out + ([("unlisted", unlisted)] if unlisted else [])
+
+
+def profile_diff(change):
+    """What moved from one rung to the next (:func:`rmsnorm_lessons.course.investigate.
+    what_changed`): the bench times against the copy floor (the bytes at the copy bandwidth),
+    DRAM % and achieved occupancy against the 60 % line, and the stall reasons' shares."""
+    from ..inspection import nsight
+
+    pair = (change.before, change.after)
+    names = [o.version for o in pair]
+    fig, (a1, a2, a3) = _outside_pyplot((FIGSIZE[0], 2.8), nrows=1, ncols=3)
+    for i, o in enumerate(pair):
+        t = o.timing
+        if t is None:
+            a1.text(i, 0, "no time", ha="center", va="bottom", fontsize=7)
+            continue
+        a1.bar(i, t.ms, 0.6, color="#4c72b0")
+        floor = t.bytes / (t.copy_gbps * 1e9) * 1e3 if t.copy_gbps else None
+        if floor:
+            a1.hlines(floor, i - 0.4, i + 0.4, colors=COPY_COLOR, linestyles="--", lw=1.2,
+                      label="bytes at copy speed" if i == 0 else None)
+    a1.set_title("bench time, ms", fontsize=8)
+    a1.set_ylim(0, a1.get_ylim()[1] * 1.3)  # room for the legend above the bars
+    if a1.get_legend_handles_labels()[0]:
+        a1.legend(fontsize=5, loc="upper center")
+    x = np.arange(2)
+    for k, (what, get) in enumerate((("DRAM %", lambda p: p.dram_pct),
+                                     ("occupancy %", lambda p: p.occupancy_pct))):
+        values = [get(o.profile) for o in pair]
+        a2.bar(x + (k - 0.5) * 0.38, [np.nan if v is None else v for v in values], 0.38,
+               label=what, color=("#55a868", "#8172b2")[k])
+    a2.axhline(nsight.MEMORY_BOUND_PCT, color="grey", ls=":", lw=1,
+               label=f"{nsight.MEMORY_BOUND_PCT:.0f} % line")
+    a2.set_ylim(0, 130)  # room for the legend above the bars
+    a2.set_yticks([0, 20, 40, 60, 80, 100])
+    a2.set_title("% of peak / of warp slots", fontsize=8)
+    a2.legend(fontsize=5, loc="upper center", ncol=2)
+    seen = set()
+    for i, o in enumerate(pair):
+        bottom = 0.0
+        for reason, share in _stall_stack(o.profile):
+            a3.bar(i, share, 0.6, bottom=bottom, color=STALL_COLORS.get(reason, "#aaaaaa"),
+                   label=None if reason in seen else reason)
+            seen.add(reason)
+            bottom += share
+        if not o.profile.stalls:
+            a3.text(i, 0, "no stalls", ha="center", va="bottom", fontsize=7)
+    a3.set_ylim(0, 100)
+    a3.set_title("warp stalls, % of stalls", fontsize=8)
+    if seen:
+        a3.legend(fontsize=5, loc="upper left", bbox_to_anchor=(1.0, 1.0))
+    for ax in (a1, a2, a3):
+        ax.set_xticks(x, names, fontsize=6, rotation=15)
+        ax.tick_params(labelsize=6)
+    N, C = change.after.shape
+    fig.suptitle(f"{names[0]} -> {names[1]} at {N}x{C}", fontsize=8)
+    return fig

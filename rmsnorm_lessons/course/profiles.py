@@ -14,6 +14,10 @@ from ..inspection import nsight
 from . import notebook, registry
 
 
+#: how :func:`rmsnorm_lessons.inspection.nsight.reading`'s line starts
+READING_STARTS = ("memory-bound", "latency-bound", "no reading")
+
+
 @dataclass(repr=False)
 class Bottleneck:
     """What :func:`bottleneck` found: the profile and its reading, or why there is none (and the
@@ -26,6 +30,8 @@ class Bottleneck:
     why_not: str | None = None
     saved: tuple | None = None
     reading: str | None = None
+    #: False: the table without its reading line (an opening, where the learner reads it first)
+    show_reading: bool = True
 
     def __post_init__(self):
         if self.profile is not None and self.reading is None:
@@ -33,12 +39,16 @@ class Bottleneck:
 
     def __str__(self) -> str:
         if self.profile is not None:
-            return f"{nsight.table([self.profile])}\n{self.reading}"
+            table = nsight.table([self.profile])
+            return f"{table}\n{self.reading}" if self.show_reading else table
         why = (self.why_not or "ncu gave no result").rstrip(". ")
         if self.saved is None:
             return (f"Not profiled here: {why}; the saved output of this cell (the H200's) shows "
                     "what ncu measured there.")
         text, where = self.saved
+        if not self.show_reading:  # the saved run's reading line stays unread too
+            text = "\n".join(line for line in text.splitlines()
+                             if not line.startswith(READING_STARTS))
         return (f"Not profiled here: {why}; the saved output of this call on {where} shows what "
                 f"ncu measured there:\n{text.rstrip()}")
 
@@ -78,7 +88,8 @@ def saved_output(version: str, N: int, C: int, notebooks=None):
     return None
 
 
-def bottleneck(version: str, N: int, C: int, kernel: str | None = None) -> Bottleneck:
+def bottleneck(version: str, N: int, C: int, kernel: str | None = None, *,
+               show_reading: bool = True) -> Bottleneck:
     """Profile one launch of ``version`` at (N, C) with ncu and read it (:func:`reading`).
 
     Arguments are checked first (:func:`checked`); a wrong one raises. Where ncu is missing, may not
@@ -95,7 +106,9 @@ def bottleneck(version: str, N: int, C: int, kernel: str | None = None) -> Bottl
         why = reason.split(":")[0] if reason else None
     if why is None:
         try:
-            return Bottleneck(version, (N, C), nsight.profile(version, N, C, kernel))
+            return Bottleneck(version, (N, C), nsight.profile(version, N, C, kernel),
+                              show_reading=show_reading)
         except nsight.ProfileError as exc:
             why = str(exc)
-    return Bottleneck(version, (N, C), why_not=why, saved=saved_output(version, N, C))
+    return Bottleneck(version, (N, C), why_not=why, saved=saved_output(version, N, C),
+                      show_reading=show_reading)

@@ -48,8 +48,9 @@ COMPANIONS = ("reference_card.md",)
 CHECK_CALL = re.compile(r"\b(lesson\d\d|tuning)\.(check_\w+)\s*\(")
 _BOUND = re.compile(r"^\s*(?:def\s+(\w+)|(\w+)\s*=[^=])", re.M)
 #: cells whose outputs the student edition clears whatever they call: our kernel after the check,
-#: and the guess written in the instructor edition
-CLEARED_TAGS = ("reveal", "prediction")
+#: the guess written in the instructor edition, and an investigation's answers (issue 41: the
+#: learner's diagnosis and decision, what changed once their kernel is in)
+CLEARED_TAGS = ("reveal", "prediction", "diagnosis", "decision", "what-changed")
 
 
 class MarkerError(ValueError):
@@ -170,6 +171,7 @@ def student_notebook(nb: dict) -> dict:
                                    and re.search(r"\b(" + "|".join(map(re.escape, sorted(answers)))
                                                          + r")\b", text)):
             _clear(cell)  # it checks or shows an answer
+    _investigation(nb)
     return nb
 
 
@@ -295,3 +297,56 @@ def default_notebooks() -> Path:
     from .registry import notebook_dir
 
     return notebook_dir()
+
+
+# --- issue 41: an investigation's opening and explanations ---------------------------------------
+
+#: the heading the student edition puts above an explanation it folds
+EXPLANATION_HEADING = ("#### After your diagnosis: the explanation (folded: click the bar at its "
+                       "left to open it)")
+_MEASURED = re.compile(r"^(?P<what>.+ at \d+x\d+), measured now on (?P<card>.+?)\s*$")
+_READING = re.compile(r"^(memory-bound|latency-bound|no reading)\b")
+
+
+def inserted(cell) -> bool:
+    """A cell the student edition added (an explanation's heading), not one of the lesson's."""
+    meta = cell.get("metadata", {}).get("rmsnorm_lessons")
+    return isinstance(meta, dict) and "inserted" in meta
+
+
+def _saved_opening(text: str, date: str) -> str:
+    """An opening's saved output as the student edition shows it: its first line says whose
+    figures they are and asks for the learner's own; no reading line."""
+    lines = [line for line in text.split("\n") if not _READING.match(line)]
+    m = _MEASURED.match(lines[0]) if lines else None
+    if m:
+        lines[0] = f"{m['what']}, saved on {m['card']}, {date}: run the cell for yours"
+    return "\n".join(lines)
+
+
+def _investigation(nb: dict) -> None:
+    """The cells of issue 41's investigation: an ``opening`` keeps its saved output, labelled as
+    another machine's; an ``explanation`` (markdown) is folded under a one-line heading."""
+    from .notebook import RUN_KEY
+
+    date = (nb.get("metadata", {}).get(RUN_KEY) or {}).get("date", "date not recorded")
+    cells, out = nb.get("cells", []), []
+    for i, cell in enumerate(cells):
+        if cell.get("cell_type") == "code" and "opening" in tags(cell):
+            for o in cell.get("outputs", []):
+                if "text" in o:
+                    o["text"] = _saved_opening(_source({"source": o["text"]}), date)
+                elif "text/plain" in o.get("data", {}):
+                    o["data"]["text/plain"] = _saved_opening(
+                        _source({"source": o["data"]["text/plain"]}), date)
+        if cell.get("cell_type") == "markdown" and "explanation" in tags(cell):
+            cell.setdefault("metadata", {}).setdefault("jupyter", {})["source_hidden"] = True
+            previous = cells[i - 1] if i else {}
+            if not (previous.get("cell_type") == "markdown" and "explanation" in tags(previous)):
+                heading = {"cell_type": "markdown", "source": EXPLANATION_HEADING,
+                           "metadata": {"rmsnorm_lessons": {"inserted": "explanation heading"}}}
+                if "id" in cell:
+                    heading["id"] = f"{cell['id']}-heading"[:64]
+                out.append(heading)
+        out.append(cell)
+    nb["cells"] = out

@@ -1,14 +1,21 @@
-"""Nsight Compute (``ncu``) on one launch of a rung: DRAM throughput, achieved occupancy, warp stall
-reasons.
+"""Nsight Compute (``ncu``) on one launch of a rung: DRAM throughput and bytes, achieved occupancy,
+warp stall reasons, global load efficiency, L2 atomic sectors, shared-memory bank conflicts.
 
 :func:`profile` starts ``ncu --clock-control none --csv --page raw --metrics ... --kernel-name K
 --launch-skip 1 --launch-count 1 python -m rmsnorm_lessons.inspection.nsight --launch VERSION N C``:
 the child calls the rung twice (the first call compiles and warms up; ncu profiles the second) and
 ncu prints one CSV row per profiled kernel. :func:`~rmsnorm_lessons.inspection.nsight_csv.parse_csv`
 reads that CSV (the raw page: a header of metric names, a row of units, a row per kernel; the
-details page's long form too) and :func:`profile` returns a :class:`Profile`: the few numbers the
-lessons need. The child is started by :mod:`rmsnorm_lessons.core.child`, which also runs the rung
-there.
+details page's long form too) and :func:`profile` returns a :class:`Profile`
+(:mod:`~rmsnorm_lessons.inspection.nsight_profile`): the numbers the lessons need. A learner's rung,
+a ``config`` or ``overwrite`` go to the child as a job (:func:`rmsnorm_lessons.core.child.run_job`,
+which rebuilds a learner's rung there), and so does a :class:`Probe`, a lesson's kernel that is not
+a rung. :func:`diff` sets two profiles of one shape side by side.
+
+ncu refuses a whole call when it does not know one metric name: :func:`usable_metrics` asks ``ncu
+--query-metrics`` once per process which of the extra metrics it knows, and a call refused for a
+metric is made once more without it. A figure ncu did not give is None ("not measured by this
+ncu"); the first four (duration, DRAM %, occupancy, stalls) are always asked for.
 
 ``--clock-control none`` keeps the GPU's own clocks (ncu otherwise locks them to base clocks, and on
 some virtual machines it may not). ncu needs a GPU and permission to read its performance counters;
@@ -20,32 +27,38 @@ shows the saved output of the same call where there is no GPU.
 """
 from __future__ import annotations
 
+import importlib
 import numbers
 import re
 import sys
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 from ..core import build, child
 from .nsight_csv import ProfileError, parse_csv  # noqa: F401 (nsight.X callers)
+from .nsight_diff import ProfileDiff, diff  # noqa: F401 (nsight.X callers)
+from .nsight_profile import (  # noqa: F401 (nsight.X callers)
+    BASE,
+    DRAM,
+    DURATION,
+    EXTRA,
+    NOT_MEASURED,
+    OCCUPANCY,
+    STALLS,
+    Profile,
+    base_name,
+    to_profile,
+)
 
-DRAM = "dram__throughput.avg.pct_of_peak_sustained_elapsed"  # DRAM throughput, % of its peak
-# achieved occupancy, % of the SM's warps
-OCCUPANCY = "sm__warps_active.avg.pct_of_peak_sustained_active"
-DURATION = "gpu__time_duration.sum"  # the kernel's time
-#: warp stall reasons: warps stalled for this reason per issued instruction (Warp State Statistics);
-#: they add up to the cycles between two instructions a warp issues
-STALLS = "regex:smsp__average_warps_issue_stalled_.*_per_issue_active\\.ratio"
-_STALL = re.compile(r"^smsp__average_warps_issue_stalled_(?P<reason>.+)_per_issue_active\.ratio$")
-METRICS = (DRAM, OCCUPANCY, DURATION, STALLS)
+#: every metric a profile asks for, where this ncu knows it (:func:`usable_metrics`)
+METRICS = BASE + tuple(metric for metric, _ in EXTRA.values())
 NOT_FOUND = ("ncu (Nsight Compute) was not found on PATH, under CUDA_HOME or in "
              "/usr/local/cuda/bin")
 
 
 def find() -> str | None:
     """The ncu executable: where :func:`rmsnorm_lessons.core.build.find_tool` looks, then the newest
-    of
-    NVIDIA's standalone installs (``/opt/nvidia/nsight-compute/<version>/ncu``), or None."""
+    of NVIDIA's standalone installs (``/opt/nvidia/nsight-compute/<version>/ncu``), or None."""
     found = build.find_tool("ncu")
     if found:
         return found
@@ -55,45 +68,35 @@ def find() -> str | None:
     return str(installs[-1]) if installs else None
 
 
-@dataclass
-class Profile:
-    """What ncu measured on one launch of one kernel of a rung."""
+@dataclass(frozen=True, init=False)
+class Probe:
+    """A kernel that is not a rung, profiled as a lesson launches it: ``Probe("lesson09",
+    "scale_f128_x4", 2)``. The lesson's home has a module ``probe`` whose ``launch(kernel, N, C,
+    *args, launches=2)`` launches ``kernel`` ``launches`` times on N x C elements (ncu profiles the
+    second launch); ``args`` are the lesson's own (lesson 09: blocks per SM)."""
 
-    version: str
+    lesson: str
     kernel: str
-    shape: tuple
-    dram_pct: float | None  # DRAM throughput, % of peak
-    occupancy_pct: float | None  # achieved occupancy, % of the SM's warp slots
-    duration_us: float | None
-    stalls: dict = field(default_factory=dict)  # reason -> warps stalled per issued instruction
+    args: tuple
 
-    def top_stalls(self, k: int = 3) -> list[tuple[str, float, float]]:
-        """``(reason, stalled warps per issued instruction, % of all stalls)``, largest first
-        ("selected" is issuing, not a stall, and left out)."""
-        items = [(r, v) for r, v in self.stalls.items() if v is not None and r != "selected"]
-        total = sum(v for _, v in items) or 1.0
-        items.sort(key=lambda t: -t[1])
-        return [(r, v, 100.0 * v / total) for r, v in items[:k]]
+    def __init__(self, lesson: str, kernel: str, *args):
+        if not isinstance(lesson, str) or not re.fullmatch(r"lesson\d\d", lesson):
+            raise ValueError(f"lesson must name a lesson's home (lessonNN), got {lesson!r}")
+        if not isinstance(kernel, str) or not kernel.isidentifier():
+            raise ValueError(f"kernel must be the kernel's name, got {kernel!r}")
+        if not all(isinstance(a, (int, float, str)) for a in args):
+            raise TypeError(f"a probe's arguments must be numbers or strings, got {args!r}")
+        object.__setattr__(self, "lesson", lesson)
+        object.__setattr__(self, "kernel", kernel)
+        object.__setattr__(self, "args", tuple(args))
 
+    @property
+    def name(self) -> str:
+        return self.kernel
 
-def _duration_us(value, unit):
-    if value is None:
-        return None
-    scale = {"ns": 1e-3, "nsecond": 1e-3, "us": 1.0, "usecond": 1.0, "ms": 1e3, "msecond": 1e3,
-             "s": 1e6,
-             "second": 1e6}
-    return value * scale.get((unit or "ns").strip(), 1e-3)
-
-
-def to_profile(entry: dict, version: str, shape) -> Profile:
-    m, u = entry["metrics"], entry["units"]
-    stalls = {}
-    for name, value in m.items():
-        hit = _STALL.match(name)
-        if hit:
-            stalls[hit.group("reason")] = value
-    return Profile(version, entry["kernel"], tuple(shape), m.get(DRAM), m.get(OCCUPANCY),
-                   _duration_us(m.get(DURATION), u.get(DURATION)), stalls)
+    @property
+    def module(self) -> str:
+        return f"rmsnorm_lessons.lessons.{self.lesson}.probe"
 
 
 def table(profiles) -> str:
@@ -191,7 +194,8 @@ def reading(p: Profile) -> str:
 # running ncu on a child process
 
 
-def command(ncu: str, version: str, N: int, C: int, kernel: str | None = None) -> list[str]:
+def command(ncu: str, version: str, N: int, C: int, kernel: str | None = None,
+            metrics=METRICS) -> list[str]:
     """The ncu command line: profile the second launch of ``kernel`` (by default the main kernel the
     plan launches at this shape: v7_fast's depends on C)."""
     from ..core import ladder
@@ -202,11 +206,14 @@ def command(ncu: str, version: str, N: int, C: int, kernel: str | None = None) -
     if kernel not in rung.kernels:
         raise ValueError(f"{version} has no kernel {kernel!r}; its kernels: "
                          f"{', '.join(rung.kernels)}")
-    wrapper = [ncu, "--clock-control", "none", "--csv", "--page", "raw", "--metrics",
-               ",".join(METRICS),
-               "--kernel-name", kernel, "--launch-skip", "1", "--launch-count", "1"]
     return child.command(["-m", "rmsnorm_lessons.inspection.nsight", "--launch", rung.name, N, C],
-                         wrapper)
+                         wrapper(ncu, kernel, metrics))
+
+
+def wrapper(ncu: str, kernel: str, metrics=METRICS) -> list[str]:
+    """ncu's part of the command: the metrics, the kernel, its second launch."""
+    return [ncu, "--clock-control", "none", "--csv", "--page", "raw", "--metrics",
+            ",".join(metrics), "--kernel-name", kernel, "--launch-skip", "1", "--launch-count", "1"]
 
 
 def explain_failure(output: str, returncode) -> str:
@@ -225,41 +232,134 @@ def explain_failure(output: str, returncode) -> str:
     return f"ncu gave no result (exit {returncode}): {tail}"
 
 
-def profile(version: str, N: int, C: int, kernel: str | None = None,
-            timeout: float = 300) -> Profile:
-    """ncu on the second launch of ``version``'s ``kernel`` at (N, C): a :class:`Profile`."""
+# --------------------------------------------------------------------------------------------------
+# which metrics this ncu knows: ncu refuses a whole call for one name it does not know
+
+_KNOWN: dict = {}  # ncu path -> the base metric names it lists, or None where it would not say
+_REJECTED: dict = {}  # ncu path -> metrics a call refused (asked no more in this process)
+_METRIC_NAME = re.compile(r"^\s*([a-z0-9]+__[a-z0-9_]+)\b")
+
+
+def known_metrics(ncu: str):
+    """The base metric names ``ncu --query-metrics`` lists for this GPU (asked once per process),
+    or None where it lists none (no device, an old ncu)."""
+    if ncu not in _KNOWN:
+        done = child.run([ncu, "--query-metrics"], timeout=120)
+        names = set()
+        if done.returncode == 0:
+            names = {m.group(1) for m in map(_METRIC_NAME.match, done.stdout.splitlines()) if m}
+        _KNOWN[ncu] = frozenset(names) or None
+    return _KNOWN[ncu]
+
+
+def usable_metrics(ncu: str) -> tuple:
+    """:data:`METRICS` less the extra ones this ncu does not know (or refused before)."""
+    known = known_metrics(ncu)
+    refused = _REJECTED.get(ncu, set())
+    return BASE + tuple(m for m in METRICS[len(BASE):]
+                        if m not in refused and (known is None or base_name(m) in known))
+
+
+def rejected(output: str, asked) -> set:
+    """The extra metrics a failed call's errors name (all of them where an error is about a metric
+    without naming one of ours); empty where the failure is not about metrics."""
+    errors = [ln for ln in output.splitlines() if ln.startswith("==ERROR==")]
+    extra = [m for m in asked if m not in BASE]
+    named = {m for m in extra if any(base_name(m) in e for e in errors)}
+    if named:
+        return named
+    return set(extra) if any("metric" in e.lower() for e in errors) else set()
+
+
+# --------------------------------------------------------------------------------------------------
+# profiling one launch
+
+LAUNCH_JOB = "rmsnorm_lessons.inspection.nsight:launch_job"
+PROBE_JOB = "rmsnorm_lessons.inspection.nsight:launch_probe"
+
+
+def _attempt(ncu, target, N, C, kernel, metrics, config, overwrite, timeout) -> child.Finished:
+    from ..core import ladder
+
+    if isinstance(target, Probe):
+        kwargs = dict(lesson=target.lesson, kernel=target.kernel, N=N, C=C, args=target.args)
+        return child.run_job(PROBE_JOB, kwargs, wrapper(ncu, kernel, metrics), timeout)[0]
+    shipped = any(target is r for r in ladder.SHIPPED)
+    if shipped and config is None and not overwrite:  # the command lesson 13 prints
+        return child.run(command(ncu, target.name, N, C, kernel, metrics), timeout=timeout)
+    kwargs = dict(rung=target.name if shipped else target, N=N, C=C, config=config,
+                  overwrite=overwrite)
+    return child.run_job(LAUNCH_JOB, kwargs, wrapper(ncu, kernel, metrics), timeout)[0]
+
+
+def profile(target, N: int, C: int, kernel: str | None = None, *, config=None,
+            overwrite: bool = False, timeout: float = 300) -> Profile:
+    """ncu on the second launch of ``kernel`` of ``target`` at (N, C): a :class:`Profile`.
+
+    ``target``: a rung's name, a :class:`~rmsnorm_lessons.core.ladder.Rung` (a learner's
+    registered one too: the child rebuilds it from its text) or a :class:`Probe`. ``config`` and
+    ``overwrite`` as :func:`rmsnorm_lessons.core.run.run` takes them. The extra metrics this ncu
+    does not know are left out (their fields None, "not measured by this ncu"); a call refused for
+    a metric is made once more without it."""
+    target, kernel = checked(target, N, C, kernel, config=config, overwrite=overwrite,
+                             resolve=True)
+    N, C = int(N), int(C)
     ncu = find()
     if ncu is None:
         raise ProfileError(f"{NOT_FOUND}; it comes with the CUDA toolkit, and profiling needs "
                            "a GPU")
-    done = child.run(command(ncu, version, N, C, kernel), timeout=timeout)
-    if done.timed_out:
-        raise ProfileError(f"ncu did not finish within {timeout} s on {version} at {N}x{C}")
-    found = parse_csv(done.stdout)
-    if done.returncode != 0 or not found:
-        raise ProfileError(explain_failure(done.stdout + "\n" + done.stderr, done.returncode))
-    return to_profile(found[-1], version, (N, C))
+    metrics = usable_metrics(ncu)
+    for attempt in range(2):
+        done = _attempt(ncu, target, N, C, kernel, metrics, config, overwrite, timeout)
+        if done.timed_out:
+            raise ProfileError(f"ncu did not finish within {timeout} s on {target.name} at "
+                               f"{N}x{C}")
+        found = parse_csv(done.stdout)
+        if done.returncode == 0 and found:
+            return to_profile(found[-1], target.name, (N, C), asked=metrics)
+        drop = rejected(done.output, metrics) if attempt == 0 else set()
+        if not drop:
+            break
+        _REJECTED.setdefault(ncu, set()).update(drop)
+        metrics = tuple(m for m in metrics if m not in drop)
+    raise ProfileError(explain_failure(done.stdout + "\n" + done.stderr, done.returncode))
 
 
-def checked(version, N, C, kernel=None):
-    """The rung of ``version`` once N, C and ``kernel`` pass the package's rules (before any
-    launch): TypeError or ValueError naming the argument and the rule."""
+def _whole(name, value, what):
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
+        raise TypeError(f"{name} ({what}) must be an int, got {type(value).__name__} {value!r}")
+    if value < 1:
+        raise ValueError(f"{name} ({what}) must be at least 1 (ncu profiles one launch), got "
+                         f"{value}")
+
+
+def checked(version, N, C, kernel=None, *, config=None, overwrite: bool = False,
+            resolve: bool = False):
+    """The rung of ``version`` (or the :class:`Probe`) once N, C, ``kernel``, ``config`` and
+    ``overwrite`` pass the package's rules (before any launch): TypeError or ValueError naming the
+    argument and the rule. ``resolve``: return ``(target, kernel)``, the kernel the plan launches
+    first where none is named."""
     from ..core import ladder, validate
 
-    rung = ladder.get(version)
     for name, value, what in (("N", N, "rows"), ("C", C, "columns")):
-        if isinstance(value, bool) or not isinstance(value, numbers.Integral):
-            raise TypeError(f"{name} ({what}) must be an int, got {type(value).__name__} "
-                            f"{value!r}")
-        if value < 1:
-            raise ValueError(f"{name} ({what}) must be at least 1 (ncu profiles one launch), got "
-                             f"{value}")
+        _whole(name, value, what)
+    if isinstance(version, Probe):
+        if kernel not in (None, version.kernel):
+            raise ValueError(f"kernel must be the probe's ({version.kernel}) or None, got "
+                             f"{kernel!r}")
+        if config is not None or overwrite:
+            raise ValueError("a probe takes no config and no overwrite: its lesson launches it")
+        return (version, version.kernel) if resolve else version
+    rung = ladder.get(version)
     validate.size(rung, int(N), int(C))
     validate.shared_memory(rung, int(C), rung.block_size)
     if kernel is not None and kernel not in rung.kernels:
-        raise ValueError(f"kernel must be one of {version}'s kernels ({', '.join(rung.kernels)}) "
+        raise ValueError(f"kernel must be one of {rung.name}'s kernels ({', '.join(rung.kernels)}) "
                          f"or None, got {kernel!r}")
-    return rung
+    launches = ladder.plan(rung, int(N), int(C), config=config, overwrite=overwrite)
+    if not resolve:
+        return rung
+    return rung, kernel if kernel is not None else launches[0].kernel
 
 
 # --------------------------------------------------------------------------------------------------
@@ -268,6 +368,33 @@ def checked(version, N, C, kernel=None):
 
 def launch(version: str, N: int, C: int, launches: int = 2) -> None:
     child.run_rung(version, N, C, calls=launches)
+
+
+def launch_job(rung, N: int, C: int, config=None, overwrite: bool = False,
+               launches: int = 2) -> dict:
+    """A child job (:func:`rmsnorm_lessons.core.child.run_job`): call ``rung`` ``launches`` times
+    at (N, C) with ``config`` and ``overwrite`` (a learner's rung from the parent's build)."""
+    from ..core import gpu, ladder, reference
+    from ..core.run import run
+
+    gpu.require()
+    rung = ladder.get(rung)
+    if rung.source is not None:
+        child.use_the_parents_build(rung)
+    p = reference.random_problem(N, C, rung.dtype, seed=0)
+    dinp, dweight = p["dinp"], p["dweight"]
+    for _ in range(launches):
+        dinp, dweight = run(rung, p["dout"], p["inp"], p["weight"], p["rstd"], dinp, dweight,
+                            overwrite=overwrite, config=config)
+    return {"line": f"child: {rung.name} N={N} C={C}: {launches} calls done"}
+
+
+def launch_probe(lesson: str, kernel: str, N: int, C: int, args=(), launches: int = 2) -> dict:
+    """A child job: the lesson's ``probe.launch(kernel, N, C, *args, launches=...)`` (named by
+    :class:`Probe`: the lesson is passed in by name, never imported by this wing)."""
+    module = importlib.import_module(Probe(lesson, kernel, *args).module)
+    module.launch(kernel, N, C, *args, launches=launches)
+    return {"line": f"child: {lesson} {kernel} N={N} C={C}: {launches} launches done"}
 
 
 def main(argv=None) -> int:

@@ -11,7 +11,13 @@ racecheck and synccheck included where it exists (``sanitize=False`` skips them)
 from __future__ import annotations
 
 from ...course.verdict import Verdict, choice_verdict, failed, passed, read_number
-from .plots import profile_bars, seed_loop_rows  # noqa: F401  (the lesson's pictures)
+from .plots import (  # noqa: F401  (the lesson's pictures)
+    ladder_roofline,
+    ladder_rows,
+    ladder_table,
+    profile_bars,
+    seed_loop_rows,
+)
 
 KERNEL = "rmsnorm_backward_v3"
 HINTS = {
