@@ -57,7 +57,7 @@ LESSONS: tuple[Lesson, ...] = (
     Lesson("00_setup", "Setup: a first kernel and the copy bandwidth", "-",
            "what is here, a first `SourceModule` kernel, CUDA events, the copy bandwidth",
            ("lesson00.check_grid", "lesson00.check_bytes", "lesson00.check_ridge",
-            "lesson00.check_more_flops", "lesson00.check_why_rotate"), minutes=60,
+            "lesson00.check_more_flops", "lesson00.check_rotate_sets"), minutes=60,
            prerequisites=()),
     Lesson("01_rmsnorm_math", "The math of RMSNorm", "`rmsnorm_forward`",
            "forward and backward derived, the NumPy reference, finite differences",
