@@ -79,11 +79,12 @@ LESSONS: tuple[Lesson, ...] = (
            minutes=75, rung="v2_warp", kernel_exercise="lesson03.check_v2_kernel",
            prerequisites=("02_naive",)),
     Lesson("04_shared_memory", "v3: dweight in shared memory", "`v3_smem`",
-           "dweight per block in shared memory, one global atomic per block and channel",
-           ("lesson04.check_v3_atomics", "lesson04.check_bank_conflict_degree",
-            "lesson04.check_v3_kernel", "lesson04.check_two_row_warps", "lesson04.check_widest_c",
-            "lesson04.check_v3_stalls"),
-           minutes=60, rung="v3_smem", kernel_exercise="lesson04.check_v3_kernel",
+           "v2 diagnosed with ablations; dweight per block in shared memory, one global atomic "
+           "per block and channel",
+           ("lesson04.check_diagnosis", "lesson04.check_dweight_home", "lesson04.check_v3_kernel",
+            "lesson04.check_two_row_warps", "lesson04.check_widest_c",
+            "lesson04.check_v3_occupancy_cap"),
+           minutes=75, rung="v3_smem", kernel_exercise="lesson04.check_v3_kernel",
            prerequisites=("03_warp_per_row",)),
     Lesson("05_bf16", "bf16: 16-bit storage, fp32 arithmetic", "(bf16 on the host)",
            "bf16 on the host: rounding to nearest even, its spacing, the error it costs, the "
