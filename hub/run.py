@@ -31,11 +31,13 @@ key) is made private by explicit modes: the process runs with umask 022.
 """
 from __future__ import annotations
 
+import http.client
 import os
 import pwd
 import secrets
 import signal
 import socket
+import ssl
 import stat
 import shutil
 import subprocess
@@ -142,6 +144,24 @@ def _answers(url: str) -> bool:
             return resp.status == 200
     except (urllib.error.URLError, OSError):
         return False
+
+
+def _through_proxy(port: int, where) -> bool:
+    """The hub answers through the proxy, at the room's address (the proxy's route to it is in)."""
+    if where.scheme == "https":  # which certificate it serves is checked apart
+        context = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+        context.check_hostname = False
+        context.verify_mode = ssl.CERT_NONE
+        conn = http.client.HTTPSConnection("127.0.0.1", port, timeout=5, context=context)
+    else:
+        conn = http.client.HTTPConnection("127.0.0.1", port, timeout=5)
+    try:
+        conn.request("GET", "/hub/api/", headers={"Host": f"{where.host}:{port}"})
+        return conn.getresponse().status == 200
+    except OSError:
+        return False
+    finally:
+        conn.close()
 
 
 def main(argv=None) -> int:
@@ -275,6 +295,10 @@ def main(argv=None) -> int:
         if seen is not None and not ready:
             print(f"hub: port {args.port} serves a certificate with fingerprint {seen}, not the "
                   "room's: is something else listening there?", file=sys.stderr, flush=True)
+    while ready and hub.poll() is None and not _through_proxy(args.port, where):
+        if time.monotonic() > deadline:
+            ready = False
+        time.sleep(0.5)
     if not ready and hub.poll() is None:
         print(f"hub: no answer at {where.url()} within 120 s; still waiting (the log above says "
               "why)", flush=True)
