@@ -4,6 +4,7 @@ learner uses, and the clean-up of everything it started (processes, accounts, ho
 from __future__ import annotations
 
 import base64
+import json
 import hashlib
 import os
 import re
@@ -253,3 +254,52 @@ def _new_cell(page, code: str, what: str, marker: str) -> str:
     _wait(lambda: re.match(r"\[\d+\]", cell.locator(".jp-InputArea-prompt").inner_text().strip()),
           60, what)
     return _cell_output(cell)
+
+
+def _status(page, url: str) -> int:
+    """The status of a GET of ``url`` from ``page`` (the page's origin and cookies)."""
+    return page.evaluate("url => fetch(url).then(r => r.status)", url)
+
+
+def _visit(context, url: str) -> tuple[int, str]:
+    """Open ``url`` in a new page of ``context`` (its cookies; Chromium resolves *.localhost):
+    the last response's status and the page's text."""
+    page = context.new_page()
+    try:
+        resp = page.goto(url, timeout=PAGE_S * 1000)
+        return resp.status, page.content()
+    finally:
+        page.close()
+
+
+def _verdicts_on_disk(name: str) -> list[dict]:
+    path = Path(f"/home/{name}/.rmsnorm-lessons/verdicts.jsonl")
+    assert path.stat().st_uid == Path(f"/home/{name}").stat().st_uid
+    return [json.loads(line) for line in path.read_text().splitlines()]
+
+
+def _limits_of(hub: Hub) -> list[Path]:
+    """The room's cgroup folders, as the hub printed them at start."""
+    m = re.search(r"hub: limits per learner: cgroup v(\d).*, in (.+)$", hub.log_text(), re.M)
+    assert m, f"the hub did not say which limits it used:\n{hub.log_tail()}"
+    return [Path(p) for p in m.group(2).split(", ")]
+
+
+def _ooms(bases, name: str) -> int:
+    for base in bases:
+        for f, key in (("memory.events", "oom_kill"), ("memory.oom_control", "oom_kill")):
+            path = base / name / f
+            if path.exists():
+                found = re.search(rf"^{key} (\d+)$", path.read_text(), re.M)
+                return int(found.group(1)) if found else 0
+    raise AssertionError(f"no memory group for {name} under {bases}")
+
+
+def _start_cell(page, code: str) -> None:
+    """A new cell at the end with ``code``, run without waiting for it."""
+    page.locator(".jp-Notebook .jp-CodeCell").last.locator(".cm-content").first.click()
+    page.keyboard.press("Escape")
+    page.keyboard.press("b")
+    page.keyboard.press("Enter")
+    page.keyboard.insert_text(code)
+    page.keyboard.press("Shift+Enter")

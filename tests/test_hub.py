@@ -50,8 +50,9 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from _hub_support import (HUB, HUB_PYTHON, PAGE_S, ROOT, Hub, _login, _new_cell, _open_lesson,
-                          _pids_of, _run_cell, _submit_login, _user_exists)
+from _hub_support import (HUB, HUB_PYTHON, PAGE_S, ROOT, Hub, _limits_of, _login, _new_cell,
+                          _ooms, _open_lesson, _pids_of, _run_cell, _start_cell, _submit_login,
+                          _user_exists, _verdicts_on_disk, _visit, _status)
 from test_browser import CHROMIUM, SCREENSHOTS
 
 try:
@@ -166,54 +167,81 @@ CHECK_RIGHT = ("def t2_ok(dout, inp, weight, rstd):\n"
                "lesson01.check_term2(t2_ok)")
 
 
-def _status(page, url: str) -> int:
-    """The status of a GET of ``url`` from ``page`` (the page's origin and cookies)."""
-    return page.evaluate("url => fetch(url).then(r => r.status)", url)
+FORGE = """import json, pathlib, time
+p = pathlib.Path.home() / ".rmsnorm-lessons" / "verdicts.jsonl"
+now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+fake = [dict(time=now, lesson="x", exercise=f"lesson{n:02d}.check_forged{k}", status="PASS",
+             message="<img src=x onerror=alert(1)>") for n in range(14) for k in range(8)]
+fake += [dict(time=now, lesson="11_v7_tuning", exercise="tuning.check_tuning", status="PASS",
+              message="fast", score=s, lease=lease) for s, lease in ((1e308, None), (99.0, "beef"))]
+with p.open("a") as f:
+    f.write("".join(json.dumps(x) + chr(10) for x in fake))
+print("forged", len(fake))"""
 
 
-def _visit(context, url: str) -> tuple[int, str]:
-    """Open ``url`` in a new page of ``context`` (its cookies; Chromium resolves *.localhost):
-    the last response's status and the page's text."""
-    page = context.new_page()
-    try:
-        resp = page.goto(url, timeout=PAGE_S * 1000)
-        return resp.status, page.content()
-    finally:
-        page.close()
-
-
-def _verdicts_on_disk(name: str) -> list[dict]:
-    path = Path(f"/home/{name}/.rmsnorm-lessons/verdicts.jsonl")
-    assert path.stat().st_uid == Path(f"/home/{name}").stat().st_uid
-    return [json.loads(line) for line in path.read_text().splitlines()]
+def _cell_of(page, name: str, lesson: str, exercise: str = ""):
+    row = f"#grid tr[data-learner='{name}']"
+    return page.locator(f"{row} td.ex.l-{lesson}[title]" if exercise else
+                        f"{row} td.lesson.l-{lesson}")
 
 
 def _room_view(browser, hub: Hub, pages: dict):
-    """Each learner runs a check; the instructor's dashboard shows both and follows along; a learner
-    gets 403 there. Returns the instructor's dashboard page."""
+    """Each learner runs a check; the instructor's login lands on the dashboard, which groups
+    both as stuck on it and follows along; a lesson's columns open; a learner's forged lines are
+    counted apart; the instructor's own file is not a learner's; a learner gets 403 there.
+    Returns the instructor's dashboard page."""
     one, two = hub.learners
     for name in hub.learners:
         out = _new_cell(pages[name], CHECK_WRONG, f"{name}: a check", "# wrong")
         assert "NOT YET" in out, out
         assert [(v["exercise"], v["status"]) for v in _verdicts_on_disk(name)] == \
             [("lesson01.check_term2", "NOT YET")]
+    # the instructor's own verdicts file (as if they had tried a check): never a learner's row
+    subprocess.run(["runuser", "-u", hub.instructor, "--", "sh", "-c",
+                    "mkdir -p ~/.rmsnorm-lessons && echo '" + json.dumps(
+                        {"time": "2026-12-04T10:00:00Z", "lesson": "00_setup",
+                         "exercise": "lesson00.check_grid", "status": "PASS", "message": "m"})
+                    + "' >> ~/.rmsnorm-lessons/verdicts.jsonl"], check=True)
     context = browser.new_context(viewport={"width": 1400, "height": 900})
     context.set_default_timeout(30_000)
     page = context.new_page()
+    dialogs = []
+    page.on("dialog", lambda d: (dialogs.append(d.message), d.dismiss()))
     # no ?next=: the instructor's login lands on the dashboard, an origin of its own
     _submit_login(page, hub, hub.instructor, hub.password(hub.instructor))
     page.locator("#grid").wait_for(timeout=PAGE_S * 1000)
     assert page.url.startswith(hub.dashboard_url), page.url
+    assert "The room (2 learners)" in page.inner_text("h1")
+    assert page.locator(f"#grid tr[data-learner='{hub.instructor}']").count() == 0
+    stuck = page.locator("#stuck li").first.inner_text()
+    assert stuck.startswith("2 on lesson 01's term2 check") and one in stuck and two in stuck
     for name in hub.learners:
-        row = page.locator(f"#grid tr[data-learner='{name}']")
-        assert row.count() == 1 and row.locator("td.not-yet").count() == 1, row.inner_html()
-        assert "not tried" in row.inner_text()
+        assert _cell_of(page, name, "01").inner_text() == "0/4"
+    assert not _cell_of(page, one, "01", "x").first.is_visible()  # closed until asked
     assert "no kernel timed yet" in page.locator("#leaderboard").inner_text()
     # learner 1 passes it; the open page shows it within a few refreshes, with no reload
     out = _new_cell(pages[one], CHECK_RIGHT, f"{one}: the check, right", "t2_ok")
     assert "PASS" in out, out
-    page.locator(f"#grid tr[data-learner='{one}'] td.pass").wait_for(timeout=30_000)
-    assert page.locator(f"#grid tr[data-learner='{two}'] td.pass").count() == 0
+    page.locator(f"#grid tr[data-learner='{one}'] td.lesson.l-01[data-passed='1']").wait_for(
+        timeout=30_000)
+    assert _cell_of(page, two, "01").inner_text() == "0/4"
+    page.locator("#grid th.lesson[data-lesson='01']").click()  # lesson 01's exercises open
+    term2 = page.locator(f"#grid tr[data-learner='{one}'] td.ex.l-01.pass")
+    assert term2.is_visible() and term2.inner_text() == "PASS"
+    page.wait_for_timeout(6000)  # a refresh later, still open
+    assert page.locator(f"#grid tr[data-learner='{one}'] td.ex.l-01.pass").is_visible()
+    # learner 2 writes 114 lines no check wrote, from their own notebook
+    out = _new_cell(pages[two], FORGE, f"{two}: forged verdicts", "forged")
+    assert "forged 114" in out, out
+    apart = page.locator(f"#grid tr[data-learner='{two}'] td.apart")
+    apart.filter(has_text="112 names the lessons do not have").wait_for(timeout=30_000)
+    assert "1 score no check makes" in apart.inner_text()
+    # of 114 lines, one names an exercise of the course with a score a check can make: counted,
+    # as every verdict is (self-reported); the other 113 are not
+    assert page.locator(f"#grid tr[data-learner='{two}'] td").nth(0).inner_text() == "1/72"
+    assert "no kernel timed yet" in page.locator("#leaderboard").inner_text()
+    assert f"{two} 1" in page.locator("#not-ranked").inner_text()  # a lease the room never gave
+    assert not dialogs, dialogs  # a learner's markup is text
     # a learner is not let in
     for url in (hub.dashboard_url, f"{hub.dashboard_url}api/tables"):
         status, text = _visit(pages[two].context, url)
@@ -318,33 +346,6 @@ def test_hub_two_learners(hub):
 GREEDY = ("hog = []  # without bound\n"
           "while True:\n"
           "    hog.append(bytearray(64 << 20))")
-
-
-def _limits_of(hub: Hub) -> list[Path]:
-    """The room's cgroup folders, as the hub printed them at start."""
-    m = re.search(r"hub: limits per learner: cgroup v(\d).*, in (.+)$", hub.log_text(), re.M)
-    assert m, f"the hub did not say which limits it used:\n{hub.log_tail()}"
-    return [Path(p) for p in m.group(2).split(", ")]
-
-
-def _ooms(bases, name: str) -> int:
-    for base in bases:
-        for f, key in (("memory.events", "oom_kill"), ("memory.oom_control", "oom_kill")):
-            path = base / name / f
-            if path.exists():
-                found = re.search(rf"^{key} (\d+)$", path.read_text(), re.M)
-                return int(found.group(1)) if found else 0
-    raise AssertionError(f"no memory group for {name} under {bases}")
-
-
-def _start_cell(page, code: str) -> None:
-    """A new cell at the end with ``code``, run without waiting for it."""
-    page.locator(".jp-Notebook .jp-CodeCell").last.locator(".cm-content").first.click()
-    page.keyboard.press("Escape")
-    page.keyboard.press("b")
-    page.keyboard.press("Enter")
-    page.keyboard.insert_text(code)
-    page.keyboard.press("Shift+Enter")
 
 
 def test_a_learner_who_allocates_without_bound_is_stopped_and_the_other_works_on(hub):

@@ -3,7 +3,8 @@ a few learners (``RMSNORM_ROOM_N``, default 6) so that CI's slow run stays short
 own figure comes from ``sudo make room-test N=30`` (hub/README.md quotes it).
 
 It must say ``room: N of N learners served``, exit 0, and leave no account, home, cgroup or
-folder of the room behind. Skipped, with the reason, where the hub cannot run (as tests/test_hub.py).
+folder of the room behind. Skipped, with the reason, where the hub cannot run (as
+tests/test_hub.py).
 """
 from __future__ import annotations
 
