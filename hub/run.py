@@ -229,6 +229,7 @@ def main(argv=None) -> int:
     admin_token = secrets.token_hex(32)
     sheet, generated = accounts.prepare_passwords(state, learners, args.instructor, chosen,
                                                   reset=args.reset_password)
+    accounts.record_room(state, learners, args.instructor)
     # the student edition is copied into each home by the learner's own process (not as root), so
     # it lives outside the private state folder, readable by everyone: it holds no secret
     student = Path(args.student).resolve()
