@@ -146,6 +146,19 @@ def served(result: dict, home: Path) -> str | None:
     return None
 
 
+def _progress(env_dir: Path, state: Path, n: int) -> bool:
+    """hub/README.md's command, as written there: every learner's notebooks, each as its learner,
+    the instructor left out."""
+    cmd = [str(env_dir / "bin" / "python"), "-m", "rmsnorm_lessons", "progress", "--room",
+           str(state), "--jobs", "2"]
+    print(f"room: {' '.join(cmd)}", flush=True)
+    r = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT)
+    summary = [ln for ln in r.stdout.splitlines() if ln.startswith("room: ")]
+    print("\n".join(summary) or r.stderr[-1000:], flush=True)
+    return r.returncode == 0 and bool(summary) and summary[0].startswith(
+        f"room: {n} learner(s), 0 refused")
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--learners", type=int, default=30, help="how many learners (N)")
@@ -154,6 +167,9 @@ def main(argv=None) -> int:
     ap.add_argument("--mem-limit", default="2G", help="each learner's memory (the hub's limit)")
     ap.add_argument("--cpu-limit", default="1", help="each learner's CPU cores")
     ap.add_argument("--timeout", type=float, default=900, help="seconds for each learner")
+    ap.add_argument("--progress", action="store_true",
+                    help="then run hub/README.md's progress --room command over the room (every "
+                         "lesson of every learner: minutes a learner)")
     args = ap.parse_args(argv)
     if args.learners < 1 or args.at_once < 1:
         print("room-test: --learners and --at-once must be at least 1", file=sys.stderr)
@@ -198,6 +214,7 @@ def run_room(args, env_dir: Path) -> int:
         hub = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT,
                                stdin=subprocess.DEVNULL, start_new_session=True)
     results, board, why_not, groups, first, hub_ready = [], "", {}, None, None, None
+    progress_ok = not args.progress
     try:
         url = _wait_for(log, r"^hub: ready at (https://\S+)$", hub, 600).group(1)
         _wait_for(log, r"the instructor's view of the room", hub, 60)
@@ -220,6 +237,8 @@ def run_room(args, env_dir: Path) -> int:
             why_not[r["name"]] = served(r, Path(f"/home/{r['name']}"))
             if why_not[r["name"]] is None and f'data-learner="{r["name"]}"' not in board:
                 why_not[r["name"]] = "not on the instructor's dashboard"
+        if args.progress:
+            progress_ok = _progress(env_dir, state, args.learners)
     except Exception as exc:  # noqa: BLE001 - the clean-up below runs whatever failed
         print(f"room: {type(exc).__name__}: {exc}", file=sys.stderr, flush=True)
     finally:
@@ -231,7 +250,8 @@ def run_room(args, env_dir: Path) -> int:
         left = [n for n in [*names, instructor] if accounts.user_exists(n)
                 or Path(f"/home/{n}").exists()]
         ok = [r for r in results if r["name"] in why_not and why_not[r["name"]] is None]
-        passed = len(ok) == args.learners and not left and removal.returncode == 0
+        passed = (len(ok) == args.learners and not left and removal.returncode == 0
+                  and progress_ok)
         saved = ROOT / "build" / "hub" / f"room-test-{tag}.log"
         if not passed:  # kept only to say why: the hub's log
             saved.parent.mkdir(parents=True, exist_ok=True)
