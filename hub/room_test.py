@@ -171,6 +171,7 @@ def main(argv=None) -> int:
                     help="then run hub/README.md's progress --room command over the room (every "
                          "lesson of every learner: minutes a learner)")
     args = ap.parse_args(argv)
+    os.umask(0o022)  # what the learners reach is readable by all, whatever the caller's umask
     if args.learners < 1 or args.at_once < 1:
         print("room-test: --learners and --at-once must be at least 1", file=sys.stderr)
         return 2
@@ -193,7 +194,6 @@ def main(argv=None) -> int:
 
 
 def run_room(args, env_dir: Path) -> int:
-    os.umask(0o022)
     tag = secrets.token_hex(2)
     width = max(2, len(str(args.learners)))
     names = [f"room{tag}{i:0{width}d}" for i in range(1, args.learners + 1)]
