@@ -57,6 +57,11 @@ class Turn:
 _local = threading.local()
 
 
+def in_room() -> bool:
+    """Whether a room's queue is named here (:data:`ENV`)."""
+    return bool(os.environ.get(ENV, "").strip())
+
+
 def held() -> Turn | None:
     """The turn this thread holds now, if any."""
     return getattr(_local, "turn", None)

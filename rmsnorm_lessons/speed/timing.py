@@ -98,7 +98,8 @@ def time_interleaved(launches: dict, sets: int = 1, warmup: int = 5, repeats: in
 
     In a workshop room the GPU is taken in turn first (:mod:`.gpu_turn`: the queue says who is
     ahead); the result (:class:`Times`) says whether it was measured alone or shared."""
-    _sleeper_function()  # built (nvcc, once) before the turn: the turn is for the GPU alone
+    if gpu_turn.in_room() and gpu_turn.held() is None:
+        _sleeper_function()  # built (nvcc, once) before the turn: the turn is for the GPU alone
     with gpu_turn.turn("timing") as turn:
         return Times(_interleaved(launches, sets, warmup, repeats, stream, burst, before,
                                   sleep_us), turn)
