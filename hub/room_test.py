@@ -5,7 +5,7 @@
    certificate, every learner's server on its own origin NAME.localhost, each learner's memory
    and CPU in a cgroup of their own), with N fresh learners ``room<hex>01`` ... and an instructor,
    in a folder of its own under /tmp (state, student edition, GPU turn);
-3. lets the learners in, ``--at-once`` at a time (a room arriving): each logs in with the password
+3. lets the learners in, all at once by default (``--at-once`` fewer): each logs in with the password
    on the sheet, waits for their server, opens lesson 01 and runs its set-up cell, its first NumPy
    cell and its first check in their own kernel (hub/room_client.py), and the check's verdict must
    reach their verdicts file; the instructor's login must land on the dashboard and show all N;
@@ -162,8 +162,10 @@ def _progress(env_dir: Path, state: Path, n: int) -> bool:
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--learners", type=int, default=30, help="how many learners (N)")
-    ap.add_argument("--at-once", type=int, default=5,
-                    help="learners logging in at the same moment (the rest queue behind them)")
+    ap.add_argument("--at-once", type=int, default=None,
+                    help="learners logging in at the same moment, the rest behind them (default: "
+                         "all of them, a room arriving at 9:00; the hub starts their servers in "
+                         "turn)")
     ap.add_argument("--mem-limit", default="2G", help="each learner's memory (the hub's limit)")
     ap.add_argument("--cpu-limit", default="1", help="each learner's CPU cores")
     ap.add_argument("--timeout", type=float, default=900, help="seconds for each learner")
@@ -171,6 +173,7 @@ def main(argv=None) -> int:
                     help="then run hub/README.md's progress --room command over the room (every "
                          "lesson of every learner: minutes a learner)")
     args = ap.parse_args(argv)
+    args.at_once = args.at_once or args.learners
     os.umask(0o022)  # what the learners reach is readable by all, whatever the caller's umask
     if args.learners < 1 or args.at_once < 1:
         print("room-test: --learners and --at-once must be at least 1", file=sys.stderr)

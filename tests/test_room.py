@@ -39,7 +39,7 @@ pytestmark = [
 
 def test_a_room_of_learners_is_served_and_nothing_is_left():
     r = subprocess.run(["make", "--no-print-directory", "-C", str(ROOT), "room-test", f"N={N}",
-                        f"HUB_PY={sys.executable}", "ROOM_ARGS=--at-once 3"],
+                        f"HUB_PY={sys.executable}"],
                        capture_output=True, text=True, timeout=1800)
     out = r.stdout + r.stderr
     print("\n".join(ln for ln in out.splitlines() if ln.startswith("room:")))
