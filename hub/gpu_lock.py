@@ -36,6 +36,7 @@ import os
 import pwd
 import secrets
 import socket
+import stat
 import struct
 import sys
 import time
@@ -43,6 +44,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 SOCKET, GRANTS = "gpu.sock", "grants.jsonl"
+#: the record of turns is cut back to its last half past this size (a learner taking turns in a
+#: loop cannot fill the disk; some 20,000 turns are kept)
+GRANTS_MAX = 8 << 20
 MAX_HOLD_S = 120.0
 PER_UID = 2
 LINE_MAX = 1024
@@ -119,9 +123,17 @@ class Room:
     def _record(self, turn: Turn, how: str) -> None:
         entry = {"lease": turn.lease, "uid": turn.uid, "name": turn.name, "what": turn.what,
                  "start": turn.granted, "end": time.time(), "how": how}
+        path = self.folder / GRANTS
         try:
-            with open(self.folder / GRANTS, "a") as f:
+            with open(path, "a") as f:
                 f.write(json.dumps(entry) + "\n")
+            if path.stat().st_size > GRANTS_MAX:
+                with open(path, "rb") as f:
+                    f.seek(-GRANTS_MAX // 2, os.SEEK_END)
+                    kept = f.read().split(b"\n", 1)[-1]
+                tmp = path.with_name(f".{GRANTS}.tmp")
+                tmp.write_bytes(kept)
+                os.replace(tmp, path)
         except OSError as exc:
             print(f"gpu-lock: could not record a turn: {exc}", file=sys.stderr, flush=True)
 
@@ -205,8 +217,12 @@ class Room:
 def grants(folder) -> list[dict]:
     """The turns given back in time (``how`` released), as recorded (the dashboard's source)."""
     out = []
-    try:
-        text = (Path(folder) / GRANTS).read_text(errors="replace")
+    try:  # the file itself, never through a link (the dashboard reading it is root)
+        fd = os.open(Path(folder) / GRANTS, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+        with os.fdopen(fd, "rb") as f:
+            if not stat.S_ISREG(os.fstat(fd).st_mode):
+                return out
+            text = f.read(GRANTS_MAX + 4096).decode(errors="replace")
     except OSError:
         return out
     for line in text.splitlines():

@@ -173,7 +173,7 @@ def main(argv=None) -> int:
                     help="then run hub/README.md's progress --room command over the room (every "
                          "lesson of every learner: minutes a learner)")
     args = ap.parse_args(argv)
-    args.at_once = args.at_once or args.learners
+    args.at_once = args.learners if args.at_once is None else args.at_once
     os.umask(0o022)  # what the learners reach is readable by all, whatever the caller's umask
     if args.learners < 1 or args.at_once < 1:
         print("room-test: --learners and --at-once must be at least 1", file=sys.stderr)

@@ -149,3 +149,20 @@ def test_garbage_is_dropped_without_harm(service):
     assert gpu_lock.status(service) == []
     ok = Client(service)
     assert "granted" in ok.read()
+
+
+def test_the_record_of_turns_stays_bounded_and_is_read_as_itself(service, monkeypatch, tmp_path):
+    monkeypatch.setattr(gpu_lock, "GRANTS_MAX", 4096)
+    for _ in range(60):  # a learner taking turns in a loop
+        c = Client(service)
+        c.read()
+        c.send({"release": True})
+        c.read()
+        c.close()
+    size = (service / gpu_lock.GRANTS).stat().st_size
+    assert size <= 4096 and len(gpu_lock.grants(service)) >= 10
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    (elsewhere / "secret").write_text('{"how": "released", "lease": "root-only"}\n')
+    (elsewhere / gpu_lock.GRANTS).symlink_to(elsewhere / "secret")
+    assert gpu_lock.grants(elsewhere) == []  # a link is not followed
