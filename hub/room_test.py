@@ -5,10 +5,11 @@
    certificate, every learner's server on its own origin NAME.localhost, each learner's memory
    and CPU in a cgroup of their own), with N fresh learners ``room<hex>01`` ... and an instructor,
    in a folder of its own under /tmp (state, student edition, GPU turn);
-3. lets the learners in, all at once by default (``--at-once`` fewer): each logs in with the password
-   on the sheet, waits for their server, opens lesson 01 and runs its set-up cell, its first NumPy
-   cell and its first check in their own kernel (hub/room_client.py), and the check's verdict must
-   reach their verdicts file; the instructor's login must land on the dashboard and show all N;
+3. lets the learners in, all at once by default (``--at-once`` fewer): each logs in with the
+   password on the sheet, waits for their server, opens lesson 01 and runs its set-up cell, its
+   first NumPy cell and its first check in their own kernel (hub/room_client.py), and the check's
+   verdict must reach their verdicts file; the instructor's login must land on the dashboard and
+   show all N;
 4. stops the hub, removes the accounts and homes (``--remove-accounts``) and the folder, and says
    ``room: N of N learners served``, the time to the last learner ready and the machine's peak
    memory. Exit status 0 only when every learner was served and nothing was left behind.
