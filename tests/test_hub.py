@@ -95,6 +95,8 @@ pytestmark = [
                               f"run"),
     pytest.mark.skipif(shutil.which("make") is None,
                        reason="make is missing: the hub starts with `make hub`"),
+    pytest.mark.skipif(shutil.which("openssl") is None,
+                       reason="openssl is missing: it makes the room's certificate"),
     pytest.mark.skipif(_proxy_reason() is not None, reason=_proxy_reason() or ""),
 ]
 
