@@ -200,7 +200,8 @@ def main(argv=None) -> int:
         where = origins(args, learners)
         if args.ssl_cert or args.ssl_key:
             tls.check_given(args.ssl_cert, args.ssl_key)
-        room_limits = None if args.no_limits else limits.detect(
+        # SystemdSpawner puts each server in a unit with MemoryMax and CPUQuota itself
+        room_limits = None if args.no_limits or args.spawner == "systemd" else limits.detect(
             limits.parse_size(args.mem_limit), limits.parse_cpus(args.cpu_limit),
             tag=f"{args.port}")
     except ValueError as exc:
@@ -314,8 +315,11 @@ def main(argv=None) -> int:
         else:
             print("hub: PLAIN HTTP (--plain-http): passwords and notebooks cross the network "
                   "unencrypted", flush=True)
-        print("hub: limits per learner: " + (room_limits.describe() if room_limits else
-              "none (--no-limits): one learner can take the machine's memory"), flush=True)
+        print("hub: limits per learner: " + (
+            room_limits.describe() if room_limits else
+            f"a systemd unit each, MemoryMax {args.mem_limit} and CPUQuota {args.cpu_limit} "
+            "core(s) (--spawner systemd)" if args.spawner == "systemd" else
+            "none (--no-limits): one learner can take the machine's memory"), flush=True)
         print(gpu_memory_line(args.gpu_mode), flush=True)
         print(f"hub: GPU turns: one timing at a time, queued ({lock_dir}/gpu.sock, named by "
               "RMSNORM_LESSONS_GPU_LOCK in every learner's server)", flush=True)
