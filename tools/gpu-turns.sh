@@ -30,7 +30,9 @@ bench > "$OUT/room-b.log" 2>&1
 wait $a
 cat "$OUT/room-a.log" "$OUT/room-b.log"
 grep -h "GPU turn" "$OUT"/room-?.log || echo "(no queue line: the two runs did not overlap)"
-if grep -h "GPU shared" "$OUT"/room-?.log; then echo "FAIL: a timing in the room was shared"; exit 1; fi
+if grep -h "GPU shared" "$OUT"/room-?.log; then
+    echo "FAIL: a timing in the room was shared"; exit 1
+fi
 
 echo "== 3. outside the room, the same two together"
 unset RMSNORM_LESSONS_GPU_LOCK
