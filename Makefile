@@ -16,7 +16,7 @@ ARGS ?=
 ROOT_FLAG := $(if $(filter 0,$(shell id -u 2>/dev/null)),--allow-root,)
 
 .PHONY: venv test test-slow test-all lab lab-folder info check bench inspect notebooks sanitize \
-	clean site hub
+	clean site hub room-test
 
 venv:
 	@VENV=$(VENV) tools/setup-venv.sh
@@ -77,10 +77,20 @@ site: venv
 	$(PY) tools/build_site.py $(SITE_ARGS)
 
 # the workshop hub (hub/README.md), as root: JupyterHub for a room of learners on this machine; prints
-# its URL. e.g. make hub HUB_ARGS="--learners 20 --ip 0.0.0.0"
+# its URL. e.g. make hub HUB_ARGS="--learners 20 --ip 0.0.0.0 --host hub.example.org"
+# It needs no .venv: hub/run.py is standard library, and it builds the one environment the hub and
+# the learners run from (build/hub/env, hub/learner-env.sh).
 HUB_ARGS ?=
-hub: venv
-	$(PY) hub/run.py $(HUB_ARGS)
+HUB_PY ?= python3
+hub:
+	$(HUB_PY) hub/run.py $(HUB_ARGS)
+
+# a room of N learners on this machine, end to end (hub/room_test.py): each logs in over TLS, opens
+# lesson 01 on their own origin and runs a check; then everything it made is removed
+N ?= 30
+ROOM_ARGS ?=
+room-test:
+	$(HUB_PY) hub/room_test.py --learners $(N) $(ROOM_ARGS)
 
 clean:
 	rm -rf $(VENV) .pytest_cache

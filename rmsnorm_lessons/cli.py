@@ -391,16 +391,17 @@ def main(argv=None) -> int:
                    help="notebooks, or folders (a folder: the lesson notebooks in it); "
                         "default: the course's")
     p.add_argument("--room", metavar="DIR",
-                   help=f"every subfolder DIR/NAME holding lesson notebooks (in "
-                        f"DIR/NAME/{ROOM_FOLDER}, where the workshop hub puts them, or in "
-                        f"DIR/NAME) is the learner NAME, run as the owner of DIR/NAME; e.g. "
-                        f"--room /home as root. A folder root owns is refused")
+                   help=f"the workshop hub's state folder (build/hub/state: the room's learners, "
+                        f"not the instructor), or a folder whose every subfolder DIR/NAME "
+                        f"holding lesson notebooks (in DIR/NAME/{ROOM_FOLDER}, where the hub "
+                        f"puts them, or in DIR/NAME) is the learner NAME, run as the owner of "
+                        f"DIR/NAME. A folder root owns is refused")
     p.add_argument("--jobs", type=_positive_int, default=None, metavar="N",
                    help=f"notebooks run at once (default: the CPU count, {default_jobs()} here)")
     p.add_argument("--python", metavar="PATH",
-                   help="the interpreter that runs the notebooks (default: this one); as root "
-                        "for a room it must be one every learner can run, e.g. the hub's "
-                        "build/hub/env/bin/python")
+                   help="the interpreter that runs the notebooks (default: this one; a "
+                        "relative path is made absolute); as root for a room it must be one "
+                        "every learner can run, e.g. the hub's build/hub/env/bin/python")
     p.add_argument("--timeout", type=_positive_int, default=900,
                    help="seconds a cell may run (default: 900)")
     p.set_defaults(func=_progress)

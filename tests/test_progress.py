@@ -151,6 +151,9 @@ def _has_account(uid: int) -> bool:
 def test_the_hub_seeds_the_folder_progress_looks_in():
     config = (ROOT / "hub" / "jupyterhub_config.py").read_text()
     assert re.search(rf'^SEED_DIR = "{re.escape(progress.ROOM_FOLDER)}"', config, re.M)
+    # and writes the room where progress --room <state> reads it
+    accounts = (ROOT / "hub" / "accounts.py").read_text()
+    assert re.search(rf'^ROOM = "{re.escape(progress.ROOM)}"', accounts, re.M)
 
 
 def test_registry_exercises_give_the_rows():
@@ -386,3 +389,32 @@ def test_room_runs_each_learner_as_that_learner_never_as_root(two_learners):
     room_line = r"^room: 3 learner\(s\), 1 refused, 2 notebook\(s\) run, 0 could not be run"
     assert re.search(room_line, out, re.M), out
     assert "lesson00.check_grid 2" in out and "lesson00.check_bytes 1" in out
+
+
+def test_the_hub_s_room_leaves_the_instructor_out_with_a_relative_python(two_learners):
+    """hub/README.md's command: ``progress --room <the hub's state>`` takes the room's learners
+    from the hub's room.json (the instructor, whose home holds lessons too, is left out), and an
+    interpreter named by a relative path still runs in each learner's folder."""
+    base, room, names = two_learners
+    python = _shared_python(base)
+    if python is None:
+        pytest.skip("no system Python of this version to make an interpreter every account can run")
+    learner, instructor = names
+    for name in names:
+        account = pwd.getpwnam(name)
+        folder = room / name / progress.ROOM_FOLDER
+        tiny_notebook(folder / FIRST.notebook, FIRST, ["PASS: grid", "PASS: bytes"])
+        for path in (folder, folder / FIRST.notebook):
+            os.chown(path, account.pw_uid, account.pw_gid)
+    state = base / "state"
+    state.mkdir(mode=0o700)
+    (state / progress.ROOM).write_text(json.dumps({"learners": [learner],
+                                                   "instructor": instructor}))
+    p = _cli("--room", "state", "--python", os.path.relpath(python, base), "--jobs", "1",
+             cwd=base, timeout=600)
+    out = p.stdout
+    assert p.returncode == 0, out + p.stderr
+    assert re.search(r"^room: 1 learner\(s\), 0 refused, 1 notebook\(s\) run, 0 could not be "
+                     r"run", out, re.M), out
+    assert re.search(rf"^{learner}\s+total: {EXERCISES} PASS", out, re.M), out
+    assert instructor not in out + p.stderr

@@ -19,12 +19,15 @@ class Verdict:
     VERIFIED`` (``verified=False``: nothing found wrong, but the decisive check needs what is
     missing here, a GPU). A NOT VERIFIED verdict is never passed: ``bool(verdict)`` is True for PASS
     only. ``score``: the check's figure where it measures one (the tuning exercise: % of the
-    same-bytes ceiling), which the hub's dashboard ranks; the message says it too."""
+    same-bytes ceiling), which the hub's dashboard ranks; the message says it too. ``lease``: the
+    workshop room's GPU turn the figure was measured in (:mod:`rmsnorm_lessons.speed.gpu_turn`),
+    None where it was not measured alone in one."""
 
     passed: bool
     message: str
     verified: bool = True
     score: float | None = None
+    lease: str | None = None
 
     def __post_init__(self):
         if self.passed and not self.verified:
