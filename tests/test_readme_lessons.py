@@ -1,6 +1,7 @@
 """README.md's lesson table is what tools/readme_lessons.py renders from the registry (CPU)."""
 import dataclasses
 import importlib.util
+import re
 from pathlib import Path
 
 import pytest
@@ -26,11 +27,17 @@ def test_readme_lesson_table_is_the_registry(tool):
         "run python tools/readme_lessons.py --write")
 
 
-def test_the_table_is_on_the_first_screen():
+def test_the_first_screen_says_what_this_is_the_lessons_the_commands_and_what_you_need():
     lines = (ROOT / "README.md").read_text().splitlines()
-    assert "<!-- lessons:start -->" in lines[:15], "the lesson table is not at the README's top"
-    start = lines.index("## Start")
-    assert start < 45 and "make lab" in "\n".join(lines[start:start + 5])
+    screen = lines[:40]
+    long = [(i + 1, len(line)) for i, line in enumerate(screen) if len(line) > 200]
+    assert not long, f"README lines over 200 characters in the first 40 (line, length): {long}"
+    assert "<!-- lessons:start -->" in screen[:15] and "<!-- lessons:end -->" in screen
+    text = "\n".join(screen)
+    assert "CUDA kernel" in text and "RMSNorm" in text  # what this is
+    assert re.search(r"^make lab +# .*learner's edition", text, re.M)
+    assert re.search(r"^make test +# the check that the set-up works", text, re.M)
+    assert "**You need**" in text and "NVIDIA GPU" in text and "Python 3.10" in text
 
 
 def test_render_has_one_row_a_lesson_and_the_totals(tool):
