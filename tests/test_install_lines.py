@@ -1,8 +1,8 @@
 """The README's install lines run as written on a fresh machine: each in a fresh venv (activated:
 its bin/ first on PATH, so ``python3`` is the venv's), from a copy of the checkout as git sees it;
-the git URL is that copy's (``git+file://localhost/...``), the one change to the lines. Then, from a folder with
-no checkout, the installed course shows a kernel's SASS with the nvdisasm it brought. Needs a
-package index (or a pip cache) for the dependencies."""
+the git URL is that copy's (``git+file://localhost/...``), the one change to the lines. Then,
+from a folder with no checkout, the installed course shows a kernel's SASS with the nvdisasm it
+brought. Needs a package index (or a pip cache) for the dependencies."""
 from __future__ import annotations
 
 import os
