@@ -1,5 +1,6 @@
-"""Setting a Colab runtime up (rmsnorm_lessons/colab.py): what it installs given what the runtime
-has, one line a step, and a failed step said, not raised (CPU; pip is replaced by a recorder)."""
+"""Setting a Colab runtime up (rmsnorm_lessons/course/colab.py): what it installs given what the
+runtime has, one line a step, and a failed step said, not raised (CPU; pip is replaced by a
+recorder)."""
 from __future__ import annotations
 
 import json
@@ -8,7 +9,8 @@ from importlib import metadata
 
 import pytest
 
-from rmsnorm_lessons import build, colab
+from rmsnorm_lessons.core import build
+from rmsnorm_lessons.course import colab
 
 
 def test_colab_is_detected_as_colab_detects_itself():

@@ -16,7 +16,8 @@ from pathlib import Path
 
 import pytest
 
-from rmsnorm_lessons import colab, lessons
+from rmsnorm_lessons.course import colab
+from rmsnorm_lessons.course import registry as lessons
 
 ROOT = Path(__file__).resolve().parent.parent
 REV = "0123456789abcdef0123456789abcdef01234567"

@@ -1,15 +1,17 @@
-"""The environment doctor every lesson's set-up cell prints (rmsnorm_lessons/doctor.py): one line
-a thing, what a lesson does without each missing one, and never a traceback (CPU)."""
+"""The environment doctor every lesson's set-up cell prints (rmsnorm_lessons/course/doctor.py): one
+line a thing, what a lesson does without each missing one, and never a traceback (CPU)."""
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 from types import SimpleNamespace
 
 import pytest
 
-from rmsnorm_lessons import build, doctor, gpu
+from rmsnorm_lessons.core import build, gpu
+from rmsnorm_lessons.course import doctor, registry
 
 ALL_TOOLS = {"nvcc": "13.0.88 (/usr/bin/nvcc)", "ncu": "2025.1.0.0 (/usr/bin/ncu)",
              "compute-sanitizer": "2025.1.0.0 (/usr/bin/compute-sanitizer)",
@@ -130,8 +132,33 @@ def test_the_saved_run_is_read_from_the_lessons_notebook(tmp_path):
 
 
 def test_the_report_in_a_fresh_process_prints_no_traceback():
-    code = "from rmsnorm_lessons import doctor; print(doctor.report(None))"
+    code = "from rmsnorm_lessons.course import doctor; print(doctor.report(None))"
     p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert p.returncode == 0, p.stderr
     assert p.stdout.startswith("The course on this machine:\n  GPU  ")
     assert "Traceback" not in p.stdout + p.stderr
+
+
+NCU = re.compile(r"\b(?:profiles|nsight)\.(?:bottleneck|profile|find)\b")
+SANITIZER = re.compile(r"\bsanitizer\.\w+\(")
+SASS = re.compile(r"\bsass\.\w+\(|--sass\b")
+
+
+@pytest.mark.parametrize("lesson", registry.LESSONS, ids=lambda lesson: lesson.stem)
+def test_each_lessons_needs_are_what_its_notebook_uses(lesson):
+    """The registry's needs cover every use found in the notebook: a %%gpu cell, a profile (ncu),
+    a kernel exercise (checked with compute-sanitizer and in its SASS), a sanitizer or SASS
+    call; every lesson compiles (nvcc)."""
+    nb = json.loads(lesson.path.read_text())
+    code = ["".join(c["source"]) for c in nb["cells"] if c["cell_type"] == "code"]
+    text = "\n".join(code)
+    used = {"nvcc"}
+    used |= {"gpu"} if any(c.startswith("%%gpu") for c in code) else set()
+    used |= {"ncu"} if NCU.search(text) else set()
+    if lesson.kernel_exercise or SANITIZER.search(text):
+        used.add("compute-sanitizer")
+    if lesson.kernel_exercise or SASS.search(text):
+        used.add("nvdisasm")
+    assert set(lesson.needs) <= set(doctor.NEEDS), lesson.needs
+    assert used <= set(lesson.needs), f"{lesson.stem} uses {sorted(used - set(lesson.needs))}"
+    doctor.report(lesson.stem, doctor.Machine(None, "no GPU", {}))  # every row reports

@@ -31,7 +31,7 @@ def install_lines(readme: Path = ROOT / "README.md") -> list[str]:
 
 
 def test_the_block_names_a_clone_a_wheel_build_its_wheel_and_the_git_url():
-    from rmsnorm_lessons import project
+    from rmsnorm_lessons.core import project
 
     lines = install_lines()
     version = re.search(r'^version = "([^"]+)"$', (ROOT / "pyproject.toml").read_text(),
@@ -66,7 +66,7 @@ def clone(tmp_path_factory) -> Path:
 
 @pytest.mark.parametrize("lines", [[0], [1, 2], [3]], ids=["clone", "wheel", "git-url"])
 def test_install_lines_run_as_written(lines, clone, tmp_path):
-    from rmsnorm_lessons import project
+    from rmsnorm_lessons.core import project
 
     venv = tmp_path / "venv"
     subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)

@@ -11,7 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from rmsnorm_lessons import colab, lessons
+from rmsnorm_lessons.course import colab
+from rmsnorm_lessons.course import registry as lessons
 
 ROOT = Path(__file__).resolve().parent.parent
 REV = "0123456789abcdef0123456789abcdef01234567"
@@ -95,7 +96,7 @@ def test_the_head_installs_what_colab_and_the_doctor_expect(tool):
     text = tool.head("02_naive", REV)
     assert f'os.environ.get("{colab.SOURCE_ENV}")' in text
     assert 'os.environ.get("COLAB_RELEASE_TAG") or "google.colab" in sys.modules' in text
-    from rmsnorm_lessons import project
+    from rmsnorm_lessons.core import project
 
     assert f'"git+{project.repository_url()}.git@" + COURSE_REVISION' in text
     assert f'COURSE_REVISION = "{REV}"' in text and 'doctor.report("02_naive")' in text

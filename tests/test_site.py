@@ -329,7 +329,10 @@ def test_the_index_opens_each_lesson_in_colab_from_the_one_address(site):
     index = (site / "index.html").read_text()
     for lesson in REGISTRY:
         assert f'href="{project.colab_url(lesson.stem)}"' in index, lesson.stem
-    assert f'href="{project.binder_url()}"' in index
+        assert "/student/" in project.colab_url(lesson.stem)
+        instructor = project.file_url(f"notebooks/{lesson.notebook}")
+        assert f'<a href="{instructor}">instructor\'s edition</a>' in index, lesson.stem
+    assert f'href="{project.binder_url()}"' in index and "labpath=student/" in index
     for url in re.findall(r'href="(https://(?:colab\.research\.google\.com|mybinder\.org)[^"]+)"',
                           index):
         assert project.repository_path() in url, url

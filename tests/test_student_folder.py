@@ -11,7 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from rmsnorm_lessons import lessons, project, student
+from rmsnorm_lessons.core import project
+from rmsnorm_lessons.course import registry as lessons, student
 
 ROOT = Path(__file__).resolve().parent.parent
 FOLDER = ROOT / project.EDITIONS["student"]

@@ -125,6 +125,13 @@ def readme_intro(readme: Path = README) -> str:
     return next((p for p in paras[1:] if not p.startswith(("#", "<!--", "!["))), "")
 
 
+def instructor_path(stem: str) -> str:
+    """The instructor's edition of lesson ``stem``, relative to the repository's root."""
+    from rmsnorm_lessons.core import project
+
+    return f"{project.EDITIONS['instructor']}/{stem}.ipynb"
+
+
 def kernels_of(nb: dict, row: dict | None) -> list[str]:
     """Kernel files a lesson reads: its row of the lesson map, then the ones its cells name."""
     names: list[str] = []
@@ -356,13 +363,15 @@ def build(out: Path, instructor: bool = False) -> list[Path]:
             else:
                 kernel = f"{r['kernel']}; reads {links}" if links else r["kernel"]
         table.append(f"| [`{name}`]({name}.html) | {kernel} | {r['adds']} | {r['minutes']} "
-                     f"| [Colab]({project.colab_url(name)}) |")
+                     f"| [Colab]({project.colab_url(name)}) ([instructor's edition]"
+                     f"({project.file_url(instructor_path(name))})) |")
     edition = ("the notebooks as committed, solutions included (the instructor edition)"
                if instructor else "the student edition (solutions replaced by skeletons)")
     index = (f"# rmsnorm-lessons\n\n{readme_intro()}\n\n## The lessons\n\n" + "\n".join(table) +
              f"\n\nEvery page is {edition}, with the outputs they were saved with (made on an "
              f"NVIDIA H200). [The kernels]({KDIR}/index.html) are the CUDA files the lessons "
-             f"compile.\n\nEach lesson opens in [Colab]({project.colab_url('00_setup')}) (a GPU "
+             f"compile.\n\nEach lesson opens, as the learner's edition, in "
+             f"[Colab]({project.colab_url('00_setup')}) (a GPU "
              f"runtime; the lesson's first cell sets it up) or, without a GPU, in "
              f"[Binder]({project.binder_url()}); the source is at "
              f"[{project.repository_path()}]({project.repository_url()}).\n\n"

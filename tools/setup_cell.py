@@ -37,10 +37,10 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
-from rmsnorm_lessons import project  # noqa: E402  (the checkout's package, beside this tool)
+from rmsnorm_lessons.core import project  # noqa: E402  (the checkout's package, beside this tool)
 
 #: the package that holds colab and doctor
-COURSE = "rmsnorm_lessons"
+COURSE = "rmsnorm_lessons.course"
 META = "rmsnorm_lessons_setup"  # the notebook metadata key: {"revision": <commit>}
 TAG = "setup"
 FIRST = "# Set-up: run this cell first."

@@ -2,7 +2,7 @@
 
 Every lesson's set-up cell (tools/setup_cell.py writes it) ends with ``print(doctor.report(stem))``:
 
-    >>> from rmsnorm_lessons import doctor
+    >>> from rmsnorm_lessons.course import doctor
     >>> print(doctor.report("13_finding_bugs"))     # doctest: +SKIP
     Lesson 13 (Finding bugs and bottlenecks) on this machine:
       GPU                NVIDIA H100 80GB HBM3, compute capability 9.0 (sm_90), driver 570.86.15 ...
@@ -23,8 +23,8 @@ import subprocess
 from dataclasses import dataclass, field
 from pathlib import Path
 
-#: what a lesson may need, in the order the report lists them
-NEEDS = ("gpu", "nvcc", "ncu", "compute-sanitizer", "nvdisasm")
+from .registry import NEEDS  # what a lesson may need, in the order the report lists them
+
 TOOLS = NEEDS[1:]
 #: what a lesson that needs it does where it is missing (one sentence each)
 WITHOUT = {
@@ -86,7 +86,7 @@ def tool_version(path: str, timeout: float = 30) -> str | None:
 
 
 def _describe_gpu() -> tuple[str | None, str | None]:
-    from . import gpu
+    from ..core import gpu
 
     reason = gpu.why_unavailable()
     release = driver_release()
@@ -103,10 +103,10 @@ def _describe_gpu() -> tuple[str | None, str | None]:
 
 def _find(tool: str) -> str | None:
     if tool == "ncu":  # Nsight Compute's own installs too, where rl.nsight looks
-        from . import nsight
+        from ..inspection import nsight
 
         return nsight.find()
-    from . import build
+    from ..core import build
 
     return build.find_tool(tool)
 
@@ -120,7 +120,7 @@ def _describe_tool(tool: str) -> str | None:
 
 
 def _target() -> str | None:
-    from . import devices
+    from ..core import devices
 
     if not os.environ.get(devices.ARCH_ENV):
         return None
@@ -161,8 +161,8 @@ def _saved(notebook_run: dict | None) -> str:
 
 def saved_run(row) -> dict | None:
     """The run the lesson's shipped outputs come from (``{"device": ..., "date": ...}``, which
-    :mod:`rmsnorm_lessons.execute` records in the notebook), read from the instructor edition the
-    package carries; None where it is not recorded or not readable."""
+    :mod:`rmsnorm_lessons.course.execute` records in the notebook), read from the instructor
+    edition the package carries; None where it is not recorded or not readable."""
     import json
 
     from .notebook import RUN_KEY
@@ -179,7 +179,7 @@ def report(lesson=None, machine: Machine | None = None, saved: dict | None = Non
     for the whole course: every need) on ``machine`` (default: :func:`survey`). ``saved``: the
     run the lesson's outputs come from (``{"device": ..., "date": ...}``; default:
     :func:`saved_run`), which the lines for a missing GPU or ncu name."""
-    from .lessons import by_stem
+    from .registry import by_stem
 
     row = by_stem(lesson) if isinstance(lesson, str) else lesson
     if saved is None and row is not None:

@@ -121,7 +121,7 @@ def complete(revision: str | None = None, source: str | None = None, *, runner=s
     the installed course is from another commit than ``revision`` (a git install, from a notebook
     of another revision), reinstall it from ``source`` and say that the runtime must restart.
     Returns the lines said."""
-    from . import build
+    from ..core import build
 
     said: list[str] = []
 
