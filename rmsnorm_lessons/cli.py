@@ -281,7 +281,8 @@ def _student(args) -> int:
         raise ValueError(f"cannot write the edition to {args.out}: {exc.strerror or exc}") from exc
     edition = "instructor" if args.instructor else "student"
     how = ("as they are (solutions in)" if args.instructor else
-           "solutions replaced by their skeletons, the outputs of solution and check cells cleared")
+           "solutions replaced by their skeletons, what would show an answer cleared, GPU "
+           "outputs labelled with the card and date that made them")
     print(f"wrote the {edition} edition of {len(written)} notebook(s) to {args.out}: {how}"
           + (f"; kept {len(kept)} already there (--overwrite replaces them)" if kept else ""))
     return 0

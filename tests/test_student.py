@@ -13,6 +13,7 @@ import pytest
 from rmsnorm_lessons import twin
 from rmsnorm_lessons.core import build, gpu
 from rmsnorm_lessons.course import registry, student
+from rmsnorm_lessons.course.notebook import RUN_KEY
 
 ROOT = Path(__file__).resolve().parent.parent
 NOTEBOOKS = registry.notebook_dir()
@@ -73,24 +74,33 @@ def test_every_exercise_has_a_solution_and_the_student_edition_has_none(lesson):
     st = student.student_notebook(nb)
     lessons_cells = [c for c in st["cells"] if not student.inserted(c)]  # headings it adds
     assert len(lessons_cells) == len(nb["cells"])
-    kept = 0
-    for before, after in zip(nb["cells"], lessons_cells):
+    answered = student.answered_below(nb["cells"])
+    first = next(i for i, c in enumerate(nb["cells"]) if c["cell_type"] == "code")
+    label = student.saved_label(nb["metadata"][RUN_KEY])
+    kept = candidates = 0
+    for i, (before, after) in enumerate(zip(nb["cells"], lessons_cells)):
         assert "SOLUTION" not in _src(after) and "SKELETON" not in _src(after)
         if before["cell_type"] != "code" and "explanation" in student.tags(before):
             assert _src(after) == _src(before)  # folded, not changed
         elif before["cell_type"] != "code":
             assert after == before
         elif (student.has_solution(_src(before)) or student.check_calls(_src(before))
-              or _cleared_by_tag(before)):
+              or _cleared_by_tag(before) or i in answered or i == first):
             assert after["outputs"] == [] and after["execution_count"] is None
         elif _shows_a_guess(before):  # the measurement stays, the author's guess goes
-            assert len(after["outputs"]) == len(before["outputs"])
-        elif before.get("outputs"):
-            kept += after["outputs"] == before["outputs"]
-    # the H200's tables and figures stay
-    assert kept >= sum(1 for c in nb["cells"] if c.get("outputs")
-                       and not student.has_solution(_src(c)) and not _shows_a_guess(c)
-                       and not student.check_calls(_src(c)) and not _cleared_by_tag(c)) - 1
+            assert len(after["outputs"]) == len(before["outputs"]) + ("gpu" in _tags(before))
+        elif before.get("outputs") and "opening" not in _tags(before):  # openings: their own test
+            candidates += 1
+            if "gpu" in _tags(before):  # the GPU's outputs, under "saved on <card>, <date>"
+                kept += after["outputs"] == [label] + before["outputs"]
+            else:
+                kept += after["outputs"] == before["outputs"]
+    # the tables and figures stay (one may show an answer a solution cell binds)
+    assert kept >= candidates - 1
+
+
+def _tags(cell):
+    return cell.get("metadata", {}).get("tags", [])
 
 
 def _shows_a_guess(cell) -> bool:
@@ -103,22 +113,38 @@ def _cleared_by_tag(cell) -> bool:
     return any(t in student.CLEARED_TAGS for t in student.tags(cell))
 
 
-def test_reveal_and_prediction_cells_lose_their_outputs():
-    def cell(source, tags=(), text="out\n"):
-        return {"cell_type": "code", "metadata": {"tags": list(tags)}, "source": source,
-                "execution_count": 3,
-                "outputs": [{"output_type": "stream", "name": "stdout", "text": text}]}
+def _code(source, tags=(), text="out\n"):
+    return {"cell_type": "code", "metadata": {"tags": list(tags)}, "source": source,
+            "execution_count": 3,
+            "outputs": [{"output_type": "stream", "name": "stdout", "text": text}]}
 
-    nb = {"cells": [cell("mine = rl.predict.guess('02.v1_ms', ms=0.8)", ["prediction"]),
-                    cell("t = rl.bench.time('v1_naive')", ["gpu"], "0.4 ms\n"),
-                    cell("rl.predict.versus(mine, ms=t.ms)"),
-                    cell("rl.notebook.compare_with_ours(verdict, 'v1_naive')", ["reveal"],
-                         "Ours: kernels/v1_naive.cu\n__global__ ...\n")],
-          "metadata": {}, "nbformat": 4, "nbformat_minor": 5}
+
+H200_RUN = {RUN_KEY: {"device": "NVIDIA H200", "date": "2026-12-04"}}
+
+
+def test_reveal_and_prediction_cells_and_what_answers_a_guess_lose_their_outputs():
+    nb = {"cells": [_code("import rmsnorm_lessons as rl", [], "GPU: NVIDIA H200 ...\n"),
+                    _code("mine = rl.predict.guess('02.v1_ms', ms=0.8)", ["prediction"]),
+                    _code("scale = 1e3", [], "1000.0\n"),  # feeds the comparison: cleared
+                    _code("x = 2", [], "x\n"),  # read by nobody comparing: kept
+                    _code("t = rl.bench.time('v1_naive')", ["gpu"], "0.4 ms\n"),
+                    _code("rl.predict.versus(mine, ms=t.s * scale)"),
+                    _code("rl.notebook.compare_with_ours(verdict, 'v1_naive')", ["reveal"],
+                          "Ours: kernels/v1_naive.cu\n__global__ ...\n"),
+                    _code("%%gpu\nrl.bench.table()", ["gpu"], "a table\n")],
+          "metadata": H200_RUN, "nbformat": 4, "nbformat_minor": 5}
+    assert student.answered_below(nb["cells"]) == {2, 4, 5}
     st = student.student_notebook(nb)
-    assert [bool(c["outputs"]) for c in st["cells"]] == [False, True, True, False]
-    assert st["cells"][0]["execution_count"] is None and st["cells"][1]["execution_count"] == 3
-    assert nb["cells"][0]["outputs"], "the instructor edition is not changed"
+    assert [len(c["outputs"]) for c in st["cells"]] == [0, 0, 0, 1, 0, 0, 0, 2]
+    assert st["cells"][0]["execution_count"] is None and st["cells"][3]["execution_count"] == 3
+    label, table = st["cells"][7]["outputs"]  # a GPU's output below the answer: labelled
+    assert label["data"]["text/plain"] == ("saved on NVIDIA H200, 2026-12-04: run the cell for "
+                                           "yours")
+    assert label["metadata"] == {"rmsnorm_lessons_saved_label": True} and table["text"]
+    assert nb["cells"][1]["outputs"] and len(nb["cells"][7]["outputs"]) == 1, (
+        "the instructor edition is not changed")
+    del nb["metadata"][RUN_KEY]  # where the run is not recorded, nothing can say where: cleared
+    assert student.student_notebook(nb)["cells"][7]["outputs"] == []
 
 
 def test_an_investigation_in_the_student_edition():
@@ -163,29 +189,51 @@ def _text_of(cell) -> str:
     return "".join("".join(o.get("text", "")) for o in cell["outputs"])
 
 
-def test_the_student_edition_keeps_a_measurement_but_not_the_authors_guess(capsys):
+def test_a_guess_with_no_user_below_clears_the_next_cell():
+    cells = [_code("mine = rl.predict.guess('x', ms=...)", ["prediction"]),
+             _code("print(measure())"), _code("y = 1")]
+    assert student.answered_below(cells) == {1}
+    assert student.free_names("%%gpu\nfor v in vs:\n    t = f(v, N)\nprint(t)") == {
+        "vs", "f", "N", "print"}
+
+
+def test_a_saved_measurement_beside_a_guess_elsewhere_keeps_the_measurement_only(capsys):
     from rmsnorm_lessons.course import predict
 
     predict.guess("02.v1_ms", ms=0.8)
     gap = predict.versus("02.v1_ms", ms=0.4, why="atomics wait in L2")
-    guess = ("### BEGIN SOLUTION\nmine = rl.predict.guess('02.v1_ms', ms=0.8)\n### END SOLUTION\n"
-             "### BEGIN SKELETON\n# mine = rl.predict.guess('02.v1_ms', ms=...)\n"
-             "### END SKELETON")
     out = {"output_type": "display_data", "metadata": {},
            "data": {"text/plain": str(gap), predict.GAP_MIME: gap.data()}}
-    nb = {"cells": [{"cell_type": "code", "metadata": {"tags": ["prediction"]}, "source": guess,
-                     "execution_count": 1, "outputs": []},
-                    {"cell_type": "code", "metadata": {"tags": ["gpu"]}, "execution_count": 2,
-                     "source": "%%gpu\nt = time_it()\nrl.predict.versus(mine, ms=t.ms)",
-                     "outputs": [out]}], "metadata": {}, "nbformat": 4, "nbformat_minor": 5}
+    nb = {"cells": [_code("import rmsnorm_lessons as rl"),  # no prediction cell above the gap
+                    {"cell_type": "code", "metadata": {"tags": []}, "execution_count": 2,
+                     "source": "rl.predict.versus('02.v1_ms', ms=t.ms)", "outputs": [out]}],
+          "metadata": {}, "nbformat": 4, "nbformat_minor": 5}
     st = student.student_notebook(nb)
-    assert _src(st["cells"][0]) == "mine = rl.predict.guess('02.v1_ms', ms=...)"
-    [kept] = st["cells"][1]["outputs"]  # the measurement stays: a later cell using mine is kept
+    [kept] = st["cells"][1]["outputs"]
     text, data = kept["data"]["text/plain"], kept["data"][predict.GAP_MIME]
     assert "0.8" not in text and "0.8" not in json.dumps(data) and "0.4" in text
     assert data["measured"] == {"ms": 0.4} and data["status"] == "NOT PREDICTED"
     assert text.startswith("02.v1_ms: what the course's GPU measured")
     assert "0.8" in json.dumps(nb), "the instructor edition is not changed"
+
+
+def test_no_output_below_a_prediction_shows_its_measurement():
+    """In every lesson's student edition, below each prediction down to the cell that compares
+    with it, no output is left of a GPU cell or of the cells that compare or feed the comparison;
+    and every GPU output left says which card and date made it."""
+    for lesson in LESSONS:
+        nb = _nb(lesson)
+        st = student.student_notebook(nb)
+        for j in student.answered_below(nb["cells"]):
+            assert st["cells"][j]["outputs"] == [], (lesson, j)
+        for cell in st["cells"]:
+            if "gpu" in _tags(cell) and cell.get("outputs"):
+                first = cell["outputs"][0]
+                assert first.get("metadata", {}).get("rmsnorm_lessons_saved_label"), (
+                    lesson, _src(cell))
+                run = nb["metadata"][RUN_KEY]
+                assert first["data"]["text/plain"].startswith(
+                    f"saved on {run['device']}, {run['date']}: ")
 
 
 def test_solution_lines_are_the_lines_inside_the_regions():
