@@ -17,7 +17,7 @@ import os
 import re
 from pathlib import Path
 
-from ..core import gpu
+from ..core import devices, gpu
 
 #: notebook metadata key where rmsnorm_lessons.course.execute records the device and date of the run
 RUN_KEY = "rmsnorm_lessons"
@@ -27,7 +27,11 @@ LABEL_KEY = "rmsnorm_lessons_saved_label"
 
 
 def gpu_cell(line: str, cell: str):
-    reason = gpu.why_unavailable()
+    try:  # a bad $RMSNORM_ARCH: its one message, as where no GPU is (the saved output below)
+        devices.target_arch()
+        reason = gpu.why_unavailable()
+    except devices.ArchError as exc:
+        reason = f"{exc}: unset it or fix it, then restart the kernel"
     if reason is not None:
         saved = saved_outputs(cell)
         if saved is None:
@@ -142,8 +146,16 @@ def record_verdict(result) -> None:
         pass
 
 
+def arch_error(shell, etype, value, tb, tb_offset=None):
+    """IPython's handler for :class:`~rmsnorm_lessons.core.devices.ArchError` in a lesson: its one
+    message (which names $RMSNORM_ARCH and what it may be), no traceback."""
+    print(f"{value}: unset it or fix it, then restart the kernel")
+    return []
+
+
 def load_ipython_extension(ipython) -> None:
     ipython.register_magic_function(gpu_cell, magic_kind="cell", magic_name="gpu")
+    ipython.set_custom_exc((devices.ArchError,), arch_error)
     hooks = ipython.events.callbacks.get("post_run_cell", [])
     if not any(getattr(h, "__name__", "") == record_verdict.__name__
                and getattr(h, "__module__", "") == __name__ for h in hooks):
