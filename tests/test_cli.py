@@ -58,6 +58,13 @@ def test_a_bad_rmsnorm_arch_is_one_message_and_exit_2_from_every_command(monkeyp
         f"{devices.spellings()}"]
 
 
+def test_an_unknown_version_is_named_with_a_path_relative_to_the_package():
+    p = _cli("inspect", "v9_nope")
+    assert p.returncode == 2
+    assert p.stderr.startswith("inspect: no kernel file kernels/v9_nope.cu; known: "), p.stderr
+    assert os.sep + "kernels" not in p.stderr and "v1_naive" in p.stderr
+
+
 def test_inspect_takes_the_switchs_spelling():
     p = _cli("inspect", "v1_naive", "--arch", "compute_75")
     assert p.returncode == 0, p.stderr

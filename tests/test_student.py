@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import ast
 import json
+import linecache
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -340,10 +342,14 @@ def _run_cell(setup, text):
     ns = {}
     exec("\n".join(ln for ln in setup.splitlines() if not ln.startswith("%")), ns)
     ns["COPY"] = ns["rl"].gpu.copy_bandwidth_or_saved()[0]  # lesson 09's cell above its exercises
+    # the cell's text where IPython keeps it, in linecache, so a check can name the learner's
+    # variable (verdict.learner_name)
+    name = f"<cell {abs(hash(text))}>"
+    linecache.cache[name] = (len(text), None, text.splitlines(keepends=True), name)
     tree = ast.parse(text)
     last = tree.body.pop()
-    exec(compile(tree, "<cell>", "exec"), ns)
-    return eval(compile(ast.Expression(last.value), "<cell>", "eval"), ns)
+    exec(compile(tree, name, "exec"), ns)
+    return eval(compile(ast.Expression(last.value), name, "eval"), ns)
 
 
 @needs_nvcc
@@ -358,6 +364,10 @@ def test_host_solution_passes_and_its_placeholder_does_not(lesson, setup, text):
         verdict.message
     verdict = _run_cell(setup, student.strip_solutions(text))
     assert verdict.status == ("NOT VERIFIED" if timed_only else "NOT YET"), verdict.message
+    # "replace the ... of <name>": the name is one the learner's cell binds (sectors_v1, not v1)
+    m = re.match(r"replace (?:None|the \.\.\.) of (\w+) ", verdict.message)
+    if m:
+        assert m.group(1) in student.bound_names(student.strip_solutions(text)), verdict.message
 
 
 # --- running them

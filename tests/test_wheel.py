@@ -119,6 +119,15 @@ def test_inspect_sass_from_the_wheel(venv, elsewhere):
         assert where.startswith(str(venv.parent.parent)), where
 
 
+def test_an_unknown_version_from_the_wheel_names_no_site_packages_path(venv, elsewhere):
+    cwd, env = elsewhere
+    p = _run([venv, "-m", "rmsnorm_lessons", "inspect", "v9_nope"], cwd, env)
+    assert p.returncode == 2
+    assert p.stderr.startswith("inspect: no kernel file "
+                               "rmsnorm_lessons/kernel_sources/v9_nope.cu;"), p.stderr
+    assert "site-packages" not in p.stderr
+
+
 def test_compile_and_exercise_from_another_folder(venv, elsewhere):
     cwd, env = elsewhere
     code = """
