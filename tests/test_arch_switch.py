@@ -228,6 +228,23 @@ def test_v7_takes_the_path_of_the_virtual_arch(virtual):
             launch.launcher("v7_fast", 16384)
 
 
+@pytest.mark.gpu
+def test_the_switch_spelled_as_arch_runs_the_same_ptx(no_target, monkeypatch):
+    """RMSNORM_ARCH=sm_75 is --arch's spelling of compute_75: the same PTX, run by the driver."""
+    from test_gpu_kernels import _case
+
+    monkeypatch.setenv(build.ARCH_ENV, "sm_75")
+    try:
+        L = launch.launcher("v7_fast", 4096)
+        assert L.device.arch == "sm_75" and L.plan(4097).path == "register"
+        assert L.module is build._ptx_module(build.compile_file("v7_fast", "compute_75",
+                                                               kind="ptx").binary)
+        a, b = _case("v7_fast", 4097, 4096, seed=7)
+        assert a.ok and b.ok, (a, b)
+    finally:
+        launch.release()
+
+
 def test_the_gpu_cases_are_the_usual_shapes():
     from test_gpu_kernels import SHAPES as usual
 

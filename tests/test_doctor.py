@@ -162,3 +162,17 @@ def test_each_lessons_needs_are_what_its_notebook_uses(lesson):
     assert set(lesson.needs) <= set(doctor.NEEDS), lesson.needs
     assert used <= set(lesson.needs), f"{lesson.stem} uses {sorted(used - set(lesson.needs))}"
     doctor.report(lesson.stem, doctor.Machine(None, "no GPU", {}))  # every row reports
+
+
+@pytest.mark.gpu
+def test_on_a_gpu_the_doctor_names_it_its_capability_and_driver():
+    f = gpu.facts()
+    m = doctor.survey()
+    major, minor = f.compute_capability
+    assert m.gpu.startswith(f"{f.name}, compute capability {major}.{minor} ({f.arch}), driver ")
+    d = f.driver_version
+    assert m.gpu.endswith(f"(CUDA {d // 1000}.{d % 1000 // 10})") and m.gpu_reason is None
+    release = doctor.driver_release()
+    if release:  # the kernel module's release, where /proc says it
+        assert f"driver {release} (CUDA" in m.gpu
+    assert doctor.report("02_naive", m).splitlines()[1].startswith(f"  GPU                {f.name}")
