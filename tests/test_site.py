@@ -402,7 +402,7 @@ def test_the_student_site_says_a_finished_kernel_is_the_reference(site):
     tool = _tool()
     lesson = (site / "02_naive.html").read_text()
     assert ('<span class="kernels">reference kernels, to open after your attempt: '
-            '<a class="kernel" href="kernels/v1_naive.cu.html">') in lesson
+            f'<a class="kernel" href="{tool.KDIR}/v1_naive.cu.html">') in lesson
     assert tool.REFERENCE_NOTE in (site / "kernels" / "v1_naive.cu.html").read_text()
     assert tool.REFERENCE_NOTE in (site / "kernels" / "index.html").read_text()
     index = (site / "index.html").read_text()

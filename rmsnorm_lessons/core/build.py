@@ -62,7 +62,7 @@ def kernel_dir() -> Path:
 
 def shown_path(path: Path) -> str:
     """``path`` as a message shows it: relative to the checkout (``kernels/v1_naive.cu``) or, in an
-    installed package, to the folder holding it (``rmsnorm_lessons/kernel_sources/v1_naive.cu``),
+    installed package, to the folder holding it (the package's ``kernel_sources/<name>.cu``),
     never a site-packages path; a path elsewhere ($RMSNORM_LESSONS_KERNELS) as it is."""
     path = Path(path).resolve()
     root = Path(__file__).resolve().parent.parent.parent  # the checkout, or site-packages
