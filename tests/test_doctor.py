@@ -49,6 +49,11 @@ def test_a_missing_tool_says_what_this_lesson_cannot_do_in_one_line():
     assert lines["GPU"].startswith("  GPU                none usable: No NVIDIA driver here")
     assert "output saved on NVIDIA H200 (2026-12-04) instead of running" in lines["GPU"]
     assert "profile saved on NVIDIA H200 (2026-12-04)" in lines["ncu"]
+    assert lines["GPU"].endswith("your kernels run on the CPU twin (PASS on the CPU, or NOT YET; "
+                                 "v7's needs a GPU)")
+    m = doctor.Machine(None, "no GPU", tools, twin="the CPU twin needs g++ (apt install g++)")
+    assert _lines(doctor.report(_row(("gpu",)), m))["GPU"].endswith(
+        "not run (NOT VERIFIED: the CPU twin needs g++ (apt install g++))")
     # nvdisasm is missing too, but this lesson does not need it
     assert lines["nvdisasm"].endswith("missing: this lesson does not use it")
     assert "Everything" not in text and "Traceback" not in text
@@ -59,7 +64,8 @@ def test_every_need_has_its_sentence_and_bad_needs_are_refused():
     m = doctor.Machine(None, "no GPU", {t: None for t in doctor.TOOLS})
     text = doctor.report(_row(doctor.NEEDS), m)
     for need in doctor.NEEDS:  # no {placeholder} left, the saved run unnamed: "the course's GPU"
-        assert doctor.WITHOUT[need].format(saved="the course's GPU") in text
+        assert doctor.WITHOUT[need].format(saved="the course's GPU",
+                                           twin=doctor.TWIN[None]) in text
     assert "{" not in text
     with pytest.raises(ValueError, match=r"needs of 13_finding_bugs: \['gdb'\] are not among"):
         doctor.report(_row(("gpu", "gdb")), m)

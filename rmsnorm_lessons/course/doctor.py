@@ -28,8 +28,7 @@ from .registry import NEEDS  # what a lesson may need, in the order the report l
 TOOLS = NEEDS[1:]
 #: what a lesson that needs it does where it is missing (one sentence each)
 WITHOUT = {
-    "gpu": "the %%gpu cells show the output saved on {saved} instead of running, and your "
-           "kernels are compiled and inspected but not run (NOT VERIFIED)",
+    "gpu": "the %%gpu cells show the output saved on {saved} instead of running, and {twin}",
     "nvcc": "nothing compiles here: the kernel exercises, resource reports and SASS cannot run "
             "(pip install \"nvidia-cuda-nvcc==13.0.*\" \"nvidia-cuda-crt==13.0.*\" "
             "\"nvidia-nvvm==13.0.*\" \"nvidia-cuda-cccl==13.0.*\" installs one)",
@@ -41,6 +40,9 @@ WITHOUT = {
     "nvdisasm": "the SASS listings and the checks that read your kernel's SASS are skipped "
                 "(pip install \"nvidia-cuda-nvdisasm>=13.0,<14\" installs it)",
 }
+#: what a kernel check does without a GPU, where the CPU twin runs (None) or not (its reason)
+TWIN = {None: "your kernels run on the CPU twin (PASS on the CPU, or NOT YET; v7's needs a GPU)"}
+NO_TWIN = "your kernels are compiled and inspected but not run (NOT VERIFIED: {why})"
 _VERSION = re.compile(r"\bV(?:ersion\s+)?(\d+(?:\.\d+)+)")
 _DRIVER = re.compile(r"Kernel Module(?:\s+for\s+\S+)?\s+(\d+\.\d+(?:\.\d+)?)")
 WIDTH = 19  # the name column
@@ -56,6 +58,7 @@ class Machine:
     gpu_reason: str | None
     tools: dict = field(default_factory=dict)
     target: str | None = None  # the build target's line, where RMSNORM_ARCH is set
+    twin: str | None = None  # why the CPU twin cannot run here (None: it can)
 
 
 def _first_line(exc: BaseException) -> str:
@@ -149,7 +152,13 @@ def survey() -> Machine:
         target = _target()
     except Exception as exc:  # noqa: BLE001
         target = f"not read ({_first_line(exc)})"
-    return Machine(described, reason, tools, target)
+    try:
+        from .. import twin
+
+        no_twin = twin.available()
+    except Exception as exc:  # noqa: BLE001
+        no_twin = f"it could not be looked for ({_first_line(exc)})"
+    return Machine(described, reason, tools, target, no_twin)
 
 
 def _saved(notebook_run: dict | None) -> str:
@@ -202,7 +211,8 @@ def report(lesson=None, machine: Machine | None = None, saved: dict | None = Non
         line("GPU", m.gpu)
     else:
         missing.append("gpu")
-        line("GPU", f"none usable: {m.gpu_reason}" + _without("gpu", needs, where))
+        twin = TWIN.get(m.twin) or NO_TWIN.format(why=m.twin)
+        line("GPU", f"none usable: {m.gpu_reason}" + _without("gpu", needs, where, twin))
     for tool in TOOLS:
         found = m.tools.get(tool)
         if found is not None and not found.startswith("could not"):
@@ -219,7 +229,7 @@ def report(lesson=None, machine: Machine | None = None, saved: dict | None = Non
     return "\n".join(lines)
 
 
-def _without(need: str, needs, saved: str) -> str:
+def _without(need: str, needs, saved: str, twin: str = "") -> str:
     if need not in needs:
         return ": this lesson does not use it"
-    return ": " + WITHOUT[need].format(saved=saved)
+    return ": " + WITHOUT[need].format(saved=saved, twin=twin)

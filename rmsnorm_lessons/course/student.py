@@ -166,7 +166,9 @@ def student_notebook(nb: dict) -> dict:
     for i in code:
         if not has_solution(_source(everything[i])):
             bound_elsewhere.update(bound_names(_source(everything[i])))
-    answered = answered_below(everything) | set(code[:1])  # and the set-up cell's machine
+    answered = answered_below(everything) | {  # and the set-up cell's: the author's machine
+        i for i in code[:1] if "setup" in tags(everything[i])
+        or "notebook.setup()" in _source(everything[i])}
     label = saved_label(nb.get("metadata", {}).get(RUN_KEY))
     answers: set[str] = set()  # names an earlier solution cell binds (and no other cell does)
     for i in code:
