@@ -33,7 +33,8 @@ H200_RUN = {RUN_KEY: {"device": "NVIDIA H200", "date": "2026-12-04"}}
 
 
 def test_reveal_and_prediction_cells_and_what_answers_a_guess_lose_their_outputs():
-    nb = {"cells": [_code("import rmsnorm_lessons as rl", [], "GPU: NVIDIA H200 ...\n"),
+    nb = {"cells": [_code("import rmsnorm_lessons as rl\nrl.notebook.setup()", [],
+                          "GPU: NVIDIA H200 ...\n"),  # the set-up cell: the author's machine
                     _code("mine = rl.predict.guess('02.v1_ms', ms=0.8)", ["prediction"]),
                     _code("scale = 1e3", [], "1000.0\n"),  # feeds the comparison: cleared
                     _code("x = 2", [], "x\n"),  # read by nobody comparing: kept
