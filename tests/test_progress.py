@@ -255,10 +255,12 @@ def test_predictions_get_a_row_each_and_a_total_with_the_median_error(tmp_path):
     rows = {ln.split()[2]: ln.split(None, 3)[3] for ln in p.stdout.splitlines()
             if len(ln.split()) > 3 and ln.split()[2].startswith("predict.")}
     assert rows == {
-        "predict.00.copy_ms": "PREDICTED     error 100 %: ms 0.8 vs 0.4 (2.0x higher); bound "
-                              "latency vs memory (you said latency; it is memory)",
-        "predict.00.grid_ms": "NOT PREDICTED error -: ms - vs 1.25 (not guessed)",
-        "predict.00.never_ms": "PREDICTED     error -: guessed 3 us; not measured here"}, p.stdout
+        "predict.00.copy_ms": "PREDICTED     ms: guess 0.8 / measured 0.4 / gap 2.0x higher; "
+                              "bound: guess latency / measured memory / gap you said latency; "
+                              "it is memory",
+        "predict.00.grid_ms": "NOT PREDICTED ms: guess - / measured 1.25 / gap not guessed",
+        "predict.00.never_ms": "PREDICTED     guess 3 us / measured - (not measured here)",
+    }, p.stdout
     total = [ln for ln in p.stdout.splitlines() if re.search(r"^\S+\s+total: ", ln)]
     assert total and total[-1].endswith("2 of 3 predictions written, median error 100 %"), total
 
@@ -285,8 +287,8 @@ def test_a_saved_measurement_is_set_beside_the_learners_own_guess(tmp_path):
     [row] = [ln for ln in p.stdout.splitlines() if "predict.00.copy_ms" in ln]
     measured = "0.5" if gpu.why_unavailable() else "0.4"  # saved, or measured here
     ratio = "2.5x" if measured == "0.5" else "2.0x"
-    assert row.endswith(f"PREDICTED     error {'60' if ratio == '2.5x' else '50'} %: ms 0.2 vs "
-                        f"{measured} ({ratio} lower)"), row
+    assert row.endswith(f"PREDICTED     ms: guess 0.2 / measured {measured} / gap {ratio} "
+                        f"lower"), row
 
 
 def test_the_room_summary_counts_predictions():

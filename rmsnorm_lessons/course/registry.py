@@ -12,11 +12,22 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-__all__ = ["LESSONS", "Lesson", "SESSIONS", "by_stem", "kernel_exercises", "notebook_dir"]
+__all__ = ["LESSONS", "Lesson", "NEEDS", "SESSIONS", "building", "by_stem", "kernel_exercises",
+           "notebook_dir"]
 
 #: when a lesson is taken: before the workshop's first day, in it, or after it (at the learner's
 #: pace); :mod:`rmsnorm_lessons.course.schedule` plans the workshop lessons over two days
 SESSIONS = ("prework", "workshop", "optional")
+#: what a lesson may need of the machine: a working GPU (PyCUDA on a driver), nvcc, and the CUDA
+#: tools Nsight Compute (ncu), compute-sanitizer and nvdisasm; the set-up cell's doctor
+#: (:mod:`rmsnorm_lessons.course.doctor`) says what a lesson does without each
+NEEDS = ("gpu", "nvcc", "ncu", "compute-sanitizer", "nvdisasm")
+#: a lesson that launches and compiles kernels
+BASIC = ("gpu", "nvcc")
+#: one whose kernel exercise is checked with compute-sanitizer (racecheck, synccheck, memcheck)
+#: and in its SASS (nvdisasm); PROFILED adds Nsight Compute's profile of a rung
+KERNEL = BASIC + ("compute-sanitizer", "nvdisasm")
+PROFILED = KERNEL + ("ncu",)
 
 
 @dataclass(frozen=True)
@@ -33,6 +44,8 @@ class Lesson:
     two-day workshop from them and the minutes, and refuses a lesson placed before one it needs.
     ``session`` is when the lesson is taken (:data:`SESSIONS`): ``"prework"`` before day 1 (the
     plan counts it as done), ``"workshop"`` on one of the two days, ``"optional"`` after them.
+    ``needs`` names what of :data:`NEEDS` the lesson uses (tests/test_doctor.py finds each use
+    in its notebook: a ``%%gpu`` cell, a profile, a kernel exercise, a SASS listing).
     """
 
     stem: str
@@ -44,6 +57,7 @@ class Lesson:
     rung: str | None = None
     kernel_exercise: str | None = None
     prerequisites: tuple[str, ...] = ()
+    needs: tuple[str, ...] = BASIC
     session: str = "workshop"
 
     def __post_init__(self):
@@ -83,13 +97,15 @@ LESSONS: tuple[Lesson, ...] = (
             "lesson02.check_diagnosis", "lesson02.check_idle_sms", "lesson02.check_coalesce_v1",
             "lesson02.check_free_atomics"),
            minutes=74, rung="v1_naive", kernel_exercise="lesson02.check_v1_kernel",
-           prerequisites=("00_setup", "01_rmsnorm_math")),
+           prerequisites=("00_setup", "01_rmsnorm_math"),
+           needs=PROFILED),
     Lesson("03_warp_per_row", "v2: one warp per row", "`v2_warp`",
            "v1 diagnosed; one warp per row: coalesced loads, the `__shfl_xor_sync` butterfly",
            ("lesson03.check_diagnosis", "lesson03.check_butterfly", "lesson03.check_v2_kernel",
             "lesson03.check_lane_columns", "lesson03.check_small_n", "lesson03.check_v2_redg"),
            minutes=75, rung="v2_warp", kernel_exercise="lesson03.check_v2_kernel",
-           prerequisites=("02_naive",)),
+           prerequisites=("02_naive",),
+           needs=PROFILED),
     Lesson("04_shared_memory", "v3: dweight in shared memory", "`v3_smem`",
            "v2 diagnosed with ablations; dweight per block in shared memory, one global atomic "
            "per block and channel",
@@ -97,7 +113,8 @@ LESSONS: tuple[Lesson, ...] = (
             "lesson04.check_two_row_warps", "lesson04.check_widest_c",
             "lesson04.check_v3_occupancy_cap"),
            minutes=75, rung="v3_smem", kernel_exercise="lesson04.check_v3_kernel",
-           prerequisites=("03_warp_per_row",)),
+           prerequisites=("03_warp_per_row",),
+           needs=PROFILED),
     Lesson("05_bf16", "bf16: 16-bit storage, fp32 arithmetic", "(bf16 on the host)",
            "bf16 on the host: rounding to nearest even, its spacing, the error it costs, the "
            "seed's tolerances",
@@ -109,21 +126,24 @@ LESSONS: tuple[Lesson, ...] = (
            ("lesson06.check_v4_kernel", "lesson06.check_planar_slot",
             "lesson06.check_four_wide_conflict", "lesson06.check_streaming_load"),
            minutes=60, rung="v4_vec_bf16", kernel_exercise="lesson06.check_v4_kernel",
-           prerequisites=("05_bf16", "04_shared_memory")),
+           prerequisites=("05_bf16", "04_shared_memory"),
+           needs=PROFILED),
     Lesson("07_two_pass", "v5: deterministic in two passes", "`v5_two_pass`",
            "determinism: per-block partials, a second kernel sums them",
            ("lesson07.check_block_order_sum", "lesson07.check_scratch_bytes",
             "lesson07.check_v5_kernel", "lesson07.check_launch_bound_registers",
             "lesson07.check_same_bits", "lesson07.check_second_wave"),
            minutes=60, rung="v5_two_pass", kernel_exercise="lesson07.check_v5_kernel",
-           prerequisites=("06_vectorized",)),
+           prerequisites=("06_vectorized",),
+           needs=PROFILED),
     Lesson("08_last_block", "v6: the seed's kernel10, the last block sums", "`v6_last_block`",
            "the seed's kernel10: one kernel, an `atomicInc` ticket, the last block sums",
            ("lesson08.check_atomic_inc", "lesson08.check_seed_tickets",
             "lesson08.check_v6_kernel", "lesson08.check_partial_floats", "lesson08.check_ldcg",
             "lesson08.check_second_wave", "lesson08.check_wrap_row"),
            minutes=60, rung="v6_last_block", kernel_exercise="lesson08.check_v6_kernel",
-           prerequisites=("07_two_pass",)),
+           prerequisites=("07_two_pass",),
+           needs=PROFILED),
     Lesson("09_bytes_in_flight", "Bytes in flight: the floor of a memory-bound kernel",
            "(copy, `scale`, the streaming ceiling)",
            "Little's law: latency x bandwidth, vector width, unrolling, the floor of a "
@@ -132,14 +152,16 @@ LESSONS: tuple[Lesson, ...] = (
             "lesson09.check_scale_kernel", "lesson09.check_in_flight_kib", "lesson09.check_chase",
             "lesson09.check_latency_under_load", "lesson09.check_l1_in_flight"),
            minutes=60, kernel_exercise="lesson09.check_scale_kernel",
-           prerequisites=("00_setup", "06_vectorized")),
+           prerequisites=("00_setup", "06_vectorized"),
+           needs=KERNEL),
     Lesson("10_v7_one_pass", "v7: one pass over each row", "`v7_fast`",
            "past the seed: one pass over each row with every load issued first, the launch plan, "
            "the final sum that waits for nobody",
            ("lesson10.check_partials_fraction", "lesson10.check_v7_kernel",
             "lesson10.check_group_size", "lesson10.check_idle_slots", "lesson10.check_final_sum"),
            minutes=55, rung="v7_fast", kernel_exercise="lesson10.check_v7_kernel",
-           prerequisites=("08_last_block", "09_bytes_in_flight")),
+           prerequisites=("08_last_block", "09_bytes_in_flight"),
+           needs=PROFILED),
     Lesson("11_v7_tuning", "Tuning v7: each choice measured", "(`v7_fast`'s variants, the peers)",
            "K, prefetch, blocks per SM and overwrite mode predicted then measured, the scoreboard, "
            "the libraries, a `Config` tuned to a target",
@@ -159,7 +181,8 @@ LESSONS: tuple[Lesson, ...] = (
             "lesson13.check_next_step", "lesson13.check_occupancy_cap"), minutes=60,
            kernel_exercise="lesson13.check_v3_fix",
            prerequisites=("04_shared_memory", "07_two_pass", "08_last_block",
-                          "10_v7_one_pass"), session="optional"),
+                          "10_v7_one_pass"), session="optional",
+           needs=PROFILED),
 )
 
 _BY_STEM = {lesson.stem: lesson for lesson in LESSONS}
