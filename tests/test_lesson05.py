@@ -42,7 +42,7 @@ def test_the_layout_passes_and_says_what_it_costs():
     (4, right, aligned, "4-byte float"),
     (16, right, aligned, "widest load"),
     (2, right, aligned, "32-bit load"),
-    (None, right, aligned, "replace None in values_per_load"),
+    (None, right, aligned, "replace None of values"),
     (8, lambda lane, step: lane + 32 * step, aligned, "v3's mapping"),
     (8, lambda lane, step: 8 * lane + 32 * step, aligned, "moves on by 256"),
     (8, lambda lane, step: 8 * (8 * lane + step), aligned, "not side by side"),

@@ -62,7 +62,7 @@ def test_shared_memory_and_blocks_per_sm(a100):
     assert verdict.passed and "sm_80" in verdict.message and "registers" in verdict.message
     for args, says in [((smem + 1024, 2), "the driver keeps"), ((2048 * 4, 2), "dweight alone"),
                        ((1000, 2), "staging area"), ((smem, 4), "registers decide"),
-                       ((smem, 1), "take the smallest"), ((None, 2), "replace None in smem_bytes"),
+                       ((smem, 1), "take the smallest"), ((None, 2), "replace None of smem_bytes"),
                        ((smem, 2.5), "whole number")]:
         verdict = lesson07.check_v5_occupancy(*args)
         assert verdict.status == "NOT YET" and says in verdict.message, (args, verdict.message)

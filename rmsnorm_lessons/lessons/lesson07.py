@@ -166,7 +166,7 @@ def check_v5_occupancy(smem_bytes, blocks_per_sm, C: int = SHAPE[1]) -> Verdict:
     """Decision (c): at C channels, the dynamic shared memory one v5 block asks for, in bytes, and
     how many blocks of v5 fit on one SM of this GPU."""
     values, verdict = read_numbers(((smem_bytes, "smem_bytes"), (blocks_per_sm, "blocks_per_sm")),
-                                   "in {name} with a whole number", whole=True)
+                                   "of {name} with a whole number", whole=True)
     if verdict is not None:
         return verdict
     smem, blocks = values

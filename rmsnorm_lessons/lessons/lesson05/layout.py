@@ -113,8 +113,9 @@ def check_v4_layout(values_per_load, first_channel, c_rule) -> Verdict:
     ``first_channel(lane, step)`` (the first of those values' channels, for lane 0..31 at step
     0, 1, ... of the row loop) and ``c_rule(C)`` (True for the row widths C such a loop can take),
     tried on every lane, on steps 0..7 and on C = 1..4096."""
-    n, verdict = read_number(values_per_load, "in values_per_load with a whole number (bf16 "
-                             "values a lane moves with one 128-bit load)", whole=True)
+    n, verdict = read_number(values_per_load, "of values_per_load with a whole number (bf16 "
+                             "values a lane moves with one 128-bit load)", whole=True,
+                             name="values_per_load")
     if verdict is not None:
         return verdict
     if n != VALUES:
