@@ -160,7 +160,10 @@ def test_an_ablation_figure_is_the_share_of_the_time_gone(fake_gpu, monkeypatch)
 
 # --- what changed ---------------------------------------------------------------------------------
 
-def test_what_changed_from_v4_to_v5_on_the_saved_run(no_gpu, capsys):
+def test_what_changed_from_v4_to_v5_on_the_saved_run(no_gpu, capsys, monkeypatch):
+    # outside IPython the table is printed and the figure not displayed (an earlier test of this
+    # process may have started an InteractiveShell, which would display it as text here)
+    monkeypatch.setattr("IPython.get_ipython", lambda: None)
     before = investigate.opening("v4_vec_bf16", 16384, 2048)
     after = investigate.opening("v5_two_pass", 16384, 2048)
     change = investigate.what_changed(before, after)
