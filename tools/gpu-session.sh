@@ -4,7 +4,8 @@
 # lessons   re-execute LESSONS (notebooks or lesson numbers; default: the lessons with cells in
 #           tests/gpu_cells_pending.txt),
 #           tag them, and pack them as $OUT/notebooks.tgz (about 480 s for 02-10 and 13 on an H100);
-#           unpack it in the checkout (tar xzf .../notebooks.tgz) before the next call
+#           unpack it in the checkout (tar xzf .../notebooks.tgz) before the next call; with
+#           SAVE_RUN=<run name> the openings they measure come back as $OUT/openings.json
 # suite     the suite against the saved outputs, strict nbval, without the student editions and the
 #           mutations (tools/refresh-on-gpu.sh, 450 s deadline)
 # students  the student editions under nbval, then the mutations (about 300 s)
@@ -29,10 +30,16 @@ case "$STEP" in
             if [[ $l =~ ^[0-9][0-9]$ ]]; then ls notebooks/"$l"_*.ipynb; else echo "$l"; fi
         done | tr '\n' ' ')
         if [ -z "${LESSONS// /}" ]; then echo "no lesson to re-execute"; exit 0; fi
+        # SAVE_RUN=<run name>: every opening the lessons measure is recorded into
+        # results/<run name>/openings.json (rmsnorm_lessons.course.saved), brought back in $OUT
+        if [ -n "${SAVE_RUN:-}" ]; then export RMSNORM_SAVE_RUN=$SAVE_RUN; fi
         # shellcheck disable=SC2086  # LESSONS is a word list
         timeout "${LIMIT:-570}" python3 -m rmsnorm_lessons.course.execute $LESSONS 2>&1 \
             | tee "$OUT/execute.log"
         status=$?
+        if [ -n "${SAVE_RUN:-}" ] && [ -f "results/$SAVE_RUN/openings.json" ]; then
+            cp "results/$SAVE_RUN/openings.json" "$OUT/openings.json"
+        fi
         find notebooks -maxdepth 1 -name '*.failed.ipynb' -exec mv {} "$OUT/" \;
         python3 tools/tag_notebooks.py 2>&1 | tee "$OUT/tag.log"
         tar czf "$OUT/notebooks.tgz" notebooks/*.ipynb
