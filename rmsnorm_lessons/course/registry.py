@@ -12,7 +12,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-__all__ = ["LESSONS", "Lesson", "by_stem", "kernel_exercises", "notebook_dir"]
+__all__ = ["LESSONS", "Lesson", "SESSIONS", "by_stem", "kernel_exercises", "notebook_dir"]
+
+#: when a lesson is taken: before the workshop's first day, in it, or after it (at the learner's
+#: pace); :mod:`rmsnorm_lessons.course.schedule` plans the workshop lessons over two days
+SESSIONS = ("prework", "workshop", "optional")
 
 
 @dataclass(frozen=True)
@@ -27,6 +31,8 @@ class Lesson:
     ``prerequisites`` are the stems of the earlier lessons whose code or ideas this one uses
     directly (the rest follow through theirs); :mod:`rmsnorm_lessons.course.schedule` plans a
     two-day workshop from them and the minutes, and refuses a lesson placed before one it needs.
+    ``session`` is when the lesson is taken (:data:`SESSIONS`): ``"prework"`` before day 1 (the
+    plan counts it as done), ``"workshop"`` on one of the two days, ``"optional"`` after them.
     """
 
     stem: str
@@ -38,6 +44,12 @@ class Lesson:
     rung: str | None = None
     kernel_exercise: str | None = None
     prerequisites: tuple[str, ...] = ()
+    session: str = "workshop"
+
+    def __post_init__(self):
+        if self.session not in SESSIONS:
+            raise ValueError(f"lesson {self.stem}: session must be one of {', '.join(SESSIONS)}, "
+                             f"not {self.session!r}")
 
     @property
     def number(self) -> str:
@@ -58,11 +70,11 @@ LESSONS: tuple[Lesson, ...] = (
            "what is here, a first `SourceModule` kernel, CUDA events, the copy bandwidth",
            ("lesson00.check_grid", "lesson00.check_bytes", "lesson00.check_ridge",
             "lesson00.check_more_flops", "lesson00.check_why_rotate"), minutes=60,
-           prerequisites=()),
+           prerequisites=(), session="prework"),
     Lesson("01_rmsnorm_math", "The math of RMSNorm", "`rmsnorm_forward`",
            "forward and backward derived, the NumPy reference, finite differences",
            ("lesson01.check_term2", "lesson01.check_rstd_scaling", "lesson01.check_catch_overwrite",
-            "lesson01.check_fd_passes"), minutes=55, prerequisites=()),
+            "lesson01.check_fd_passes"), minutes=55, prerequisites=(), session="prework"),
     Lesson("02_naive", "v1: one thread per row", "`v1_naive`",
            "one thread per row, two loops over C, dweight by global `atomicAdd`",
            ("lesson02.check_atomics", "lesson02.check_sectors", "lesson02.check_v1_kernel",
@@ -133,7 +145,8 @@ LESSONS: tuple[Lesson, ...] = (
            "rows staged in shared memory by `cp.async`, rows split over a thread-block cluster "
            "(bulk copies, mbarriers, distributed shared memory)",
            ("lesson12.check_rank_chunks", "lesson12.check_cluster_wait",
-            "lesson12.check_staged_wait"), minutes=35, prerequisites=("11_v7_tuning",)),
+            "lesson12.check_staged_wait"), minutes=35, prerequisites=("11_v7_tuning",),
+           session="optional"),
     Lesson("13_finding_bugs", "Finding bugs and bottlenecks", "(three broken rungs)",
            "compute-sanitizer's racecheck, synccheck and memcheck; Nsight Compute: latency- vs "
            "bandwidth-bound",
@@ -141,7 +154,7 @@ LESSONS: tuple[Lesson, ...] = (
             "lesson13.check_next_step", "lesson13.check_occupancy_cap"), minutes=60,
            kernel_exercise="lesson13.check_v3_fix",
            prerequisites=("04_shared_memory", "07_two_pass", "08_last_block",
-                          "10_v7_one_pass")),
+                          "10_v7_one_pass"), session="optional"),
 )
 
 _BY_STEM = {lesson.stem: lesson for lesson in LESSONS}

@@ -1,9 +1,11 @@
-"""A two-day workshop plan from the lesson registry's minutes and prerequisites.
+"""A two-day workshop plan from the lesson registry's minutes, prerequisites and sessions.
 
-The rule (:data:`RULE`): the lessons stay in course order; day 1 takes the first ones, day 2 the
-rest, split where both days hold at most :data:`DAY_MINUTES` of lessons and the two days are most
-even. A day starts at 09:00; lessons are :data:`BREAK_MINUTES` apart, and the first gap after
-:data:`LUNCH_AFTER` minutes of lessons is an hour's lunch instead.
+The rule (:data:`RULE`): the lessons whose session is ``"workshop"`` stay in course order; day 1
+takes the first ones, day 2 the rest, split where both days hold at most :data:`DAY_MINUTES` of
+lessons and the two days are most even. A day starts at 09:00; lessons are :data:`BREAK_MINUTES`
+apart, and the first gap after :data:`LUNCH_AFTER` minutes of lessons is an hour's lunch instead.
+The ``"prework"`` lessons are taken before day 1 (the plan counts them as done), the
+``"optional"`` ones after day 2; neither takes a slot.
 
     >>> from rmsnorm_lessons import schedule
     >>> day1, day2 = schedule.two_day_plan()
@@ -15,9 +17,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Callable, Sequence
 
-from .registry import LESSONS, Lesson
+from .registry import LESSONS, SESSIONS, Lesson
 
-__all__ = ["DAY_MINUTES", "Day", "RULE", "Slot", "clock", "plan_markdown", "two_day_plan"]
+__all__ = ["DAY_MINUTES", "Day", "RULE", "Slot", "clock", "in_session", "plan_markdown",
+           "two_day_plan"]
 
 DAY_MINUTES = 7 * 60   # lessons a day, breaks not counted
 DAY_START = 9 * 60     # 09:00
@@ -27,7 +30,8 @@ LUNCH_AFTER = 3 * 60   # minutes of lessons before the lunch gap
 RULE = (f"lessons in course order, at most {DAY_MINUTES // 60} hours of lessons a day, the two "
         f"days as even as possible; each day starts at {DAY_START // 60:02d}:00 with "
         f"{BREAK_MINUTES} minutes between lessons and a {LUNCH_MINUTES}-minute lunch at the first "
-        f"gap after {LUNCH_AFTER // 60} hours of lessons")
+        f"gap after {LUNCH_AFTER // 60} hours of lessons; the pre-work lessons are taken before "
+        f"day 1 and the optional ones after day 2")
 
 
 @dataclass(frozen=True)
@@ -62,10 +66,20 @@ def clock(minutes: int) -> str:
     return f"{minutes // 60:02d}:{minutes % 60:02d}"
 
 
+def in_session(lessons: Sequence[Lesson], session: str) -> tuple[Lesson, ...]:
+    """The lessons of ``session`` (``"prework"``, ``"workshop"`` or ``"optional"``), in course
+    order."""
+    if session not in SESSIONS:
+        raise ValueError(f"session must be one of {', '.join(SESSIONS)}, not {session!r}")
+    return tuple(lesson for lesson in lessons if lesson.session == session)
+
+
 def check_order(lessons: Sequence[Lesson]) -> None:
     """Refuse a list in which a lesson comes before one of its prerequisites (or names a stem that
-    is not a lesson here)."""
-    seen: set[str] = set()
+    is not a lesson here), a pre-work lesson needs one that is not pre-work, or a workshop lesson
+    needs an optional one: each session is taken after the one before it."""
+    seen: dict[str, Lesson] = {}
+    rank = {session: i for i, session in enumerate(SESSIONS)}
     for lesson in lessons:
         if lesson.minutes <= 0:
             raise ValueError(f"lesson {lesson.stem}: minutes must be positive, not "
@@ -74,7 +88,10 @@ def check_order(lessons: Sequence[Lesson]) -> None:
             if need not in seen:
                 raise ValueError(f"lesson {lesson.stem}: prerequisite {need!r} is not a lesson "
                                  f"before it")
-        seen.add(lesson.stem)
+            if rank[seen[need].session] > rank[lesson.session]:
+                raise ValueError(f"lesson {lesson.stem} ({lesson.session}): prerequisite {need!r} "
+                                 f"is {seen[need].session}, taken after it")
+        seen[lesson.stem] = lesson
 
 
 def _day(number: int, lessons: Sequence[Lesson]) -> Day:
@@ -94,13 +111,16 @@ def _day(number: int, lessons: Sequence[Lesson]) -> Day:
 
 def two_day_plan(lessons: Sequence[Lesson] = LESSONS,
                  day_minutes: int = DAY_MINUTES) -> tuple[Day, Day]:
-    """The lessons over two days by :data:`RULE`; a ValueError names what makes it impossible."""
+    """The workshop lessons over two days by :data:`RULE` (the pre-work ones count as done, the
+    optional ones are left out); a ValueError names what makes it impossible."""
     lessons = tuple(lessons)
-    if len(lessons) < 2:
-        raise ValueError(f"lessons: two days need at least two lessons, not {len(lessons)}")
     if day_minutes <= 0:
         raise ValueError(f"day_minutes must be positive, not {day_minutes}")
     check_order(lessons)
+    lessons = in_session(lessons, "workshop")
+    if len(lessons) < 2:
+        raise ValueError(f"lessons: two days need at least two workshop lessons, not "
+                         f"{len(lessons)}")
     total = sum(lesson.minutes for lesson in lessons)
     best = None
     for split in range(1, len(lessons)):
@@ -109,7 +129,8 @@ def two_day_plan(lessons: Sequence[Lesson] = LESSONS,
             if best is None or abs(total - 2 * first) < abs(total - 2 * best[1]):
                 best = (split, first)
     if best is None:
-        raise ValueError(f"the lessons add up to {total} minutes: no split in course order gives "
+        raise ValueError(f"the workshop lessons add up to {total} minutes: no split in course "
+                         f"order gives "
                          f"two days of at most {day_minutes} minutes of lessons each")
     return _day(1, lessons[:best[0]]), _day(2, lessons[best[0]:])
 
@@ -118,21 +139,42 @@ def _hours(minutes: int) -> str:
     return f"{minutes // 60} h {minutes % 60:02d}" if minutes % 60 else f"{minutes // 60} h"
 
 
+HEAD = ("| time | lesson | min | needs |", "| --- | --- | ---: | --- |")
+
+
+def _row(time: str, lesson: Lesson, link: Callable[[Lesson], str]) -> str:
+    if "|" in lesson.title:
+        raise ValueError(f"lesson {lesson.stem}: '|' in its title would split its row")
+    after = ", ".join(need[:2] for need in lesson.prerequisites) or "-"
+    return (f"| {time} | [`{lesson.stem}`]({link(lesson)}) {lesson.title} | {lesson.minutes} | "
+            f"{after} |")
+
+
+def _apart(lessons: Sequence[Lesson], session: str, time: str, words: str,
+           link: Callable[[Lesson], str]) -> list[str]:
+    """The lines of the lessons of ``session`` taken outside the two days: a line, then a table
+    whose time column says ``time``; none where the session has no lesson."""
+    chosen = in_session(lessons, session)
+    if not chosen:
+        return []
+    minutes = sum(lesson.minutes for lesson in chosen)
+    return (["", f"{words}: {len(chosen)} lesson{'s' if len(chosen) > 1 else ''}, {minutes} "
+                 f"minutes ({_hours(minutes)}).", ""] + list(HEAD)
+            + [_row(time, lesson, link) for lesson in chosen])
+
+
 def plan_markdown(link: Callable[[Lesson], str], lessons: Sequence[Lesson] = LESSONS) -> str:
-    """The plan as Markdown: the rule, then per day a line and a table (time, lesson, minutes,
-    prerequisites, by number); ``link(lesson)`` is the address a lesson's name points to."""
+    """The plan as Markdown: the rule; the pre-work lessons; per day a line and a table (time,
+    lesson, minutes, prerequisites, by number); the optional lessons. ``link(lesson)`` is the
+    address a lesson's name points to."""
     lines = [f"The rule: {RULE}."]
+    lines += _apart(lessons, "prework", "before day 1", "**Before day 1** (pre-work)", link)
     for day in two_day_plan(lessons):
         lunch = f", lunch at {clock(day.lunch)}" if day.lunch is not None else ""
         lines += ["", f"**Day {day.number}**, {clock(day.start)} to {clock(day.end)}: "
                       f"{len(day.slots)} lessons, {day.minutes} minutes of lessons "
-                      f"({_hours(day.minutes)}){lunch}.", "",
-                  "| time | lesson | min | needs |", "| --- | --- | ---: | --- |"]
-        for slot in day.slots:
-            if "|" in slot.lesson.title:
-                raise ValueError(f"lesson {slot.lesson.stem}: '|' in its title would split its row")
-            after = ", ".join(need[:2] for need in slot.lesson.prerequisites) or "-"
-            lines.append(f"| {clock(slot.start)}-{clock(slot.end)} | "
-                         f"[`{slot.lesson.stem}`]({link(slot.lesson)}) {slot.lesson.title} | "
-                         f"{slot.lesson.minutes} | {after} |")
+                      f"({_hours(day.minutes)}){lunch}.", ""] + list(HEAD)
+        lines += [_row(f"{clock(slot.start)}-{clock(slot.end)}", slot.lesson, link)
+                  for slot in day.slots]
+    lines += _apart(lessons, "optional", "after day 2", "**After the workshop** (optional)", link)
     return "\n".join(lines)
