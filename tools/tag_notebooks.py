@@ -44,6 +44,7 @@ SOURCE_RULES = {
     "a measurement beside a guess": r"\bpredict\.versus\(",
     "an opening, a diagnosis or what changed (measured here, or the saved run's)":
         r"\bopening\(|\bwhat_changed\(|\bcheck_diagnosis\(|\bdiagnose\.check\(",
+    "a lesson's own run (measured now, else the saved one)": r"\blesson\d\d\.measured\(",
 }
 # cells tagged so: the tag says what their output depends on
 TAG_RULES = {
