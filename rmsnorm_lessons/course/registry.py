@@ -121,8 +121,8 @@ LESSONS: tuple[Lesson, ...] = (
            prerequisites=("07_two_pass",)),
     Lesson("09_bytes_in_flight", "Bytes in flight: why v6 waits, and how much is enough",
            "(copy, `scale`, the streaming ceiling)",
-           "v6 diagnosed from its profile; Little's law: latency x bandwidth, the bytes in flight a "
-           "measurement asks, vector width, unrolling, the floor of a memory-bound kernel",
+           "v6 diagnosed from its profile; Little's law: latency x bandwidth, the bytes in flight "
+           "a measurement asks, vector width, unrolling, the floor of a memory-bound kernel",
            ("lesson09.check_diagnosis", "lesson09.check_floor_time", "lesson09.check_in_flight",
             "lesson09.check_scale_kernel", "lesson09.check_in_flight_kib",
             "lesson09.check_threads_for_bandwidth", "lesson09.check_latency_under_load",
