@@ -130,17 +130,19 @@ LESSONS: tuple[Lesson, ...] = (
            minutes=75, kernel_exercise="lesson09.check_scale_kernel",
            prerequisites=("00_setup", "06_vectorized", "08_last_block")),
     Lesson("10_v7_one_pass", "v7: one pass over each row", "`v7_fast`",
-           "past the seed: one pass over each row with every load issued first, the launch plan, "
-           "the final sum that waits for nobody",
-           ("lesson10.check_partials_fraction", "lesson10.check_v7_kernel",
-            "lesson10.check_group_size", "lesson10.check_idle_slots", "lesson10.check_final_sum"),
-           minutes=55, rung="v7_fast", kernel_exercise="lesson10.check_v7_kernel",
+           "past the seed: v6 diagnosed at a wide row, the row plan decided from the registers, "
+           "a row's loads all issued before its one pass, no barrier per step",
+           ("lesson10.check_diagnosis", "lesson10.check_row_plan", "lesson10.check_v7_kernel",
+            "lesson10.check_group_size", "lesson10.check_idle_slots"),
+           minutes=75, rung="v7_fast", kernel_exercise="lesson10.check_v7_kernel",
            prerequisites=("08_last_block", "09_bytes_in_flight")),
-    Lesson("11_v7_tuning", "Tuning v7: each choice measured", "(`v7_fast`'s variants, the peers)",
-           "K, prefetch, blocks per SM and overwrite mode predicted then measured, the scoreboard, "
-           "the libraries, a `Config` tuned to a target",
-           ("tuning.check_tuning", "lesson11.check_tail_rows", "lesson11.check_in_flight_bytes",
-            "lesson11.check_more_sms"), minutes=50, prerequisites=("10_v7_one_pass",)),
+    Lesson("11_v7_tuning", "Tuning v7: each choice measured, then a search",
+           "(`v7_fast`'s variants, the peers)",
+           "the final sum and a launch's fixed cost; K, prefetch, blocks per SM and overwrite mode "
+           "predicted then measured, the scoreboard, the libraries, a search for your GPU",
+           ("lesson11.check_partials_fraction", "tuning.check_tuning", "lesson11.check_tail_rows",
+            "lesson11.check_in_flight_bytes", "lesson11.check_more_sms",
+            "lesson11.check_reduce_rows"), minutes=70, prerequisites=("10_v7_one_pass",)),
     Lesson("12_v7_hopper", "Optional: v7 on Hopper, rows in shared memory and across a cluster",
            "(`v7_fast`'s staged and wide paths)",
            "rows staged in shared memory by `cp.async`, rows split over a thread-block cluster "

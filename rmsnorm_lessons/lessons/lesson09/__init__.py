@@ -35,7 +35,7 @@ from .exercise import (  # noqa: F401
     UNROLL,
     check_scale_kernel,
 )
-from .plots import bytes_in_flight, fixed_cost, floor_and_fixed, memory_levels  # noqa: F401
+from .plots import bytes_in_flight, memory_levels  # noqa: F401
 
 # --- the opening: v6 measured, then diagnosed
 # ----------------------------------------------------------
