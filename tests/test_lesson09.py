@@ -115,7 +115,7 @@ def test_question_two_takes_the_chase_of_the_run():
         assert v.status == "NOT YET" and says in v.message, (wrong, v.message)
 
 
-def test_a_run_is_kept_from_this_process_and_round_trips(monkeypatch):
+def test_a_run_is_kept_from_this_process_and_round_trips(monkeypatch, tmp_path):
     from types import SimpleNamespace
 
     from rmsnorm_lessons.course import saved
@@ -126,22 +126,37 @@ def test_a_run_is_kept_from_this_process_and_round_trips(monkeypatch):
     assert run.point("scale_f32_x1", None).ms == 0.233
     with pytest.raises(LookupError, match="scale_f128_x4 at 3 block"):
         run.point("scale_f128_x4", 3)
-    # what this process measured wins over the saved run, and is handed to saved.record
+    # what this process measured wins over the saved run, and is saved where the GPU run asks
     monkeypatch.setattr(inflight, "_MEASURED", {})
     assert inflight.this_run() is None
     monkeypatch.setattr(gpu, "facts", lambda: SimpleNamespace(name="NVIDIA X", multiprocessors=132))
     inflight._MEASURED["chase"] = run.chase
     inflight._MEASURED["points"] = {(p.variant, p.blocks_per_sm): p for p in run.points}
-    recorded = []
-    monkeypatch.setattr(saved, "record", lambda *a: recorded.append(a))
+    monkeypatch.setattr(inflight, "saved_path",
+                        lambda name=None: tmp_path / (name or "x") / "l.json")
+    monkeypatch.setattr(saved, "save_run", lambda: None)
     here = lesson09.measured()
     assert here.source == "measured now on NVIDIA X" and here.points == run.points
-    assert recorded == [(*inflight.SAVED, here.as_dict())]
+    assert not (tmp_path / "x").exists()  # RMSNORM_SAVE_RUN not set: nothing written
+    monkeypatch.setattr(saved, "save_run", lambda: "h100-2026-12-20")
+    lesson09.measured()
+    back = inflight.saved_run("h100-2026-12-20")
+    assert back.points == run.points and back.chase == run.chase
+    assert back.source.startswith("saved on NVIDIA X, 20")
     # nothing measured here: the saved run, with its label
     monkeypatch.setattr(inflight, "_MEASURED", {})
-    monkeypatch.setattr(saved, "load", lambda *key: (run.as_dict(), "NVIDIA H100 80GB HBM3, "
-                                                                    "2026-12-05"))
-    assert lesson09.measured() == run
+    assert lesson09.measured().source == back.source
+
+
+def test_the_saved_run_is_the_h100s_of_2026_12_05():
+    """results/h100-2026-12-05/lesson09.json: the chase and the scale table as that run printed
+    them (cells 10 and 19 of lesson 09), which the lesson's decision reads without a GPU."""
+    run = inflight.saved_run("h100-2026-12-05")
+    assert run.source == "saved on NVIDIA H100 80GB HBM3, 2026-12-05"
+    assert run.as_dict() == h100_run().as_dict() | {"points": run.as_dict()["points"]}
+    assert [(p.variant, p.blocks_per_sm, p.in_flight_per_sm // 1024, p.ms) for p in run.points] \
+        == H100_TABLE
+    assert lesson09.check_in_flight(1498.5e9 * 337e-9 / 132, 16, run=run).passed
 
 
 def test_the_decisions_picture_and_what_changed(capsys):

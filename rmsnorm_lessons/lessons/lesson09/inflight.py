@@ -205,8 +205,8 @@ def time_scale(variant: str, copy_gbps: float, blocks_per_sm: int | None = None,
 
 #: this process's chase and scale timings, by (variant, blocks_per_sm): the latest of each
 _MEASURED: dict = {}
-#: the key of the saved run's record (rmsnorm_lessons.course.saved: kind, key)
-SAVED = ("lesson09", "in_flight")
+#: the saved run's file, beside the openings of the same run (rmsnorm_lessons.course.saved)
+SAVED_FILE = "lesson09.json"
 LESSON00 = ("scale_f32_x1", None)  # lesson 00's launch: one thread per element
 
 
@@ -251,22 +251,51 @@ def this_run() -> Run | None:
                tuple(points.values()), f"measured now on {facts.name}")
 
 
-def saved_run() -> Run:
-    """The saved run of lesson 09's cells (:mod:`rmsnorm_lessons.course.saved`)."""
+def saved_path(run: str | None = None):
+    """``results/<run>/lesson09.json``, beside the run's openings (default: the saved run of
+    :data:`rmsnorm_lessons.course.saved.RUN`)."""
     from ...course import saved
 
-    data, label = saved.load(*SAVED)
-    return Run.from_dict(data, f"saved on {label}")
+    return saved.path(run).with_name(SAVED_FILE)
+
+
+def saved_run(run: str | None = None) -> Run:
+    """The saved run of lesson 09's cells, labelled with its card and date. FileNotFoundError
+    where the run has none."""
+    import json
+
+    from ...course import saved
+
+    data = json.loads(saved_path(run).read_text(encoding="utf-8"))
+    return Run.from_dict(data, f"saved on {saved.label(data)}")
+
+
+def save(run: Run) -> object:
+    """Write ``run`` as the saved run where the lessons' GPU execution asks for it
+    (:func:`rmsnorm_lessons.course.saved.save_run`: ``RMSNORM_SAVE_RUN`` set); the file written,
+    or None."""
+    import datetime
+    import json
+
+    from ...course import saved
+
+    name = saved.save_run()
+    if name is None:
+        return None
+    target = saved_path(name)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    data = dict(run.as_dict(), device=gpu.facts().name, date=datetime.date.today().isoformat(),
+                **{"from": "lesson 09's chase and scale cells (rmsnorm_lessons.lessons.lesson09."
+                           "inflight.measured)"})
+    target.write_text(json.dumps(data, indent=1) + "\n", encoding="utf-8")
+    return target
 
 
 def measured() -> Run:
-    """This process's run where it measured one, else the saved run. A run measured here is also
-    handed to :func:`rmsnorm_lessons.course.saved.record` (it writes only where the lessons' GPU
-    execution asks it to)."""
-    from ...course import saved
-
+    """This process's run where it measured one (also handed to :func:`save`), else the saved
+    run."""
     run = this_run()
     if run is None:
         return saved_run()
-    saved.record(*SAVED, run.as_dict())
+    save(run)
     return run
