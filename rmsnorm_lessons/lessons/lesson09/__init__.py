@@ -47,15 +47,18 @@ THIS_LESSON = ("few_loads_in_flight",)
 _OPENED: dict = {}
 
 
-def opening(*, fresh: bool = False):
-    """v6_last_block at 16384 x 2048: its time and Nsight Compute profile
-    (:func:`rmsnorm_lessons.course.investigate.opening`), measured now on this GPU, else the saved
-    opening. Kept: a later call returns the same opening (``fresh=True`` measures again)."""
+def opening(after: bool = False, *, fresh: bool = False):
+    """v6_last_block at 16384 x 2048 (``after``: this lesson's change, ``scale_f128_x4`` at 2 blocks
+    of 256 threads an SM on 64 Mi floats, a :class:`~rmsnorm_lessons.inspection.nsight.Probe`): its
+    time and Nsight Compute profile (:func:`rmsnorm_lessons.course.investigate.opening`), measured
+    now on this GPU, else the saved opening. Kept: a later call returns the same opening
+    (``fresh=True`` measures again)."""
     from ...course import investigate
 
-    if fresh or "before" not in _OPENED:
-        _OPENED["before"] = investigate.opening(*OPENING)
-    return _OPENED["before"]
+    key = "after" if after else "before"
+    if fresh or key not in _OPENED:
+        _OPENED[key] = _probe_opening(*CHANGE[1]) if after else investigate.opening(*OPENING)
+    return _OPENED[key]
 
 
 def check_diagnosis(bound=None, cause=None, metric=None, value=None, *, before=None) -> Verdict:
@@ -92,37 +95,37 @@ def in_flight_marked(run: inflight.Run | None = None):
                                   f"the table flattens: {flat:g} KiB": flat})
 
 
-#: what changed in this lesson: lesson 00's scale -> 128-bit loads, four a thread before the first
-#: use, at 2 blocks of 256 threads per SM
-CHANGE = (inflight.LESSON00, ("scale_f128_x4", 2))
+#: what changed in this lesson: lesson 00's scale (one 4-byte load a thread, one thread an
+#: element) -> 16-byte loads, four a thread before the first use, at 2 blocks of 256 threads per SM;
+#: each a (kernel, blocks per SM...) of a Probe, on 64 Mi floats
+CHANGE = (("scale_f32_x1",), ("scale_f128_x4", 2))
+CHANGE_SHAPE = (64 * 2**20, 1)
 
 
-def what_changed(run: inflight.Run | None = None):
-    """From lesson 00's ``scale`` to ``scale_f128_x4`` at 2 blocks per SM, from one run's scale
-    table (:func:`measured`): a small table (time, GB/s, % of copy, KiB in flight per SM) printed,
-    and the bytes-in-flight picture with an arrow from one to the other returned. Neither is a
-    rung, so there is no Nsight Compute profile: the table says so."""
-    run = run if run is not None else measured()
-    before, after = (run.point(*key) for key in CHANGE)
-    names = ("scale, one thread each", f"{after.variant}, {after.blocks_per_sm} blocks/SM")
-    rows = [("time", f"{before.ms:.3f} ms", f"{after.ms:.3f} ms",
-             f"{before.ms / after.ms:.2f}x faster" if after.ms < before.ms
-             else f"{after.ms / before.ms:.2f}x slower"),
-            ("GB/s", f"{before.gbps:.0f}", f"{after.gbps:.0f}", ""),
-            ("% of copy", f"{100 * before.fraction_of_copy:.1f} %",
-             f"{100 * after.fraction_of_copy:.1f} %",
-             f"{100 * (after.fraction_of_copy - before.fraction_of_copy):+.1f} points"),
-            ("KiB in flight per SM", f"{before.in_flight_per_sm / 1024:g}",
-             f"{after.in_flight_per_sm / 1024:g}",
-             f"x{after.in_flight_per_sm / before.in_flight_per_sm:g}")]
-    print(f"what changed: lesson 00's scale -> {names[1]}, {inflight.BLOCK} threads a block "
-          f"({run.source})")
-    print(f"{'':<22}{names[0]:<26}{names[1]:<29}change")
-    for what, a, b, change in rows:
-        print(f"{what:<22}{a:<26}{b:<29}{change}")
-    print("Nsight Compute: not a rung, no profile (the bench columns above are the whole table)")
-    return bytes_in_flight(run.points, run.chase.dram_ns, run.sms, arrow=(before, after),
-                           title=f"what changed: lesson 00's scale -> {names[1]}")
+def _probe_opening(kernel: str, *args):
+    """One of lesson 09's scale kernels as an opening: its time (:func:`.inflight.time_scale`, the
+    lesson's own timing) and its profile, on :data:`CHANGE_SHAPE`."""
+    from ...core import gpu
+    from ...course import investigate
+    from ...inspection.nsight import Probe
+
+    def timing():
+        return inflight.time_scale(kernel, gpu.copy_bandwidth(), blocks_per_sm=args[0] if args
+                                   else None, n_floats=CHANGE_SHAPE[0] * CHANGE_SHAPE[1])
+
+    return investigate.opening(Probe("lesson09", kernel, *args), *CHANGE_SHAPE, timing=timing)
+
+
+def what_changed():
+    """From lesson 00's ``scale`` to ``scale_f128_x4`` at 2 blocks per SM (:data:`CHANGE`), each
+    measured as an opening (its time and its profile; without a GPU the saved run's):
+    :func:`rmsnorm_lessons.course.investigate.what_changed` prints the table and draws the
+    picture."""
+    from ...course import investigate
+
+    if "lesson00" not in _OPENED:
+        _OPENED["lesson00"] = _probe_opening(*CHANGE[0])
+    return investigate.what_changed(_OPENED["lesson00"], opening(after=True))
 
 
 # --- a part of a kernel file, to print only what a cell discusses

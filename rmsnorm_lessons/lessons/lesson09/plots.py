@@ -9,14 +9,13 @@ from ...course.plots import COPY_COLOR, _outside_pyplot
 
 
 def bytes_in_flight(points, latency_ns: float | None = None, sms: int | None = None,
-                    title: str = "bytes in flight per SM against the copy line", marks=None,
-                    arrow=None):
+                    title: str = "bytes in flight per SM against the copy line", marks=None):
     """Fraction of the copy bandwidth against the bytes of loads each SM keeps in flight (log
     scale), one marker per kernel variant; with ``latency_ns`` and ``sms``, Little's law's
     prediction as a line (:func:`rmsnorm_lessons.lessons.lesson09.inflight.predicted_fraction`).
     ``points``: :class:`rmsnorm_lessons.lessons.lesson09.inflight.ScaleTiming` records or dicts
     with variant, in_flight_per_sm, gbps and copy_gbps. ``marks``: {label: KiB per SM}, each a
-    vertical line; ``arrow``: two of ``points`` (before, after), joined by an arrow."""
+    vertical line."""
     from . import inflight
 
     def as_row(p):
@@ -45,10 +44,6 @@ def bytes_in_flight(points, latency_ns: float | None = None, sms: int | None = N
         if not kib > 0:
             raise ValueError(f"marks: {label!r} must be a positive number of KiB, got {kib!r}")
         ax.axvline(kib, color="black", ls=("--", ":", "-.")[i % 3], lw=1, label=label)
-    if arrow is not None:
-        (x0, y0), (x1, y1) = ((r["in_flight_per_sm"] / 1024, r["gbps"] / r["copy_gbps"])
-                              for r in map(as_row, arrow))
-        ax.annotate("", (x1, y1), (x0, y0), arrowprops=dict(arrowstyle="->", lw=1.5, color="red"))
     ax.axhline(1.0, color=COPY_COLOR, ls="--", lw=1.2, label="copy")
     ax.set_xscale("log", base=2)
     ax.xaxis.set_major_formatter(matplotlib.ticker.FuncFormatter(lambda v, _: f"{v:g}"))
