@@ -147,8 +147,8 @@ LESSONS: tuple[Lesson, ...] = (
            "(`v7_fast`'s staged and wide paths)",
            "rows staged in shared memory by `cp.async`, rows split over a thread-block cluster "
            "(bulk copies, mbarriers, distributed shared memory)",
-           ("lesson12.check_rank_chunks", "lesson12.check_cluster_wait",
-            "lesson12.check_staged_wait"), minutes=35, prerequisites=("11_v7_tuning",),
+           ("lesson12.check_rank_chunks", "lesson12.check_waiting_clusters",
+            "lesson12.check_staged_ring"), minutes=40, prerequisites=("11_v7_tuning",),
            session="optional"),
     Lesson("13_finding_bugs", "Finding bugs and bottlenecks", "(three broken rungs)",
            "compute-sanitizer's racecheck, synccheck and memcheck; Nsight Compute: latency- vs "
