@@ -37,7 +37,7 @@ CHECKS = {"02_naive": lesson02.check_v1_kernel, "03_warp_per_row": lesson03.chec
           "07_two_pass": lesson07.check_v5_kernel, "08_last_block": lesson08.check_v6_kernel,
           "09_bytes_in_flight": lesson09.check_scale_kernel,
           "10_v7_one_pass": lesson10.check_v7_kernel,
-          "13_finding_bugs": lesson13.check_v3_fix}
+          "13_finding_bugs": lesson13.check_seed_loop}
 
 #: (lesson, mistake, text of the solution, replaced by, words its message holds, caught without
 #: running)
@@ -131,20 +131,24 @@ MISTAKES = [
     ("10_v7_one_pass", "the chunks of a thread side by side",
      "        const int chunk = p.chunk(j);\n        g[j] = x[j]",
      "        const int chunk = p.t * K + j;\n        g[j] = x[j]", ("dinp", "p.chunk(j)"), False),
-    # lesson 13: the fourth bug (an early return before the block's barrier and flush) and two wrong
-    # fixes
-    ("13_finding_bugs", "the bug left in",
-     "    // no early return: the loop's condition already skips",
-     "    if (first_row >= N) return;\n    // the loop's condition already skips",
-     ("dweight", "flush"), False),
-    ("13_finding_bugs", "the barrier removed too",
-     "    __syncthreads();\n    for (int c = threadIdx.x; c < C; c += blockDim.x) atomicAdd(",
-     "    for (int c = threadIdx.x; c < C; c += blockDim.x) atomicAdd(", ("__syncthreads", "1 BAR"),
-     True),
-    ("13_finding_bugs", "every warp flushes every channel",
-     "    for (int c = threadIdx.x; c < C; c += blockDim.x) atomicAdd(&dweight[c]",
-     "    for (int c = lane; c < C; c += WARP_SIZE) atomicAdd(&dweight[c]",
-     ("dweight", "more than once"), False),
+    # lesson 13: the seed's row loop made uniform, and three ways to get it wrong
+    ("13_finding_bugs", "the seed's loop left in",
+     "    for (long long first = (long long)blockIdx.x * warps; first < N;\n"
+     "         first += (long long)gridDim.x * warps) {\n"
+     "        const long long row = first + warp;\n        const bool active = row < N;",
+     "    for (long long row = (long long)blockIdx.x * warps + warp; row < N;\n"
+     "         row += (long long)gridDim.x * warps) {\n        const bool active = true;",
+     ("synccheck",), False),
+    ("13_finding_bugs", "a barrier removed with the loop",
+     "                if (warp != 0) store128(staging + threadIdx.x * f128::size, contrib);\n"
+     "                __syncthreads();\n",
+     "                if (warp != 0) store128(staging + threadIdx.x * f128::size, contrib);\n",
+     ("__syncthreads", "BAR"), True),
+    ("13_finding_bugs", "a warp past N loads its row",
+     "            if (active && c < C) {", "            if (c < C) {", ("dinp",), False),
+    ("13_finding_bugs", "a warp past N stores dinp",
+     "            if (active && c < C) store128cg(", "            if (c < C) store128cg(",
+     ("dinp",), False),
 ]
 
 

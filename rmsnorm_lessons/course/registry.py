@@ -150,12 +150,14 @@ LESSONS: tuple[Lesson, ...] = (
            ("lesson12.check_rank_chunks", "lesson12.check_waiting_clusters",
             "lesson12.check_staged_ring"), minutes=40, prerequisites=("11_v7_tuning",),
            session="optional"),
-    Lesson("13_finding_bugs", "Finding bugs and bottlenecks", "(three broken rungs)",
-           "compute-sanitizer's racecheck, synccheck and memcheck; Nsight Compute: latency- vs "
-           "bandwidth-bound",
-           ("lesson13.check_v3_fix", "lesson13.check_reading_first", "lesson13.check_dram_percent",
-            "lesson13.check_next_step", "lesson13.check_occupancy_cap"), minutes=60,
-           kernel_exercise="lesson13.check_v3_fix",
+    Lesson("13_finding_bugs", "Finding bugs and bottlenecks",
+           "(three broken rungs, the seed's row loop)",
+           "compute-sanitizer's racecheck, synccheck and memcheck; what the seed gets wrong; its row "
+           "loop made uniform; Nsight Compute's DRAM peak and occupancy; the ladder on one roofline",
+           ("lesson13.check_wrap_row", "lesson13.check_seed_loop", "lesson13.check_dram_peak",
+            "lesson13.check_dram_percent", "lesson13.check_blocks_for_occupancy",
+            "lesson13.check_occupancy_cap"), minutes=75,
+           kernel_exercise="lesson13.check_seed_loop",
            prerequisites=("04_shared_memory", "07_two_pass", "08_last_block",
                           "10_v7_one_pass"), session="optional"),
 )
