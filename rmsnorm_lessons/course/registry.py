@@ -152,8 +152,9 @@ LESSONS: tuple[Lesson, ...] = (
            session="optional"),
     Lesson("13_finding_bugs", "Finding bugs and bottlenecks",
            "(three broken rungs, the seed's row loop)",
-           "compute-sanitizer's racecheck, synccheck and memcheck; what the seed gets wrong; its row "
-           "loop made uniform; Nsight Compute's DRAM peak and occupancy; the ladder on one roofline",
+           "compute-sanitizer's racecheck, synccheck and memcheck; what the seed gets wrong; "
+           "its row loop made uniform; Nsight Compute's DRAM peak and occupancy; the ladder on "
+           "one roofline",
            ("lesson13.check_wrap_row", "lesson13.check_seed_loop", "lesson13.check_dram_peak",
             "lesson13.check_dram_percent", "lesson13.check_blocks_for_occupancy",
             "lesson13.check_occupancy_cap"), minutes=75,
