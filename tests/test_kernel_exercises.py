@@ -117,7 +117,7 @@ MISTAKES = [
     ("10_v7_one_pass", "the sums never updated",
      "        a = make_float4(sum[0], sum[1], sum[2], sum[3]);\n"
      "        b = make_float4(sum[4], sum[5], sum[6], sum[7]);\n", "",
-     ("dweight", "starting values", "leaves a and b as it read them"), False),
+     ("dweight", "starting values", "leaves the sums as it read them"), False),
     ("10_v7_one_pass", "weight not loaded where it is not in registers",
      "        if (!WEIGHT_IN_REGISTERS && chunk < p.chunks) wj = __ldg(weight4 + chunk);\n", "",
      ("WEIGHT_IN_REGISTERS", "weight4"), True),

@@ -38,6 +38,10 @@ def test_a_fraction_asks_for_percent_and_the_blocks_say_how_short():
     assert "under the 32" in lesson13.check_blocks_for_occupancy(5).message
     assert "37.5 %" in lesson13.check_blocks_for_occupancy(4).message
     assert lesson13.blocks_for(50, 192) == 6 and lesson13.blocks_for(50, 256) == 4
+    # the first row that wraps (moved from lesson 08 with its reasons)
+    assert "still fits" in lesson13.check_wrap_row(131071).message
+    assert "signed" in lesson13.check_wrap_row(262144).message
+    assert "a row number" in lesson13.check_wrap_row(None).message
 
 
 def test_q3s_reading_is_what_the_packages_rule_prints():

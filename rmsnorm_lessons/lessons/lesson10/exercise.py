@@ -113,9 +113,10 @@ def _reads_weight4():
 
 
 HINTS = {
-    "dweight unchanged": "Your row pass leaves a and b as it read them: add norm * dout of each "
-                         "of the chunk's 8 channels into them (a holds channels 0..3, b 4..7) "
-                         "before they are written back",
+    "dweight unchanged": "Your row pass leaves the sums as it read them: add norm * dout of each "
+                         "of the chunk's 8 channels into a (channels 0..3) and b (4..7), then "
+                         "write them back to sums(p, 0, chunk) and sums(p, 1, chunk) where the "
+                         "chunk is part of the row",
     "dweight wrong": "dweight comes from the sums alone (the rest of v7 is given): each row adds "
                      "into what a and b already hold, norm = inp * r; and in load_row, chunk j of "
                      "this thread is p.chunk(j) of the row (16 bytes, 8 bf16)",
