@@ -132,12 +132,12 @@ def test_a_run_is_kept_from_this_process_and_round_trips(monkeypatch, tmp_path):
     monkeypatch.setattr(gpu, "facts", lambda: SimpleNamespace(name="NVIDIA X", multiprocessors=132))
     inflight._MEASURED["chase"] = run.chase
     inflight._MEASURED["points"] = {(p.variant, p.blocks_per_sm): p for p in run.points}
-    monkeypatch.setattr(inflight, "saved_path",
-                        lambda name=None: tmp_path / (name or "x") / "l.json")
+    monkeypatch.setattr(inflight, "saved_path",  # the course's saved run: h100-2026-12-20 here
+                        lambda name=None: tmp_path / (name or "h100-2026-12-20") / "l.json")
     monkeypatch.setattr(saved, "save_run", lambda: None)
     here = lesson09.measured()
     assert here.source == "measured now on NVIDIA X" and here.points == run.points
-    assert not (tmp_path / "x").exists()  # RMSNORM_SAVE_RUN not set: nothing written
+    assert not list(tmp_path.iterdir())  # RMSNORM_SAVE_RUN not set: nothing written
     monkeypatch.setattr(saved, "save_run", lambda: "h100-2026-12-20")
     lesson09.measured()
     back = inflight.saved_run("h100-2026-12-20")

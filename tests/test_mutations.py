@@ -19,7 +19,7 @@ exercise           barrier  normal.  stride  atomic  shuffle  tail  width
 08 v6 (bf16)       2        1        2       1       1        2     2
 09 scale_wide      -a       -d       2       -e      -b       2     2
 10 v7 two steps    -f       -g       2       -e      -h       2     2
-13 seed loop       2        2        2       -i      1        2     2
+13 seed loop       2        1        2       -i      1        2     2
 =================  =======  =======  ======  ======  =======  ====  =====
 
 a: no shared memory, so no barrier. b: no warp exchange (one thread per row; scale_wide's threads
@@ -31,7 +31,9 @@ part; exchange() (shipped) sums the lanes. i: the row pass v5 and v6 share adds 
 with no atomic. So 09 and 10 have three classes: every other exercise has at least four.
 
 ``barrier`` leaves out a barrier whose removal no run can see (v5's and v6's barrier after
-zeroing the shared sums: warp 0 reads them only after the row loop's own barriers).
+zeroing the shared sums: warp 0 reads them only after the row loop's own barriers). Lesson 13's
+text is the row pass without the kernel's ``__shared__`` declaration, so its zeroing barrier is
+mutated there, and its check's count of BAR.SYNC against v6's catches it.
 ``shuffle`` covers the butterfly loop starting at offset 8 or stopping before offset 1, a
 ``__shfl_xor_sync`` step removed, and, where the text calls common.cuh's ``warp_reduce_sum``, the
 whole exchange skipped (the lane's own part used as the row's sum). ``width`` covers a 128-bit

@@ -41,13 +41,14 @@ def ladder_profile(version: str, config=None, *, fresh: bool = False):
 
 
 def ladder(versions=None):
-    """Every rung of the ladder (``versions``, default :data:`rmsnorm_lessons.core.ladder.VERSIONS`)
-    at :data:`LADDER_SHAPE`, v7's register path beside its plan's path: ``(labels, openings)``."""
+    """Every rung of the ladder (``versions``, default the shipped rungs,
+    :data:`rmsnorm_lessons.core.ladder.SHIPPED`, in course order) at :data:`LADDER_SHAPE`, v7's
+    register path beside its plan's path: ``(labels, openings)``."""
     from ...core import ladder as rungs
     from ...core.ladder.v7_fast import Config
 
     labels, openings = [], []
-    for version in versions or rungs.VERSIONS:
+    for version in versions or [r.name for r in rungs.SHIPPED]:
         labels.append(version)
         openings.append(ladder_profile(version))
         if version == "v7_fast":

@@ -103,5 +103,4 @@ def check_seed_loop(source: str, sanitize: bool = True) -> Verdict:
                 _against_v6("LDG.128", "128-bit loads (as many LDG.E.128 as v6_last_block)",
                             "keep the loads 16 bytes wide (load128 / load128cs)"),
                 _against_v6("STG.128", "128-bit stores (as many STG.E.128 as v6_last_block)",
-                            "keep the dinp store 16 bytes wide (store128cg)"),
-                kc.no_local_memory(KERNEL)))
+                            "keep the dinp store 16 bytes wide (store128cg)")))
