@@ -15,26 +15,6 @@ from rmsnorm_lessons.lessons.lesson09 import inflight
 needs_sass = pytest.mark.skipif(build.find_tool("nvdisasm") is None, reason="no nvdisasm")
 
 
-def test_floor_time(monkeypatch):
-    right = lesson09.floor_us(32768, 1024, 4260)
-    assert right == pytest.approx((4 * 32768 * 1024 * 2 + 4 * 32768 + 3 * 1024 * 2) / 4260e9 * 1e6)
-    assert lesson09.check_floor_time(right, 32768, 1024, copy_gbps=4260)
-    assert lesson09.check_floor_time(lesson09.floor_us(8192, 768, 4000, True), 8192, 768, 4000,
-                                     overwrite=True)
-    for wrong, says in [(None, "replace None"), ("soon", "give a number"),
-                        (right / 1000, "milliseconds"),
-                        (lesson09.floor_us(32768, 1024, 4260, True), "other mode"),
-                        (2 * right, "bf16"),
-                        (right / 2, "both directions"), (right * 1.3, "off by")]:
-        v = lesson09.check_floor_time(wrong, 32768, 1024, copy_gbps=4260)
-        assert not v.passed and says in v.message, (wrong, v.message)
-    # by default the shape the lesson opens with, and the copy bandwidth of this GPU (measured now)
-    # or the H200's saved figure
-    monkeypatch.setattr(gpu, "copy_bandwidth_or_saved", lambda: (4260.0, "saved"))
-    assert lesson09.check_floor_time(lesson09.floor_us(16384, 2048, 4260))
-    assert not lesson09.check_floor_time(lesson09.floor_us(16384, 2048, 3000)).passed
-
-
 def test_littles_law():
     # 2 TB/s of loads at 500 ns: 1 MB outstanding
     assert inflight.needed_in_flight(2000, 500) == pytest.approx(1e6)

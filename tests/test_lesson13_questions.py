@@ -55,7 +55,8 @@ def test_q3s_reading_is_what_the_packages_rule_prints():
 def _opening(dram_bytes, duration_us=143.3, dram_pct=58.5):
     profile = SimpleNamespace(dram_bytes=dram_bytes, duration_us=duration_us, dram_pct=dram_pct,
                               shape=(16384, 2048))
-    return SimpleNamespace(profile=profile, source="saved on NVIDIA H100 80GB HBM3, 2026-12-05")
+    return SimpleNamespace(profile=profile, source="saved on NVIDIA H100 80GB HBM3, 2026-12-05",
+                           timing=SimpleNamespace(copy_gbps=2993.0))
 
 
 def test_the_dram_peak_from_v6s_profile(monkeypatch):
@@ -68,10 +69,11 @@ def test_the_dram_peak_from_v6s_profile(monkeypatch):
     assert want == pytest.approx(nominal / 143.3e-6 / 0.585 / 1e9)
     v = lesson13.check_dram_peak(want, opening=o)
     assert v.passed and "above the copy bandwidth" in v.message and "H100" in v.message, v
+    assert "(2,993 GB/s)" in v.message  # the copy of the card that measured the profile
     achieved = nominal / 143.3e-6 / 1e9
     for wrong, says in [(achieved, "what v6 achieved"), (want * 100, "divide by 100"),
                         (want / 100, "58 % is 0.58"), (want * 1e3, "powers of ten"),
-                        (2997.0, "copy bandwidth"), (want * 1.5, "rate over the peak")]:
+                        (2993.0, "copy bandwidth"), (want * 1.5, "rate over the peak")]:
         v = lesson13.check_dram_peak(wrong, opening=o)
         assert v.status == "NOT YET" and says in v.message, (wrong, v.message)
     # a profile that counted its DRAM bytes: those

@@ -1,5 +1,6 @@
-"""A lesson fits one sitting (issue 28): at most 60 minutes by its own estimate, at most 2,000 words
-of prose and no saved output longer than 150 lines."""
+"""A lesson fits one sitting (issue 28; issue 41 counts the minutes of a learner who writes the
+exercises, at most 75): at most 75 minutes by its own estimate, at most 2,000 words of prose and no
+saved output longer than 150 lines."""
 from __future__ import annotations
 
 import json
@@ -10,7 +11,7 @@ import pytest
 from rmsnorm_lessons.course import registry
 
 NOTEBOOKS = Path(__file__).resolve().parent.parent / "notebooks"
-MAX_MINUTES, MAX_WORDS, MAX_OUTPUT_LINES = 60, 2000, 150
+MAX_MINUTES, MAX_WORDS, MAX_OUTPUT_LINES = 75, 2000, 150
 
 
 def prose_words(nb: dict) -> int:

@@ -1,11 +1,9 @@
-"""Lesson 09 (bytes in flight): v6 diagnosed, the floor time of a shape, Little's law decided from
-the lesson's own measurements, and a kernel that keeps more bytes in flight.
+"""Lesson 09 (bytes in flight): v6 diagnosed, Little's law decided from the lesson's own
+measurements, and a kernel that keeps more bytes in flight.
 
 The lesson opens with v6_last_block measured on the learner's GPU (:func:`opening`: its time and
 an Nsight Compute profile, without their reading; without a GPU the saved opening) and the
-learner's diagnosis of it (:func:`check_diagnosis`). The copy bandwidth of the floor defaults to
-this GPU's (measured now); where there is no GPU, to the H200's saved figure
-(:func:`rmsnorm_lessons.core.gpu.copy_bandwidth_or_saved`). The decision and question 2 read the
+learner's diagnosis of it (:func:`check_diagnosis`). The decision and question 2 read the
 lesson's own run (:func:`.inflight.measured`). The kernel exercise (:mod:`.exercise`) is not a
 rung: ``y = a * x`` with 128-bit loads, several issued per thread before the first is used.
 """
@@ -17,15 +15,10 @@ from ...course.verdict import Verdict
 from . import inflight
 from .checks import (  # noqa: F401  (the lesson's checks, as lesson09.check_...)
     FLAT_WITHIN,
-    bytes_moved,
-    check_floor_time,
     check_in_flight,
     check_in_flight_kib,
-    check_l1_in_flight,
-    check_latency_under_load,
     check_threads_for_bandwidth,
     flat_row,
-    floor_us,
     in_flight_for_copy,
     threads_for,
 )

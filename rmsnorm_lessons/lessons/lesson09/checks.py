@@ -1,6 +1,5 @@
-"""Lesson 09's checks besides the kernel exercise: the floor time of a shape, the decision (the
-bytes in flight an SM needs, by Little's law and by the scale table) and the questions at the
-lesson's end.
+"""Lesson 09's checks besides the kernel exercise: the decision (the bytes in flight an SM needs,
+by Little's law and by the scale table) and the questions at the lesson's end.
 
 The decision and question 2 read the lesson's own run (:func:`.inflight.measured`): the copy
 bandwidth, the SMs, the pointer chase and the scale table measured in this process, else the saved
@@ -8,65 +7,15 @@ run of the same cells. A check never holds a measured figure of its own.
 """
 from __future__ import annotations
 
-from ...core import gpu, ladder
-from ...course.verdict import Verdict, choice_verdict, failed, passed, read_number
+from ...course.verdict import Verdict, failed, passed, read_number
 from . import inflight
 
 #: a row of the scale table within this fraction of the fastest row's time is on its flat part
 FLAT_WITHIN = 0.03
 
 
-def bytes_moved(N: int, C: int, overwrite: bool = False, version: str = "v7_fast") -> int:
-    """What v7_fast must move (:meth:`rmsnorm_lessons.core.ladder.Rung.bytes_moved`): dout, inp,
-    (dinp read unless overwriting), dinp written; rstd (4 bytes a row); weight read, dweight read
-    and written."""
-    return ladder.get(version).bytes_moved(N, C, overwrite)
-
-
-def floor_us(N: int, C: int, copy_gbps: float, overwrite: bool = False) -> float:
-    """The time moving those bytes takes at the copy bandwidth (GB/s = 1e9 bytes per second), in
-    us."""
-    return bytes_moved(N, C, overwrite) / (copy_gbps * 1e9) * 1e6
-
-
 def _close(got: float, want: float, rel: float = 0.01) -> bool:
     return abs(got - want) <= rel * abs(want)
-
-
-def check_floor_time(answer_us, N: int = 16384, C: int = 2048, copy_gbps: float | None = None,
-                     overwrite: bool = False) -> Verdict:
-    """``answer_us``: the floor time of one backward call at (N, C) in microseconds (within 1 %), at
-    ``copy_gbps`` (default: measured now on this GPU, else the H200's saved figure)."""
-    got, verdict = read_number(answer_us, "with a number of microseconds")
-    if verdict is not None:
-        return verdict
-    if copy_gbps is None:
-        copy_gbps, _ = gpu.copy_bandwidth_or_saved()
-    want = floor_us(N, C, copy_gbps, overwrite)
-    if _close(got, want):
-        return passed(f"{want:.1f} us: {bytes_moved(N, C, overwrite) / 1e6:.1f} MB at "
-                      f"{copy_gbps:.0f} GB/s. No kernel with these semantics runs much faster on "
-                      "this GPU")
-    other = floor_us(N, C, copy_gbps, not overwrite)
-    # the same count with 4-byte values: what an fp32 rung (v1_naive) moves
-    bf16_as_fp32 = bytes_moved(N, C, overwrite, version="v1_naive") / (copy_gbps * 1e9) * 1e6
-    for wrong, hint in (
-        (other,
-         "you counted the tensors of the other mode: with dinp += the kernel reads dinp too (4 row "
-                "tensors), with dinp = it does not (3)"),
-        (want * 1e-3, "that is milliseconds: the answer is in microseconds (x 1000)"),
-        (want * 1e3, "that is nanoseconds: the answer is in microseconds (/ 1000)"),
-        (bf16_as_fp32, "the tensors are bf16: 2 bytes per value, not 4"),
-        (want / 2,
-         "count both directions: the copy bandwidth counts bytes read plus bytes written, and so "
-                   "must the kernel's bytes (every tensor once, dinp once each way)"),
-        (want * 1.073741824, "GB/s here means 1e9 bytes per second, not 2**30"),
-        (want / 1.073741824, "GB/s here means 1e9 bytes per second, not 2**30"),
-    ):
-        if _close(got, wrong, 0.02):
-            return failed(f"{got:g} us is not it: {hint}")
-    return failed(f"{got:g} us is off by {100 * (got / want - 1):+.0f} %: bytes = (row tensors) * "
-                  f"N * C * 2 + 4 * N + 3 * C * 2, time = bytes / (GB/s * 1e9)")
 
 
 # --- the decision: bytes in flight per SM
@@ -220,34 +169,3 @@ def check_threads_for_bandwidth(answer, gbps: float = 1000.0,
             return failed(f"{got:g} is not it: {hint}")
     return failed(f"{got:g} is not it: Little's law, bytes in flight = bandwidth x latency; one "
                   "thread keeps 4 of them")
-
-
-def check_latency_under_load(answer_ns, moved_gbps: float = 3800.0, per_sm_kib: float = 16,
-                             sms: int = 132) -> Verdict:
-    """The latency per load Little's law gives for ``y = a * x`` moving ``moved_gbps`` (read plus
-    written) with ``per_sm_kib`` of loads in flight on each of ``sms`` SMs, in ns."""
-    got, verdict = read_number(answer_ns, "with a number of nanoseconds")
-    if verdict is not None:
-        return verdict
-    want = sms * per_sm_kib * 1024 / (moved_gbps / 2)  # bytes / (1e9 B/s) = ns
-    if _close(got, want):
-        return passed(f"{want:.0f} ns: {sms} x {per_sm_kib:g} KiB in flight / {moved_gbps / 2:g} "
-                      "GB/s of loads. Under load a load takes longer than alone")
-    for wrong, hint in ((want / 2, "the loads bring only the bytes read: half of what it moves"),
-                        (want / sms, "every SM has its own loads in flight: count them all"),
-                        (want * 1000 / 1024, "a KiB is 1024 bytes"),
-                        (want / 1000, "that is microseconds: the answer is in ns")):
-        if _close(got, wrong):
-            return failed(f"{got:g} is not it: {hint}")
-    return failed(f"{got:g} is not it: Little's law, latency = bytes in flight / rate")
-
-
-def check_l1_in_flight(answer) -> Verdict:
-    """Loads that hit in L1, at the same rate as loads from HBM, need in flight:
-    a) as many bytes;
-    b) fewer bytes, in proportion to the shorter latency;
-    c) more bytes."""
-    return choice_verdict(answer, "b", {
-        "a": "bytes in flight = rate x latency: the rate is the same, the latency is not",
-        "c": "compare the L1 chase's latency with the DRAM one's: which is shorter?"},
-        "rate x latency, with L1's latency a fraction of HBM's")
