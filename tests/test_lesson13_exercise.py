@@ -96,7 +96,7 @@ def test_the_ladder_is_every_rung_and_v7s_register_path(monkeypatch):
         return SimpleNamespace(timing=SimpleNamespace(copy_gbps=3000.0 + len(called)))
 
     monkeypatch.setattr(investigate, "opening", opening)
-    monkeypatch.setattr(lesson13, "_PROFILED", {})
+    monkeypatch.setattr(lesson13.roofline, "_PROFILED", {})
     labels, openings = lesson13.ladder()
     shipped = [r.name for r in ladder.SHIPPED]
     assert labels == shipped + ["v7_fast, register path"]

@@ -6,10 +6,6 @@ from __future__ import annotations
 from ...core import gpu, ladder
 from ...course.verdict import Verdict, failed, passed, read_number
 
-#: the shape of the ladder's profiles (section 5)
-LADDER_SHAPE = (16384, 2048)
-
-
 def check_wrap_row(answer, C: int = 16384) -> Verdict:
     """The first row whose offset ``row * C``, computed in 32-bit ``int``, wraps."""
     got, verdict = read_number(answer, "with a row number", whole=True)
@@ -48,7 +44,7 @@ def check_dram_peak(answer, opening=None) -> Verdict:
     if verdict is not None:
         return verdict
     if opening is None:
-        from . import ladder_profile
+        from .roofline import ladder_profile
 
         opening = ladder_profile("v6_last_block")
     p = opening.profile
