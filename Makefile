@@ -16,7 +16,7 @@ ARGS ?=
 ROOT_FLAG := $(if $(filter 0,$(shell id -u 2>/dev/null)),--allow-root,)
 
 .PHONY: venv test test-slow test-all lab lab-folder info check bench inspect notebooks sanitize \
-	clean site hub
+	clean site hub room-test student wheel
 
 venv:
 	@VENV=$(VENV) tools/setup-venv.sh
@@ -52,6 +52,17 @@ lab-folder: venv
 	     exit 2 ;; esac; \
 	$(PY) -m rmsnorm_lessons student $$flag "$(LAB_DIR)" notebooks
 
+# the learner's edition, committed in student/ (what the README's and the site's Colab and Binder links
+# open), written again from notebooks/: run it after changing a lesson (tests/test_student_folder.py
+# fails while the two differ)
+student: venv
+	rm -f student/*.ipynb
+	$(PY) -m rmsnorm_lessons student --overwrite student notebooks
+
+# the wheel (the package, its kernels and its lessons) in dist/: pip installs it anywhere
+wheel: venv
+	$(PY) -m pip wheel --no-deps -w dist .
+
 info: venv
 	$(PY) -m rmsnorm_lessons info
 
@@ -70,17 +81,28 @@ notebooks: venv
 sanitize: venv
 	$(PY) tools/sanitize.py $(SANITIZE_ARGS)
 
-# the course as a static website in build/site: every lesson with its saved H200 outputs, the kernels'
-# sources, the workshop pages (tools/build_site.py says how and why); open build/site/index.html
+# the course as a static website in build/site/student (SITE_ARGS=--instructor: build/site/instructor,
+# solutions in): every lesson with its saved outputs, the kernels' sources, the workshop pages
+# (tools/build_site.py says how and why); open build/site/student/index.html
 SITE_ARGS ?=
 site: venv
 	$(PY) tools/build_site.py $(SITE_ARGS)
 
 # the workshop hub (hub/README.md), as root: JupyterHub for a room of learners on this machine; prints
-# its URL. e.g. make hub HUB_ARGS="--learners 20 --ip 0.0.0.0"
+# its URL. e.g. make hub HUB_ARGS="--learners 20 --ip 0.0.0.0 --host hub.example.org"
+# It needs no .venv: hub/run.py is standard library, and it builds the one environment the hub and
+# the learners run from (build/hub/env, hub/learner-env.sh).
 HUB_ARGS ?=
-hub: venv
-	$(PY) hub/run.py $(HUB_ARGS)
+HUB_PY ?= python3
+hub:
+	$(HUB_PY) hub/run.py $(HUB_ARGS)
+
+# a room of N learners on this machine, end to end (hub/room_test.py): each logs in over TLS, opens
+# lesson 01 on their own origin and runs a check; then everything it made is removed
+N ?= 30
+ROOM_ARGS ?=
+room-test:
+	$(HUB_PY) hub/room_test.py --learners $(N) $(ROOM_ARGS)
 
 clean:
 	rm -rf $(VENV) .pytest_cache

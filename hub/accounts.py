@@ -14,7 +14,8 @@ In the hub's state folder (mode 0700, root's):
 * ``created-accounts.json``: ``{name: {"uid": ..., "home": ...}}``, every Unix account the hub
   created, and so the only accounts ``--remove-accounts`` deletes;
 * ``known-names.json``: every name that has been in a room of this state, so that a name dropped
-  from the room is known as a former one (the hub blocks it: its sessions and admin rights end).
+  from the room is known as a former one (the hub blocks it: its sessions and admin rights end);
+* ``room.json``: this start's learners and instructor (what ``progress --room <state>`` runs).
 
 The hashes follow the room: a name dropped from it loses its password (added back later, it gets a
 new one), and the instructor's is the current instructor's alone.
@@ -203,6 +204,14 @@ def record_known(state, names) -> None:
 
 
 REMOVED = "removed-names.json"
+#: the room as this start has it, for ``rmsnorm_lessons progress --room <state>`` (its learners;
+#: the instructor is not one)
+ROOM = "room.json"
+
+
+def record_room(state, learners, instructor: str) -> None:
+    _write_private(Path(state) / ROOM, json.dumps({"learners": list(learners),
+                                                   "instructor": instructor}, indent=1) + "\n")
 
 
 def removed_names(state) -> list[str]:

@@ -17,9 +17,12 @@ Read hub/README.md first. In short:
   ``/services/dashboard/``.
 * Culling: jupyterhub-idle-culler runs as a hub service and stops servers idle for
   RMSNORM_HUB_CULL_TIMEOUT seconds (default 3600).
-* Limits: see hub/README.md ("What is enforced"): process count per learner and thread counts are
-  set here; memory (``mem_limit``) is enforced only with the systemd spawner; GPU sharing is in
-  hub/gpu-sharing.md.
+* Limits: each learner's memory and CPU in a cgroup of their own (hub/limits.py, found by
+  hub/run.py), their process count (RLIMIT_NPROC), thread counts; GPU sharing is in
+  hub/gpu-sharing.md, and timings take turns on the GPU (the gpu-lock service, hub/gpu_lock.py).
+* Origins and TLS: the proxy serves TLS (hub/tls.py) and each learner's server its own origin,
+  https://NAME.HOST (JupyterHub's subdomain_host); the dashboard has its own too. The instructor
+  has no server of their own here: their login lands on the dashboard.
 
 Everything is configured through RMSNORM_HUB_* environment variables, which hub/run.py sets from its
 command line; the defaults below are for running this file by hand.
@@ -41,6 +44,7 @@ HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
 sys.path.insert(0, str(HERE))
 import accounts  # noqa: E402 - hub/accounts.py, beside this file
+import limits  # noqa: E402 - hub/limits.py
 
 
 def _env(name, default):
@@ -63,6 +67,7 @@ MEM_LIMIT = _env("MEM_LIMIT", "8G")
 MAX_PROCS = int(_env("MAX_PROCS", "4096"))  # processes + threads per learner (RLIMIT_NPROC)
 THREADS = _env("THREADS", "4")  # OpenMP/BLAS threads per kernel
 GPU_MODE = _env("GPU_MODE", "shared")  # shared (time-slicing) | mps | mig
+GPU_LOCK_DIR = Path(_env("GPU_LOCK_DIR", ROOT / "build" / "hub" / "gpu-lock")).resolve()
 STATE.mkdir(parents=True, exist_ok=True)
 os.chmod(STATE, 0o700)
 
@@ -70,11 +75,35 @@ os.chmod(STATE, 0o700)
 # the hub and its proxy
 
 c.JupyterHub.ip = _env("IP", "127.0.0.1")
-# each server on its own origin (https://NAME.<host>): without it every learner's server shares the
-# hub's origin, and a page a learner serves from theirs can act as whoever opens it (hub/README.md)
-if _env("SUBDOMAIN_HOST", ""):
-    c.JupyterHub.subdomain_host = _env("SUBDOMAIN_HOST", "")
 c.JupyterHub.port = int(_env("PORT", "8000"))
+SCHEME = _env("SCHEME", "https")
+HOST = _env("HOST", "localhost")
+PER_USER = bool(_env("PER_USER", "1"))
+# each server on its own origin (https://NAME.HOST:PORT): otherwise every learner's server shares
+# the hub's origin, and a page a learner serves from theirs can act as whoever opens it (README)
+if PER_USER:
+    c.JupyterHub.subdomain_host = f"{SCHEME}://{HOST}:{c.JupyterHub.port}"
+    # the hub's cookies bound to its own host, out of reach of a learner's subdomain
+    c.JupyterHub.cookie_host_prefix_enabled = SCHEME == "https"
+if PER_USER:  # the dashboard's own origin, as JupyterHub names a service's subdomain
+    from jupyterhub.utils import subdomain_hook_idna
+
+    DASHBOARD_URL = (f"{SCHEME}://{subdomain_hook_idna('dashboard', HOST, 'service')}:"
+                     f"{c.JupyterHub.port}/services/dashboard/")
+else:
+    DASHBOARD_URL = "/services/dashboard/"
+
+
+def landing(handler) -> str:
+    """Where a login goes: the instructor to the dashboard; a learner ("") to their server."""
+    user = handler.current_user
+    return DASHBOARD_URL if user is not None and user.name == INSTRUCTOR else ""
+
+
+c.JupyterHub.default_url = landing
+if _env("SSL_CERT", ""):  # the proxy serves TLS (hub/run.py: the room's certificate)
+    c.JupyterHub.ssl_cert = _env("SSL_CERT", "")
+    c.JupyterHub.ssl_key = _env("SSL_KEY", "")
 c.JupyterHub.hub_ip = "127.0.0.1"
 c.JupyterHub.hub_port = int(_env("HUB_PORT", "8081"))
 c.ConfigurableHTTPProxy.api_url = f"http://127.0.0.1:{int(_env('PROXY_API_PORT', '8001'))}"
@@ -151,21 +180,40 @@ class WorkshopSpawner(LocalProcessSpawner):
     root's could fill the disk past any quota). The server's own log goes to a file in the
     learner's home, opened by the learner's shell (SERVER_LOG)."""
 
+    cgroup_files: list = []  # set by the pre-spawn hook: the learner's groups (hub/limits.py)
+
     def make_preexec_fn(self, name):
         setuid = super().make_preexec_fn(name)
-        limits = _rlimits(self)
+        rlimits = _rlimits(self)
+        groups = list(self.cgroup_files)
 
         def preexec():
-            limits()
+            limits.Limits.join(groups)  # as root, before the switch: the learner cannot leave
+            rlimits()
             setuid()
         return preexec
 
     async def start(self):
+        """Start the server once fewer than SPAWN_AT_ONCE others are starting, and hold that place
+        until it listens: thirty servers starting at once on two cores each take longer than the
+        hub waits, and all fail together (a room test at 9:00: 0 of 30); in turn, each starts in
+        seconds."""
         self.popen_kwargs = {**self.popen_kwargs, "stdin": subprocess.DEVNULL,
                              "stdout": subprocess.DEVNULL, "stderr": subprocess.DEVNULL}
-        return await super().start()
+        async with _spawn_gate():
+            ip, port = await super().start()
+            deadline = asyncio.get_running_loop().time() + self.http_timeout
+            while asyncio.get_running_loop().time() < deadline and self.proc.poll() is None:
+                try:  # listening: the slow part of its start is over
+                    _, writer = await asyncio.open_connection(ip or "127.0.0.1", port)
+                    writer.close()
+                    break
+                except OSError:
+                    await asyncio.sleep(0.5)
+            return ip, port
 
 
+LIMITS = limits.from_env(_env("LIMITS", ""))  # None: --no-limits
 SPAWNER = _env("SPAWNER", "local")
 # a workshop machine with systemd: mem_limit and cpu_limit become cgroup limits
 if SPAWNER == "systemd":
@@ -177,6 +225,17 @@ if SPAWNER == "systemd":
     c.Spawner.cpu_limit = float(_env("CPU_LIMIT", "4"))
 else:
     c.JupyterHub.spawner_class = WorkshopSpawner
+
+#: servers starting at the same moment (the rest wait their turn, on the spawn page)
+SPAWN_AT_ONCE = max(2, int(_env("SPAWN_AT_ONCE", str(os.cpu_count() or 2))))
+_GATE = []
+
+
+def _spawn_gate() -> asyncio.Semaphore:
+    if not _GATE:  # made on the hub's own event loop, at the first start
+        _GATE.append(asyncio.Semaphore(SPAWN_AT_ONCE))
+    return _GATE[0]
+
 
 SERVER_LOG = ".jupyterhub-server.log"  # in the learner's home: theirs, like any file they write
 # the shell runs as the learner (the spawner switches uid first) and opens the log in their home
@@ -198,6 +257,8 @@ environment = {
     "MPLBACKEND": "module://matplotlib_inline.backend_inline",
     # each check's verdict is recorded here, for the instructor's dashboard (verdicts.py)
     "RMSNORM_LESSONS_VERDICTS": "~/.rmsnorm-lessons/verdicts.jsonl",
+    # timings take turns on the GPU (hub/gpu_lock.py)
+    "RMSNORM_LESSONS_GPU_LOCK": str(GPU_LOCK_DIR / "gpu.sock"),
 }
 if GPU_MODE == "mps":
     # clients of NVIDIA's MPS daemon (started by the admin, hub/gpu-sharing.md): at most this share
@@ -205,10 +266,11 @@ if GPU_MODE == "mps":
     environment["CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"] = _env("MPS_THREAD_PERCENTAGE", "10")
     environment["CUDA_MPS_PINNED_DEVICE_MEM_LIMIT"] = f"0={_env('MPS_MEM_LIMIT', '6G')}"
 c.Spawner.environment = environment
-# advertised to the server (MEM_LIMIT, shown by jupyter-resource-usage); enforced only by
-# SystemdSpawner
-c.Spawner.mem_limit = MEM_LIMIT
-c.Spawner.start_timeout = 120
+# advertised to the server (MEM_LIMIT, shown by jupyter-resource-usage)
+c.Spawner.mem_limit = MEM_LIMIT  # enforced by the learner's cgroup (LIMITS)
+# a start includes its wait for a place among the servers starting (SPAWN_AT_ONCE): a room
+# arriving together queues there
+c.Spawner.start_timeout = 900
 c.Spawner.http_timeout = 120
 # a stopped server frees its place: no named servers, one JupyterLab per learner
 c.JupyterHub.allow_named_servers = False
@@ -249,7 +311,11 @@ async def seed_home(spawner):
     """Before a server starts: the learner's home is private, and holds the student edition after
     the first login. The hub (root) only makes the home and sets its mode; the copy is made by a
     process of the learner's own uid, so nothing the learner does in their home (a link, a folder
-    swapped mid-copy) can turn root's writes or chowns onto another file."""
+    swapped mid-copy) can turn root's writes or chowns onto another file. Then the learner's
+    cgroups, with the room's limits, for the server's first process to join."""
+    if spawner.user.name == INSTRUCTOR:  # an admin's server would be the room's softest target
+        raise RuntimeError("the instructor has no JupyterLab on this hub: the room's dashboard is "
+                           f"at {DASHBOARD_URL}")
     if not accounts.hub_created(STATE, spawner.user.name):  # hub/run.py refuses others at start
         raise RuntimeError(f"the account {spawner.user.name} was not created by this hub: it is "
                            "left alone")
@@ -270,6 +336,8 @@ async def seed_home(spawner):
                            f"failed ({'stopped after 60 s' if code is None else f'exit {code}'})")
     if not there:
         spawner.log.info("seeded %s with the student edition from %s", target, STUDENT)
+    if LIMITS is not None:
+        spawner.cgroup_files = await asyncio.to_thread(LIMITS.prepare, spawner.user.name)
     if GPU_MODE == "mig" and MIG_DEVICES:
         # one MIG instance per learner, in the order of the room's list (several learners per
         # instance when there are more learners than instances)
@@ -291,6 +359,8 @@ async def end_leftovers(spawner):
         return
     if left:
         spawner.log.warning("%d process(es) of %s would not end", left, spawner.user.name)
+    elif LIMITS is not None:
+        LIMITS.release(spawner.user.name)
 
 
 c.Spawner.post_stop_hook = end_leftovers
@@ -299,18 +369,27 @@ c.Spawner.post_stop_hook = end_leftovers
 # idle servers are stopped; the instructor's view of the room
 
 DASHBOARD_PORT = int(_env("DASHBOARD_PORT", "8002"))
+SERVICE_USER = _env("SERVICE_USER", "nobody")
 c.JupyterHub.services = [{
+    # one timing at a time on the GPU: a queue behind a Unix socket every learner can reach
+    "name": "gpu-lock",
+    "command": [sys.executable, str(HERE / "gpu_lock.py")],
+    "user": SERVICE_USER,  # its folder (hub/run.py made it the service user's) and nothing else
+    "environment": {"RMSNORM_HUB_GPU_LOCK_DIR": str(GPU_LOCK_DIR),
+                    "RMSNORM_HUB_GPU_LOCK_MAX_S": _env("GPU_LOCK_MAX_S", "120")},
+}, {
     "name": "idle-culler",
     "command": [sys.executable, "-m", "jupyterhub_idle_culler", f"--timeout={CULL_TIMEOUT}",
                 "--cull-every=60"],
-    "user": _env("SERVICE_USER", "nobody"),  # it needs its API token, not root
+    "user": SERVICE_USER,  # it needs its API token, not root
 }, {
     # runs as root, like the hub: it reads every learner's verdicts in their private home
     "name": "dashboard",
     "url": f"http://127.0.0.1:{DASHBOARD_PORT}",
     "command": [sys.executable, str(HERE / "dashboard.py")],
     "environment": {"RMSNORM_HUB_LEARNERS": ",".join(LEARNERS),
-                    "RMSNORM_HUB_INSTRUCTOR": INSTRUCTOR},
+                    "RMSNORM_HUB_INSTRUCTOR": INSTRUCTOR,
+                    "RMSNORM_HUB_GPU_LOCK_DIR": str(GPU_LOCK_DIR)},
     "oauth_no_confirm": True,
     "display": True,
 }]

@@ -20,6 +20,9 @@
 # driver is present; NVIDIA's CUDA 13.0 nvcc/nvdisasm wheels where the system has none (the same
 # rule as tools/setup-venv.sh).
 set -euo pipefail
+# everything made here is for every account to read and run, whatever the caller's umask (077
+# made build/hub root's alone, and the learners' servers could not start)
+umask 022
 cd "$(dirname "$0")/.."
 HUB_ENV=${HUB_ENV:-build/hub/env}
 HUB_PYTHON=${HUB_PYTHON:-/usr/bin/python3}

@@ -14,7 +14,7 @@ import ml_dtypes
 import numpy
 
 from . import bench_command
-from .core import build, compare, gpu, ladder, validate
+from .core import build, compare, devices, gpu, ladder, validate
 from .core.gpu import GpuUnavailable
 from .inspection import occupancy, sass
 from .speed import bench, peers
@@ -49,12 +49,10 @@ def _info(args) -> int:
         print(f"GPU        none usable: {reason}")
         if args.bandwidth:
             print("copy       not measured: it needs a GPU")
-    try:
-        target = build.target_arch()
-        print(f"target     {target} (${build.ARCH_ENV}): PTX the driver compiles" if target else
-              f"target     the GPU's own architecture (${build.ARCH_ENV} unset)")
-    except ValueError as exc:
-        print(f"target     INVALID: {exc}")
+    target = build.target_arch()  # a bad $RMSNORM_ARCH was refused before the command ran
+    given = os.environ.get(build.ARCH_ENV)
+    print(f"target     {target} (${build.ARCH_ENV}={given}): PTX the driver compiles" if target
+          else f"target     the GPU's own architecture (${build.ARCH_ENV} unset)")
     sources = (build.kernel_dir() / "common.cuh").is_file()  # the .cu files (shipped in the wheel)
     if not sources:
         print(f"kernels    MISSING: no kernel sources in {build.kernel_dir()}")
@@ -111,13 +109,13 @@ def _positive_int(text: str) -> int:
 
 
 def _arch(text: str) -> str:
-    """argparse type of --arch: sm_XY (optionally with a) that this nvcc can build for."""
-    if not re.fullmatch(r"sm_\d{2,3}a?", text):
-        raise argparse.ArgumentTypeError(f"{text!r} is not a GPU architecture such as sm_90 or "
-                                         f"sm_80")
-    if text.endswith("a") and int(text[3:-1]) < 90:
-        raise argparse.ArgumentTypeError(f"{text!r}: the architecture-specific targets (a) start "
-                                         "at sm_90 (sm_90a, sm_100a, ...)")
+    """argparse type of --arch: the spellings $RMSNORM_ARCH takes (devices.parse_arch), built as
+    the GPU's own code: compute_XY is inspected as sm_XY (what a GPU of that arch compiles the
+    PTX to), which this nvcc must build for."""
+    try:
+        text = devices.parse_arch(text, "--arch").replace("compute_", "sm_")
+    except devices.ArchError as exc:
+        raise argparse.ArgumentTypeError(str(exc).split("=", 1)[1]) from None
     nvcc = build.find_nvcc()
     if nvcc:
         try:
@@ -281,7 +279,8 @@ def _student(args) -> int:
         raise ValueError(f"cannot write the edition to {args.out}: {exc.strerror or exc}") from exc
     edition = "instructor" if args.instructor else "student"
     how = ("as they are (solutions in)" if args.instructor else
-           "solutions replaced by their skeletons, the outputs of solution and check cells cleared")
+           "solutions replaced by their skeletons, what would show an answer cleared, GPU "
+           "outputs labelled with the card and date that made them")
     print(f"wrote the {edition} edition of {len(written)} notebook(s) to {args.out}: {how}"
           + (f"; kept {len(kept)} already there (--overwrite replaces them)" if kept else ""))
     return 0
@@ -391,20 +390,26 @@ def main(argv=None) -> int:
                    help="notebooks, or folders (a folder: the lesson notebooks in it); "
                         "default: the course's")
     p.add_argument("--room", metavar="DIR",
-                   help=f"every subfolder DIR/NAME holding lesson notebooks (in "
-                        f"DIR/NAME/{ROOM_FOLDER}, where the workshop hub puts them, or in "
-                        f"DIR/NAME) is the learner NAME, run as the owner of DIR/NAME; e.g. "
-                        f"--room /home as root. A folder root owns is refused")
+                   help=f"the workshop hub's state folder (build/hub/state: the room's learners, "
+                        f"not the instructor), or a folder whose every subfolder DIR/NAME "
+                        f"holding lesson notebooks (in DIR/NAME/{ROOM_FOLDER}, where the hub "
+                        f"puts them, or in DIR/NAME) is the learner NAME, run as the owner of "
+                        f"DIR/NAME. A folder root owns is refused")
     p.add_argument("--jobs", type=_positive_int, default=None, metavar="N",
                    help=f"notebooks run at once (default: the CPU count, {default_jobs()} here)")
     p.add_argument("--python", metavar="PATH",
-                   help="the interpreter that runs the notebooks (default: this one); as root "
-                        "for a room it must be one every learner can run, e.g. the hub's "
-                        "build/hub/env/bin/python")
+                   help="the interpreter that runs the notebooks (default: this one; a "
+                        "relative path is made absolute); as root for a room it must be one "
+                        "every learner can run, e.g. the hub's build/hub/env/bin/python")
     p.add_argument("--timeout", type=_positive_int, default=900,
                    help="seconds a cell may run (default: 900)")
     p.set_defaults(func=_progress)
     args = parser.parse_args(argv)
+    try:  # one rule for $RMSNORM_ARCH, before any command reads it (devices.parse_arch)
+        devices.target_arch()
+    except devices.ArchError as exc:
+        print(f"{args.command}: {exc}", file=sys.stderr)
+        return EXIT_USAGE
     try:
         code = args.func(args)
         sys.stdout.flush()

@@ -13,20 +13,21 @@ variable, the cell tagged ``kernel-exercise`` that binds it gives the text, and
 """
 from __future__ import annotations
 
-import ast
-import json
 import re
 from dataclasses import dataclass
 
-from rmsnorm_lessons import lessons
-from rmsnorm_lessons.course import registry, student
+from _mutation_sources import check_function, solution_text  # noqa: F401 (the suite's names)
+
+from rmsnorm_lessons.course import registry
 
 #: mutants per class and exercise (the GPU test's time grows with it)
 CAP = 2
-CLASSES = ("barrier", "normalisation", "stride", "atomic", "shuffle", "tail", "width")
+CLASSES = ("barrier", "normalisation", "stride", "atomic", "shuffle", "tail", "width", "sign",
+           "term")
 #: the kinds of site within a class, in the order a class takes them when it has more than CAP
 KINDS = ("syncthreads", "bar_sync", "mean", "loop", "index", "global", "shared", "ticket",
-         "first", "last", "step", "whole", "row", "column", "load", "store", "bf16")
+         "first", "last", "step", "whole", "row", "column", "load", "store", "bf16", "projection",
+         "term2", "weight")
 #: rounds a value to bf16 and back: what an fp32 location receives when bf16 is stored there
 BF16 = "__bfloat162float(__float2bfloat16({}))"
 #: narrower than 128 bits: the first 8 bytes move, the rest of the vector is zeros or unwritten
@@ -65,36 +66,6 @@ class Mutant:
     @property
     def node(self) -> str:
         return f"{self.exercise[:2]}-{self.id}"
-
-
-# --- reading the notebooks ---------------------------------------------------------------------
-
-def _tagged(nb: dict, tag: str) -> list[str]:
-    return [student._source(c) for c in nb.get("cells", [])
-            if c.get("cell_type") == "code" and tag in c.get("metadata", {}).get("tags", [])]
-
-
-def solution_text(lesson: registry.Lesson) -> str:
-    """The instructor's CUDA text of ``lesson``'s kernel exercise, markers and skeletons removed."""
-    module, function = lesson.kernel_exercise.split(".")
-    call = re.compile(rf"\b{module}\.{function}\s*\(\s*(\w+)")
-    nb = json.loads(lesson.path.read_text())
-    names = {m.group(1) for src in _tagged(nb, "exercise-check") for m in call.finditer(src)}
-    if len(names) != 1:
-        raise LookupError(f"{lesson.notebook}: expected one cell tagged exercise-check calling "
-                          f"{lesson.kernel_exercise} on a variable, found {sorted(names)}")
-    name = names.pop()
-    for src in _tagged(nb, "kernel-exercise"):
-        for node in ast.parse(student.solution_only(src)).body:
-            if (isinstance(node, ast.Assign) and len(node.targets) == 1
-                    and isinstance(node.targets[0], ast.Name) and node.targets[0].id == name
-                    and isinstance(node.value, ast.Constant) and isinstance(node.value.value, str)):
-                return node.value.value
-    raise LookupError(f"{lesson.notebook}: no cell tagged kernel-exercise assigns {name} a string")
-
-
-def check_function(lesson: registry.Lesson):
-    return lessons.check_function(lesson.kernel_exercise)
 
 
 # --- finding sites -----------------------------------------------------------------------------
@@ -432,8 +403,29 @@ def width(text: str):
     return _mutants("width", text, sites, preludes)
 
 
+def sign(text: str):
+    """The projection's sign flipped: term 2 added instead of subtracted, ``dnorm - norm * mean``
+    becoming ``dnorm + norm * mean`` (the slip of the issue's wrong v1)."""
+    code = _blank_comments(text)
+    sites = [("projection", m.start(1), m.end(1), "+")
+             for m in re.finditer(r"\s(-)\s*norm\b\s*\*", code)]
+    return _mutants("sign", text, sites)
+
+
+def term(text: str):
+    """A term dropped: term 2 left out of dinp (``dnorm - norm * mean`` becoming ``dnorm``), or
+    the weight left out of the row's dot product (``weight[c] * dout[c] * inp[c]`` becoming
+    ``dout[c] * inp[c]``)."""
+    code, sites = _blank_comments(text), []
+    for m in re.finditer(r"\s-\s*norm\b\s*\*\s*\w+", code):
+        sites.append(("term2", m.start(), m.end(), ""))
+    for m in re.finditer(r"\+=\s*(weight\s*\[[^\]]*\]\s*\*\s*)\w+\s*\[", code):
+        sites.append(("weight", m.start(1), m.end(1), ""))
+    return _mutants("term", text, sites)
+
+
 SLIPS = {"barrier": barrier, "normalisation": normalisation, "stride": stride, "atomic": atomic,
-         "shuffle": shuffle, "tail": tail, "width": width}
+         "shuffle": shuffle, "tail": tail, "width": width, "sign": sign, "term": term}
 
 
 def mutants_of(lesson: registry.Lesson) -> list[Mutant]:

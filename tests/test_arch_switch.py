@@ -38,15 +38,30 @@ def test_the_switch_reads_the_environment_and_use_target_outranks_it(no_target, 
     assert build.target_arch() == "compute_75"
 
 
-@pytest.mark.parametrize("bad", ["sm_75", "compute_70", "75", "compute_75a", ""])
+@pytest.mark.parametrize("bad", ["compute_70", "75", "compute_75a", "sm_75a", "garbage", "none"])
 def test_a_bad_target_is_refused_naming_the_switch(no_target, monkeypatch, bad):
-    with pytest.raises(ValueError, match=r"arch must be a virtual architecture, one of "
-                                         r"compute_75, compute_80"):
-        build.use_target(bad or "none")
-    if bad:
-        monkeypatch.setenv(build.ARCH_ENV, bad)
-        with pytest.raises(ValueError, match=rf"{build.ARCH_ENV} must be a virtual architecture"):
-            build.target_arch()
+    with pytest.raises(devices.ArchError, match=rf"^arch={bad!r} is not an architecture the "
+                                                r"course builds for: sm_XY .* compute_XY"):
+        build.use_target(bad)
+    monkeypatch.setenv(build.ARCH_ENV, bad)
+    with pytest.raises(devices.ArchError, match=rf"^{build.ARCH_ENV}={bad!r} is not an "):
+        build.target_arch()
+
+
+@pytest.mark.parametrize("given, target", [("compute_75", "compute_75"), ("sm_75", "compute_75"),
+                                           ("sm_90a", "compute_90a"), ("", None)])
+def test_the_switch_and_arch_take_the_same_spellings(no_target, monkeypatch, given, target):
+    monkeypatch.setenv(build.ARCH_ENV, given)
+    assert build.target_arch() == target
+    if given:
+        assert devices.parse_arch(given, "--arch") == given
+
+
+def test_the_one_message_lists_every_row():
+    message = devices.spellings()
+    for arch in devices.LIMITS:
+        assert arch[3:] in message
+    assert "sm_90a" in message and "sm_75a" not in message
 
 
 @pytest.mark.parametrize("arch", sorted(devices.LIMITS))
@@ -215,7 +230,48 @@ def test_v7_takes_the_path_of_the_virtual_arch(virtual):
             launch.launcher("v7_fast", 16384)
 
 
+@pytest.mark.gpu
+def test_the_switch_spelled_as_arch_runs_the_same_ptx(no_target, monkeypatch):
+    """RMSNORM_ARCH=sm_75 is --arch's spelling of compute_75: the same PTX, run by the driver."""
+    from test_gpu_kernels import _case
+
+    monkeypatch.setenv(build.ARCH_ENV, "sm_75")
+    try:
+        L = launch.launcher("v7_fast", 4096)
+        assert L.device.arch == "sm_75" and L.plan(4097).path == "register"
+        assert L.module is build._ptx_module(build.compile_file("v7_fast", "compute_75",
+                                                               kind="ptx").binary)
+        a, b = _case("v7_fast", 4097, 4096, seed=7)
+        assert a.ok and b.ok, (a, b)
+    finally:
+        launch.release()
+
+
 def test_the_gpu_cases_are_the_usual_shapes():
     from test_gpu_kernels import SHAPES as usual
 
     assert SHAPES == usual
+
+
+def test_a_bad_switch_in_a_lesson_is_one_line_and_no_traceback(no_target, monkeypatch, capsys):
+    from IPython.core.interactiveshell import InteractiveShell
+
+    from rmsnorm_lessons.course import notebook
+
+    monkeypatch.setenv(build.ARCH_ENV, "garbage")
+    shell = InteractiveShell.instance()
+    try:
+        notebook.load_ipython_extension(shell)
+        result = shell.run_cell("from rmsnorm_lessons.core import build\nbuild.target_arch()")
+        out = capsys.readouterr()
+        assert isinstance(result.error_in_exec, devices.ArchError)
+        assert "Traceback" not in out.out + out.err
+        assert (out.out + out.err).strip().splitlines() == [
+            f"{build.ARCH_ENV}='garbage' is not an architecture the course builds for: "
+            f"{devices.spellings()}: unset it or fix it, then restart the kernel"]
+        shell.run_cell("%%gpu\nprint('launched')")  # a GPU cell does not run: it says why
+        out = capsys.readouterr().out
+        assert "launched" not in out and "RMSNORM_ARCH='garbage' is not an architecture" in out
+        assert "Traceback" not in out
+    finally:
+        InteractiveShell.clear_instance()

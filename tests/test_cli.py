@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from rmsnorm_lessons import __version__, cli
-from rmsnorm_lessons.core import gpu, ladder
+from rmsnorm_lessons.core import devices, gpu, ladder
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -39,12 +39,37 @@ def test_info_says_what_works_here():
         assert "copy       not measured: it needs a GPU" in p.stdout
 
 
-def test_info_names_the_build_target_and_a_bad_one(monkeypatch):
-    monkeypatch.setenv("RMSNORM_ARCH", "garbage")
-    out = _cli("info").stdout
-    assert "target     INVALID: RMSNORM_ARCH must be a virtual architecture" in out
+def test_info_names_the_build_target(monkeypatch):
     monkeypatch.setenv("RMSNORM_ARCH", "compute_75")
-    assert "target     compute_75 ($RMSNORM_ARCH): PTX the driver compiles" in _cli("info").stdout
+    assert ("target     compute_75 ($RMSNORM_ARCH=compute_75): PTX the driver compiles"
+            in _cli("info").stdout)
+    monkeypatch.setenv("RMSNORM_ARCH", "sm_75")  # --arch's spelling: the same code path
+    assert "target     compute_75 ($RMSNORM_ARCH=sm_75)" in _cli("info").stdout
+
+
+@pytest.mark.parametrize("command", [["info"], ["inspect", "v1_naive"], ["check", "v1_naive"],
+                                     ["bench", "v1_naive", "--shapes", "8x8"]])
+def test_a_bad_rmsnorm_arch_is_one_message_and_exit_2_from_every_command(monkeypatch, command):
+    monkeypatch.setenv("RMSNORM_ARCH", "garbage")
+    p = _cli(*command)
+    assert p.returncode == 2 and p.stdout == "", (p.stdout, p.stderr)
+    assert p.stderr.splitlines() == [
+        f"{command[0]}: RMSNORM_ARCH='garbage' is not an architecture the course builds for: "
+        f"{devices.spellings()}"]
+
+
+def test_an_unknown_version_is_named_with_a_path_relative_to_the_package():
+    p = _cli("inspect", "v9_nope")
+    assert p.returncode == 2
+    missing = "/".join(("kernels", "v9_nope.cu"))  # a path that must not exist
+    assert p.stderr.startswith(f"inspect: no kernel file {missing}; known: "), p.stderr
+    assert os.sep + "kernels" not in p.stderr and "v1_naive" in p.stderr
+
+
+def test_inspect_takes_the_switchs_spelling():
+    p = _cli("inspect", "v1_naive", "--arch", "compute_75")
+    assert p.returncode == 0, p.stderr
+    assert p.stdout.startswith("rmsnorm_backward_v1 (sm_75):")
 
 
 def test_inspect_prints_resources_without_a_gpu():
@@ -118,7 +143,7 @@ def _one_line_usage_error(p, *words):
     (["frobnicate"], ["frobnicate", "info"]),
     (["check", "--shapes", "3000000000x8"], ["--shapes", "'3000000000x8'", "below 2**31"]),
     (["bench", "--shapes", "8x2000000000"], ["--shapes", "C at most 2**30"]),
-    (["inspect", "v6_last_block", "--arch", "sm_75a"], ["--arch", "'sm_75a'", "start at sm_90"]),
+    (["inspect", "v6_last_block", "--arch", "sm_75a"], ["--arch", "'sm_75a'", "from sm_90 also"]),
     (["inspect", "v7_fast", "--arch", "sm_80", "--C", "32768"],
      ["--C 32768", "cluster", "needs sm_90 or newer"]),
     (["inspect", "v7_fast", "--arch", "sm_75", "--C", "16384"],

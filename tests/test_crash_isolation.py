@@ -10,9 +10,7 @@ kernel PASSes right after it in the same process; the same for a warp_sum readin
 """
 from __future__ import annotations
 
-from types import SimpleNamespace
 
-import numpy as np
 import pytest
 
 from rmsnorm_lessons.core import build, child, gpu, ladder
@@ -21,7 +19,7 @@ from rmsnorm_lessons.course.checking import kernel as kernel_check
 from rmsnorm_lessons.course.checking import running as kernel_running
 from rmsnorm_lessons.course.checking.running import Outcome
 from rmsnorm_lessons.inspection import sanitizer
-from rmsnorm_lessons.lessons import lesson03, lesson06
+from rmsnorm_lessons.lessons import lesson06
 
 TEXT = "__global__ void k() {\n    int a = 1;\n    x128 x = load128(inp_row + c + 1);\n}\n"
 
@@ -269,114 +267,6 @@ def test_a_misaligned_load_is_not_yet_naming_its_line_and_the_right_kernel_passe
     verdict = lesson06.check_v4_kernel(right)
     assert verdict.status == "PASS", verdict.message
     assert "yours" in verdict.message and "ms" in verdict.message
-
-
-WILD_WARP_SUM = """
-    const float* wild = reinterpret_cast<const float*>(0x1000ull);  // no buffer is there
-    value += wild[threadIdx.x];
-    for (int offset = 16; offset > 0; offset /= 2)
-        value += __shfl_xor_sync(0xffffffff, value, offset);
-    return value;
-"""
-
-
-needs_nvcc = pytest.mark.skipif(build.find_nvcc() is None, reason="nvcc not found")
-
-
-@pytest.fixture
-def seems_to_have_a_gpu(monkeypatch):
-    """This process says a GPU works (an H200's arch), so check_warp_sum hands its kernel to a
-    child; no memcheck. Nothing here touches a GPU."""
-    monkeypatch.setattr(gpu, "why_unavailable", lambda: None)
-    monkeypatch.setattr(gpu, "facts", lambda: SimpleNamespace(arch="sm_90"))
-    monkeypatch.setattr(sanitizer, "find", lambda: None)
-    return monkeypatch
-
-
-def _butterfly(x, offsets=(16, 8, 4, 2, 1)):
-    x = np.asarray(x, np.float64).reshape(-1, 32)
-    for o in offsets:
-        x = x + x[:, np.arange(32) ^ o]
-    return x.ravel().tolist()
-
-
-LAUNCHED = child.Finished(0, lesson03.LAUNCHING + "\n", "")
-
-
-@needs_nvcc
-def test_warp_sum_with_the_gpu_hidden_runs_no_child_and_is_not_verified(monkeypatch):
-    monkeypatch.setattr(gpu, "why_unavailable", lambda: "hidden by the test")
-    monkeypatch.setattr(child, "run_job", FakeChild())  # no answer: a call would fail
-    assert lesson03.check_warp_sum(lesson03.SOLUTION).status == "NOT VERIFIED"
-
-
-@needs_nvcc
-@pytest.mark.parametrize("offsets,status,expect", [
-    ((16, 8, 4, 2, 1), "PASS", "ran it on the GPU: every lane of 64 random warps holds"),
-    ((16, 8, 4, 2), "NOT YET", "ran it on the GPU: every lane's result holds the values of 16"),
-])
-def test_warp_sum_judges_the_lanes_its_child_sends_back(seems_to_have_a_gpu, offsets, status,
-                                                        expect):
-    fake = FakeChild((LAUNCHED, {"ok": True,
-                                 "one_hot": _butterfly(lesson03.one_hot_input(), offsets),
-                                 "random": _butterfly(lesson03.random_input(), offsets)}))
-    seems_to_have_a_gpu.setattr(child, "run_job", fake)
-    verdict = lesson03.check_warp_sum(lesson03.SOLUTION)
-    assert verdict.status == status and expect in verdict.message, verdict
-    (action, kwargs, wrapper), = fake.calls
-    assert action == lesson03.ACTION and wrapper == []
-    # the child loads the parent's build of the very text nvcc checked here
-    assert kwargs["binary"] == lesson03.compile_body(lesson03.SOLUTION, "sm_90")[0].binary
-
-
-@needs_nvcc
-def test_warp_sum_in_a_child_killed_by_a_signal_is_not_yet(seems_to_have_a_gpu):
-    fake = FakeChild((child.Finished(-11, LAUNCHED.stdout, "Fatal Python error"), None))
-    seems_to_have_a_gpu.setattr(child, "run_job", fake)
-    message = lesson03.check_warp_sum(WILD_WARP_SUM).message
-    assert message.startswith("nvcc compiled it for sm_90") and "crashed the check's" in message
-    assert "SIGSEGV" in message and "untouched" in message and "restart" not in message
-    assert "compute-sanitizer is not installed here" in message and len(fake.calls) == 1
-
-
-@needs_nvcc
-def test_warp_sum_faulting_in_the_child_is_not_yet_naming_memchecks_line(seems_to_have_a_gpu):
-    caught = {"ok": False, "kinds": ["error"], "message": "running it failed: LaunchError: "
-              "cuMemcpyDtoH failed: an illegal memory access was encountered"}
-    memcheck = MEMCHECK.replace("yours_v4:3", "your_warp_sum:2").replace("16 bytes", "4 bytes")
-    fake = FakeChild((LAUNCHED, caught), (child.Finished(86, "", memcheck), None))
-    seems_to_have_a_gpu.setattr(child, "run_job", fake)
-    seems_to_have_a_gpu.setattr(sanitizer, "find", lambda: "/usr/bin/compute-sanitizer")
-    verdict = lesson03.check_warp_sum(WILD_WARP_SUM)
-    assert verdict.status == "NOT YET" and "an illegal memory access" in verdict.message, verdict
-    assert "read of size 4 bytes, at line 2 of your text: value += wild[threadIdx.x];" \
-        in verdict.message, verdict.message
-    assert [c[0] for c in fake.calls] == [lesson03.ACTION] * 2
-    assert fake.calls[1][2][2] == "memcheck" and fake.calls[1][1] == fake.calls[0][1]
-
-
-@needs_nvcc
-@pytest.mark.skipif(gpu.available(), reason="a real child on a machine without a GPU")
-def test_warp_sum_in_a_real_child_without_a_gpu_never_reaches_the_kernel(seems_to_have_a_gpu):
-    message = lesson03.check_warp_sum(lesson03.SOLUTION).message
-    assert "stopped before it ran your warp_sum" in message and "GpuUnavailable" in message
-
-
-@pytest.mark.gpu
-def test_a_warp_sum_reading_a_wild_pointer_is_not_yet_and_the_right_body_passes_after_it():
-    gpu.require()
-    verdict = lesson03.check_warp_sum(WILD_WARP_SUM)
-    assert verdict.status == "NOT YET", verdict.message
-    assert "crashed the check's child process" in verdict.message, verdict.message
-    assert "restart" not in verdict.message, verdict.message
-    assert any(k in verdict.message for k in ("illegal", "launch failure", "killed by SIG")), \
-        verdict.message
-    if sanitizer.find() is not None:
-        assert "at line 2 of your text: value += wild[threadIdx.x];" in verdict.message, \
-            verdict.message
-    verdict = lesson03.check_warp_sum(lesson03.SOLUTION)
-    assert verdict.status == "PASS", verdict.message
-    assert "ran it on the GPU" in verdict.message, verdict.message
 
 
 def test_a_plain_kernel_runs_its_lessons_check_in_the_child_and_a_crash_names_the_line(

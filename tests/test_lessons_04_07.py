@@ -13,7 +13,6 @@ from matplotlib.figure import Figure
 import rmsnorm_lessons as rl
 from rmsnorm_lessons.core import bf16, gpu, ladder, launch
 from rmsnorm_lessons.course import plots
-from rmsnorm_lessons.course.verdict import Verdict
 from rmsnorm_lessons.inspection import access, occupancy
 from rmsnorm_lessons.lessons import lesson04, lesson05, lesson07, lesson08
 
@@ -90,44 +89,6 @@ def test_plan_blocks_per_sm_is_read_from_the_plans(version, per_sm):
 
 
 # --- exercises ------------------------------------------------------------------------------------
-
-
-def _degree(stride):
-    words = np.arange(32) * stride
-    banks = {}
-    for w in words:
-        banks.setdefault(int(w) % 32, set()).add(int(w))
-    return max(len(v) for v in banks.values())
-
-
-def test_lesson04_atomics():
-    # the checker asks about this GPU (else the H200)
-    sms = gpu.facts_or_fallback()[0].multiprocessors
-    assert lesson04.check_v3_atomics(13 * 768).passed  # 13 blocks of 8 warps for 100 rows
-    assert lesson04.check_v3_atomics(4 * sms * 4096, N=1 << 20, C=4096).passed
-    assert lesson04.check_v3_atomics(528 * 4096, N=1 << 20, C=4096, sms=132).passed
-    v = lesson04.check_v3_atomics(432 * 4096, N=1 << 20, C=4096, sms=108)
-    assert v.passed and "a GPU of 108 SMs" in v.message, v.message
-    for wrong, expect in [(100 * 768, "v2's count"), (13, "number of blocks"), (12345, "not it"),
-                          (None, "replace None"), ("many", "whole number"), (9984.5, "whole")]:
-        v = lesson04.check_v3_atomics(wrong)
-        assert isinstance(v, Verdict) and not v.passed and expect in v.message, v.message
-    v = lesson04.check_v3_atomics(528 * 768, N=100, C=768, sms=132)
-    assert not v.passed and "upper limit" in v.message and "132 SMs" in v.message, v.message
-
-
-def test_lesson04_bank_conflict_degree():
-    assert lesson04.check_bank_conflict_degree(_degree).passed
-    assert lesson04.check_bank_conflict_degree(lambda s: math.gcd(s, 32) if s else 1).passed
-    cases = [(lambda s: math.gcd(s, 32), "broadcast"),              # stride 0 gives 32
-             # distinct banks, not lanes per bank
-             (lambda s: 32 // (math.gcd(s, 32) or 32), "banks in use"),
-             (lambda s: 1, "strides wrong"),
-             (lambda s: None, "returns None"),
-             (lambda s: 1 / 0, "ZeroDivisionError")]
-    for fn, expect in cases:
-        v = lesson04.check_bank_conflict_degree(fn)
-        assert not v.passed and expect in v.message, v.message
 
 
 def _round_bits(x):

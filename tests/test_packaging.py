@@ -14,9 +14,13 @@ except ImportError:  # Python 3.10
 
 # conda-only entries: the interpreter, pip, and the CUDA compiler that pip users get from NVIDIA's
 # wheels (tools/setup-venv.sh installs nvidia-cuda-nvcc and friends where no nvcc is found)
-CONDA_ONLY = {"python", "pip", "cuda-nvcc", "cuda-version", "cuda-nvdisasm"}
+CONDA_ONLY = {"python", "pip", "cuda-nvcc", "cuda-version"}
 # the same package under another name on conda-forge (PyPI name -> conda name)
-CONDA_NAME = {"playwright": "playwright-python"}  # conda-forge's `playwright` is the Node.js CLI
+CONDA_NAME = {"playwright": "playwright-python",  # conda-forge's `playwright` is the Node.js CLI
+              "nvidia-cuda-nvdisasm": "cuda-nvdisasm"}  # NVIDIA's wheel, conda-forge's package
+# pinned otherwise on purpose: conda users get the CUDA 12.9 toolchain (conda-forge's PyCUDA is
+# built for it: packaging/conda-forge.md), pip users NVIDIA's 13.x wheels
+CONDA_PIN = {"cuda-nvdisasm": (">=13.0,<14", "=12.9")}
 
 
 def _norm(name: str) -> str:
@@ -74,7 +78,8 @@ def test_environment_yml_lists_the_same_packages_as_pyproject():
     extra = sorted(set(conda_packages) - set(pip))
     assert not missing, f"in pyproject.toml but not in environment.yml: {missing}"
     assert not extra, f"in environment.yml but not in pyproject.toml: {extra}"
-    differ = {k: (pip[k], conda[k]) for k in pip if pip[k] != conda[k]}
+    differ = {k: (pip[k], conda[k]) for k in pip
+              if pip[k] != conda[k] and CONDA_PIN.get(k) != (pip[k], conda[k])}
     assert not differ, f"version bounds differ (pyproject, environment.yml): {differ}"
 
 

@@ -266,11 +266,13 @@ def test_seen_reads_what_guess_and_versus_printed(capsys):
     ]}
     got = {s.key: (s.status, s.error, s.detail) for s in predictions.seen(nb)}
     assert list(got) == ["02.v1_ms", "02.v2_ms", "02.v3_ms", "02.v4_ms"]
-    assert got["02.v1_ms"] == ("PREDICTED", 1.0, "ms 0.8 vs 0.4 (2.0x higher); bound latency vs "
-                                                 "memory (you said latency; it is memory)")
-    assert got["02.v2_ms"] == ("NOT PREDICTED", None, "no guess written; not measured here")
-    assert got["02.v3_ms"] == ("PREDICTED", None, "guessed 2 ms; not measured here")
-    assert got["02.v4_ms"] == ("NOT PREDICTED", None, "no guess written; not measured here")
+    assert got["02.v1_ms"] == ("PREDICTED", 1.0, "ms: guess 0.8 / measured 0.4 / gap 2.0x "
+                                                 "higher; bound: guess latency / measured memory "
+                                                 "/ gap you said latency; it is memory")
+    not_here = "guess - / measured - (not measured here)"
+    assert got["02.v2_ms"] == ("NOT PREDICTED", None, not_here)
+    assert got["02.v3_ms"] == ("PREDICTED", None, "guess 2 ms / measured - (not measured here)")
+    assert got["02.v4_ms"] == ("NOT PREDICTED", None, not_here)
 
 
 def test_seen_takes_versus_without_a_guess_cell(capsys):
@@ -278,7 +280,7 @@ def test_seen_takes_versus_without_a_guess_cell(capsys):
     [s] = predictions.seen({"cells": [_cell("rl.predict.versus('05.v4_ms', ms=t)",
                                                      text)]})
     assert (s.key, s.status, s.error, s.measured) == ("05.v4_ms", "NOT PREDICTED", None, True)
-    assert s.detail == "ms - vs 0.5 (not guessed)"
+    assert s.detail == "ms: guess - / measured 0.5 / gap not guessed"
 
 
 def test_seen_reads_a_gaps_data_live_or_replayed_and_skips_saved_text():
@@ -295,7 +297,8 @@ def test_seen_reads_a_gaps_data_live_or_replayed_and_skips_saved_text():
             "outputs": [saved, author, display]}
     [s] = predictions.seen({"cells": [cell]})
     assert (s.key, s.status, s.measured, s.guessed) == ("07.v5_ms", "PREDICTED", True, "")
-    assert s.error == pytest.approx(2 / 3) and s.detail == "ms 0.1 vs 0.3 (3.0x lower)"
+    assert s.error == pytest.approx(2 / 3)
+    assert s.detail == "ms: guess 0.1 / measured 0.3 / gap 3.0x lower"
 
 
 @pytest.mark.gpu

@@ -151,6 +151,9 @@ def _has_account(uid: int) -> bool:
 def test_the_hub_seeds_the_folder_progress_looks_in():
     config = (ROOT / "hub" / "jupyterhub_config.py").read_text()
     assert re.search(rf'^SEED_DIR = "{re.escape(progress.ROOM_FOLDER)}"', config, re.M)
+    # and writes the room where progress --room <state> reads it
+    accounts = (ROOT / "hub" / "accounts.py").read_text()
+    assert re.search(rf'^ROOM = "{re.escape(progress.ROOM)}"', accounts, re.M)
 
 
 def test_registry_exercises_give_the_rows():
@@ -252,10 +255,12 @@ def test_predictions_get_a_row_each_and_a_total_with_the_median_error(tmp_path):
     rows = {ln.split()[2]: ln.split(None, 3)[3] for ln in p.stdout.splitlines()
             if len(ln.split()) > 3 and ln.split()[2].startswith("predict.")}
     assert rows == {
-        "predict.00.copy_ms": "PREDICTED     error 100 %: ms 0.8 vs 0.4 (2.0x higher); bound "
-                              "latency vs memory (you said latency; it is memory)",
-        "predict.00.grid_ms": "NOT PREDICTED error -: ms - vs 1.25 (not guessed)",
-        "predict.00.never_ms": "PREDICTED     error -: guessed 3 us; not measured here"}, p.stdout
+        "predict.00.copy_ms": "PREDICTED     ms: guess 0.8 / measured 0.4 / gap 2.0x higher; "
+                              "bound: guess latency / measured memory / gap you said latency; "
+                              "it is memory",
+        "predict.00.grid_ms": "NOT PREDICTED ms: guess - / measured 1.25 / gap not guessed",
+        "predict.00.never_ms": "PREDICTED     guess 3 us / measured - (not measured here)",
+    }, p.stdout
     total = [ln for ln in p.stdout.splitlines() if re.search(r"^\S+\s+total: ", ln)]
     assert total and total[-1].endswith("2 of 3 predictions written, median error 100 %"), total
 
@@ -282,8 +287,8 @@ def test_a_saved_measurement_is_set_beside_the_learners_own_guess(tmp_path):
     [row] = [ln for ln in p.stdout.splitlines() if "predict.00.copy_ms" in ln]
     measured = "0.5" if gpu.why_unavailable() else "0.4"  # saved, or measured here
     ratio = "2.5x" if measured == "0.5" else "2.0x"
-    assert row.endswith(f"PREDICTED     error {'60' if ratio == '2.5x' else '50'} %: ms 0.2 vs "
-                        f"{measured} ({ratio} lower)"), row
+    assert row.endswith(f"PREDICTED     ms: guess 0.2 / measured {measured} / gap {ratio} "
+                        f"lower"), row
 
 
 def test_the_room_summary_counts_predictions():
@@ -386,3 +391,32 @@ def test_room_runs_each_learner_as_that_learner_never_as_root(two_learners):
     room_line = r"^room: 3 learner\(s\), 1 refused, 2 notebook\(s\) run, 0 could not be run"
     assert re.search(room_line, out, re.M), out
     assert "lesson00.check_grid 2" in out and "lesson00.check_bytes 1" in out
+
+
+def test_the_hub_s_room_leaves_the_instructor_out_with_a_relative_python(two_learners):
+    """hub/README.md's command: ``progress --room <the hub's state>`` takes the room's learners
+    from the hub's room.json (the instructor, whose home holds lessons too, is left out), and an
+    interpreter named by a relative path still runs in each learner's folder."""
+    base, room, names = two_learners
+    python = _shared_python(base)
+    if python is None:
+        pytest.skip("no system Python of this version to make an interpreter every account can run")
+    learner, instructor = names
+    for name in names:
+        account = pwd.getpwnam(name)
+        folder = room / name / progress.ROOM_FOLDER
+        tiny_notebook(folder / FIRST.notebook, FIRST, ["PASS: grid", "PASS: bytes"])
+        for path in (folder, folder / FIRST.notebook):
+            os.chown(path, account.pw_uid, account.pw_gid)
+    state = base / "state"
+    state.mkdir(mode=0o700)
+    (state / progress.ROOM).write_text(json.dumps({"learners": [learner],
+                                                   "instructor": instructor}))
+    p = _cli("--room", "state", "--python", os.path.relpath(python, base), "--jobs", "1",
+             cwd=base, timeout=600)
+    out = p.stdout
+    assert p.returncode == 0, out + p.stderr
+    assert re.search(r"^room: 1 learner\(s\), 0 refused, 1 notebook\(s\) run, 0 could not be "
+                     r"run", out, re.M), out
+    assert re.search(rf"^{learner}\s+total: {EXERCISES} PASS", out, re.M), out
+    assert instructor not in out + p.stderr

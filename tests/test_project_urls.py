@@ -57,7 +57,8 @@ def test_no_owner_placeholder_ships():
 
 
 def test_every_badge_url_is_built_from_the_one_place():
-    sources = [ROOT / "README.md", *sorted((ROOT / "notebooks").glob("*.ipynb"))]
+    sources = [ROOT / "README.md", *sorted((ROOT / "notebooks").glob("*.ipynb")),
+               *sorted((ROOT / project.EDITIONS["student"]).glob("*.ipynb"))]
     stems = {lesson.stem for lesson in LESSONS}
     seen = 0
     for path in sources:
@@ -65,35 +66,48 @@ def test_every_badge_url_is_built_from_the_one_place():
         for url in COLAB.findall(text):
             stem = url.rsplit("/", 1)[1].removesuffix(".ipynb")
             assert stem in stems, f"{path.name}: {url} opens no lesson"
-            assert url == project.colab_url(stem), f"{path.name}: {url}"
+            assert url == project.colab_url(stem), f"{path.name}: {url} is not the learner's"
             seen += 1
         for url in BINDER.findall(text):
             assert url == project.binder_url(), f"{path.name}: {url}"
             seen += 1
-    # the README's lesson table and lesson 00's cell: a Colab badge a lesson each, and Binder twice
+    # the README's lesson links and lesson 00's cell: a Colab badge a lesson each, and Binder twice
     assert seen >= 2 * len(LESSONS) + 2
 
 
-def test_the_colab_cell_installs_the_package_and_pycuda_from_the_repository():
+def test_lesson_00s_colab_cell_and_the_readme_point_at_the_set_up_cell():
     sys.path.insert(0, str(ROOT / "tools"))
     try:
         import colab_links
     finally:
         sys.path.remove(str(ROOT / "tools"))
-    lines = colab_links.setup_commands()
-    assert f"{project.repository_url()}.git" in lines[0]
-    assert lines[1] == f"%cd /content/{project.checkout_name()}"
-    assert any(line.startswith('!pip install -q -e ".[gpu]"') for line in lines)
+    for text in (colab_links.readme_block(), colab_links.cell_source()):
+        assert "run the lesson's first cell" in " ".join(text.split())
+        assert "git clone" not in text and "pip install" not in text
+        assert project.binder_url() in text
+    assert all(project.colab_url(nb) in colab_links.cell_source() for nb in colab_links.lessons())
     p = subprocess.run([sys.executable, str(ROOT / "tools" / "colab_links.py"), "--check"],
                        capture_output=True, text=True, timeout=60)
     assert p.returncode == 0, p.stderr
 
 
-def test_urls_name_the_lesson(monkeypatch):
+def test_urls_name_the_lesson_and_the_edition():
     assert project.colab_url("10_v7_one_pass") == project.colab_url("10_v7_one_pass.ipynb")
-    assert project.binder_url().endswith("?labpath=notebooks/00_setup.ipynb")
+    assert project.colab_url("02_naive").endswith("/blob/main/student/02_naive.ipynb")
+    assert project.colab_url("02_naive", "instructor").endswith(
+        "/blob/main/notebooks/02_naive.ipynb")
+    assert project.binder_url().endswith("?labpath=student/00_setup.ipynb")
+    assert project.binder_url("02_naive", "instructor").endswith(
+        "?labpath=notebooks/02_naive.ipynb")
     with pytest.raises(ValueError, match="stem must be a lesson's file name"):
         project.colab_url("../x y")
+    with pytest.raises(ValueError, match="edition must be one of student, instructor"):
+        project.colab_url("02_naive", "teacher")
+    assert project.file_url("notebooks/02_naive.ipynb") == (
+        f"{project.repository_url()}/blob/main/notebooks/02_naive.ipynb")
+    for bad in ("/etc/passwd", "../x", ""):
+        with pytest.raises(ValueError, match="path must be a file of the repository"):
+            project.file_url(bad)
 
 
 def test_both_readers_agree(tmp_path, monkeypatch):

@@ -9,9 +9,7 @@ CASES = [
     (lesson00.check_ridge, (19.5, 1555), 19.5e12 / 1555e9, 1555 / 19500, "bytes per FLOP"),
     (lesson00.check_ridge, (19.5, 1555), 12.54, 12540.0, "units"),
     (lesson00.check_more_flops, (), "b", "a", "roofline"),
-    (lesson00.check_why_rotate, (), "A", "c", "cache"),
     (lesson01.check_rstd_scaling, (), "b", "a", "inverse"),
-    (lesson01.check_catch_overwrite, (), "b", "c", "cannot tell"),
     (lesson01.check_fd_passes, (3, 8), 64, 48, "weight"),
     (lesson01.check_fd_passes, (3, 8), 64, 32, "+h and -h"),
     (lesson02.check_idle_sms, (4096, 256, 132), 116, 16, "blocks"),
@@ -20,7 +18,6 @@ CASES = [
     (lesson02.check_free_atomics, (), "b", "a", "two remain"),
     (lesson03.check_lane_columns, (1000, 31), 31, 32, "lane 0"),
     (lesson03.check_small_n, (), "b", "a", "count the blocks"),
-    (lesson03.check_v2_atomic_share, (), "b", "c", "lesson 04"),
 ]
 
 

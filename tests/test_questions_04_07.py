@@ -17,7 +17,6 @@ ROOT = Path(__file__).resolve().parent.parent
 CASES = [
     (lesson04.check_two_row_warps, 3968, (4224, 256, 2, 4096), "every warp"),
     (lesson04.check_widest_c, 25344, (101376, 12288, 24750, 25000), "bytes"),
-    (lesson04.check_v3_stalls, "b", ("a", "c"), "short_scoreboard"),
     (lesson07.check_launch_bound_registers, 40, (42, 64, 48, 32), "units of 256"),
     (lesson07.check_same_bits, "a", ("b", "c"), "grid"),
     (lesson07.check_second_wave, 42, (100, 58, 0, 50), "every block"),
@@ -57,6 +56,9 @@ def _cells(stem):
 @pytest.mark.parametrize("stem", ["04_shared_memory", "07_two_pass"])
 def test_the_questions_close_the_lesson(stem):
     cells = _cells(stem)
+    # an optional "Explore" tail after the takeaways is not part of the lesson (issue 41)
+    cells = cells[:next((i for i, c in enumerate(cells) if c["cell_type"] == "markdown"
+                         and "".join(c["source"]).startswith("## Explore")), len(cells))]
     heads = [i for i, c in enumerate(cells) if c["cell_type"] == "markdown"
              and "".join(c["source"]).startswith("## ")]
     titles = ["".join(cells[i]["source"]).splitlines()[0] for i in heads]
@@ -71,18 +73,19 @@ def test_the_questions_close_the_lesson(stem):
         assert cell["metadata"]["rmsnorm_lessons"]["answers"]
     # a choice question lists its options in the markdown
     prose = "".join("".join(c["source"]) for c in cells[start:end] if c["cell_type"] == "markdown")
-    assert "**a)**" in prose and "**c)**" in prose
+    if any('"a", "b" or "c"' in "".join(c["source"]) for c in asked):
+        assert "**a)**" in prose and "**c)**" in prose
 
 
 @pytest.mark.parametrize("stem, call", [
-    ("04_shared_memory", 'rl.profiles.bottleneck("v3_smem", 8192, 1024)'),
+    ("04_shared_memory", "lesson04.opening(after=True)"),
     ("07_two_pass", 'rl.profiles.bottleneck("v5_two_pass", 16384, 2048)')])
 def test_each_lesson_profiles_the_shape_it_times_beside_the_timing(stem, call):
     cells = _cells(stem)
     [at] = [i for i, c in enumerate(cells) if call in "".join(c["source"])]
     cell = cells[at]
     assert "".join(cell["source"]).startswith("%%gpu\n")
-    assert set(cell["metadata"]["tags"]) == {"gpu", "nbval-ignore-output"}
+    assert {"gpu", "nbval-ignore-output"} <= set(cell["metadata"]["tags"])
     timing = [i for i, c in enumerate(cells) if "rl.bench.table(" in "".join(c["source"])]
     assert timing and timing[-1] < at <= timing[-1] + 2
     assert cells[at - 1]["cell_type"] == "markdown"

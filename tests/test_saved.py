@@ -123,9 +123,8 @@ def test_no_saved_opening_holds_a_reading():
 
 
 @pytest.mark.skipif(not RUN_NOTEBOOKS.is_dir(),
-                    reason=f"the H100 run's notebooks are not at {RUN_NOTEBOOKS} (unpack "
-                           "../shared/runs/h100-2026-12-05/notebooks.tgz there, or name the folder "
-                           "in RMSNORM_SEED_NOTEBOOKS)")
+                    reason=f"the H100 run's notebooks are not at {RUN_NOTEBOOKS} (unpack the "
+                           "run's archive there, or name the folder in RMSNORM_SEED_NOTEBOOKS)")
 def test_the_seed_is_made_again_from_the_runs_notebooks(tmp_results):
     written = tool.seed(RUN_NOTEBOOKS, "seed-again")
     assert json.loads(written.read_text())["opening"] == SEEDED

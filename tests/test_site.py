@@ -329,7 +329,10 @@ def test_the_index_opens_each_lesson_in_colab_from_the_one_address(site):
     index = (site / "index.html").read_text()
     for lesson in REGISTRY:
         assert f'href="{project.colab_url(lesson.stem)}"' in index, lesson.stem
-    assert f'href="{project.binder_url()}"' in index
+        assert "/student/" in project.colab_url(lesson.stem)
+        instructor = project.file_url(f"notebooks/{lesson.notebook}")
+        assert f'<a href="{instructor}">instructor\'s edition</a>' in index, lesson.stem
+    assert f'href="{project.binder_url()}"' in index and "labpath=student/" in index
     for url in re.findall(r'href="(https://(?:colab\.research\.google\.com|mybinder\.org)[^"]+)"',
                           index):
         assert project.repository_path() in url, url
@@ -393,3 +396,28 @@ def test_site_has_the_card_and_the_two_day_plan(site):
                             rf'<td[^>]*>{slot.lesson.minutes}</td>\s*<td>{re.escape(needs)}</td>',
                             index, re.S)
             assert row, f"the index's plan has no row for {slot.lesson.stem}"
+
+
+def test_the_student_site_says_a_finished_kernel_is_the_reference(site):
+    tool = _tool()
+    lesson = (site / "02_naive.html").read_text()
+    assert ('<span class="kernels">reference kernels, to open after your attempt: '
+            f'<a class="kernel" href="{tool.KDIR}/v1_naive.cu.html">') in lesson
+    assert tool.REFERENCE_NOTE in (site / "kernels" / "v1_naive.cu.html").read_text()
+    assert tool.REFERENCE_NOTE in (site / "kernels" / "index.html").read_text()
+    index = (site / "index.html").read_text()
+    assert f'<code>v1_naive</code></a> ({tool.REFERENCE})' in index
+    page = tool.render_kernel(ROOT / "kernels" / "v1_naive.cu", LESSONS, ["02_naive"],
+                              instructor=True)
+    assert tool.REFERENCE_NOTE not in page and "reference kernels" not in tool._nav(
+        LESSONS, "02_naive", ["v1_naive.cu"], instructor=True)
+
+
+def test_the_two_editions_go_to_two_folders(monkeypatch):
+    tool = _tool()
+    built = []
+    monkeypatch.setattr(tool, "build", lambda out, instructor=False: built.append(
+        (out, instructor)) or [])
+    assert tool.main([]) == 0 and tool.main(["--instructor"]) == 0
+    assert built == [(tool.SITE / "student", False), (tool.SITE / "instructor", True)]
+    assert tool.SITE == ROOT / "build" / "site"

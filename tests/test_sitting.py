@@ -1,6 +1,6 @@
-"""A lesson fits one sitting (issue 28; issue 41 counts the minutes of a learner who writes the
-exercises, at most 75): at most 75 minutes by its own estimate, at most 2,000 words of prose and no
-saved output longer than 150 lines."""
+"""A lesson fits one sitting (issue 28): at most 75 minutes by its own estimate (issue 41: a
+learner who writes the exercises), at most 2,000 words of prose and no saved output longer than
+150 lines."""
 from __future__ import annotations
 
 import json

@@ -3,6 +3,7 @@ its `progress` extra into a fresh venv outside the repository, and used from ano
 `inspect`, compiling a kernel, an exercise's check, `info`, and the lessons it carries (`student`,
 `progress`). Needs a package index or a pip cache for the runtime dependencies."""
 import os
+import shutil
 import subprocess
 import sys
 import zipfile
@@ -101,6 +102,30 @@ def test_inspect_from_another_folder(venv, elsewhere):
              env)
     assert p.returncode == 0, p.stderr
     assert "rmsnorm_backward_v6" in p.stdout and "registers" in p.stdout
+
+
+def test_inspect_sass_from_the_wheel(venv, elsewhere):
+    # the wheel depends on NVIDIA's nvdisasm wheel: the SASS listing works with no CUDA toolkit's
+    # nvdisasm, found where pip put it (cuda-pathfinder), unless a toolkit's is on PATH
+    cwd, env = elsewhere
+    p = _run([venv, "-m", "rmsnorm_lessons", "inspect", "v1_naive", "--arch", "sm_90", "--sass"],
+             cwd, env)
+    assert p.returncode == 0, p.stderr
+    assert "// rmsnorm_backward_v1 (sm_90)" in p.stdout and "LDG.E" in p.stdout, p.stdout[-2000:]
+    assert "nvdisasm was not found" not in p.stdout + p.stderr
+    where = _run([venv, "-c", "from rmsnorm_lessons import build; print(build.find_tool("
+                              "'nvdisasm'))"], cwd, env).stdout.strip()
+    if shutil.which("nvdisasm", path=env.get("PATH")) is None:
+        assert where.startswith(str(venv.parent.parent)), where
+
+
+def test_an_unknown_version_from_the_wheel_names_no_site_packages_path(venv, elsewhere):
+    cwd, env = elsewhere
+    p = _run([venv, "-m", "rmsnorm_lessons", "inspect", "v9_nope"], cwd, env)
+    assert p.returncode == 2
+    shipped = "/".join(("rmsnorm_lessons", "kernel_sources", "v9_nope.cu"))  # must not exist
+    assert p.stderr.startswith(f"inspect: no kernel file {shipped};"), p.stderr
+    assert "site-packages" not in p.stderr
 
 
 def test_compile_and_exercise_from_another_folder(venv, elsewhere):

@@ -1,4 +1,7 @@
-"""The course as a static website: ``python tools/build_site.py [--out build/site] [--instructor]``.
+"""The course as a static website: ``python tools/build_site.py [--out FOLDER] [--instructor]``.
+
+The student site goes to build/site/student/, the instructor's (``--instructor``) to
+build/site/instructor/: two folders, so building one never replaces the other.
 
 What it writes, all in one folder, every link relative (it works from ``file://`` and from any plain
 HTTP server, e.g. ``python -m http.server -d build/site``):
@@ -11,7 +14,8 @@ rmsnorm_lessons/course/registry.py),
   was saved with (the H200's tables and figures, the widgets' saved state), a bar to the previous
   lesson, the index and the next lesson, and links to the kernels the lesson reads;
 * ``kernels/<file>.html`` for every file of ``kernels/``, highlighted, with a link to the plain file
-  (copied beside it);
+  (copied beside it); in the student site every link to a kernel, and the kernel's page, says that
+  it is the course's reference, to open after an attempt at the lesson's exercise;
 * ``workshop.html``, ``gpu-sharing.html``, ``kubernetes.html``: hub/README.md, hub/gpu-sharing.md
   and hub/kubernetes.md (running the course for a room of learners);
 * ``reference_card.html``: notebooks/reference_card.md, the terms and SASS opcodes the lessons link
@@ -58,6 +62,12 @@ PAGES = [  # (source, page, title)
     (ROOT / "hub" / "kubernetes.md", "kubernetes.html", "Past one machine: Zero to JupyterHub"),
 ]
 KDIR = "kernels"  # the site's folder of kernel pages
+#: where each edition's site goes by default (build/site/<edition>)
+SITE = ROOT / "build" / "site"
+#: what the student site says beside a link to a finished kernel, and on its page
+REFERENCE = "the reference: open it after your attempt"
+REFERENCE_NOTE = ("This is the course's reference kernel, the finished answer to the exercises "
+                  "that build it: open it after your own attempt, not before.")
 KERNEL_REF = re.compile(r"kernels/(\w+\.cuh?)\b|kernel_source\(\s*[\"'](\w+)[\"']")
 #: a triple-quoted string in a code cell, and what makes its text CUDA rather than prose
 TRIPLE = re.compile(r"(?<![\w'\"])([rR]?)('\'\'|\"\"\")(.*?)\2", re.S)
@@ -113,6 +123,13 @@ def readme_intro(readme: Path = README) -> str:
     """The README's first paragraph (after the title)."""
     paras = [p.strip() for p in re.split(r"\n\s*\n", readme.read_text()) if p.strip()]
     return next((p for p in paras[1:] if not p.startswith(("#", "<!--", "!["))), "")
+
+
+def instructor_path(stem: str) -> str:
+    """The instructor's edition of lesson ``stem``, relative to the repository's root."""
+    from rmsnorm_lessons.core import project
+
+    return f"{project.EDITIONS['instructor']}/{stem}.ipynb"
 
 
 def kernels_of(nb: dict, row: dict | None) -> list[str]:
@@ -201,7 +218,7 @@ def _page(title: str, nav: str, body: str, depth: int = 0) -> str:
 
 
 def _nav(lessons: list[str], here: str | None = None, kernels: list[str] = (),
-         depth: int = 0) -> str:
+         depth: int = 0, instructor: bool = False) -> str:
     up = "../" * depth
     mark = ' class="here"' if here == "index" else ""
     parts = [f'<a href="{up}index.html"{mark}>Course index</a>']
@@ -220,7 +237,8 @@ def _nav(lessons: list[str], here: str | None = None, kernels: list[str] = (),
     parts.append(f'<a href="{up}workshop.html">Workshop</a>')
     if kernels:
         links = ", ".join(f'<a class="kernel" href="{up}kernels/{k}.html">{k}</a>' for k in kernels)
-        parts.append(f'<span class="kernels">kernels: {links}</span>')
+        what = "kernels" if instructor else "reference kernels, to open after your attempt"
+        parts.append(f'<span class="kernels">{what}: {links}</span>')
     return '<nav class="site-nav">' + " ".join(parts) + "</nav>"
 
 
@@ -239,7 +257,7 @@ def render_lesson(path: Path, lessons: list[str], row: dict | None,
     exporter = HTMLExporter(template_name="lab", embed_images=True,
                             filters={"highlight_code": highlight_cell})
     body, _ = exporter.from_notebook_node(nb, resources={"metadata": {"name": path.stem}})
-    nav = _nav(lessons, path.stem, kernels)
+    nav = _nav(lessons, path.stem, kernels, instructor=instructor)
     style = f"<style>{NAV_CSS}</style>"
     body = re.sub(r"<title>.*?</title>",
                   f"<title>{html.escape(path.stem)}: rmsnorm-lessons</title>", body,
@@ -257,7 +275,8 @@ def card_links(page: str) -> str:
     return CARD_LINK.sub(lambda m: f'href="{CARD_PAGE}{m.group(1) or ""}"', page)
 
 
-def render_kernel(path: Path, lessons: list[str], users: list[str]) -> str:
+def render_kernel(path: Path, lessons: list[str], users: list[str],
+                  instructor: bool = False) -> str:
     from pygments import highlight
     from pygments.formatters import HtmlFormatter
     from pygments.lexers import CudaLexer
@@ -267,7 +286,8 @@ def render_kernel(path: Path, lessons: list[str], users: list[str]) -> str:
                   lambda m: f'{m.group(1)}<a href="{m.group(2)}.html">{m.group(2)}</a>{m.group(3)}'
                   if (KERNELS / m.group(2)).is_file() else m.group(0), code)
     used = ", ".join(f'<a href="../{u}.html">{u}</a>' for u in users) or "no lesson names it"
-    body = (f"<h1><code>kernels/{path.name}</code></h1>\n<p>Read in: {used}. "
+    note = "" if instructor else f'<p class="reference"><strong>{REFERENCE_NOTE}</strong></p>\n'
+    body = (f"<h1><code>kernels/{path.name}</code></h1>\n{note}<p>Read in: {used}. "
             f'<a href="{path.name}">Plain file</a>.</p>\n{code}')
     return _page(f"kernels/{path.name}", _nav(lessons, None, depth=1), body, depth=1)
 
@@ -305,14 +325,15 @@ def build(out: Path, instructor: bool = False) -> list[Path]:
     kernel_files = sorted(p for p in KERNELS.iterdir() if p.suffix in (".cu", ".cuh"))
     for k in kernel_files:
         shutil.copyfile(k, out / "kernels" / k.name)
-        (out / "kernels" / f"{k.name}.html").write_text(render_kernel(k, lessons,
-                                                                      users.get(k.name, [])))
+        (out / "kernels" / f"{k.name}.html").write_text(
+            render_kernel(k, lessons, users.get(k.name, []), instructor))
     items = "\n".join(f'<li><a href="{k.name}.html"><code>{k.name}</code></a>'
                       f'{" (" + ", ".join(users[k.name]) + ")" if k.name in users else ""}</li>'
                       for k in kernel_files)
+    intro = "" if instructor else f"<p>{REFERENCE_NOTE}</p>\n"
     (out / "kernels" / "index.html").write_text(
         _page("Kernels", _nav(lessons, None, depth=1),
-              f"<h1>The kernels</h1>\n<ul>\n{items}\n</ul>", depth=1))
+              f"<h1>The kernels</h1>\n{intro}<ul>\n{items}\n</ul>", depth=1))
 
     for src, name, title in PAGES:
         if src.is_file():
@@ -332,22 +353,26 @@ def build(out: Path, instructor: bool = False) -> list[Path]:
         r = rows.get(name, {"kernel": "-", "kernel_file": None, "adds": "", "minutes": ""})
         if r["kernel_file"]:
             kernel = f"[{r['kernel']}]({KDIR}/{r['kernel_file']}.html)"
+            kernel += "" if instructor else f" ({REFERENCE})"
         else:  # several kernels or none: the registry's words, then the files the lesson reads
             read = kernels_of(json.loads((NOTEBOOKS / f"{name}.ipynb").read_text()), r)
             links = ", ".join(f"[`{k}`]({KDIR}/{k}.html)" for k in read)
+            links += f" ({REFERENCE})" if links and not instructor else ""
             if r["kernel"] == "-":
                 kernel = links or "-"
             else:
                 kernel = f"{r['kernel']}; reads {links}" if links else r["kernel"]
         table.append(f"| [`{name}`]({name}.html) | {kernel} | {r['adds']} | {r['minutes']} "
-                     f"| [Colab]({project.colab_url(name)}) |")
+                     f"| [Colab]({project.colab_url(name)}) ([instructor's edition]"
+                     f"({project.file_url(instructor_path(name))})) |")
     edition = ("the notebooks as committed, solutions included (the instructor edition)"
                if instructor else "the student edition (solutions replaced by skeletons)")
     index = (f"# rmsnorm-lessons\n\n{readme_intro()}\n\n## The lessons\n\n" + "\n".join(table) +
              f"\n\nEvery page is {edition}, with the outputs they were saved with (made on an "
              f"NVIDIA H200). [The kernels]({KDIR}/index.html) are the CUDA files the lessons "
-             f"compile.\n\nEach lesson opens in [Colab]({project.colab_url('00_setup')}) (a GPU "
-             f"runtime; lesson 00 says how to set it up) or, without a GPU, in "
+             f"compile.\n\nEach lesson opens, as the learner's edition, in "
+             f"[Colab]({project.colab_url('00_setup')}) (a GPU "
+             f"runtime; the lesson's first cell sets it up) or, without a GPU, in "
              f"[Binder]({project.binder_url()}); the source is at "
              f"[{project.repository_path()}]({project.repository_url()}).\n\n"
              f"The words the lessons use and the SASS opcodes the checks name are on one page: "
@@ -368,15 +393,17 @@ def build(out: Path, instructor: bool = False) -> list[Path]:
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--out", default=str(ROOT / "build" / "site"),
-                    help="folder to write (replaced)")
+    ap.add_argument("--out", default=None,
+                    help="folder to write (replaced); default build/site/student, or "
+                         "build/site/instructor with --instructor")
     ap.add_argument("--instructor", action="store_true",
                     help="the notebooks as committed, solutions in (default: the student edition)")
     args = ap.parse_args(argv)
     sys.path.insert(0, str(ROOT))
-    written = build(Path(args.out), instructor=args.instructor)
-    index = Path(args.out).resolve() / "index.html"
-    print(f"site: {len(written)} pages in {args.out}; open file://{index}")
+    out = Path(args.out) if args.out else SITE / ("instructor" if args.instructor else "student")
+    written = build(out, instructor=args.instructor)
+    index = out.resolve() / "index.html"
+    print(f"site: {len(written)} pages in {out}; open file://{index}")
     return 0
 
 

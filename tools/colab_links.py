@@ -1,7 +1,9 @@
 #!/usr/bin/env python3
 """The Colab and Binder links of the README's Colab block and of lesson 00's Colab cell, rendered
 from the repository's address, which lives in one place: pyproject.toml's ``[project.urls]
-Repository``, read by :mod:`rmsnorm_lessons.core.project`. After changing it there, run
+Repository``, read by :mod:`rmsnorm_lessons.core.project`. Every link opens the learner's edition
+(student/); on Colab a lesson's first cell sets the runtime up (tools/setup_cell.py writes it), so
+neither place lists set-up commands to paste. After changing the address, run
 
     python3 tools/colab_links.py            # rewrites the README's Colab block and lesson 00's
                                             # Colab cell
@@ -19,6 +21,7 @@ import argparse
 import fcntl
 import json
 import sys
+import textwrap
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -32,8 +35,6 @@ LOCK = Path("/tmp/notebooks.lock")
 START, END = "<!-- colab:start -->", "<!-- colab:end -->"
 BADGE = "https://colab.research.google.com/assets/colab-badge.svg"
 BINDER_BADGE = "https://mybinder.org/badge_logo.svg"
-NVCC_WHEELS = ('"nvidia-cuda-nvcc==13.0.*" "nvidia-cuda-crt==13.0.*" "nvidia-nvvm==13.0.*" '
-               '"nvidia-cuda-runtime==13.0.*" "nvidia-cuda-cccl==13.0.*"')
 
 
 def lessons() -> list[str]:
@@ -41,25 +42,12 @@ def lessons() -> list[str]:
 
 
 def colab_badge(notebook: str) -> str:
+    """The badge that opens ``notebook``'s learner's edition (student/) in Colab."""
     return f"[![Open In Colab]({BADGE})]({project.colab_url(notebook)})"
 
 
 def binder_badge() -> str:
     return f"[![Binder]({BINDER_BADGE})]({project.binder_url()})"
-
-
-def setup_commands() -> list[str]:
-    """What to run in the first cell of a Colab GPU runtime (Runtime > Change runtime type >
-    GPU): Colab's working folder is /content; running the cell again reuses the checkout."""
-    folder = f"/content/{project.checkout_name()}"
-    return [
-        f"!test -d {folder} || git clone --depth 1 {project.repository_url()}.git {folder}",
-        f"%cd {folder}",
-        '!pip install -q -e ".[gpu]"          # the course and PyCUDA (built against '
-        "/usr/local/cuda)",
-        f"!command -v nvcc || pip install -q {NVCC_WHEELS}",
-        "!python -m rmsnorm_lessons info      # what works here: GPU, PyCUDA, nvcc",
-    ]
 
 
 def _links_table() -> list[str]:
@@ -69,38 +57,30 @@ def _links_table() -> list[str]:
     return rows
 
 
+SET_UP = ("Choose a GPU runtime (Runtime > Change runtime type), then run the lesson's first "
+          "cell: on Colab it installs the course at the revision the notebook was written for, "
+          "PyCUDA, and nvcc, nvdisasm and ipywidgets where the runtime lacks them, then says what "
+          "the runtime can and cannot do in that lesson. Running it again installs nothing.")
+
+
 def readme_block() -> str:
-    lines = [START,
-             "Every lesson opens in Colab with a GPU runtime (Runtime > Change runtime type): its "
-             "badge is in",
-             "the table at the top. Run the set-up lines below in the first cell. They clone the "
-             "course,",
-             "install it with PyCUDA, and install NVIDIA's nvcc wheels only where the runtime has "
-             "no `nvcc`;",
-             "`%cd` makes the checkout the working folder, so `import rmsnorm_lessons` and "
-             "`kernels/` work at",
-             "once (no restart needed). For the widgets, Colab needs",
-             "`from google.colab import output; output.enable_custom_widget_manager()`.",
-             "",
-             "```", *setup_commands(), "```", "",
-             "Colab's free GPU is a T4 (sm_75): see [What ran where](#what-ran-where) for what was "
-             "run on",
-             "which GPU and what was only compiled.",
-             "",
-             f"Binder (no GPU: the math, compiling, SASS, plots and widgets): {binder_badge()}",
-             END]
-    return "\n".join(lines)
+    text = ("Every lesson's badge in the table at the top opens its learner's edition (`student/`, "
+            f"no solutions) in Colab. {SET_UP} Colab's free GPU is a T4 (sm_75): see "
+            "[What ran where](#what-ran-where) for what ran on which GPU and what was only "
+            "compiled.")
+    return "\n".join([START, *textwrap.wrap(text, 104, break_on_hyphens=False), "",
+                      "Binder (no GPU: the math, compiling, SASS, plots and widgets): "
+                      f"{binder_badge()}", END])
 
 
 def cell_source() -> str:
-    lines = ["## Run this course on Colab or Binder", "",
-             "On **Colab** (a free GPU): Runtime > Change runtime type > GPU, then paste into a "
-             "new first code cell",
-             "and run it:", "", "```", *setup_commands(), "```", "",
-             *_links_table(), "",
-             f"On **Binder** (no GPU: the math, compiling, SASS, plots and widgets): "
-             f"{binder_badge()}"]
-    return "\n".join(lines)
+    text = (f"On **Colab** (a free GPU) each lesson below opens as the learner's edition. "
+            f"{SET_UP}")
+    return "\n".join(["## Run this course on Colab or Binder", "",
+                      *textwrap.wrap(text, 104, break_on_hyphens=False), "",
+                      *_links_table(), "",
+                      f"On **Binder** (no GPU: the math, compiling, SASS, plots and widgets): "
+                      f"{binder_badge()}"])
 
 
 def _render_readme(text: str) -> str:
@@ -157,12 +137,7 @@ def main(argv=None) -> int:
                                              "[project.urls] Repository (see the module "
                                              "docstring).")
     ap.add_argument("--check", action="store_true", help="change nothing; exit 1 when out of date")
-    ap.add_argument("--commands", action="store_true",
-                    help="print the Colab set-up commands and exit")
     args = ap.parse_args(argv)
-    if args.commands:
-        print("\n".join(setup_commands()))
-        return 0
     if args.check:
         bad = problems()
         for p in bad:

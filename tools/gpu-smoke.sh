@@ -8,6 +8,9 @@ export PYTHONUNBUFFERED=1
 OUT=${OUT:-out}; mkdir -p "$OUT"
 nvidia-smi -L 2>&1 | tee "$OUT/info.log"
 python3 -m rmsnorm_lessons info --bandwidth 2>&1 | tee -a "$OUT/info.log"
+# what every lesson's set-up cell prints here: the GPU, its capability and driver, the CUDA tools
+python3 -c "from rmsnorm_lessons.course import doctor; print(doctor.report(None))" 2>&1 \
+    | tee -a "$OUT/info.log"
 python3 -m pytest -x -q -p no:cacheprovider tests -m gpu ${SMOKE_PYTEST_ARGS:-} 2>&1 \
     | tee "$OUT/pytest-gpu.log" | tail -25
 python3 -m rmsnorm_lessons check 2>&1 | tee "$OUT/check.log" | tail -12

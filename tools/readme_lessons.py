@@ -5,9 +5,11 @@
     python tools/readme_lessons.py --check    # exit 1 if README.md holds something else
     python tools/readme_lessons.py --write    # rewrite README.md between the markers
 
-README.md holds the table between ``<!-- lessons:start -->`` and ``<!-- lessons:end -->`` and the
-schedule between ``<!-- schedule:start -->`` and ``<!-- schedule:end -->``;
-tests/test_readme_lessons.py fails when either differs from what this renders, so a lesson added
+README.md holds the table between ``<!-- lessons:start -->`` and ``<!-- lessons:end -->``, the
+schedule between ``<!-- schedule:start -->`` and ``<!-- schedule:end -->``, and the table's
+reference links (its badges' and notebooks' addresses, kept off the first screen) between
+``<!-- lesson-links:start -->`` and ``<!-- lesson-links:end -->`` at the end;
+tests/test_readme_lessons.py fails when one differs from what this renders, so a lesson added
 to, or changed in, the registry reaches the front page with ``--write``.
 """
 from __future__ import annotations
@@ -21,36 +23,55 @@ ROOT = Path(__file__).resolve().parent.parent
 README = ROOT / "README.md"
 START, END = "<!-- lessons:start -->", "<!-- lessons:end -->"
 SCHEDULE_START, SCHEDULE_END = "<!-- schedule:start -->", "<!-- schedule:end -->"
+LINKS_START, LINKS_END = "<!-- lesson-links:start -->", "<!-- lesson-links:end -->"
 WIDTH = 105
 COLAB_BADGE = "https://colab.research.google.com/assets/colab-badge.svg"
 
 
 def render(lessons=None) -> str:
-    """The table (one row a lesson: number and notebook, kernel, what it adds, minutes, its Colab
-    badge, built by rmsnorm_lessons.core.project from pyproject.toml's [project.urls]) and one line
-    under it: how many lessons have you write a kernel, and the time in all."""
+    """The table (one row a lesson: number, title linked to its learner's edition in student/,
+    kernel, minutes, its Colab badge and its instructor's edition, each a short reference link
+    that :func:`render_links` defines) and one line under it: how many lessons have you write a
+    kernel, the time in all, and Binder."""
+    sys.path.insert(0, str(ROOT))
+    if lessons is None:
+        from rmsnorm_lessons.course.registry import LESSONS as lessons
+    if not lessons:
+        raise ValueError("lessons: the registry is empty")
+    rows = ["| # | lesson (the learner's edition) | kernel | min | open |",
+            "| --- | --- | --- | ---: | --- |"]
+    for lesson in lessons:
+        if "|" in lesson.kernel + lesson.title or "]" in lesson.title:
+            raise ValueError(f"lesson {lesson.stem}: '|' or ']' would split its row of the table")
+        n = lesson.number
+        rows.append(f"| {n} | [{lesson.title}][s{n}] | {lesson.kernel} | {lesson.minutes} "
+                    f"| [![Open in Colab][colab]][c{n}] [instructor's edition][i{n}] |")
+    minutes = sum(lesson.minutes for lesson in lessons)
+    kernels = sum(1 for lesson in lessons if lesson.kernel_exercise)
+    line = (f"You write and check a CUDA kernel of your own in {kernels} of the {len(lessons)} "
+            f"lessons; the lessons' own estimates add up to {minutes} minutes "
+            f"(about {round(minutes / 60)} hours). Without a GPU, [Binder][binder] opens them too.")
+    return "\n".join(rows + [""] + textwrap.wrap(line, WIDTH, break_on_hyphens=False))
+
+
+def render_links(lessons=None) -> str:
+    """The reference links the table uses, at the README's end: per lesson its learner's edition
+    (``s00``), that edition in Colab (``c00``, built by rmsnorm_lessons.core.project from
+    pyproject.toml's [project.urls]) and its instructor's edition (``i00``); the badge and
+    Binder."""
     sys.path.insert(0, str(ROOT))
     from rmsnorm_lessons.core import project
 
     if lessons is None:
         from rmsnorm_lessons.course.registry import LESSONS as lessons
-    if not lessons:
-        raise ValueError("lessons: the registry is empty")
-    rows = ["| # | notebook | kernel | what it adds | min | open |",
-            "| --- | --- | --- | --- | ---: | --- |"]
+    student, instructor = project.EDITIONS["student"], project.EDITIONS["instructor"]
+    lines = [f"[colab]: {COLAB_BADGE}", f"[binder]: {project.binder_url()}"]
     for lesson in lessons:
-        if "|" in lesson.kernel + lesson.adds:
-            raise ValueError(f"lesson {lesson.stem}: '|' would split its row of the table")
-        link = f"[`{lesson.stem}`](notebooks/{lesson.notebook})"
-        colab = f"[![Open In Colab]({COLAB_BADGE})]({project.colab_url(lesson.stem)})"
-        rows.append(f"| {lesson.number} | {link} | {lesson.kernel} | {lesson.adds} "
-                    f"| {lesson.minutes} | {colab} |")
-    minutes = sum(lesson.minutes for lesson in lessons)
-    kernels = sum(1 for lesson in lessons if lesson.kernel_exercise)
-    line = (f"You write and check a CUDA kernel of your own in {kernels} of the {len(lessons)} "
-            f"lessons; the lessons' own estimates add up to {minutes} minutes "
-            f"(about {round(minutes / 60)} hours).")
-    return "\n".join(rows + [""] + textwrap.wrap(line, WIDTH, break_on_hyphens=False))
+        n = lesson.number
+        lines += [f"[s{n}]: {student}/{lesson.notebook}",
+                  f"[c{n}]: {project.colab_url(lesson.stem)}",
+                  f"[i{n}]: {instructor}/{lesson.notebook}"]
+    return "\n".join(lines)
 
 
 def render_schedule(lessons=None) -> str:
@@ -83,6 +104,10 @@ def readme_schedule_block(readme: Path = README) -> str:
     return _split(readme.read_text(), SCHEDULE_START, SCHEDULE_END)[1]
 
 
+def readme_links_block(readme: Path = README) -> str:
+    return _split(readme.read_text(), LINKS_START, LINKS_END)[1]
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -92,7 +117,8 @@ def main(argv=None) -> int:
                       help="exit 1 if README.md differs from the rendering")
     args = parser.parse_args(argv)
     blocks = (("lesson table", START, END, render()),
-              ("schedule", SCHEDULE_START, SCHEDULE_END, render_schedule()))
+              ("schedule", SCHEDULE_START, SCHEDULE_END, render_schedule()),
+              ("lesson links", LINKS_START, LINKS_END, render_links()))
     if not (args.write or args.check):
         print("\n\n".join(rendered for *_, rendered in blocks))
         return 0
@@ -104,15 +130,14 @@ def main(argv=None) -> int:
         text = f"{before}\n{rendered}\n{after}"
     if args.write:
         README.write_text(text)
-        print("README.md: lesson table and schedule rendered from "
-              "rmsnorm_lessons/course/registry.py")
+        print("README.md: lesson table, schedule and links rendered from the registry")
     elif differ:
         verb = "differ" if len(differ) > 1 else "differs"
-        print(f"README.md's {' and '.join(differ)} {verb} from the registry: "
+        print(f"README.md's {', '.join(differ)} {verb} from the registry: "
               "run python tools/readme_lessons.py --write", file=sys.stderr)
         return 1
     else:
-        print("README.md's lesson table and schedule are the registry's")
+        print("README.md's lesson table, schedule and links are the registry's")
     return 0
 
 

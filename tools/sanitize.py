@@ -54,7 +54,7 @@ def drive(version: str) -> int:
     except gpu.GpuUnavailable as exc:
         print(f"driver: {exc}", flush=True)
         return NO_GPU_EXIT
-    names = list(ladder.VERSIONS) if version == "all" else [version]
+    names = [r.name for r in ladder.SHIPPED] if version == "all" else [version]
     failed = 0
     for name in names:
         spec = ladder.get(name)
@@ -92,7 +92,7 @@ def command(exe: str, tool: str, version: str) -> list[str]:
 
 
 def _versions(arg):
-    names = arg or list(ladder.VERSIONS)
+    names = arg or [r.name for r in ladder.SHIPPED]
     for n in names:
         ladder.get(n)  # unknown names fail here, with the list
     return names

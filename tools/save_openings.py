@@ -11,8 +11,8 @@ lesson 13's ``ladder_profile`` for every rung, with ``RMSNORM_SAVE_RUN`` set, so
 what it measured (the device, the date). Without ``--run`` it writes into
 ``rmsnorm_lessons.course.saved.RUN``'s file; with a new run's name, set ``saved.RUN`` to it after.
 
-``seed`` reads the text outputs of a run's executed notebooks (the H100 run of 2026-12-05:
-``tar xzf ../shared/runs/h100-2026-12-05/notebooks.tgz``): the Nsight Compute tables of the
+``seed`` reads the text outputs of a run's executed notebooks (the H100 run of 2026-12-05, kept by
+the team outside the repository as an archive of its notebooks): the Nsight Compute tables of the
 ``bottleneck`` cells and the bench tables, at the cells :data:`SEED` names. A figure that run did
 not print is None, marked "not in the saved run". Each entry says which cells it came from.
 """

@@ -60,12 +60,24 @@ def kernel_dir() -> Path:
     return Path(override) if override else _shipped_kernel_dir()
 
 
+def shown_path(path: Path) -> str:
+    """``path`` as a message shows it: relative to the checkout (``kernels/v1_naive.cu``) or, in an
+    installed package, to the folder holding it (the package's ``kernel_sources/<name>.cu``),
+    never a site-packages path; a path elsewhere ($RMSNORM_LESSONS_KERNELS) as it is."""
+    path = Path(path).resolve()
+    root = Path(__file__).resolve().parent.parent.parent  # the checkout, or site-packages
+    try:
+        return path.relative_to(root).as_posix()
+    except ValueError:
+        return str(path)
+
+
 def kernel_path(name: str) -> Path:
     """``kernels/<name>.cu`` (``name`` may carry the suffix); a clear error if it does not exist."""
     file = kernel_dir() / (name if name.endswith((".cu", ".cuh")) else name + ".cu")
     if not file.is_file():
         known = ", ".join(sorted(p.stem for p in kernel_dir().glob("*.cu")))
-        raise FileNotFoundError(f"no kernel file {file}; known: {known}")
+        raise FileNotFoundError(f"no kernel file {shown_path(file)}; known: {known}")
     return file
 
 

@@ -149,27 +149,56 @@ def target_facts(device, arch: str, name: str | None = None):
 # to build PTX) and whose limits plans take (facts_for_target)
 
 
+class ArchError(ValueError):
+    """An architecture spelled otherwise than :func:`parse_arch` takes; the one message says where
+    it was given (``RMSNORM_ARCH``, ``--arch``) and what it may be."""
+
+
+_SPELLING = re.compile(r"(sm|compute)_(\d{2,3})(a?)")
+
+
+def spellings() -> str:
+    """The architectures the course takes, in words: for the one message of :class:`ArchError`."""
+    numbers = ", ".join(a[3:] for a in LIMITS)
+    specific = ", ".join(f"{a}a" for a in LIMITS if int(a[3:]) >= 90)
+    return (f"sm_XY (a GPU's own code) or compute_XY (PTX the driver compiles), XY one of "
+            f"{numbers}; from sm_90 also XYa ({specific})")
+
+
+def parse_arch(arch, where: str = "arch") -> str:
+    """The one rule for an architecture, wherever it is given (``$RMSNORM_ARCH``, ``--arch``,
+    :func:`use_target`): ``sm_XY``, ``compute_XY`` or, from 90 on, either with ``a``, XY one of
+    :data:`LIMITS`' rows. Returns it as written; :class:`ArchError` naming ``where`` otherwise."""
+    m = _SPELLING.fullmatch(arch) if isinstance(arch, str) else None
+    if m is None or f"sm_{m.group(2)}" not in LIMITS or (m.group(3) and int(m.group(2)) < 90):
+        raise ArchError(f"{where}={arch!r} is not an architecture the course builds for: "
+                        f"{spellings()}")
+    return arch
+
+
 def check_target(arch, where: str = "arch") -> str | None:
-    """``arch`` when it is None or a virtual architecture with a row in :data:`LIMITS`
-    (``compute_75`` ... ``compute_120``), else a ValueError naming ``where``."""
-    if arch is None or (re.fullmatch(r"compute_\d{2,3}", str(arch)) and
-                        real_arch(arch) in LIMITS):
-        return arch
-    known = ", ".join(a.replace("sm_", "compute_") for a in LIMITS)
-    raise ValueError(f"{where} must be a virtual architecture, one of {known} (or unset: the "
-                     f"device's own), got {arch!r}")
+    """The virtual architecture to build PTX for, given ``arch`` in any spelling of
+    :func:`parse_arch` (``sm_75`` and ``compute_75`` both give ``compute_75``: the code a T4 runs,
+    JIT-compiled by the driver), or None for None; :class:`ArchError` naming ``where``."""
+    if arch is None:
+        return None
+    return "compute_" + parse_arch(arch, where).split("_", 1)[1]
 
 
 def use_target(arch: str | None) -> None:
-    """Build every rung as PTX for ``arch`` (``"compute_75"``, ``"compute_80"``...) and plan for
-    its limits from now on, whatever ``$RMSNORM_ARCH`` says; None goes back to the environment."""
+    """Build every rung as PTX for ``arch`` (``"compute_75"`` or ``"sm_75"``, ``"compute_80"``...)
+    and plan for its limits from now on, whatever ``$RMSNORM_ARCH`` says; None goes back to the
+    environment."""
     _target[:] = [] if arch is None else [check_target(arch)]
 
 
 def target_arch() -> str | None:
     """The virtual architecture rungs are built for (:func:`use_target`'s, else
     ``$RMSNORM_ARCH``'s), or None: cubins for the device itself."""
-    return _target[0] if _target else check_target(os.environ.get(ARCH_ENV) or None, ARCH_ENV)
+    if _target:
+        return _target[0]
+    given = os.environ.get(ARCH_ENV)
+    return None if given is None or given == "" else check_target(given, ARCH_ENV)
 
 
 def facts_for_target(device):
@@ -179,6 +208,6 @@ def facts_for_target(device):
         return device
     facts = target_facts(device, arch)
     if tuple(facts.compute_capability) > tuple(device.compute_capability):
-        raise ValueError(f"{ARCH_ENV}={arch} is newer than {device.name} ({device.arch}): its "
-                         f"PTX cannot run there; choose compute_{device.arch[3:]} or older")
+        raise ArchError(f"{ARCH_ENV}={arch} is newer than {device.name} ({device.arch}): its "
+                        f"PTX cannot run there; choose compute_{device.arch[3:]} or older")
     return facts

@@ -5,7 +5,7 @@ are made here.
 
     >>> from rmsnorm_lessons import project
     >>> project.colab_url("00_setup")   # doctest: +SKIP
-    'https://colab.research.google.com/github/<owner>/<name>/blob/main/notebooks/00_setup.ipynb'
+    'https://colab.research.google.com/github/<owner>/<name>/blob/main/student/00_setup.ipynb'
 """
 from __future__ import annotations
 
@@ -15,6 +15,10 @@ from pathlib import Path
 
 DISTRIBUTION = "rmsnorm-lessons"
 BRANCH = "main"
+#: where each edition of the lessons lives in the repository: the learner's (written by
+#: ``python -m rmsnorm_lessons student``, what every Colab and Binder link opens) and the
+#: instructor's (solutions in)
+EDITIONS = {"student": "student", "instructor": "notebooks"}
 PYPROJECT = Path(__file__).resolve().parents[2] / "pyproject.toml"
 _GITHUB = re.compile(r"https://github\.com/([A-Za-z0-9][\w.-]*)/([\w.-]+?)(?:\.git)?/?")
 
@@ -71,14 +75,31 @@ def _notebook(stem: str) -> str:
     return stem if stem.endswith(".ipynb") else f"{stem}.ipynb"
 
 
-def colab_url(stem: str) -> str:
-    """Colab's link that opens ``notebooks/<stem>.ipynb`` of the repository."""
-    file = _notebook(stem)
+def _folder(edition: str) -> str:
+    if edition not in EDITIONS:
+        raise ValueError(f"edition must be one of {', '.join(EDITIONS)}, got {edition!r}")
+    return EDITIONS[edition]
+
+
+def colab_url(stem: str, edition: str = "student") -> str:
+    """Colab's link that opens lesson ``stem`` of the repository, in its learner's edition
+    (``student/``) or, ``edition="instructor"``, with the solutions (``notebooks/``)."""
+    file, folder = _notebook(stem), _folder(edition)
     return (f"https://colab.research.google.com/github/{repository_path()}/blob/{BRANCH}/"
-            f"notebooks/{file}")
+            f"{folder}/{file}")
 
 
-def binder_url(stem: str = "00_setup") -> str:
-    """Binder's link that builds the repository (binder/) and opens ``notebooks/<stem>.ipynb``."""
-    file = _notebook(stem)
-    return f"https://mybinder.org/v2/gh/{repository_path()}/{BRANCH}?labpath=notebooks/{file}"
+def binder_url(stem: str = "00_setup", edition: str = "student") -> str:
+    """Binder's link that builds the repository (binder/) and opens lesson ``stem`` in that
+    edition."""
+    file, folder = _notebook(stem), _folder(edition)
+    return f"https://mybinder.org/v2/gh/{repository_path()}/{BRANCH}?labpath={folder}/{file}"
+
+
+def file_url(path: str) -> str:
+    """GitHub's page of ``path`` (relative to the repository's root) on the branch the links
+    open: ``file_url("notebooks/02_naive.ipynb")``, the instructor's edition of lesson 02."""
+    if not isinstance(path, str) or not path or path.startswith("/") or ".." in path.split("/"):
+        raise ValueError(f"path must be a file of the repository, relative to its root, got "
+                         f"{path!r}")
+    return f"{repository_url()}/blob/{BRANCH}/{path}"

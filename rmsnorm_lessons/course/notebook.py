@@ -17,14 +17,21 @@ import os
 import re
 from pathlib import Path
 
-from ..core import gpu
+from ..core import devices, gpu
 
 #: notebook metadata key where rmsnorm_lessons.course.execute records the device and date of the run
 RUN_KEY = "rmsnorm_lessons"
+#: an output's metadata key that marks the student edition's "saved on <card>, <date>: run the cell
+#: for yours" line above a GPU cell's saved outputs (:func:`.student.saved_label`)
+LABEL_KEY = "rmsnorm_lessons_saved_label"
 
 
 def gpu_cell(line: str, cell: str):
-    reason = gpu.why_unavailable()
+    try:  # a bad $RMSNORM_ARCH: its one message, as where no GPU is (the saved output below)
+        devices.target_arch()
+        reason = gpu.why_unavailable()
+    except devices.ArchError as exc:
+        reason = f"{exc}: unset it or fix it, then restart the kernel"
     if reason is not None:
         saved = saved_outputs(cell)
         if saved is None:
@@ -56,17 +63,26 @@ def _body(source: str) -> str:
 
 def _notebooks() -> list[Path]:
     # JupyterLab tells the kernel its notebook (JPY_SESSION_NAME); otherwise the kernel's folder
-    # holds it
+    # holds it. Last, the instructor edition the package carries: a cell the student edition
+    # shows without outputs (a measurement below a prediction), or a runtime whose folder holds
+    # no notebook (Colab's /content), finds its saved outputs there.
+    from .registry import notebook_dir
+
     named = os.environ.get("JPY_SESSION_NAME")
     found = [Path(named)] if named and named.endswith(".ipynb") and Path(named).is_file() else []
-    return found + sorted(Path.cwd().glob("*.ipynb"))
+    try:
+        shipped = sorted(notebook_dir().glob("[0-9][0-9]_*.ipynb"))
+    except FileNotFoundError:
+        shipped = []
+    return found + sorted(Path.cwd().glob("*.ipynb")) + shipped
 
 
 def saved_outputs(cell: str, notebooks=None):
     """``(outputs, "NVIDIA H200, 2026-12-02")`` saved for the %%gpu cell with this code, or None.
 
-    Looks in the running notebook's file (and the other notebooks of its folder) for a cell with the
-    same code whose outputs came from a GPU run recorded in the notebook's metadata.
+    Looks in the running notebook's file (and the other notebooks of its folder, then the
+    lessons the package carries) for a cell with the same code whose outputs came from a GPU run
+    recorded in the notebook's metadata.
     """
     want = _body(cell)
     for path in notebooks if notebooks is not None else _notebooks():
@@ -90,13 +106,16 @@ def saved_outputs(cell: str, notebooks=None):
 def show(outputs) -> None:
     """Display saved notebook outputs (streams, rich displays, results) in the running IPython. A
     saved prediction gap (:func:`.predict.versus`) shows this learner's guess beside the saved
-    measurement instead of the guess of the run that saved it."""
+    measurement instead of the guess of the run that saved it; the student edition's "saved on
+    <card>, <date>" line is left out."""
     from IPython.display import publish_display_data  # only inside IPython
 
     from . import predict
 
     for out in outputs:
         kind = out.get("output_type")
+        if out.get("metadata", {}).get(LABEL_KEY):  # the student edition's "saved on ..." line:
+            continue  # gpu_cell says where the outputs come from itself
         gap = out.get("data", {}).get(predict.GAP_MIME)
         if gap is not None and predict.replay(gap) is not None:
             continue
@@ -127,8 +146,16 @@ def record_verdict(result) -> None:
         pass
 
 
+def arch_error(shell, etype, value, tb, tb_offset=None):
+    """IPython's handler for :class:`~rmsnorm_lessons.core.devices.ArchError` in a lesson: its one
+    message (which names $RMSNORM_ARCH and what it may be), no traceback."""
+    print(f"{value}: unset it or fix it, then restart the kernel")
+    return []
+
+
 def load_ipython_extension(ipython) -> None:
     ipython.register_magic_function(gpu_cell, magic_kind="cell", magic_name="gpu")
+    ipython.set_custom_exc((devices.ArchError,), arch_error)
     hooks = ipython.events.callbacks.get("post_run_cell", [])
     if not any(getattr(h, "__name__", "") == record_verdict.__name__
                and getattr(h, "__module__", "") == __name__ for h in hooks):

@@ -52,6 +52,15 @@ TUNING = "tuning.check_tuning"
 
 MESSAGE_MAX = 300
 
+#: what a record's time reads like (UTC, to the second: :func:`now`)
+TIME = re.compile(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ")
+
+#: a record's lesson and exercise: a notebook stem, "lesson04.check_v3_kernel", "predict.02.v1_ms"
+NAME = re.compile(r"[\w.\-]{0,80}")
+
+#: a GPU turn's id (hub/gpu_lock.py hands out 16 hex digits)
+LEASE = re.compile(r"[0-9a-f]{1,64}")
+
 #: a learner's file is read from its end, at most this many bytes (a huge file cannot stall the hub)
 READ_MAX = 1 << 20
 
@@ -68,18 +77,31 @@ class Record:
     message: str  # the verdict's first line
     score: float | None = None
     prediction_error: float | None = None
+    #: the room's GPU turn a score was measured in (the dashboard ranks only those), else None
+    lease: str | None = None
 
     def to_json(self) -> str:
         return json.dumps(asdict(self), ensure_ascii=False)
 
     @classmethod
     def from_dict(cls, d) -> "Record":
-        """A record from a parsed line; ValueError when a field is missing or of the wrong kind."""
+        """A record from a parsed line; ValueError when a field is missing or of the wrong kind.
+        A learner writes their own file, so every field is held to what a check writes: a time
+        of :data:`TIME`'s form, names of :data:`NAME`'s, a message of one line shortened as
+        :func:`first_line` does, a lease of :data:`LEASE`'s."""
         if not isinstance(d, dict):
             raise ValueError("a record is a JSON object")
         for key in ("time", "lesson", "exercise", "status", "message"):
             if not isinstance(d.get(key), str):
                 raise ValueError(f"a record's {key} must be a string")
+        if not TIME.fullmatch(d["time"]):
+            raise ValueError(f"a record's time must read like {now()!r}")
+        for key in ("lesson", "exercise"):
+            if not NAME.fullmatch(d[key]):
+                raise ValueError(f"a record's {key} must be a short name, got {d[key][:40]!r}")
+        lease = d.get("lease")
+        if lease is not None and not (isinstance(lease, str) and LEASE.fullmatch(lease)):
+            raise ValueError("a record's lease must be a turn's id (hex) or null")
         states = PREDICTION_STATES if is_prediction(d["exercise"]) else STATES
         if d["status"] not in states:
             raise ValueError(f"a record's status must be one of {states}, got {d['status']!r}")
@@ -90,7 +112,8 @@ class Record:
                                       or not math.isfinite(value)):
                 raise ValueError(f"a record's {key} must be a finite number or null")
             numbers[key] = None if value is None else float(value)
-        return cls(d["time"], d["lesson"], d["exercise"], d["status"], d["message"], **numbers)
+        return cls(d["time"], d["lesson"], d["exercise"], d["status"], first_line(d["message"]),
+                   **numbers, lease=lease)
 
 def is_prediction(exercise: str) -> bool:
     return exercise.startswith(PREDICT)
@@ -136,8 +159,10 @@ def make_record(exercise: str, verdict) -> Record:
     score = getattr(verdict, "score", None)
     if score is not None and not (isinstance(score, (int, float)) and math.isfinite(score)):
         score = None
+    lease = getattr(verdict, "lease", None)
+    lease = lease if isinstance(lease, str) and LEASE.fullmatch(lease) else None
     return Record(now(), lesson_of(exercise), exercise, verdict.status, first_line(verdict.message),
-                  None if score is None else float(score))
+                  None if score is None else float(score), lease=lease)
 
 def record(exercise: str, verdict, path=None) -> bool:
     """Append ``verdict`` (a :class:`~rmsnorm_lessons.course.verdict.Verdict`) for ``exercise`` to

@@ -12,11 +12,22 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-__all__ = ["LESSONS", "Lesson", "SESSIONS", "by_stem", "kernel_exercises", "notebook_dir"]
+__all__ = ["LESSONS", "Lesson", "NEEDS", "SESSIONS", "building", "by_stem", "kernel_exercises",
+           "notebook_dir"]
 
 #: when a lesson is taken: before the workshop's first day, in it, or after it (at the learner's
 #: pace); :mod:`rmsnorm_lessons.course.schedule` plans the workshop lessons over two days
 SESSIONS = ("prework", "workshop", "optional")
+#: what a lesson may need of the machine: a working GPU (PyCUDA on a driver), nvcc, and the CUDA
+#: tools Nsight Compute (ncu), compute-sanitizer and nvdisasm; the set-up cell's doctor
+#: (:mod:`rmsnorm_lessons.course.doctor`) says what a lesson does without each
+NEEDS = ("gpu", "nvcc", "ncu", "compute-sanitizer", "nvdisasm")
+#: a lesson that launches and compiles kernels
+BASIC = ("gpu", "nvcc")
+#: one whose kernel exercise is checked with compute-sanitizer (racecheck, synccheck, memcheck)
+#: and in its SASS (nvdisasm); PROFILED adds Nsight Compute's profile of a rung
+KERNEL = BASIC + ("compute-sanitizer", "nvdisasm")
+PROFILED = KERNEL + ("ncu",)
 
 
 @dataclass(frozen=True)
@@ -33,6 +44,8 @@ class Lesson:
     two-day workshop from them and the minutes, and refuses a lesson placed before one it needs.
     ``session`` is when the lesson is taken (:data:`SESSIONS`): ``"prework"`` before day 1 (the
     plan counts it as done), ``"workshop"`` on one of the two days, ``"optional"`` after them.
+    ``needs`` names what of :data:`NEEDS` the lesson uses (tests/test_doctor.py finds each use
+    in its notebook: a ``%%gpu`` cell, a profile, a kernel exercise, a SASS listing).
     """
 
     stem: str
@@ -44,6 +57,7 @@ class Lesson:
     rung: str | None = None
     kernel_exercise: str | None = None
     prerequisites: tuple[str, ...] = ()
+    needs: tuple[str, ...] = BASIC
     session: str = "workshop"
 
     def __post_init__(self):
@@ -69,30 +83,38 @@ LESSONS: tuple[Lesson, ...] = (
     Lesson("00_setup", "Setup: a first kernel and the copy bandwidth", "-",
            "what is here, a first `SourceModule` kernel, CUDA events, the copy bandwidth",
            ("lesson00.check_grid", "lesson00.check_bytes", "lesson00.check_ridge",
-            "lesson00.check_more_flops", "lesson00.check_why_rotate"), minutes=60,
+            "lesson00.check_more_flops", "lesson00.check_rotate_sets"), minutes=60,
            prerequisites=(), session="prework"),
     Lesson("01_rmsnorm_math", "The math of RMSNorm", "`rmsnorm_forward`",
            "forward and backward derived, the NumPy reference, finite differences",
-           ("lesson01.check_term2", "lesson01.check_rstd_scaling", "lesson01.check_catch_overwrite",
-            "lesson01.check_fd_passes"), minutes=55, prerequisites=(), session="prework"),
+           ("lesson01.check_term2", "lesson01.check_rstd_scaling",
+            "lesson01.check_overwrite_fraction", "lesson01.check_fd_passes"), minutes=55,
+           prerequisites=(), session="prework"),
     Lesson("02_naive", "v1: one thread per row", "`v1_naive`",
-           "one thread per row, two loops over C, dweight by global `atomicAdd`",
+           "one thread per row, two loops over C, dweight by global `atomicAdd`; the first "
+           "profile, read by one rule",
            ("lesson02.check_atomics", "lesson02.check_sectors", "lesson02.check_v1_kernel",
-            "lesson02.check_idle_sms", "lesson02.check_coalesce_v1", "lesson02.check_free_atomics"),
-           minutes=60, rung="v1_naive", kernel_exercise="lesson02.check_v1_kernel",
-           prerequisites=("00_setup", "01_rmsnorm_math")),
+            "lesson02.check_diagnosis", "lesson02.check_idle_sms", "lesson02.check_coalesce_v1",
+            "lesson02.check_free_atomics"),
+           minutes=74, rung="v1_naive", kernel_exercise="lesson02.check_v1_kernel",
+           prerequisites=("00_setup", "01_rmsnorm_math"),
+           needs=PROFILED),
     Lesson("03_warp_per_row", "v2: one warp per row", "`v2_warp`",
-           "one warp per row: coalesced loads, the `__shfl_xor_sync` butterfly",
-           ("lesson03.check_warp_sum", "lesson03.check_v2_kernel", "lesson03.check_lane_columns",
-            "lesson03.check_small_n", "lesson03.check_v2_atomic_share"), minutes=60,
-           rung="v2_warp", kernel_exercise="lesson03.check_v2_kernel", prerequisites=("02_naive",)),
+           "v1 diagnosed; one warp per row: coalesced loads, the `__shfl_xor_sync` butterfly",
+           ("lesson03.check_diagnosis", "lesson03.check_butterfly", "lesson03.check_v2_kernel",
+            "lesson03.check_lane_columns", "lesson03.check_small_n", "lesson03.check_v2_redg"),
+           minutes=75, rung="v2_warp", kernel_exercise="lesson03.check_v2_kernel",
+           prerequisites=("02_naive",),
+           needs=PROFILED),
     Lesson("04_shared_memory", "v3: dweight in shared memory", "`v3_smem`",
-           "dweight per block in shared memory, one global atomic per block and channel",
-           ("lesson04.check_v3_atomics", "lesson04.check_bank_conflict_degree",
-            "lesson04.check_v3_kernel", "lesson04.check_two_row_warps", "lesson04.check_widest_c",
-            "lesson04.check_v3_stalls"),
-           minutes=60, rung="v3_smem", kernel_exercise="lesson04.check_v3_kernel",
-           prerequisites=("03_warp_per_row",)),
+           "v2 diagnosed with ablations; dweight per block in shared memory, one global atomic "
+           "per block and channel",
+           ("lesson04.check_diagnosis", "lesson04.check_dweight_home", "lesson04.check_v3_kernel",
+            "lesson04.check_two_row_warps", "lesson04.check_widest_c",
+            "lesson04.check_v3_occupancy_cap"),
+           minutes=75, rung="v3_smem", kernel_exercise="lesson04.check_v3_kernel",
+           prerequisites=("03_warp_per_row",),
+           needs=PROFILED),
     Lesson("05_bf16", "bf16: 16-bit storage, fp32 arithmetic", "(bf16 on the host)",
            "bf16 on the host: rounding to nearest even, its spacing, the error it costs, the "
            "seed's tolerances",
@@ -104,21 +126,24 @@ LESSONS: tuple[Lesson, ...] = (
            ("lesson06.check_v4_kernel", "lesson06.check_planar_slot",
             "lesson06.check_four_wide_conflict", "lesson06.check_streaming_load"),
            minutes=60, rung="v4_vec_bf16", kernel_exercise="lesson06.check_v4_kernel",
-           prerequisites=("05_bf16", "04_shared_memory")),
+           prerequisites=("05_bf16", "04_shared_memory"),
+           needs=PROFILED),
     Lesson("07_two_pass", "v5: deterministic in two passes", "`v5_two_pass`",
            "determinism: per-block partials, a second kernel sums them",
            ("lesson07.check_block_order_sum", "lesson07.check_scratch_bytes",
             "lesson07.check_v5_kernel", "lesson07.check_launch_bound_registers",
             "lesson07.check_same_bits", "lesson07.check_second_wave"),
            minutes=60, rung="v5_two_pass", kernel_exercise="lesson07.check_v5_kernel",
-           prerequisites=("06_vectorized",)),
+           prerequisites=("06_vectorized",),
+           needs=PROFILED),
     Lesson("08_last_block", "v6: the seed's kernel10, the last block sums", "`v6_last_block`",
            "the seed's kernel10: one kernel, an `atomicInc` ticket, the last block sums",
            ("lesson08.check_atomic_inc", "lesson08.check_seed_tickets",
             "lesson08.check_v6_kernel", "lesson08.check_partial_floats", "lesson08.check_ldcg",
             "lesson08.check_second_wave", "lesson08.check_wrap_row"),
            minutes=60, rung="v6_last_block", kernel_exercise="lesson08.check_v6_kernel",
-           prerequisites=("07_two_pass",)),
+           prerequisites=("07_two_pass",),
+           needs=PROFILED),
     Lesson("09_bytes_in_flight", "Bytes in flight: why v6 waits, and how much is enough",
            "(copy, `scale`, the streaming ceiling)",
            "v6 diagnosed from its profile; Little's law: latency x bandwidth, the bytes in flight "
@@ -126,14 +151,16 @@ LESSONS: tuple[Lesson, ...] = (
            ("lesson09.check_diagnosis", "lesson09.check_in_flight", "lesson09.check_scale_kernel",
             "lesson09.check_in_flight_kib", "lesson09.check_threads_for_bandwidth"),
            minutes=75, kernel_exercise="lesson09.check_scale_kernel",
-           prerequisites=("00_setup", "06_vectorized", "08_last_block")),
+           prerequisites=("00_setup", "06_vectorized", "08_last_block"),
+           needs=PROFILED),
     Lesson("10_v7_one_pass", "v7: one pass over each row", "`v7_fast`",
            "past the seed: v6 diagnosed at a wide row, the row plan decided from the registers, "
            "a row's loads all issued before its one pass, no barrier per step",
            ("lesson10.check_diagnosis", "lesson10.check_row_plan", "lesson10.check_v7_kernel",
             "lesson10.check_group_size", "lesson10.check_idle_slots"),
            minutes=75, rung="v7_fast", kernel_exercise="lesson10.check_v7_kernel",
-           prerequisites=("08_last_block", "09_bytes_in_flight")),
+           prerequisites=("08_last_block", "09_bytes_in_flight"),
+           needs=PROFILED),
     Lesson("11_v7_tuning", "Tuning v7: each choice measured, then a search",
            "(`v7_fast`'s variants, the peers)",
            "the final sum and a launch's fixed cost; K, prefetch, blocks per SM and overwrite mode "
@@ -158,7 +185,8 @@ LESSONS: tuple[Lesson, ...] = (
             "lesson13.check_occupancy_cap"), minutes=72,
            kernel_exercise="lesson13.check_seed_loop",
            prerequisites=("04_shared_memory", "07_two_pass", "08_last_block",
-                          "10_v7_one_pass"), session="optional"),
+                          "10_v7_one_pass"), session="optional",
+           needs=PROFILED),
 )
 
 _BY_STEM = {lesson.stem: lesson for lesson in LESSONS}

@@ -13,7 +13,7 @@ entry per call, by kind (``"opening"``: :func:`.investigate.opening`'s calls; ``
 
 Writing: :func:`record` writes an entry only where :data:`ENV` is set, as the lessons' GPU run sets
 it (``RMSNORM_SAVE_RUN=1`` writes into :data:`RUN`'s file; ``RMSNORM_SAVE_RUN=<run name>`` into
-``results/<run name>/``, after which :data:`RUN` is set to that name). ``python
+the results folder of that run, after which :data:`RUN` is set to that name). ``python
 tools/save_openings.py`` measures every lesson's opening on a GPU and records it; its ``seed``
 command wrote the first file from the H100 run of 2026-12-05 (its notebooks' text outputs).
 """

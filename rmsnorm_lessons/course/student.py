@@ -4,9 +4,13 @@ The notebooks ship as the instructor edition: every exercise filled in between n
 markers, so every check cell says PASS on a GPU. The student edition is the same notebooks with each
 solution region replaced by its skeleton, the outputs of the solution cells and of the cells that
 show or check their answers cleared, the outputs of the cells tagged ``reveal`` (our kernel, shown
-after the learner's check) and ``prediction`` (the author's guess) cleared too, a saved measurement
-shown beside a guess (:func:`.predict.versus`) kept without the author's guess, and every other
-output (the H200 tables and figures) kept.
+after the learner's check) and ``prediction`` (the author's guess) cleared too, and below each
+prediction the outputs that would show what it asks for (:func:`answered_below`). The set-up cell's
+output (the author's machine) goes. The outputs a GPU saved (cells tagged ``gpu``) stay under one
+line, "saved on <card>, <date>: run the cell for yours", the card and date of the run the notebook
+records (:data:`.notebook.RUN_KEY`; without that record they go too); a saved measurement shown
+beside a guess (:func:`.predict.versus`) elsewhere is kept without the author's guess; every other
+output (tables and figures) is kept.
 
 Markers. A line containing ``BEGIN SOLUTION`` opens a solution region and a line containing
 ``END SOLUTION`` closes it, whatever the comment mark (``### BEGIN SOLUTION`` in Python,
@@ -51,6 +55,10 @@ _BOUND = re.compile(r"^\s*(?:def\s+(\w+)|(\w+)\s*=[^=])", re.M)
 #: the guess written in the instructor edition, and an investigation's answers (issue 41: the
 #: learner's diagnosis and decision, what changed once their kernel is in)
 CLEARED_TAGS = ("reveal", "prediction", "diagnosis", "decision", "what-changed")
+#: the line above a GPU cell's saved outputs in the student edition (the card and the date are the
+#: notebook's recorded run); its output carries :data:`.notebook.LABEL_KEY`, which
+#: :func:`.notebook.show` leaves out
+SAVED_LABEL = "saved on {device}, {date}: run the cell for yours"
 
 
 class MarkerError(ValueError):
@@ -149,14 +157,22 @@ def _clear(cell) -> None:
 
 def student_notebook(nb: dict) -> dict:
     """A copy of the notebook (nbformat 4, as a dict) as the student edition."""
+    from .notebook import RUN_KEY
+
     nb = copy.deepcopy(nb)
-    cells = [c for c in nb.get("cells", []) if c.get("cell_type") == "code"]
+    everything = nb.get("cells", [])
+    code = [i for i, c in enumerate(everything) if c.get("cell_type") == "code"]
     bound_elsewhere = set()
-    for cell in cells:
-        if not has_solution(_source(cell)):
-            bound_elsewhere.update(bound_names(_source(cell)))
+    for i in code:
+        if not has_solution(_source(everything[i])):
+            bound_elsewhere.update(bound_names(_source(everything[i])))
+    answered = answered_below(everything) | {  # and the set-up cell's: the author's machine
+        i for i in code[:1] if "setup" in tags(everything[i])
+        or "notebook.setup()" in _source(everything[i])}
+    label = saved_label(nb.get("metadata", {}).get(RUN_KEY))
     answers: set[str] = set()  # names an earlier solution cell binds (and no other cell does)
-    for cell in cells:
+    for i in code:
+        cell = everything[i]
         text = _source(cell)
         _hide_guesses(cell)
         _drop_answers(cell)
@@ -165,14 +181,73 @@ def student_notebook(nb: dict) -> dict:
                 answers.update(bound_names(text) - bound_elsewhere)
             cell["source"] = strip_solutions(text)
             _clear(cell)
-        elif any(t in CLEARED_TAGS for t in tags(cell)):
+        elif any(t in CLEARED_TAGS for t in tags(cell)) or i in answered:
             _clear(cell)
-        elif check_calls(text) or (answers
-                                   and re.search(r"\b(" + "|".join(map(re.escape, sorted(answers)))
-                                                         + r")\b", text)):
+        elif check_calls(text) or _reads(text, answers):
             _clear(cell)  # it checks or shows an answer
+        elif ("gpu" in tags(cell) and "opening" not in tags(cell)  # an opening says it itself
+              and cell.get("outputs")):
+            if label is None:
+                _clear(cell)  # no record of where they were made: nothing to label them with
+            else:
+                cell["outputs"] = [copy.deepcopy(label)] + cell["outputs"]
     _investigation(nb)
     return nb
+
+
+def saved_label(run) -> dict | None:
+    """The output above a GPU cell's saved outputs: "saved on <card>, <date>: run the cell for
+    yours", from the notebook's recorded run (``{"device": ..., "date": ...}``); None where the run
+    is not recorded."""
+    if not isinstance(run, dict) or not run.get("device") or not run.get("date"):
+        return None
+    from .notebook import LABEL_KEY
+
+    text = SAVED_LABEL.format(device=run["device"], date=run["date"])
+    return {"output_type": "display_data", "metadata": {LABEL_KEY: True},
+            "data": {"text/plain": text, "text/markdown": f"*{text}*"}}
+
+
+def _reads(text: str, names) -> bool:
+    names = sorted(set(names))
+    return bool(names) and re.search(r"\b(" + "|".join(map(re.escape, names)) + r")\b",
+                                     text) is not None
+
+
+def answered_below(cells) -> set[int]:
+    """Indices of the code cells whose outputs would show what a ``prediction`` cell asks for:
+    below each prediction, down to the last cell that uses its guess, the cells that use the
+    guess, the ``gpu`` cells, and the cells that bind a name those users take from above
+    (:func:`free_names`; where no cell uses the guess, the first code cell below it)."""
+    out: set[int] = set()
+    for i, cell in enumerate(cells):
+        if cell.get("cell_type") != "code" or "prediction" not in tags(cell):
+            continue
+        guess = bound_names(_source(cell))
+        below = [j for j in range(i + 1, len(cells)) if cells[j].get("cell_type") == "code"]
+        users = [j for j in below if _reads(_source(cells[j]), guess)] or below[:1]
+        read = set().union(*(free_names(_source(cells[j])) for j in users))
+        for j in below:
+            if users and j > users[-1]:
+                break
+            if j in users or "gpu" in tags(cells[j]) or read & bound_names(_source(cells[j])):
+                out.add(j)
+    return out
+
+
+def free_names(text: str) -> set[str]:
+    """The names a cell reads that it does not bind itself (what it takes from the cells above);
+    a cell that does not parse reads every word it holds."""
+    import ast
+
+    lines = [line for line in text.splitlines() if not line.lstrip().startswith(("%", "!"))]
+    try:
+        tree = ast.parse("\n".join(lines))
+    except SyntaxError:
+        return set(re.findall(r"[A-Za-z_]\w*", text))
+    loaded = {n.id for n in ast.walk(tree) if isinstance(n, ast.Name)
+              and isinstance(n.ctx, ast.Load)}
+    return loaded - bound_names(text)
 
 
 def bound_names(text: str) -> set[str]:

@@ -115,17 +115,40 @@ def check_more_flops(answer) -> Verdict:
                       "with the time the bytes take"})
 
 
-def check_why_rotate(answer) -> Verdict:
-    """Why the course's timing rotates buffer sets larger than L2 between launches: a) so each
-    launch reads from device memory, not from what the previous launch left in L2; b) to keep the
-    GPU's clock warm; c) to hide the host's launch overhead."""
-    return choice_verdict(
-        answer, "a", why="the same buffers again would be partly served by L2, and the bandwidth "
-                         "would be the cache's, not device memory's",
-        why_not={"b": "the warm-up launches do that; what would a launch find in L2 if it read "
-                      "the same buffers as the launch before?",
-                 "c": "the busy kernel queued ahead of each burst does that; think about what "
-                      "the cache holds between launches"})
+def check_rotate_sets(set_bytes: int, l2_bytes: int, sets) -> Verdict:
+    """``sets``: how many buffer sets of ``set_bytes`` the course's timing rotates on a GPU whose
+    L2 holds ``l2_bytes``, with free memory to spare (the rule of
+    :func:`rmsnorm_lessons.speed.timing.sets_for`: together at least three L2s, and at least
+    :data:`~rmsnorm_lessons.speed.timing.MIN_SETS`)."""
+    from ..speed import timing
+
+    got, verdict = read_number(sets, "of sets with your answer (a number or an expression)",
+                               whole=True)
+    if verdict is not None:
+        return verdict
+    set_bytes, l2_bytes = int(set_bytes), int(l2_bytes)
+    if set_bytes < 1 or l2_bytes < 1:
+        raise ValueError(f"set_bytes and l2_bytes must be positive, got {set_bytes} and "
+                         f"{l2_bytes}")
+    want = timing.sets_for(set_bytes, l2_bytes, free_bytes=1 << 40)
+    three = -(-3 * l2_bytes // set_bytes)  # sets that together hold three L2s, rounded up
+    if got == want:
+        why = (f"{want} sets of {set_bytes / 2**20:.2f} MiB hold {want * set_bytes / 2**20:.0f} "
+               f"MiB, at least three L2s of {l2_bytes / 2**20:.0f} MiB" if want == three else
+               f"three L2s need only {three} sets, and the rule asks at least {timing.MIN_SETS}")
+        return passed(f"{why}: by the time a set comes round again, two L2s' worth of other "
+                      "buffers have passed through the cache")
+    if got == -(-l2_bytes // set_bytes) and got != want:
+        return failed(f"{got} sets hold one L2's worth: the rule asks for three, so that the "
+                      "buffers one launch reads have left L2 before that set is used again")
+    if got == timing.MIN_SETS and three > timing.MIN_SETS:
+        return failed(f"{timing.MIN_SETS} is the least the rule takes: it applies only when three "
+                      f"L2s need fewer sets; here they need more")
+    if got == 3 * l2_bytes // set_bytes and got < three:
+        return failed(f"{got} sets hold less than three L2s: round up, so that together they "
+                      "hold at least three")
+    return failed(f"{got} is not it: how many sets of {set_bytes:,} bytes hold three L2s of "
+                  f"{l2_bytes:,} bytes (rounded up), and is that at least {timing.MIN_SETS}?")
 
 
 def thread_indices(n: int = 20, block_size: int = 8):

@@ -118,17 +118,43 @@ def check_rstd_scaling(answer) -> Verdict:
                       "doubles?"})
 
 
-def check_catch_overwrite(answer) -> Verdict:
-    """A kernel writes ``dinp = ...`` instead of ``dinp += ...`` (dweight is right). A test catches
-    it when it starts from: a) dinp zero, dweight random; b) dinp random; c) both zero."""
-    return choice_verdict(
-        answer, "b", why="a random starting dinp: = and += give different results only where "
-                         "dinp did not start at zero (random_problem(..., accumulate=True) does "
-                         "this)",
-        why_not={"a": "with dinp starting at zero, 0 + g and g are the same: which tensor must "
-                      "start non-zero?",
-                 "c": "from zeros, = and += give the same result: the test cannot tell them "
-                      "apart"})
+def check_overwrite_fraction(fraction) -> Verdict:
+    """``fraction``: the share of dinp's elements that still pass the course's check when a kernel
+    writes ``dinp = g`` instead of adding (``dinp += g``), where the check starts dinp uniform in
+    [-1, 1] (:func:`rmsnorm_lessons.core.reference.random_problem`) and accepts an element when
+    ``|err| <= tol + |ref| * eps`` (:func:`rmsnorm_lessons.core.compare.tolerances`, fp32)."""
+    from ..core import compare
+
+    got, verdict = read_number(fraction, "with the fraction of dinp's elements that still pass "
+                                         "(between 0 and 1)")
+    if verdict is not None:
+        return verdict
+    tol, eps = compare.tolerances(np.float32, 8192)["dinp"]
+    # the error is the start d0 itself, uniform on [-1, 1]: P(|d0| <= tol) = tol; eps * |ref|
+    # (ref = d0 + g, at most a few) adds under a millionth, inside the 10 % the answer may miss by
+    want = tol
+    if abs(got - want) <= 0.1 * want:
+        return passed(f"about {want:.2g}: = leaves every element off by its start, so only the "
+                      f"few that started within {tol:g} of zero pass, about 1 in {1 / want:.0f}. "
+                      "From zeros all would pass: the course's checks start from random dinp "
+                      "and dweight")
+    if got == 0:
+        return failed("some elements started within the tolerance of zero: = and += differ "
+                      "there by less than the check allows. How many of a uniform start on "
+                      "[-1, 1] lie that close to zero?")
+    if got == 1:
+        return failed("= gives g where += gives start + g: each element is off by its own start, "
+                      "which is rarely within the tolerance of zero")
+    if abs(got - want / 2) <= 0.1 * want / 2:
+        return failed("both signs count: |start| <= tol is the interval [-tol, tol], twice tol "
+                      "wide, under a density of 1/2")
+    if abs(got - 2 * want) <= 0.2 * want:
+        return failed("a uniform start on [-1, 1] has density 1/2, not 1: the interval [-tol, tol] "
+                      "holds 2 tol x 1/2 of the elements")
+    if abs(got - 100 * want) <= 10 * want:
+        return failed("that reads as a percent: give the fraction (between 0 and 1)")
+    return failed(f"{got:g} is not it: with = the error of an element is its start; which share "
+                  f"of starts, uniform on [-1, 1], lies within tol = {tol:g} of zero?")
 
 
 def check_fd_passes(N: int, C: int, passes) -> Verdict:

@@ -1,8 +1,12 @@
-"""Lesson 02: count what v1_naive asks of the memory system.
+"""Lesson 02: v1_naive, what it asks of the memory system, and its first profile.
 
-Two checks, no GPU needed: :func:`check_atomics` (how many ``atomicAdd`` v1 issues on ``dweight``
-and how many land on each address) and :func:`check_sectors` (how many 32-byte sectors one warp's
-load of ``inp`` touches at one loop step, in v1 and in v2).
+The decisions, no GPU needed: :func:`check_atomics` (how many ``atomicAdd`` v1 issues on
+``dweight`` and how many land on each address) and :func:`check_sectors` (how many 32-byte sectors
+one warp's load of ``inp`` touches at one loop step, in v1 and in v2). The kernel exercise,
+:func:`check_v1_kernel` (v1 whole, from its signature). The first diagnosis:
+:func:`opening` measures v1 (time and Nsight Compute profile, no reading) and
+:func:`check_diagnosis` judges the learner's reading of it by the course's one rule
+(:func:`rmsnorm_lessons.inspection.nsight.rule`).
 """
 from __future__ import annotations
 
@@ -112,6 +116,37 @@ def check_v1_kernel(source: str, sanitize: bool = True) -> Verdict:
                             "atomicAdd(&dweight[c], ...), a plain += loses most of the additions",
                             kernel=kernel),
                 kc.no_local_memory(kernel)))
+
+
+# --- the first profile: v1 measured, then read by the learner
+# -----------------------------------------
+
+_OPENINGS: dict = {}
+
+
+def opening():
+    """v1_naive at the seed's shape, measured on this GPU (its time and its Nsight Compute profile,
+    without the reading), else the saved run's
+    (:func:`rmsnorm_lessons.course.investigate.opening`). Measured once per process, so the
+    diagnosis is judged against the figures the cell above it showed."""
+    if "v1_naive" not in _OPENINGS:
+        from ..course import investigate
+
+        _OPENINGS["v1_naive"] = investigate.opening("v1_naive", SEED_N, SEED_C)
+    return _OPENINGS["v1_naive"]
+
+
+def check_diagnosis(bound, metric, value) -> Verdict:
+    """Lesson 02's diagnosis of v1's profile (:func:`opening`), the first and a light one:
+    ``bound``, ``"memory"`` or ``"latency"`` by the course's rule; ``metric``, the name of the
+    figure that decides it (a name :func:`rmsnorm_lessons.course.diagnose.causes` prints);
+    ``value``, that figure as the profile shows it. No cause yet: lesson 03 asks for it. Judged by
+    :func:`rmsnorm_lessons.course.diagnose.check` against the profile's own figures, whichever GPU
+    made them."""
+    from ..course import diagnose
+
+    return diagnose.check(opening(), bound=bound, cause=diagnose.NOT_ASKED, metric=metric,
+                          value=value, this_lesson=(), rung="v1_naive")
 
 
 # --- the end-of-lesson questions (no cell prints their answers)

@@ -1,5 +1,13 @@
-"""Lesson 04 (shared memory, v3_smem): counting global atomics, bank conflicts, and the
-end-of-lesson questions (rows per warp, the widest row, what the profile calls for)."""
+"""Lesson 04 (shared memory, v3_smem).
+
+It opens with v2 measured (:func:`opening`: time, Nsight Compute profile and three ablations, no
+reading) and the learner's diagnosis of it (:func:`check_diagnosis`). The decision,
+:func:`check_dweight_home` on the :func:`outline`: where each block sums its rows' dweight, and
+where the barriers stand, with the consequence of each choice computed. The kernel exercise,
+:func:`check_v3_kernel` (v3 whole, from its signature); the end-of-lesson questions (rows per warp,
+the widest row, the plan's occupancy cap). :func:`bank_conflicts` draws shared memory's banks (the
+picture lesson 06's bank conflicts start from).
+"""
 from __future__ import annotations
 
 import dataclasses
@@ -9,9 +17,8 @@ import numpy as np
 
 from ..core import gpu, ladder
 from ..course.plots import FIGSIZE, _outside_pyplot
-from ..course.verdict import Verdict, call_answer, choice_verdict, failed, passed, read_number
+from ..course.verdict import Verdict, failed, passed, read_number
 from ..inspection import access
-from ..inspection.access import bank_conflict_degree
 
 
 def _device(sms: int | None):
@@ -24,67 +31,135 @@ def _device(sms: int | None):
     return device, label
 
 
-def check_v3_atomics(answer, N: int = 100, C: int = 768, sms: int | None = None) -> Verdict:
-    """How many global atomicAdds does v3_smem issue for one call at (N, C)? On this GPU (the H200's
-    saved facts where there is none), or on a GPU of ``sms`` SMs."""
-    value, verdict = read_number(answer, "with your count (an integer)", whole=True)
-    if verdict is not None:
-        return verdict
-    device, label = _device(sms)
-    rung = ladder.get("v3_smem")
-    blocks = ladder.plan(rung, N, C, device)[0].grid
-    per_sm = int(ladder.blocks_per_sm(rung, C, device))
-    # the plan's grid once the rows are enough for every block
-    most = per_sm * device.multiprocessors
-    want = blocks * C
-    if value == want:
-        return passed(f"{blocks} blocks x {C} channels = {want} global atomics on {label} (v2 "
-                      f"would issue {N * C})")
-    if value == N * C:
-        return failed("that is v2's count, one atomic per row and channel; v3 issues one per block "
-                      "and channel")
-    if value == most * C and most != blocks:
-        return failed(f"{most} blocks ({per_sm} per SM x {device.multiprocessors} SMs of {label}) "
-                      f"is the plan's upper limit; with {N} rows and {rung.block_size // 32} warps "
-                      f"a block, how many blocks does persistent_grid launch?")
-    if value == blocks:
-        return failed("that is the number of blocks; each block adds all C channels")
-    return failed(f"{value} is not it: count the blocks the plan launches on {label}, then the "
-                  f"atomics each block issues")
-
-
-STRIDES = list(range(0, 70)) + [96, 127, 128, 129, 256, 1000, 1024, 1025]
-
-
-def check_bank_conflict_degree(fn) -> Verdict:
-    """``fn(stride)`` -> the worst bank's number of distinct 4-byte words when lane i reads word
-    i*stride.
-
-    32 banks, 32 lanes; lanes reading the same word share one access (a broadcast), so they count
-    once.
-    """
-    wrong = []
-    for stride in STRIDES:
-        got, verdict = call_answer(fn, stride, at=f"at stride {stride}")
-        if verdict is not None:
-            return verdict
-        if got != bank_conflict_degree(stride):
-            wrong.append((stride, got, bank_conflict_degree(stride)))
-    if not wrong:
-        return passed(f"right for all {len(STRIDES)} strides: the degree is gcd(stride, 32), and 1 "
-                      "at stride 0")
-    stride, got, want = wrong[0]
-    hint = ""
-    if stride == 0:
-        hint = " (all lanes read the same word: that is a broadcast, served at once)"
-    elif got == 32 // want:
-        hint = " (that looks like the number of banks in use, not the lanes per bank)"
-    return failed(f"{len(wrong)} of {len(STRIDES)} strides wrong; e.g. stride {stride}: you said "
-                  f"{got}, it is {want}{hint}")
-
-
 # --- the questions at the end of the lesson
 # ------------------------------------------
+
+#: the shape the lesson measures: the seed's
+N, C = 8192, 1024
+#: the causes v3 removes (a diagnosis naming another supported one passes, and is told so)
+THIS_LESSON = ("global_atomics",)
+#: the lines of kernels/v2_warp.cu the opening takes out in turn, one ablation each
+ABLATIONS = {"atomicAdd": "atomicAdd(&dweight[c], norm * dout_row[c]);",
+             "dinp": "dinp_row[c] += r * (dnorm - norm * dnorm_norm_mean);",
+             "partial": "partial += weight[c] * dout_row[c] * inp_row[c];"}
+_OPENINGS: dict = {}
+
+
+def opening(after: bool = False):
+    """The rung before this lesson's, v2_warp, at the seed's shape, with the three ablations of
+    :data:`ABLATIONS` as its extra figures, ``"ablation:<label>"``: the % of v2's time gone
+    without that line (``after=True``: this lesson's v3_smem, measured as v2 was). On this GPU,
+    else the saved run's (:func:`rmsnorm_lessons.course.investigate.opening`; it may lack some
+    ablations). Measured once per process, so the diagnosis is judged against the figures the
+    opening cell showed."""
+    from ..course import investigate
+
+    version = "v3_smem" if after else "v2_warp"
+    if version not in _OPENINGS:
+        figures = None if after else {f"ablation:{label}": investigate.ablation("v2_warp", line,
+                                                                                N, C)
+                                      for label, line in ABLATIONS.items()}
+        _OPENINGS[version] = investigate.opening(version, N, C, figures=figures)
+    return _OPENINGS[version]
+
+
+def check_diagnosis(bound, cause, metric, value) -> Verdict:
+    """The learner's diagnosis of v2's profile and ablations (:func:`opening`): ``bound``,
+    ``cause`` (a name of :data:`rmsnorm_lessons.course.diagnose.CAUSES`), ``metric`` (the figure
+    that shows it) and ``value`` (that figure as the opening shows it)."""
+    from ..course import diagnose
+
+    return diagnose.check(opening(), bound=bound, cause=cause, metric=metric, value=value,
+                          this_lesson=THIS_LESSON, rung="v3_smem")
+
+
+# --- the decision: where each block sums dweight, and where its barriers stand
+# ---------------------
+
+#: the block's program in v3, as the decision sees it: slots (numbers) between its steps
+OUTLINE = (
+    (1, None),
+    (None, "the block's sums of dweight: C floats, in the memory you choose"),
+    (None, "each thread zeroes its share of them (c = threadIdx.x, threadIdx.x + blockDim.x, ...)"),
+    (2, None),
+    (None, "for each of this warp's rows (a grid-stride loop):"),
+    (None, "    the row's dot product, summed over the warp by the butterfly"),
+    (None, "    for each of the lane's columns:"),
+    (3, None),
+    (None, "        add norm * dout into the block's sum of dweight[c]"),
+    (None, "        dinp[row, c] += the row's gradient"),
+    (4, None),
+    (5, None),
+    (None, "each thread adds its share of the block's sums into the global dweight (atomicAdd)"),
+    (6, None),
+)
+HOMES = ("registers", "shared", "global")
+#: the most 32-bit registers one thread may use, on every architecture the course builds for
+MAX_REGISTERS = 255
+NEEDED = {2: "after the zeroing: without it a warp may add into an entry another thread has not "
+             "zeroed yet, and that zero then wipes the sum",
+          5: "after the row loop: without it a thread may flush its share of the sums before the "
+             "block's last warp has added its rows"}
+NOT_HERE = {1: "slot 1 comes before anything: there is nothing yet to wait for",
+            3: "slot 3 is inside the column loop: the block's adds need no barrier between them "
+               "(an atomic add is whole), and the lanes past the row's end never reach it",
+            4: "slot 4 ends each row: warps take different numbers of rows, and a __syncthreads() "
+               "that some threads of the block never reach hangs or breaks the block",
+            6: "slot 6 comes after the last step: nothing follows that could need it"}
+
+
+def outline() -> None:
+    """Print :data:`OUTLINE`: the block's steps in v3 and the numbered slots between them."""
+    for slot, step in OUTLINE:
+        print(f"  [{slot}]" if slot is not None else f"       {step}")
+
+
+def _consequence(home: str, device, label: str) -> str:
+    rung = ladder.get("v3_smem")
+    blocks = ladder.plan(rung, N, C, device)[0].grid
+    if home == "registers":
+        return (f"registers hold a thread's own values: C = {C} floats a thread, "
+                f"{C / MAX_REGISTERS:.0f} times the {MAX_REGISTERS} registers a thread may hold "
+                f"(the rest spill to local memory), and {rung.block_size} private copies a block "
+                "still to add up")
+    if home == "global":
+        return (f"global memory is v2's choice: N x C = {N * C:,} global atomics, {N:,} on each "
+                "address; the ablation above measured what they cost")
+    small = ladder.plan(rung, 100, 768, device)[0].grid
+    return (f"shared memory: {rung.shared_memory(C, rung.block_size) // 1024} KiB a block at "
+            f"C = {C}, on chip, and one global atomic per block and channel: {blocks} x {C} = "
+            f"{blocks * C:,} on {label}, {N * C / (blocks * C):.1f}x fewer than v2's {N * C:,} "
+            f"(at N = 100, C = 768: {small} x 768 = {small * 768:,} against {100 * 768:,})")
+
+
+def check_dweight_home(home, barriers) -> Verdict:
+    """Lesson 04's decision: ``home``, where each block sums its rows' dweight (``"registers"``,
+    ``"shared"`` or ``"global"``); ``barriers``, the slots of :func:`outline` where a
+    ``__syncthreads()`` must stand. Says what each choice costs, on this GPU (the H200's saved facts
+    where there is none)."""
+    if home is None or home is Ellipsis or not isinstance(home, str) or \
+            home.strip().lower() not in HOMES:
+        return failed(f"home: give one of {', '.join(repr(h) for h in HOMES)}, got {home!r}")
+    home = home.strip().lower()
+    try:
+        slots = {int(s) for s in barriers} if barriers not in (None, Ellipsis) else None
+    except (TypeError, ValueError):
+        slots = None
+    slots_all = {s for s, _ in OUTLINE if s is not None}
+    if slots is None or not slots <= slots_all:
+        return failed(f"barriers: give the slots of the outline where a __syncthreads() stands, a "
+                      f"set of numbers among {sorted(slots_all)}, got {barriers!r}")
+    device, label = _device(None)
+    said = _consequence(home, device, label)
+    if home != "shared":
+        return failed(f"{said}. Which memory do a block's threads share, on chip?")
+    problems = [f"slot {s}: a barrier is needed {NEEDED[s]}" for s in sorted(set(NEEDED) - slots)]
+    problems += [NOT_HERE[s] for s in sorted(slots - set(NEEDED))]
+    if problems:
+        return failed("; ".join(problems))
+    return passed(f"{said}. The barriers: {NEEDED[2]}; and {NEEDED[5]}. Registers would hold "
+                  f"{C} floats a thread, far past the {MAX_REGISTERS} a thread may hold")
+
 
 def check_two_row_warps(answer, N: int = 8192, sms: int = 132) -> Verdict:
     """v3_smem at N rows on a GPU of ``sms`` SMs: how many of the grid's warps take exactly two rows
@@ -136,26 +211,37 @@ def check_widest_c(answer, optin_kib: int = 99) -> Verdict:
     return failed(f"not {value}: how many 4-byte floats fit in {optin_kib} KiB?")
 
 
-def check_v3_stalls(answer) -> Verdict:
-    """The profile of v3 (lesson 13, and this lesson's): DRAM far below its peak, most warp stalls
-    on long_scoreboard, none of the top reasons a shared-memory one. Which change does that call
-    for?
-
-    a) replace the shared-memory atomics' compare-and-swap loops by plain additions in a fixed
-       order;
-    b) give each warp more bytes of global loads in flight (wider loads, more loads at once);
-    c) launch fewer blocks, so that fewer global atomics (REDG) are issued.
-    """
-    return choice_verdict(
-        answer, "b", why="long_scoreboard is a warp waiting for the data of a global load, with "
-                         "DRAM far from busy: more bytes in flight per warp give the memory more "
-                         "to do",
-        why_not={"a": "a warp stalled in a shared-memory atomic waits on short_scoreboard or "
-                      "mio_throttle, and neither is among v3's top reasons; what does "
-                      "long_scoreboard wait for?",
-                 "c": "the global atomics are a few per block, at its end; fewer blocks also "
-                      "mean fewer warps with loads in flight. What does long_scoreboard wait "
-                      "for?"})
+def check_v3_occupancy_cap(answer) -> Verdict:
+    """The highest achieved occupancy (% of an SM's warp slots) v3's plan allows on this GPU (the
+    H200's saved facts where there is none): the plan's blocks per SM x 8 warps over the SM's
+    warps."""
+    value, verdict = read_number(answer, "with the occupancy in % (a number)")
+    if verdict is not None:
+        return verdict
+    device, label = _device(None)
+    rung = ladder.get("v3_smem")
+    slots = device.max_threads_per_multiprocessor // 32
+    warps = rung.block_size // 32
+    per_sm = int(ladder.blocks_per_sm(rung, C, device))  # the plan's, read from the plan
+    want = 100.0 * per_sm * warps / slots
+    if abs(value - want) <= 0.5:
+        return passed(f"{want:.0f} %: the plan puts {per_sm} blocks of {warps} warps on an SM of "
+                      f"{slots} warp slots ({label}); achieved occupancy, measured, is what the "
+                      "warps fill on average, a little under it")
+    if abs(value - 100.0) <= 0.5:
+        return failed("100 % would need every warp slot filled: the plan launches a fixed number "
+                      "of blocks an SM, not all that fit")
+    if abs(value - 100.0 * warps / slots) <= 0.5:
+        return failed(f"{value:g} % is one block's warps; how many blocks does the plan put on an "
+                      "SM?")
+    if abs(value - per_sm * warps) <= 0.5:
+        return failed(f"{value:g} is a number of warps; occupancy is a share of the SM's {slots} "
+                      "warp slots, in %")
+    if want - 5 <= value < want - 0.5:
+        return failed("that is near what the profile measured; the cap is the plan's, above what "
+                      "the warps achieve on average")
+    return failed(f"{value:g} is not it: count the warps the plan puts on one SM, then divide by "
+                  "the SM's warp slots (threads per SM / 32)")
 
 
 # --- the kernel exercise: v3's dweight staged in shared memory

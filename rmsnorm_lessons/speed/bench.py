@@ -341,7 +341,8 @@ def table(results, baseline: str | None = None, overwriting=(), width: int | Non
           header: bool = True) -> str:
     """A text table: time, GB/s, % of copy, % of the same-bytes ceiling (where ``results`` hold
     ceiling rows: :func:`ceiling_for`) and (optionally) speedup over ``baseline`` at each shape. A
-    noisy row (:attr:`Timing.noisy`) is marked ``~``. ``width`` fixes the name column (tables
+    noisy row (:attr:`Timing.noisy`) is marked ``~``, one measured while a workshop room's GPU was
+    shared (:attr:`Timing.gpu`) ``(GPU shared)``. ``width`` fixes the name column (tables
     printed a shape at a time line up); ``header=False`` leaves out the header line."""
     base = {(r.N, r.C): r.ms for r in results if r.name == baseline}
     ceilings = any(r.name.startswith(STREAM_NAME) for r in results)
@@ -359,6 +360,8 @@ def table(results, baseline: str | None = None, overwriting=(), width: int | Non
             row += f"  {base[(r.N, r.C)] / r.ms:6.2f}x"
         if r.noisy:
             row += "  ~"
+        if r.gpu == "shared":  # a room's GPU, not had alone (speed/gpu_turn.py)
+            row += "  (GPU shared)"
         lines.append(row)
     return "\n".join(lines)
 

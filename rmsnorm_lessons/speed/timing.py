@@ -19,6 +19,7 @@ from dataclasses import asdict, dataclass
 import numpy as np
 
 from ..core import build, gpu, launch, reference
+from . import gpu_turn
 
 _sleeper = None
 #: how long the busy kernel ahead of each timed burst runs, per launch of the burst: more than the
@@ -36,10 +37,15 @@ MAX_SLEEP_US = 50_000
 BURST = 4
 
 
-def _sleep(us: float, stream=None):
+def _sleeper_function():
     global _sleeper
     if _sleeper is None:
         _sleeper = build.source_module("timing").get_function("gpu_sleep")
+    return _sleeper
+
+
+def _sleep(us: float, stream=None):
+    _sleeper_function()
     clock_khz = gpu.require().device.get_attribute(gpu.driver().device_attribute.CLOCK_RATE)
     _sleeper(np.int64(us * clock_khz / 1e3), block=(1, 1, 1), grid=(1, 1, 1), stream=stream)
 
@@ -50,9 +56,27 @@ def time_ms(launch, sets: int = 1, warmup: int = 5, repeats: int = 50, stream=No
     """Time ``launch(i)`` (``i`` = which buffer set) in ``repeats`` bursts of ``burst`` back-to-back
     launches; return each burst's milliseconds per launch. ``name`` names it in a warning;
     ``before`` and ``sleep_us`` as in :func:`time_interleaved`."""
-    return time_interleaved({name: launch}, sets, warmup, repeats, stream, burst,
-                            before=None if before is None else {name: before},
-                            sleep_us=sleep_us)[name]
+    times = time_interleaved({name: launch}, sets, warmup, repeats, stream, burst,
+                             before=None if before is None else {name: before},
+                             sleep_us=sleep_us)
+    return times[name]
+
+
+class Times(dict):
+    """:func:`time_interleaved`'s figures, name -> per round; ``turn``: how the GPU was had
+    (:class:`~rmsnorm_lessons.speed.gpu_turn.Turn`: alone in the room's turn, or shared)."""
+
+    def __init__(self, figures: dict, turn: gpu_turn.Turn):
+        super().__init__({name: Runs(runs, turn) for name, runs in figures.items()})
+        self.turn = turn
+
+
+class Runs(list):
+    """:func:`time_ms`'s figures, with the ``turn`` they were measured in."""
+
+    def __init__(self, figures, turn: gpu_turn.Turn):
+        super().__init__(figures)
+        self.turn = turn
 
 
 def time_interleaved(launches: dict, sets: int = 1, warmup: int = 5, repeats: int = 50, stream=None,
@@ -70,7 +94,18 @@ def time_interleaved(launches: dict, sets: int = 1, warmup: int = 5, repeats: in
     ``before`` maps a name to ``prepare(i)``, run untimed ahead of each of its launches on the same
     set (a launch that cannot repeat without it: it is then timed one launch at a time, ``burst`` =
     1, with no untimed launch of its own). ``sleep_us``: the first sleep ahead of a burst, per
-    launch in it."""
+    launch in it.
+
+    In a workshop room the GPU is taken in turn first (:mod:`.gpu_turn`: the queue says who is
+    ahead); the result (:class:`Times`) says whether it was measured alone or shared."""
+    if gpu_turn.in_room() and gpu_turn.held() is None:
+        _sleeper_function()  # built (nvcc, once) before the turn: the turn is for the GPU alone
+    with gpu_turn.turn("timing") as turn:
+        return Times(_interleaved(launches, sets, warmup, repeats, stream, burst, before,
+                                  sleep_us), turn)
+
+
+def _interleaved(launches, sets, warmup, repeats, stream, burst, before, sleep_us) -> dict:
     before = before or {}
     if burst < 1:
         raise ValueError(f"burst must be at least 1, got {burst}")
@@ -160,6 +195,9 @@ class Timing:
     gbps: float
     copy_gbps: float
     burst: int = 1  # launches timed back to back per figure (1: a launch alone, as before bursts)
+    #: in a workshop room: "alone" (the room's GPU turn held) or "shared" (measured while others
+    #: may have used the GPU); "" outside a room (:mod:`.gpu_turn`)
+    gpu: str = ""
 
     @property
     def fraction_of_copy(self) -> float:
@@ -179,11 +217,13 @@ class Timing:
 
 
 def _timing(name, N, C, times, nbytes, copy_gbps, burst: int = BURST) -> Timing:
+    """A :class:`Timing` from one name's figures (a :class:`Runs` or :class:`Times` entry carries
+    the GPU turn it was measured in)."""
     med = statistics.median(times)
     p10, p90 = np.percentile(times, [10, 90])
+    turn = getattr(times, "turn", None)
     return Timing(name, N, C, med, float((p90 - p10) / med), nbytes, nbytes / (med * 1e-3) / 1e9,
-                  copy_gbps,
-                  burst)
+                  copy_gbps, burst, turn.mark() if turn is not None else "")
 
 
 

@@ -44,8 +44,8 @@ class Seen:
     def detail(self) -> str:
         if self.gap:
             return self.gap
-        said = f"guessed {self.guessed}" if self.written else "no guess written"
-        return f"{said}; not measured here"
+        said = f"guess {self.guessed}" if self.written else "guess -"
+        return f"{said} / measured - (not measured here)"
 
     def row(self) -> list:
         """What progress's worker sends: [lesson, key, status, error, detail]."""
@@ -64,10 +64,10 @@ class Seen:
                    learner=learner)
 
     def line(self, who: int = 12, width: int = 36) -> str:
-        """progress's row: learner, lesson, predict.KEY, status, error, detail."""
-        error = "-" if self.error is None else _pct(self.error)
+        """progress's row: learner, lesson, predict.KEY, status, and per field its guess /
+        measured / gap (the total line gives the median error)."""
         return (f"{self.learner:<{who}} {self.lesson:<20} {'predict.' + self.key:<{width}} "
-                f"{self.status:<13} error {error}: {self.detail}")
+                f"{self.status:<13} {self.detail}")
 
 
 def total(seen_: list) -> str:
@@ -100,8 +100,14 @@ def _gap_rows(lines: list[str]) -> str:
     for line in lines[1:]:  # lines[0] is the table's head
         cols = re.split(r"\s{2,}", line.strip(), maxsplit=3)
         if len(cols) == 4:
-            rows.append(f"{cols[0]} {cols[1]} vs {cols[2]} ({cols[3]})")
+            rows.append(field_text(*cols))
     return "; ".join(rows)
+
+
+def field_text(name, guess, measured, gap) -> str:
+    """One field of a prediction as progress prints it: ``ms: guess 0.8 / measured 0.4 / gap 2.0x
+    higher``."""
+    return f"{name}: guess {'-' if guess is None else guess} / measured {measured} / gap {gap}"
 
 
 def _from_data(found: dict, data: dict) -> None:
@@ -111,8 +117,7 @@ def _from_data(found: dict, data: dict) -> None:
     s = found.setdefault(key, Seen(key))
     s.written, s.measured = data.get("status") == "PREDICTED", True
     s.error = float(error) if type(error) in (int, float) and 0 <= error < math.inf else None
-    s.gap = "; ".join(f"{r[0]} {'-' if r[1] is None else r[1]} vs {r[2]} ({r[3]})"
-                      for r in rows if isinstance(r, list) and len(r) == 4)
+    s.gap = "; ".join(field_text(*r) for r in rows if isinstance(r, list) and len(r) == 4)
 
 
 def seen(nb: dict) -> list[Seen]:

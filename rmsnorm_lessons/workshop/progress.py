@@ -9,12 +9,14 @@ PREDICTED or NOT PREDICTED, guess against measurement (:mod:`.progress_predictio
 with the median error. A lesson's exercises come from the registry (:mod:`.lessons`): one the
 notebook no longer calls is NOT YET. The notebook file itself is never written.
 
-Whose code runs as whom: the child (:mod:`.progress_worker`) runs one notebook, and its kernel, as
-the owner of the learner's folder (``subprocess``'s ``user=``/``group=``), never as root for someone
-else's notebook. With ``--room DIR`` every subfolder ``DIR/NAME`` that holds lesson notebooks, in
-``DIR/NAME/rmsnorm-lessons`` (where the workshop hub seeds them) or in ``DIR/NAME`` itself, is the
-learner NAME; a learner whose folder root owns is refused. Notebooks run ``--jobs`` at a time; a
-line per finished notebook goes to stderr, the tables to stdout at the end.
+Whose code runs as whom: the child (:mod:`.worker`) runs one notebook, and its kernel, as the owner
+of the learner's folder (``subprocess``'s ``user=``/``group=``), never as root for someone else's
+notebook. ``--room DIR``: the workshop hub's state folder (its learners, the instructor left out),
+or a folder whose every subfolder ``DIR/NAME`` holding lesson notebooks (in
+``DIR/NAME/rmsnorm-lessons``, where the hub seeds them, or in ``DIR/NAME``) is the learner NAME
+(:mod:`.learners`); a learner whose folder root owns is refused. The interpreter (``--python``) is
+named by its absolute path (each notebook runs in its learner's folder). Notebooks run ``--jobs``
+at a time; a line per finished notebook goes to stderr, the tables to stdout at the end.
 """
 from __future__ import annotations
 
@@ -35,11 +37,11 @@ from pathlib import Path
 from ..course import registry
 from ..course.student import check_calls
 from ..course.verdict import STATES
+from .learners import (ROOM, ROOM_FOLDER, Learner, from_paths, from_room,  # noqa: F401
+                       lesson_notebooks)
 from .predictions import Seen
 from .predictions import total as predictions_total
 
-#: the folder of a learner's home the hub copies the student edition into (hub/jupyterhub_config.py)
-ROOM_FOLDER = "rmsnorm-lessons"
 NEEDS = ("nbformat", "nbclient", "ipykernel")
 INSTALL = "pip install 'rmsnorm-lessons[progress]'"
 _VERDICT = re.compile(r"^(PASS|NOT YET|NOT VERIFIED): ?(.*)$", re.M)
@@ -60,16 +62,6 @@ class Result:
     def line(self, who: int = 12, width: int = 36) -> str:
         return (f"{self.learner:<{who}} {self.lesson:<20} {self.exercise:<{width}} "
                 f"{self.status:<13} {self.message}")
-
-
-@dataclass
-class Learner:
-    name: str
-    folder: Path
-    notebooks: list[Path]
-    uid: int | None = None  # run as this account; None: as whoever runs progress
-    gid: int | None = None
-    refused: str | None = None  # why this learner's notebooks are not run
 
 
 @dataclass
@@ -137,97 +129,6 @@ def verdicts(nb: dict, lesson: str, width: int = 100) -> list[Result]:
 def totals(results: list[Result]) -> str:
     counts = {s: sum(r.status == s for r in results) for s in STATES}
     return ", ".join(f"{n} {s}" for s, n in counts.items()) + f" of {len(results)}"
-
-
-# --- which notebooks, whose -----------------------------------------------------------------------
-
-
-def lesson_notebooks(folder: Path) -> list[Path]:
-    """The registry's lesson notebooks present in ``folder``, in course order."""
-    return [folder / lesson.notebook for lesson in registry.LESSONS
-            if (folder / lesson.notebook).is_file()]
-
-
-def _account(uid: int) -> str:
-    try:
-        return pwd.getpwuid(uid).pw_name
-    except KeyError:
-        return f"uid{uid}"
-
-
-def _run_as(learner: Learner, owner: int, room: bool) -> None:
-    """Who runs ``learner``'s notebooks: the owner of their folder. Root runs them for nobody: in a
-    room a root-owned learner is refused; outside one, root's own notebooks run as root."""
-    me = os.geteuid()
-    if room and owner == 0:
-        learner.refused = (f"{learner.folder} is owned by root: progress runs a learner's "
-                           f"notebooks as the owner of their folder, never as root")
-    elif owner == me:
-        learner.uid = None
-    elif me != 0:
-        learner.refused = (f"{learner.folder} is owned by {_account(owner)} (uid {owner}): only "
-                           f"root can run notebooks as another user")
-    else:
-        try:
-            learner.uid, learner.gid = owner, pwd.getpwuid(owner).pw_gid
-        except KeyError:
-            learner.refused = (f"{learner.folder} is owned by uid {owner}, which has no account "
-                               f"here to run its notebooks as")
-
-
-def from_paths(paths) -> list[Learner]:
-    """Learners of notebooks and folders named on the command line (a folder: its lesson notebooks),
-    one per owner of the notebooks' folders. ValueError for a path that is missing or no notebook.
-    A root-owned folder counts as its notebook's owner's: root runs no other user's notebook."""
-    by_owner: dict[int, Learner] = {}
-    for p in map(Path, paths):
-        if p.is_dir():
-            found = lesson_notebooks(p)
-            if not found:
-                first, last = registry.LESSONS[0].notebook, registry.LESSONS[-1].notebook
-                raise ValueError(f"{p}: a folder without lesson notebooks (looked for {first} ... "
-                                 f"{last})")
-        elif p.is_file():
-            if p.suffix != ".ipynb":
-                raise ValueError(f"{p}: not a notebook (.ipynb)")
-            found = [p]
-        else:
-            raise ValueError(f"{p}: no such notebook or folder")
-        for nb in found:
-            folder = nb.resolve().parent
-            owner = folder.stat().st_uid or nb.lstat().st_uid  # a link: its maker's
-            learner = by_owner.get(owner)
-            if learner is None:
-                learner = by_owner[owner] = Learner(_account(owner), folder, [])
-                _run_as(learner, owner, room=False)
-            if nb not in learner.notebooks:
-                learner.notebooks.append(nb)
-    return list(by_owner.values())
-
-
-def from_room(room) -> list[Learner]:
-    """One learner per subfolder of ``room`` holding lesson notebooks (in ``SUB/rmsnorm-lessons``,
-    else in ``SUB``), run as the owner of ``SUB``."""
-    room = Path(room)
-    if not room.is_dir():
-        raise ValueError(f"--room {room}: not a folder")
-    learners = []
-    for sub in sorted(p for p in room.iterdir() if not p.name.startswith(".")):
-        if sub.is_symlink() or not sub.is_dir():
-            continue
-        try:
-            found = lesson_notebooks(sub / ROOM_FOLDER) or lesson_notebooks(sub)
-        except PermissionError:
-            found = []
-        if not found:
-            continue
-        learner = Learner(sub.name, sub, found)
-        _run_as(learner, sub.stat().st_uid, room=True)
-        learners.append(learner)
-    if not learners:
-        raise ValueError(f"--room {room}: no subfolder holds lesson notebooks (looked in each "
-                         f"{room}/NAME/{ROOM_FOLDER} and {room}/NAME)")
-    return learners
 
 
 # --- running one notebook -------------------------------------------------------------------------
@@ -416,8 +317,11 @@ def main(paths=(), room=None, jobs=None, python=None, timeout: int = 900, out=No
         print(f"progress: {', '.join(absent)} missing: {INSTALL}", file=err)
         return 1
     python = python or sys.executable
-    if shutil.which(python) is None:
+    found = shutil.which(python)
+    if found is None:
         raise ValueError(f"--python {python}: no such interpreter")
+    # each notebook runs in its learner's folder: a path relative to here would name nothing there
+    python = os.path.abspath(found)
     if room is not None:
         learners = from_room(room)
     else:

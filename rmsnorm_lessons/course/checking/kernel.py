@@ -112,7 +112,7 @@ class Inspected:
     arch: str
     compiled: object  # build.Compiled
     head: str  # "nvcc compiled NAME for ARCH (resources)."
-    checked: str  # " Checked in the SASS: ..." or ""
+    checked: str  # " Checked in the SASS: ... Checked in nvcc's report: ... Not checked here ..."
     on_cpu: bool = False  # no GPU here: the CPU twin runs it
 
 
@@ -147,32 +147,39 @@ def inspect_text(source: str, name: str, kernels, static, compile_it: Callable, 
                          else "no spills")
                       for k, r in compiled.resources.items() if k in kernels)
     try:
-        listing, sass_note = sass_of(compiled, arch), ""
+        listing, missing = sass_of(compiled, arch), None
     except sass.ToolMissing as exc:
-        listing, sass_note = None, f" The SASS checks were skipped: {str(exc).split('. ')[0]}."
+        listing, missing = None, str(exc).split(". ")[0]
     ctx = Compiled(rung, compiled, listing, strip_comments(without_skeletons(source)))
-    held, problems = [], []
+    held, reported, skipped, problems = [], [], [], []
     for s in static:
         if s.sass and listing is None:
+            skipped.append(s.what)
             continue
         outcome = s.test(ctx)
-        (held if outcome is None else problems).append(s.what if outcome is None else outcome)
+        if outcome is not None:
+            problems.append(outcome)
+        else:  # what held, by where it was read: the SASS, or nvcc's resource report
+            (held if s.sass else reported).append(s.what)
     todo = todo_lines(source)
     head = f"nvcc compiled {name} for {arch} ({shown})."
-    checked = f" Checked in the SASS: {'; '.join(held)}." if held else ""
+    checked = ((f" Checked in the SASS: {'; '.join(held)}." if held else "")
+               + (f" Checked in nvcc's report: {'; '.join(reported)}." if reported else ""))
+    checked += (f" Not checked here ({missing}): {'; '.join(skipped)}." if missing and skipped
+                else f" There is no SASS listing here ({missing})." if missing else "")
     todo_note = (f"Fill in the TODO regions: line(s) {_lines(todo)} still start with // TODO "
                  f"(delete each TODO line once you have written that part). " if todo else "")
     if problems:  # what is wrong first: a progress line shows the start of the message
-        return failed(f"{todo_note}{'; '.join(problems)}. {head}{checked}{sass_note}"), None
+        return failed(f"{todo_note}{'; '.join(problems)}. {head}{checked}"), None
     if todo:
-        return failed(f"{todo_note}{head}{checked}{sass_note}"), None
+        return failed(f"{todo_note}{head}{checked}"), None
     if reason is not None:
         blocked = cpu() if cpu is not None else "no CPU run was given"
         if blocked is None:
             return None, Inspected(arch, compiled, head, checked, on_cpu=True)
         twin_note = f" The CPU twin could not run it: {blocked}." if cpu is not None else ""
         return not_verified("no GPU here, so it was compiled and inspected but not run. "
-                            f"{head}{checked}{sass_note}{twin_note} On a GPU this check runs it "
+                            f"{head}{checked}{twin_note} On a GPU this check runs it "
                             f"against {against}."), None
     return None, Inspected(arch, compiled, head, checked)
 
