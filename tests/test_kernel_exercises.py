@@ -20,8 +20,8 @@ from rmsnorm_lessons.core import build, gpu, ladder, reference
 from rmsnorm_lessons.course import student
 from rmsnorm_lessons.course.checking import kernel as kernel_check
 from rmsnorm_lessons.course.verdict import Verdict
-from rmsnorm_lessons.lessons import (lesson02, lesson03, lesson04, lesson06, lesson07, lesson08,
-                                     lesson09, lesson10, lesson13)
+from rmsnorm_lessons.lessons import (lesson02, lesson03, lesson04, lesson05, lesson06, lesson07,
+                                     lesson08, lesson09, lesson10, lesson13)
 
 NOTEBOOKS = Path(__file__).resolve().parent.parent / "notebooks"
 needs_nvcc = pytest.mark.skipif(build.find_nvcc() is None, reason="nvcc not found")
@@ -32,7 +32,7 @@ no_gpu_here = pytest.mark.skipif(gpu.available(),
                                  reason="checks what is said where there is no GPU")
 
 CHECKS = {"02_naive": lesson02.check_v1_kernel, "03_warp_per_row": lesson03.check_v2_kernel,
-          "04_shared_memory": lesson04.check_v3_kernel,
+          "04_shared_memory": lesson04.check_v3_kernel, "05_bf16": lesson05.check_v4_draft,
           "06_vectorized": lesson06.check_v4_kernel,
           "07_two_pass": lesson07.check_v5_kernel, "08_last_block": lesson08.check_v6_kernel,
           "09_bytes_in_flight": lesson09.check_scale_kernel,
@@ -78,14 +78,13 @@ MISTAKES = [
      "for (int b = 0; b < blocks; b++) sum += partials[(size_t)b * C + c];",
      "for (int b = 0; b < blocks; b++) sum += partials[(size_t)b * C + c];\n"
      "    atomicAdd((float*)partials + c, 0.0f);", ("atomic", "block order"), True),
-    ("08_last_block", "no fence", "    // ### BEGIN SOLUTION\n    __threadfence();\n",
-     "    // ### BEGIN SOLUTION\n",
-     ("no fence", "MEMBAR"), True),
+    ("08_last_block", "no fence", "    __threadfence();\n    __syncthreads();\n",
+     "    __syncthreads();\n", ("no fence", "MEMBAR"), True),
     ("08_last_block", "no acquire fence", "        if (ticket == gridDim.x - 1) __threadfence();\n",
      "",
      ("acquire", "1 MEMBAR"), True),
     ("08_last_block", "the seed's limit", "atomicInc(ticket_counter, gridDim.x - 1)",
-     "atomicInc(ticket_counter, gridDim.x)", ("dweight", "starting values", "ticket"), False),
+     "atomicInc(ticket_counter, gridDim.x)", ("seed's limit", "[4, 0, 1, 2]"), True),
     # lesson 09: y = a * x with 128-bit loads, all of a thread's issued before the first store
     ("09_bytes_in_flight", "a store after each load",
      "        if (i < n4) v[k] = x[i];\n    }\n    #pragma unroll\n    for (int k = 0; k < UNROLL; "

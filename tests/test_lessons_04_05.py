@@ -56,7 +56,8 @@ def test_lessons_04_05_predict_write_then_see_ours(name):
         assert f'rl.predict.guess("{name[:2]}.' in cell.source and "..." in cell.source
         assert cells[i - 1].cell_type == "markdown", "a line saying what to predict, and from what"
         measured = [c for c in cells[i + 1:] if f"rl.predict.versus({name_}," in c.source]
-        assert measured and "gpu" in _tags(measured[0]), f"{name_} is compared with a measurement"
+        # on the GPU, or on the CPU (lesson 06's tolerance, in its Explore tail)
+        assert measured, f"{name_} is compared with a measurement"
 
 
 def test_lesson04_exercise_starts_from_the_signature_and_ends_as_v3():

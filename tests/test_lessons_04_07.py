@@ -14,7 +14,7 @@ import rmsnorm_lessons as rl
 from rmsnorm_lessons.core import bf16, gpu, ladder, launch
 from rmsnorm_lessons.course import plots
 from rmsnorm_lessons.inspection import access, occupancy
-from rmsnorm_lessons.lessons import lesson04, lesson05, lesson07, lesson08
+from rmsnorm_lessons.lessons import lesson04, lesson05, lesson08
 
 ROOT = Path(__file__).resolve().parent.parent
 NOTEBOOKS = ["04_shared_memory.ipynb", "05_bf16.ipynb", "06_vectorized.ipynb",
@@ -130,33 +130,7 @@ def test_lesson05_half_ulp():
 def test_half_ulp_is_what_ml_dtypes_does():
     x = np.linspace(32, 64, 100001, endpoint=False).astype(np.float32)
     err = np.abs(bf16.from_bf16(bf16.to_bf16(x)).astype(np.float64) - x)
-    assert err.max() == lesson05._half_spacing(32.0)
-
-
-def test_lesson06_block_order_sum():
-    loop = lambda p: lesson07.block_order_sum(p)  # noqa: E731
-    assert lesson07.check_block_order_sum(loop).passed
-    assert lesson07.check_block_order_sum(lambda p: np.cumsum(p, axis=0,
-                                                              dtype=np.float32)[-1]).passed
-    cases = [(lambda p: p.astype(np.float64).sum(axis=0).astype(np.float32), "float64"),
-             (lambda p: lesson07.block_order_sum(p[::-1]), "last block"),
-             (lambda p: lesson07.block_order_sum(p).astype(np.float64), "float32"),
-             (lambda p: np.sort(p, axis=0).sum(axis=0), "differ"),
-             (lambda p: p.sum(), "shape"),
-             (lambda p: None, "returns None"),
-             (lambda p: p[99999], "IndexError")]
-    for fn, expect in cases:
-        v = lesson07.check_block_order_sum(fn)
-        assert not v.passed and expect in v.message, v.message
-
-
-def test_lesson06_scratch_bytes():
-    assert lesson07.check_scratch_bytes(264 * 4096 * 4).passed
-    for wrong, expect in [(264 * 4096 * 2, "float32"), (264 * 4096, "floats, not bytes"),
-                          (1, "not 1"),
-                          (None, "replace"), ("x", "whole")]:
-        v = lesson07.check_scratch_bytes(wrong)
-        assert not v.passed and expect in v.message, v.message
+    assert err.max() == lesson05.bf16._half_spacing(32.0)
 
 
 def test_lesson07_atomic_inc():
@@ -237,31 +211,9 @@ def test_ours_shows_only_after_the_learners_check(name, rung, parts):
         assert notebook.part_of(ours, part)  # the part exists in ours
 
 
-def test_lesson06_final_sum_kernel_starts_from_its_signature():
-    from rmsnorm_lessons.course import student
-
-    cells = _sources("07_two_pass.ipynb")
-    [exercise] = _tagged(cells, "kernel-exercise")
-    skeleton = student.strip_solutions(ast.parse(cells[exercise][2]).body[0].value.value)
-    head = skeleton.index('extern "C" __global__ void reduce_dweight_v5(')
-    body = skeleton[skeleton.index("{", head) + 1:skeleton.rindex("}")]
-    lines = [line.strip() for line in body.splitlines() if line.strip()]
-    assert lines and all(line.startswith("//") for line in lines), lines
-    assert sum(line.startswith("// TODO") for line in lines) >= 2
-    comment = skeleton[:head].rstrip().splitlines()[-1]
-    assert comment.startswith("//"), "a comment says what the kernel computes"
-
-
-def test_lesson07_atomic_inc_is_asked_before_its_rule_is_shown():
-    cells = _sources("08_last_block.ipynb")
-    [asked] = [i for i, (_, _, text) in enumerate(cells) if "def next_counter" in text]
-    for _, _, text in cells[:asked]:
-        assert "old + 1" not in text and "old >= limit" not in text, text
-
-
 @pytest.mark.parametrize("name, keys", [
     ("07_two_pass.ipynb", ("07.scratch_traffic", "07.v5_vs_v4")),
-    ("08_last_block.ipynb", ("08.v6_vs_v5", "08.v6_bound"))])
+    ("08_last_block.ipynb", ("08.v6_vs_v5",))])
 def test_lessons_06_07_predict_before_they_measure(name, keys):
     cells = _sources(name)
     for key in keys:

@@ -79,7 +79,8 @@ def test_the_questions_close_the_lesson(stem):
 
 @pytest.mark.parametrize("stem, call", [
     ("04_shared_memory", "lesson04.opening(after=True)"),
-    ("07_two_pass", 'rl.profiles.bottleneck("v5_two_pass", 16384, 2048)')])
+    ("05_bf16", "lesson05.opening(after=True)"), ("07_two_pass", "lesson07.opening(after=True)"),
+    ("08_last_block", "lesson08.opening(after=True)")])
 def test_each_lesson_profiles_the_shape_it_times_beside_the_timing(stem, call):
     cells = _cells(stem)
     [at] = [i for i, c in enumerate(cells) if call in "".join(c["source"])]
@@ -95,7 +96,7 @@ def test_occupancy_lives_in_lesson_07_and_lesson_04_points_there():
     prose04 = "".join("".join(c["source"]) for c in _cells("04_shared_memory"))
     assert "across_archs" not in prose04 and "lesson 07" in prose04
     code07 = "".join("".join(c["source"]) for c in _cells("07_two_pass"))
-    assert 'across_archs("v5_two_pass"' in code07 and 'occupancy("v5_two_pass"' in code07
+    assert 'occupancy("v5_two_pass", 2048, a)' in code07 and "LESSON_ARCHES" in code07
 
 
 @pytest.mark.skipif(build.find_nvcc() is None, reason="nvcc not found")

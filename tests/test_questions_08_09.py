@@ -8,11 +8,8 @@ CASES = [  # (check, right, [(plausible wrong, a word of its reason)], the None 
     (lesson08.check_partial_floats, 264 * 1024,
      [(2 * 264 * 1024, "2 * C floats apart"), (263 * 1024, "its own"), (1024, "one block's")],
      "a number of floats"),
-    (lesson08.check_ldcg, "b", [("a", "fences' job"), ("c", "atomic")], '"a", "b", "c"'),
     (lesson08.check_second_wave, "a", [("b", "returns"), ("c", "read-modify-write")],
      '"a", "b", "c"'),
-    (lesson08.check_wrap_row, 131072, [(131071, "still fits"), (262144, "signed")],
-     "a row number"),
     (lesson09.check_in_flight_kib, 12, [(3, "several loads"), (48, "4 bytes"), (4, "every block")],
      "KiB per SM"),
 ]
@@ -34,6 +31,6 @@ def test_a_question_passes_the_answer_and_explains_a_wrong_one(check, right, wro
 
 
 def test_a_choice_question_lists_its_options_in_its_docstring():
-    for check in (lesson08.check_ldcg, lesson08.check_second_wave):
+    for check in (lesson08.check_second_wave,):
         assert all(f"\n    {o})" in check.__doc__ for o in "abc"), check.__name__
         assert check("d").status == "NOT YET"

@@ -279,9 +279,15 @@ def test_host_solution_passes_and_its_placeholder_does_not(lesson, setup, text):
     kernel_compiled_only = "check_warp_sum" in text and not gpu.available()
     # the tuning check times on a GPU only: without one a valid Config is NOT VERIFIED
     timed_only = "check_tuning" in text and not gpu.available()
+    # a diagnosis of an opening the saved run did not measure in full: NOT VERIFIED, saying so,
+    # until a GPU run records the figure (rmsnorm_lessons/lessons/diagnosis.py)
+    unmeasured = "check_diagnosis" in text and not gpu.available()
     verdict = _run_cell(setup, text)
-    assert verdict.status == ("NOT VERIFIED" if kernel_compiled_only or timed_only else "PASS"), \
-        verdict.message
+    if unmeasured and verdict.status == "NOT VERIFIED":
+        assert "run the opening on a GPU" in verdict.message, verdict.message
+    else:
+        assert verdict.status == ("NOT VERIFIED" if kernel_compiled_only or timed_only
+                                  else "PASS"), verdict.message
     verdict = _run_cell(setup, student.strip_solutions(text))
     assert verdict.status == ("NOT VERIFIED" if timed_only else "NOT YET"), verdict.message
     # "replace the ... of <name>": the name is one the learner's cell binds (sectors_v1, not v1)

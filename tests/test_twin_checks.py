@@ -57,17 +57,23 @@ def test_not_verified_where_the_twin_cannot_run(stem, monkeypatch):
 
 
 def test_a_race_is_not_yet_with_both_lines():
-    """v4 with its shared-memory atomic made a plain add: no static check sees it, the twin does."""
+    """v6's end with the barrier after the ticket removed: every thread reads the block's ticket
+    while thread 0 may still be drawing it. No static check sees it (lesson 06's shared atomic
+    made a plain add, the example before issue 41, is caught by its ATOMS check now); the twin
+    does, naming both lines."""
     if twin.available() is not None:
         pytest.skip(twin.available())
-    text = _mutations.solution_text(registry.by_stem("06_vectorized"))
-    slip = next(t for i, t in _mutations.atomic(text) if i.startswith("atomic.shared"))
-    line = next(k + 1 for k, l in enumerate(slip.split("\n")) if "dweight_shared[" in l
-                and "+=" in l)
-    verdict = _check("06_vectorized", slip)
+    lines = _mutations.solution_text(registry.by_stem("08_last_block")).split("\n")
+    at = next(k for k, l in enumerate(lines) if "if (ticket != gridDim.x - 1) return;" in l)
+    assert lines[at - 1].strip() == "__syncthreads();"
+    slip = "\n".join(lines[:at - 1] + lines[at:]).split("\n")
+    write = next(k + 1 for k, l in enumerate(slip) if "ticket = atomicInc(" in l)
+    read = next(k + 1 for k, l in enumerate(slip) if "if (ticket != gridDim.x - 1)" in l)
+    verdict = _check("08_last_block", "\n".join(slip))
     assert verdict.status == "NOT YET", verdict.message
     assert "on the CPU twin" in verdict.message and "race" in verdict.message, verdict.message
-    assert f"at line {line}" in verdict.message, verdict.message
+    assert f"write at line {write}" in verdict.message, verdict.message
+    assert f"read at line {read}" in verdict.message, verdict.message
 
 
 def test_a_wrong_mean_is_not_yet_with_the_first_wrong_element():

@@ -40,11 +40,10 @@ SOURCE_RULES = {
     "a widget (its banner says GPU or not)": r"\bwidgets\.\w+\(",
     "a timing": r"\bbench\.|%%?timeit|\bperf_counter\(|\btime\.time\(",
     "a kernel exercise's check (it runs the kernel only where a GPU is)":
-        r"\bcheck_warp_sum\(|\bcheck_v\d_kernel\(",
+        r"\bcheck_warp_sum\(|\bcheck_v\d_kernel\(|\bcheck_v\d_draft\(",
     "a measurement beside a guess": r"\bpredict\.versus\(",
     "an opening, a diagnosis or what changed (measured here, or the saved run's)":
-        r"\bopening\(|\bwhat_changed\(|\bcheck_diagnosis\(|\bdiagnose\.check\(",
-    "a lesson's own run (measured now, else the saved one)": r"\blesson\d\d\.measured\(",
+        r"\bopening\(|\bwhat_changed\(|\bcheck_diagnosis\(|\bdiagnose\.check\(|\.measured\(",
 }
 # cells tagged so: the tag says what their output depends on
 TAG_RULES = {

@@ -1,78 +1,203 @@
-"""Lesson 07 (two passes, determinism): summing partials in block order, the scratch size, and the
-end-of-lesson questions (registers for a launch bound, the same bits on two GPUs, a second wave)."""
+"""Lesson 07 (v5, the same bits on every run): the learner measures v4 twenty times, names what
+makes its dweight change, decides what v5's order costs (its scratch bytes, the barriers of its
+staging step, its shared memory and blocks per SM), writes the partials' store and the second
+kernel, and measures what changed.
+
+* :func:`opening`: v4_vec_bf16 at 16384 x 2048, time and profile, and the channels of its fp32 sums
+  that differ over twenty identical calls (:func:`differing_channels`); ``after=True``: v5;
+* the decisions :func:`check_scratch_bytes`, :func:`check_staging_barriers` (on
+  :func:`outline`) and :func:`check_v5_occupancy`; the kernel exercise :func:`check_v5_kernel`;
+* the questions: registers for a launch bound, the same bits on two GPUs, a second wave.
+"""
 from __future__ import annotations
 
 import dataclasses
 
 import numpy as np
 
-from ..core import gpu, ladder
-from ..course.verdict import Verdict, call_answer, choice_verdict, failed, passed, read_number
+from ..core import gpu, ladder, launch, reference
+from ..course.verdict import Verdict, choice_verdict, failed, passed, read_number, read_numbers
 from ..inspection import occupancy
 
+SHAPE = (16384, 2048)
+BEFORE, AFTER = "v4_vec_bf16", "v5_two_pass"
+THIS_LESSON = ("order_of_additions",)
+RUNS = 20  # identical calls whose dweight the opening compares
 
-def _partials(blocks: int = 264, C: int = 64, seed: int = 6) -> np.ndarray:
-    rng = np.random.default_rng(seed)
-    scale = 10.0 ** rng.uniform(-3, 3, (blocks, 1))
-    return (rng.standard_normal((blocks, C)) * scale).astype(np.float32)
-
-
-def block_order_sum(partials: np.ndarray) -> np.ndarray:
-    """What reduce_dweight_v5 computes: for each channel, a float32 sum from block 0 to the last
-    block."""
-    p = np.asarray(partials, np.float32)
-    total = np.zeros(p.shape[1], np.float32)
-    for row in p:
-        total = total + row  # float32 + float32, rounded after every step, like the kernel
-    return total
+_SEEN: dict = {}
 
 
-def check_block_order_sum(fn) -> Verdict:
-    """``fn(partials)`` (float32, shape (blocks, C)) -> float32 (C,) bit-identical to the kernel's
-    sum."""
-    p = _partials()
-    got, verdict = call_answer(fn, p.copy())
-    if verdict is not None:
-        return verdict
-    got = np.asarray(got)
-    if got.shape != (p.shape[1],):
-        return failed(f"expected one sum per channel, shape ({p.shape[1]},); got shape {got.shape}")
-    want = block_order_sum(p)
-    got32 = got.astype(np.float32)
-    same = got32.view(np.uint32) == want.view(np.uint32)
-    if same.all() and got.dtype == np.float32:
-        return passed(f"bit-identical in all {p.shape[1]} channels: same order, same float32 "
-                      "roundings")
-    if same.all():
-        return failed(f"the values match but come back as {got.dtype}; return float32 like the "
-                      "kernel")
-    in64 = p.astype(np.float64).sum(axis=0).astype(np.float32)
-    hint = ""
-    if np.array_equal(got32.view(np.uint32), in64.view(np.uint32)):
-        hint = (": you summed in float64; the kernel adds float32 numbers, rounding after each "
-                "addition")
-    elif np.array_equal(got32.view(np.uint32), block_order_sum(p[::-1]).view(np.uint32)):
-        hint = ": you went from the last block to the first; the kernel starts at block 0"
-    diff = np.abs(got32.astype(np.float64) - want.astype(np.float64))
-    return failed(f"{int((~same).sum())} of {p.shape[1]} channels differ in their bits (largest "
-                  f"difference {diff.max():.3g}){hint}")
+def differing_channels(version: str, N: int = SHAPE[0], C: int = SHAPE[1],
+                       runs: int = RUNS) -> int:
+    """Over ``runs`` identical calls of ``version`` (GPU), the channels whose fp32 sums differ, bit
+    for bit, from the first call's: v4's are read from its launcher's fp32 accumulator before it
+    is rounded to bf16 (the rounding hides most differences); other rungs' from dweight itself."""
+    spec = ladder.get(version)
+    p = reference.random_problem(N, C, spec.dtype, seed=1)
+    drv = gpu.driver()
+    first, differ = None, np.zeros(C, bool)
+    for _ in range(runs):
+        _, dweight = ladder_run(version, p)
+        sums = dweight
+        if version == BEFORE:
+            sums = np.empty(C, np.float32)
+            drv.memcpy_dtoh(sums, launch.launcher(version, C).scratch("dweight_accum"))
+        bits = np.ascontiguousarray(sums).view(np.uint16 if sums.dtype.itemsize == 2
+                                               else np.uint32)
+        if first is None:
+            first = bits.copy()
+        differ |= bits != first
+    return int(differ.sum())
 
 
-def check_scratch_bytes(answer, blocks: int = 264, C: int = 4096) -> Verdict:
-    """Bytes of v5's partials buffer for a grid of ``blocks`` blocks at C channels (fp32
-    partials)."""
+def ladder_run(version: str, p: dict):
+    from ..core.run import run
+
+    return run(version, p["dout"], p["inp"], p["weight"], p["rstd"], p["dinp"], p["dweight"])
+
+
+def opening(after: bool = False):
+    """v4_vec_bf16 at 16384 x 2048, measured on this GPU (time, an Nsight Compute profile, and the
+    channels whose fp32 sums differ over 20 identical calls; without a GPU or ncu, the saved run's),
+    printed without a reading; ``after=True``: v5_two_pass, the same figures."""
+    from ..course import investigate
+
+    version = AFTER if after else BEFORE
+    found = investigate.opening(version, *SHAPE, figures={
+        "differing_channels": lambda: differing_channels(version)})  # measured on a GPU only
+    _SEEN[bool(after)] = found
+    return found
+
+
+def measured(after: bool = False):
+    """The opening this process measured (or loaded) last, else :func:`opening`'s: what the
+    diagnosis is judged against, and where a solution reads a figure from."""
+    return _SEEN.get(bool(after)) or opening(after)
+
+
+def check_diagnosis(bound=None, cause=None, metric=None, value=None,
+                    against=None) -> Verdict:
+    """The learner's reading of v4's opening (see :func:`rmsnorm_lessons.lessons.lesson05.
+    check_diagnosis` for the arguments)."""
+    from .diagnosis import judge
+
+    seen = against if against is not None else measured()
+    return judge(seen, bound=bound, cause=cause, metric=metric, value=value,
+                 this_lesson=THIS_LESSON, rung="v5_two_pass")
+
+
+# --- the decisions --------------------------------------------------------------------------------
+
+def this_gpu():
+    """This GPU's facts, else the saved ones of the course's card, and the label that says which."""
+    return gpu.facts_or_fallback()
+
+
+def check_scratch_bytes(answer, N: int = SHAPE[0], C: int = SHAPE[1]) -> Verdict:
+    """Decision (a): the bytes of v5's ``partials`` at N x C on this GPU (one fp32 sum per block of
+    the plan's grid and channel)."""
     value, verdict = read_number(answer, "with a number of bytes", whole=True)
     if verdict is not None:
         return verdict
+    device, label = this_gpu()
+    blocks = ladder.plan(AFTER, N, C, device)[0].grid
     want = blocks * C * 4
     if value == want:
-        return passed(f"{blocks} blocks x {C} channels x 4 bytes = {want} bytes "
-                      f"({want / 2**20:.1f} MiB)")
+        return passed(f"{blocks} blocks ({ladder.v5_two_pass.BLOCKS_PER_SM} an SM on {label}) x "
+                      f"{C} channels x 4 bytes = {want:,} bytes ({want / 2**20:.2f} MiB): the "
+                      "row pass writes them once, the second kernel reads them once")
     if value == blocks * C * 2:
-        return failed("the partials are float32 (4 bytes), even though dweight itself is bf16")
+        return failed("the partials are fp32 sums (4 bytes), though dweight itself is bf16")
     if value == blocks * C:
         return failed("that counts floats, not bytes")
-    return failed(f"not {value}: one float32 per block and channel")
+    if value == N * C * 4:
+        return failed("one row of partials per block, not per row of the tensor: the grid is "
+                      f"{ladder.v5_two_pass.BLOCKS_PER_SM} blocks an SM")
+    return failed(f"not {value:,}: one fp32 sum per block of the plan and channel; the plan "
+                  f"launches {ladder.v5_two_pass.BLOCKS_PER_SM} blocks on each of this GPU's SMs")
+
+
+#: the staging step of v5's row loop, one half of a lane's 8 channels (None: an empty slot)
+OUTLINE = ("warps 1, 2, ... each store their lanes' 4 sums into the staging area (a slot a lane)",
+           None,
+           "warp 0 adds the staged sums of warps 1, 2, ..., in warp order, into dweight_shared",
+           None,
+           "the next half (or step): warps 1, 2, ... store into the staging area again")
+
+
+def outline() -> None:
+    """Print the staging step of v5's row loop with its empty slots numbered."""
+    print("one staging step of v5's row loop (each of a lane's 8 channels is added in two halves "
+          "of 4):")
+    for i, line in enumerate(OUTLINE, 1):
+        print(f"  {i}  {line or '(empty)'}")
+    print("Which empty slots need a __syncthreads()? barriers = {...}")
+
+
+def check_staging_barriers(barriers) -> Verdict:
+    """Decision (b): the slots of :func:`outline` that need a ``__syncthreads()``."""
+    empty = {i for i, line in enumerate(OUTLINE, 1) if line is None}
+    if barriers is None or barriers is Ellipsis:
+        return failed("replace the ... with a set of slot numbers, e.g. {2}")
+    try:
+        chosen = {int(b) for b in barriers}
+    except (TypeError, ValueError):
+        return failed(f"give a set of slot numbers, e.g. {{2}}, got {barriers!r}")
+    if not chosen <= empty:
+        return failed(f"slots {sorted(chosen - empty)} hold a step already; the empty ones are "
+                      f"{sorted(empty)}")
+    if 2 not in chosen:
+        return failed("without a barrier at 2, warp 0 may read a warp's staging slot before that "
+                      "warp has stored this half's sums, and adds what was there before: "
+                      "compute-sanitizer's racecheck reports a write (a warp's store128 into "
+                      "staging) and a read (warp 0's load128) of one address with no barrier "
+                      "between them. Lesson 13 runs it on exactly this kernel (bug_race_v5)")
+    if 4 not in chosen:
+        return failed("without a barrier at 4, warp 1 may finish its next half and store into "
+                      "its staging slot while warp 0 is still reading this half's value from it: "
+                      "warp 0 adds the new sums in place of the old")
+    return passed("a barrier at 2: every warp's store lands before warp 0 reads; a barrier at 4: "
+                  "warp 0 has read every slot before any warp overwrites it. Two __syncthreads() "
+                  "per half of every step: v4's shared atomics become barriers, and a fixed "
+                  "order")
+
+
+def check_v5_occupancy(smem_bytes, blocks_per_sm, C: int = SHAPE[1]) -> Verdict:
+    """Decision (c): at C channels, the dynamic shared memory one v5 block asks for, in bytes, and
+    how many blocks of v5 fit on one SM of this GPU."""
+    values, verdict = read_numbers(((smem_bytes, "smem_bytes"), (blocks_per_sm, "blocks_per_sm")),
+                                   "of {name} with a whole number", whole=True)
+    if verdict is not None:
+        return verdict
+    smem, blocks = values
+    rung = ladder.get(AFTER)
+    device, label = this_gpu()
+    arch = device.arch if device.arch.rstrip("a") in occupancy.LIMITS else "sm_90"
+    want_smem = rung.shared_memory(C, rung.block_size)
+    found = occupancy.occupancy(AFTER, C, arch)
+    L = occupancy.limits(arch)
+    if smem != want_smem:
+        if smem == want_smem + L.reserved_shared_per_block:
+            return failed(f"{smem} counts the {L.reserved_shared_per_block} B the driver keeps per "
+                          "block; the launch asks for the rest: the block's dweight and the "
+                          "staging area")
+        if smem == -(-C // 256) * 256 * 4:
+            return failed(f"{smem} B is the block's dweight alone; warps 1 .. 15 also stage 4 "
+                          "floats a lane")
+        return failed(f"not {smem}: the block's dweight (C floats, C rounded up to 256) and the "
+                      "staging area (4 floats for each lane of warps 1, 2, ...), 4 bytes each")
+    if blocks != found.blocks_per_sm:
+        by = {"registers": "registers", "shared memory": "shared memory"}
+        return failed(f"{blocks} is not it: work out each limit (warp slots, block slots, "
+                      "registers at 64 a thread, shared memory with the driver's "
+                      f"{L.reserved_shared_per_block} B a block) and take the smallest"
+                      + (f"; {by.get(found.limiter, found.limiter)} decide here"
+                         if blocks > found.blocks_per_sm else ""))
+    return passed(f"{want_smem:,} B a block (+{L.reserved_shared_per_block} B the driver keeps) "
+                  f"and {blocks} blocks an SM on {arch} ({label}), limited by {found.limiter}: "
+                  f"{blocks * rung.block_size // 32} of {L.max_warps_per_sm} warp slots. The plan "
+                  f"launches {ladder.v5_two_pass.BLOCKS_PER_SM} an SM")
+
 
 
 # --- the questions at the end of the lesson

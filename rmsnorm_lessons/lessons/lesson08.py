@@ -1,4 +1,12 @@
-"""Lesson 08 (the last block): atomicInc's wrap-around, and what happens without a reset."""
+"""Lesson 08 (v6, the seed's kernel10): the learner measures v5, names what its second launch
+costs, decides what must be fenced and where, writes the end of v6 (the partials, the fences, the
+ticket and the last block's sum) and measures what changed.
+
+* :func:`opening`: v5_two_pass at 16384 x 2048 with its second kernel profiled too; ``after=True``:
+  v6_last_block; :func:`check_diagnosis` judges the learner's reading;
+* the decision :func:`check_fences` on :func:`outline`; the kernel exercise :func:`check_v6_kernel`;
+* the questions; the Explore tail's ``atomicInc`` rule and the seed's tickets without a reset.
+"""
 from __future__ import annotations
 
 import numpy as np
@@ -71,29 +79,167 @@ def check_seed_tickets(launch2, launch3, blocks: int = 4) -> Verdict:
                   "the counter")
 
 
-# --- the kernel exercise: v6's fence, ticket and last block
-# ------------------------------------------
+# --- the opening and the diagnosis
+# --------------------------------------------------------------------
+
+SHAPE = (16384, 2048)
+BEFORE, AFTER = "v5_two_pass", "v6_last_block"
+SECOND = "reduce_dweight_v5"  # v5's second kernel: the opening profiles it too
+THIS_LESSON = ("second_launch",)
+
+_SEEN: dict = {}
+
+
+def opening(after: bool = False):
+    """v5_two_pass at 16384 x 2048 with its second kernel, ``reduce_dweight_v5``, profiled too,
+    measured on this GPU (without a GPU or ncu, the saved run's), printed without a reading;
+    ``after=True``: v6_last_block, one kernel."""
+    from ..course import investigate
+
+    found = (investigate.opening(AFTER, *SHAPE) if after
+             else investigate.opening(BEFORE, *SHAPE, kernels=(SECOND,)))
+    _SEEN[bool(after)] = found
+    return found
+
+
+def measured(after: bool = False):
+    """The opening this process measured (or loaded) last, else :func:`opening`'s: what the
+    diagnosis is judged against, and where a solution reads a figure from."""
+    return _SEEN.get(bool(after)) or opening(after)
+
+
+def check_diagnosis(bound=None, cause=None, metric=None, value=None,
+                    against=None) -> Verdict:
+    """The learner's reading of v5's opening (see :func:`rmsnorm_lessons.lessons.lesson05.
+    check_diagnosis` for the arguments)."""
+    from .diagnosis import judge
+
+    seen = against if against is not None else measured()
+    return judge(seen, bound=bound, cause=cause, metric=metric, value=value,
+                 this_lesson=THIS_LESSON, rung="v6_last_block")
+
+
+# --- the decision: what must be fenced, and where
+# ----------------------------------------------------
+
+#: the end of a v6 block, after its rows (None: an empty slot)
+OUTLINE = ("every thread stores its share of the block's C sums into the block's slice of partials",
+           None,
+           "__syncthreads()",
+           "thread 0 draws a ticket: ticket = atomicInc(counter, limit)",
+           None,
+           "__syncthreads()",
+           "every block whose ticket is not the last one returns",
+           "the last block reads every block's partials (with __ldcg) and sums them in block order",
+           None,
+           "the last block adds its sums into dweight")
+RELEASE, ACQUIRE = 2, 5
+
+
+def outline() -> None:
+    """Print the end of a v6 block with its empty slots numbered."""
+    print("the end of a v6 block, after its rows:")
+    for i, line in enumerate(OUTLINE, 1):
+        print(f"  {i:>2}  {line or '(empty)'}")
+    print("Which empty slots need a __threadfence()? fences = {...}")
+
+
+def check_fences(fences) -> Verdict:
+    """The decision: the slots of :func:`outline` that need a ``__threadfence()``."""
+    empty = {i for i, line in enumerate(OUTLINE, 1) if line is None}
+    if fences is None or fences is Ellipsis:
+        return failed("replace the ... with a set of slot numbers, e.g. {2}")
+    try:
+        chosen = {int(f) for f in fences}
+    except (TypeError, ValueError):
+        return failed(f"give a set of slot numbers, e.g. {{2}}, got {fences!r}")
+    if not chosen <= empty:
+        return failed(f"slots {sorted(chosen - empty)} hold a step already; the empty ones are "
+                      f"{sorted(empty)}")
+    if RELEASE not in chosen:
+        return failed("without a fence at 2, nothing orders this block's partials before its "
+                      "ticket for the other SMs: the last block may see the counter at its last "
+                      "value and still read an old partial. The barrier at 3 orders the block's "
+                      "threads among themselves, not what other SMs see (release: every thread "
+                      "fences its own stores, then the barrier, then the ticket)")
+    if ACQUIRE not in chosen:
+        return failed("without a fence at 5, the last block's reads are not ordered after the "
+                      "ticket it saw: in the PTX memory model a release pairs with an acquire "
+                      "(fence-fence synchronization), and __ldcg orders nothing, it only reads "
+                      "through L2 instead of this SM's L1")
+    if 9 in chosen:
+        return failed("a fence at 9 orders the last block's reads before its stores to dweight; "
+                      "nothing else in this kernel reads dweight, so it buys nothing")
+    return passed("2: every thread fences its own partials before the barrier, so the ticket "
+                  "(drawn after the barrier) publishes them: the release; 5: the thread that drew "
+                  "the last ticket fences before its block reads (the barrier at 6 carries that "
+                  "to the whole block): the acquire. v6 fences at 5 only in the last block, "
+                  "under if (ticket == last): the other blocks read nothing")
+
+
+# --- the kernel exercise: v6's end, from the partials to the last block's sum
+# --------------------------
+
+#: the seed's limit: atomicInc(counter, gridDim.x) leaves gridDim.x in the counter
+SEED_LIMIT = r"\batomicInc\s*\([^,;]+,\s*gridDim\.x\s*\)"
+
+
+def seed_limit_trace(blocks: int = 4) -> str:
+    """What the seed's limit does over three launches of ``blocks`` blocks with no reset."""
+    first, second, third = seed_tickets(blocks, 3)
+    return (f"with {blocks} blocks, launch 1 draws {first} and leaves {blocks} in the counter; "
+            f"launch 2 draws {second}: nobody draws {blocks - 1}, so nobody sums; launch 3 draws "
+            f"{third}: its FIRST finisher draws {blocks - 1} and sums partials not yet written")
+
+
+#: bytes of spill or stack frame the check lets pass: v6 sits at the 64 registers its launch bounds
+#: allow, and ptxas spills 4 B of an end written one way where another spills none (sm_90)
+FEW_BYTES = 8
+
+
+def little_local_memory(kernel: str, most: int = FEW_BYTES):
+    """A stack frame and spills of at most ``most`` bytes (ptxas at v6's register bound); a local
+    array or real spilling is NOT YET."""
+    from ..course.checking import static as ks
+
+    def test(c):
+        r = c.compiled.resources.get(kernel)
+        if r is None or max(r.stack_bytes, r.spill_stores, r.spill_loads) <= most:
+            return None
+        return (f"the kernel uses local memory ({r.stack_bytes} B stack frame, {r.spill_stores} B "
+                "of spill stores): a local array indexed at run time, or more values live at "
+                "once than v6's 64 registers a thread hold; keep the last block's loop to a few "
+                "values a thread")
+
+    return ks.Static(f"at most {most} B of local memory (ptxas at v6's 64-register bound)", test,
+                     sass=False)
+
 
 def check_v6_kernel(source: str, sanitize: bool = True) -> Verdict:
-    """Lesson 08's kernel exercise: the learner's ``rmsnorm_backward_v6`` (the release fence, the
-    atomicInc ticket, the last block's acquire fence and sum), checked as the rung ``yours_v6`` with
-    v6_last_block's plan and defines, and timed beside v6_last_block.
+    """Lesson 08's kernel exercise: the end of the learner's ``rmsnorm_backward_v6`` (the block's
+    partials, the release fence, the ticket, the acquire fence, the last block's sum into dweight),
+    checked as the rung ``yours_v6`` with v6_last_block's plan and defines (the checked call is the
+    launcher's second, so a counter left non-zero shows), and timed beside v6_last_block.
     compute-sanitizer's race check runs by default; ``sanitize=False`` skips it, for speed."""
     from ..course.checking import kernel as kc
 
     kernel = "rmsnorm_backward_v6"
+    trace = seed_limit_trace()
     return kc.check_kernel(
         source, name="yours_v6", like="v6_last_block", rows_per_block=16, sanitize_it=sanitize,
         hints={"dweight unchanged": "No block drew the last ticket in this (second) launch: the "
-                                    "counter must be back at 0 when a launch ends, so atomicInc's "
-                                    "limit is gridDim.x - 1",
+                                    "counter must be back at 0 when a launch ends; " + trace,
                "dweight blocks": "Only the block holding the last ticket may sum the partials, "
-                                 "after all others have written theirs"},
-        static=(kc.sass_before("MEMBAR", ("ATOMG", "ATOM"),
+                                 "after all others have written theirs, each block's C sums once"},
+        static=(kc.source_lacks(SEED_LIMIT, "atomicInc's limit is not the seed's gridDim.x",
+                                "atomicInc(counter, gridDim.x) is the seed's limit: the last "
+                                "ticket stores gridDim.x, and the next launch starts there; "
+                                + trace + ". Which limit wraps the last ticket back to 0?"),
+                kc.sass_before("MEMBAR", ("ATOMG", "ATOM"),
                                "a fence (MEMBAR) before the ticket's atomic (ATOMG)",
                                "no fence between writing the partials and taking the ticket: "
-                               "another block may see the ticket before the partials; put "
-                               "__threadfence() before atomicInc",
+                               "another block may see the ticket before the partials; the "
+                               "release fence comes before the barrier and the ticket",
                                kernel=kernel),
                 kc.sass_between("MEMBAR", "BAR", ("ATOMG", "ATOM"),
                                 "a barrier (BAR) between the fence and the ticket",
@@ -103,13 +249,12 @@ def check_v6_kernel(source: str, sanitize: bool = True) -> Verdict:
                                 "incomplete",
                                 kernel=kernel),
                 kc.sass_has("MEMBAR", "a second fence (MEMBAR) for the last block's acquire",
-                            "the last block needs its own __threadfence() after drawing the last "
-                            "ticket and before reading the partials (acquire)", kernel=kernel,
+                            "the last block needs its own fence after drawing the last ticket "
+                            "and before reading the partials (acquire)", kernel=kernel,
                             at_least=2),
                 kc.sass_has(("ATOMG", "ATOM"), "an atomic ticket (ATOMG)",
-                            "take the ticket with atomicInc(ticket_counter, gridDim.x - 1)",
-                            kernel=kernel),
-                kc.no_local_memory(kernel)))
+                            "take the ticket with atomicInc on ticket_counter", kernel=kernel),
+                little_local_memory(kernel)))
 
 
 # --- the questions at the lesson's end
@@ -135,17 +280,35 @@ def check_partial_floats(answer, grid: int = 264, C: int = 1024) -> Verdict:
                   "each one wrote")
 
 
-def check_ldcg(answer) -> Verdict:
-    """What ``__ldcg`` does for the last block's reads of the partials:
-    a) it orders them after the other blocks' writes;
-    b) it serves them from L2, so a stale line in this SM's L1 cannot answer;
-    c) it makes each read atomic."""
-    return choice_verdict(answer, "b", {
-        "a": "ordering is the fences' job; a cache operator says where a load is served from, "
-             "not when it may happen",
-        "c": "nobody writes the partials while the last block reads them: there is nothing for "
-             "an atomic read to guard against"},
-        "L1 is not kept coherent with other SMs' writes; L2 is where all SMs' writes meet")
+def check_membar_count(answer, N: int = SHAPE[0], C: int = SHAPE[1]) -> Verdict:
+    """Q2: how many warp-level fence instructions (MEMBAR) one v6 call executes at N x C on this
+    GPU (every warp of every block runs the release fence; the last block's thread 0 the
+    acquire)."""
+    from ..core import gpu, ladder
+
+    got, verdict = read_number(answer, "with a number of MEMBAR instructions executed", whole=True)
+    if verdict is not None:
+        return verdict
+    device, label = gpu.facts_or_fallback()
+    [launch] = ladder.plan(AFTER, N, C, device)
+    warps = launch.block // 32
+    want = launch.grid * warps + 1
+    if got == want:
+        return passed(f"{launch.grid} blocks x {warps} warps run the release fence once each, and "
+                      f"one warp of the last block the acquire: {want:,} on {label}. A warp "
+                      "executes one instruction for its 32 threads")
+    for wrong, hint in ((2, "that is the program: two __threadfence() in the text; count how "
+                           "many warps execute each"),
+                        (launch.grid * launch.block + 1, "that counts threads; a warp executes "
+                                                         "one instruction for its 32"),
+                        (launch.grid * warps, "and the last block's acquire: one more warp runs "
+                                              "the second fence"),
+                        (launch.grid * 2, "every warp of a block runs the release fence, not one "
+                                          "per block")):
+        if got == wrong:
+            return failed(f"{got:,} is not it: {hint}")
+    return failed(f"{got:,} is not it: the plan launches {launch.grid} blocks of {warps} warps "
+                  "here; which fence does each warp execute, and which only one warp?")
 
 
 def check_second_wave(answer) -> Verdict:
@@ -160,22 +323,6 @@ def check_second_wave(answer) -> Verdict:
              "value within a launch"},
         "every block writes, fences, draws a ticket and either returns or sums; none spins on "
         "another, so the order in which blocks become resident does not matter")
-
-
-def check_wrap_row(answer, C: int = 16384) -> Verdict:
-    """The first row whose offset ``row * C``, computed in 32-bit ``int``, wraps."""
-    got, verdict = read_number(answer, "with a row number", whole=True)
-    if verdict is not None:
-        return verdict
-    want = (2**31 - 1) // C + 1
-    if got == want:
-        return passed(f"row {want}: {want} x {C} = {want * C} > 2**31 - 1, the largest int")
-    for wrong, hint in ((want - 1, "that row's offset still fits: it is the last row that does"),
-                        ((2**32 - 1) // C + 1, "an int is signed: it wraps past 2**31 - 1, not "
-                                               "2**32 - 1"),):
-        if got == wrong:
-            return failed(f"{got} is not it: {hint}")
-    return failed(f"{got} is not it: find the smallest row with row * C > 2**31 - 1")
 
 
 def ticket_timeline(blocks: int = 8, seed: int = 0, reduce_time: float = 0.35):

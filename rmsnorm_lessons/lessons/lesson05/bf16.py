@@ -1,12 +1,13 @@
-"""Lesson 05 (bf16 on the host): rounding float32 to bf16 by hand, bf16's spacing, and the
-end-of-lesson questions on what bf16 costs."""
+"""Lesson 05, bf16 on the host: rounding float32 to bf16 by hand and bf16's spacing (the Explore
+exercises), the end-of-lesson questions on what bf16 keeps, and the error histogram lesson 06's
+tolerance section draws too."""
 from __future__ import annotations
 
 import numpy as np
 
-from ..core.bf16 import bfloat16, bits, to_bf16
-from ..course.plots import COPY_COLOR, _outside_pyplot
-from ..course.verdict import Verdict, call_answer, choice_verdict, failed, passed, read_number
+from ...core.bf16 import bfloat16, bits, to_bf16
+from ...course.plots import COPY_COLOR, _outside_pyplot
+from ...course.verdict import Verdict, call_answer, choice_verdict, failed, passed, read_number
 
 
 def _test_values() -> np.ndarray:
@@ -110,28 +111,6 @@ def check_sum_stalls(answer) -> Verdict:
                       "is 0)")
     return failed(f"not {value:g}: bf16 keeps 8 significant bits; find where the spacing of bf16 "
                   "numbers reaches 2, and what adding 1.0 does there")
-
-
-def check_error_growth(answer) -> Verdict:
-    """The seed's dweight error from the inputs' rounding is a sum over N rows of small errors,
-    random in sign. N grows 100-fold (8192 to 819,200 rows): by what factor does that error
-    typically grow?"""
-    value, verdict = read_number(answer, "with a number (a factor)")
-    if verdict is not None:
-        return verdict
-    if abs(value - 10) < 0.5:
-        return passed("errors random in sign add like a random walk: the sum grows as the square "
-                      "root of the number of terms, sqrt(100) = 10. (rl.compare.tolerances lets "
-                      "dweight's tol grow faster, as N**1.5: the fp32 additions' own rounding can "
-                      "lean one way; its docstring has the bound)")
-    if abs(value - 100) < 1:
-        return failed("100 is how a sum of errors all of one sign grows; here each row's rounding "
-                      "error is as likely positive as negative, so many of them cancel")
-    if abs(value - 1) < 0.05:
-        return failed("the error does grow with N: dweight is a sum over rows, each carrying its "
-                      "inputs' rounding, and more terms leave more error, though not in proportion")
-    return failed(f"not {value:g}: a sum of N errors of random sign grows like a random walk; how "
-                  "does a random walk's typical distance grow with the number of steps?")
 
 
 def check_range(answer) -> Verdict:

@@ -1,0 +1,129 @@
+"""Lesson 06's kernel exercise (v4's ``staged()``, its two uses, and the cache hints of the
+second loop's loads and store) and the question that asks for one line of v4: a streaming store
+(:func:`check_streaming_store`), compiled into v4 and read in its SASS."""
+from __future__ import annotations
+
+import re
+
+from ...core import build, gpu, ladder
+from ...course.verdict import Verdict, failed, not_verified, passed
+from ..lesson05 import wide_accesses
+
+KERNEL = "rmsnorm_backward_v4"
+#: staged() left as the interleaved slot (c): right results, an 8-way bank conflict on every shared
+#: atomic
+INTERLEAVED_SLOT = r"int\s+staged\s*\([^)]*\)\s*\{\s*return\s+c\s*;\s*\}"
+#: when dweight alone is wrong: the slots are where to look
+SLOT_HINT = ("where dinp is right, look at the staging: staged() must give each channel 0..C-1 a "
+             "slot of its own in 0..C-1 (the slot you decided above, for any C % 8 == 0), and the "
+             "flush must read channel c back from staged(c, C)")
+#: the line of v4 the question replaces
+STORE_LINE = "store128cg(dinp_row + c, d);"
+
+
+def _hinted(prefix: str, hint_word: str, what: str, hint: str, at_least: int):
+    """At least ``at_least`` 128-bit ``prefix`` (LDG/STG) instructions of the main kernel carry
+    ``hint_word`` (EF, STRONG) in their opcode."""
+    from ...course.checking import static as ks
+
+    def test(c):
+        found = [i.opcode for i in ks._matching(c.instructions(KERNEL), prefix + ".128")
+                 if hint_word in i.opcode.split(".")]
+        if len(found) >= at_least:
+            return None
+        return f"{hint} (the SASS of {KERNEL} has {len(found)}, expected at least {at_least})"
+
+    return ks.Static(what, test)
+
+
+def cache_hints() -> tuple:
+    """The hints' SASS: dout and inp's last reads evict-first, the dinp store with a hint."""
+    from ...course.checking import static as ks
+
+    loads = _hinted("LDG", "EF", "two evict-first 128-bit loads (LDG.E.EF.128) of dout and inp "
+                    "in the second loop", "the second loop reads dout and inp for the last time: "
+                    "ask the caches to evict those lines first (load128cs, __ldcs)", 2)
+
+    def store(c):
+        stores = ks._matching(c.instructions(KERNEL), "STG.128")
+        if any({"STRONG", "EF"} & set(i.opcode.split(".")) for i in stores):
+            return None
+        shown = ", ".join(sorted({i.opcode for i in stores})) or "none"
+        return ("the dinp store carries no cache hint (the SASS has " + shown + "): nothing in "
+                "this kernel reads dinp again; store it cache-global (store128cg, __stcg: "
+                "STG.E.128.STRONG.GPU) or streaming (store128cs, __stcs: STG.E.EF.128)")
+
+    return (loads, ks.Static("a 128-bit store of dinp with a cache hint (STRONG.GPU or EF)",
+                             store))
+
+
+def check_v4_kernel(source: str, sanitize: bool = True) -> Verdict:
+    """Lesson 06's kernel exercise: the learner's ``rmsnorm_backward_v4`` and ``add_dweight_v4``
+    with their ``staged()`` slot, its two uses and the second loop's hinted loads and store,
+    checked as the rung ``yours_v4`` with v4_vec_bf16's plan, and timed beside v4_vec_bf16.
+    compute-sanitizer's race check runs by default; ``sanitize=False`` skips it, for speed."""
+    from ...course.checking import kernel as kc
+
+    return kc.check_kernel(
+        source, name="yours_v4", like="v4_vec_bf16", sanitize_it=sanitize,
+        hints={"dweight wrong": SLOT_HINT},
+        static=(*wide_accesses(KERNEL), *cache_hints(),
+                kc.source_lacks(INTERLEAVED_SLOT, "staged() is not the interleaved slot c",
+                                "staged() returns c, the interleaved slot: for one k the 32 lanes "
+                                "then hit banks (8 * lane + k) % 32, 4 banks with 8 lanes each, an "
+                                "8-way conflict on every shared atomic; return the slot you "
+                                "decided")))
+
+
+def store_opcodes(line: str):
+    """``(opcodes, None)``: the 128-bit global stores of v4's main kernel with ``line`` in place of
+    its dinp store, compiled for this GPU's arch (else the default target); or ``(None, message)``
+    with nvcc's errors."""
+    from ...inspection import sass
+
+    text = build.kernel_source("v4_vec_bf16")
+    if text.count(STORE_LINE) != 1:
+        raise RuntimeError(f"kernels/v4_vec_bf16.cu no longer holds {STORE_LINE!r} once")
+    rung = ladder.rung_from_source(name="q3_store", source=text.replace(STORE_LINE, line),
+                                   like="v4_vec_bf16", register_it=False)
+    arch = gpu.facts().arch if gpu.why_unavailable() is None else build.DEFAULT_ARCH
+    try:
+        listing = sass.listing(rung, arch)
+    except build.CompileError as exc:
+        return None, exc.summary(stem="q3_store")
+    ins = listing.functions[KERNEL].instructions
+    return [i.opcode for i in ins if i.opcode.startswith("STG") and ".128" in i.opcode], None
+
+
+def check_streaming_store(line) -> Verdict:
+    """Q3: one line of CUDA that stores v4's eight new dinp values (``d``, an x128, at ``dinp_row +
+    c``) with a streaming store (evict first), in place of ``store128cg(dinp_row + c, d);``.
+    Compiled into kernels/v4_vec_bf16.cu and judged by its SASS: one 128-bit store, evict-first
+    (``STG.E.EF.128``)."""
+    if line is None or line is Ellipsis:
+        return failed("replace None with your line of CUDA, as a string")
+    if not isinstance(line, str) or not line.strip():
+        return failed(f"give the line as a string of CUDA, got {line!r}")
+    if "\n" in line.strip() or not line.strip().endswith(";"):
+        return failed("give one statement on one line, ending with ';' (it replaces "
+                      f"{STORE_LINE!r})")
+    if build.find_nvcc() is None:
+        return not_verified("no nvcc here to compile your line into v4")
+    found, errors = store_opcodes(line.strip())
+    if found is None:
+        hint = (" (__stcs takes an int4 or float4 pointer and value: a Packed128 is neither; "
+                "common.cuh wraps it for x128)" if re.search(r"\b__stcs\s*\(", line) else "")
+        return failed(f"nvcc does not accept it{hint}:\n  {errors}")
+    if found == ["STG.E.EF.128"]:
+        return passed("one 128-bit store, evict first (STG.E.EF.128): __stcs, st.global.cs, "
+                      "marks the line to leave the caches first. The hints table above timed "
+                      "this variant of v4 against the shipped __stcg store")
+    kinds = ", ".join(found) or "no 128-bit store"
+    if found == ["STG.E.128"]:
+        return failed(f"that compiles to {kinds}, a plain 128-bit store: it asks nothing of the "
+                      "caches. Which of common.cuh's stores streams?")
+    if found == ["STG.E.128.STRONG.GPU"]:
+        return failed(f"that compiles to {kinds}: cache-global (st.global.cg, v4 as shipped), "
+                      "kept in L2, not evict-first")
+    return failed(f"that compiles to {kinds}: the dinp store should be one 128-bit store, evict "
+                  "first (STG.E.EF.128)")

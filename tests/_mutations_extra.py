@@ -1,0 +1,79 @@
+"""Slips that belong to one kernel exercise's lesson (issue 41), tried on that exercise only
+(:data:`EXTRA`): a cache hint dropped and the slot left as the channel (lesson 06), a block's row
+of partials written, or a block's column read, at block 0's place (lessons 07 and 08), a fence
+dropped and the seed's ``atomicInc`` limit (lesson 08). Each class is a function ``text -> [(mutant
+id, mutated text), ...]`` built with :mod:`tests._mutations`' helpers, as its own classes are."""
+from __future__ import annotations
+
+import re
+
+import _mutations as base
+
+#: the lessons whose exercise these classes are tried on
+EXTRA = {"06_vectorized": ("hint", "staging"), "07_two_pass": ("offset",),
+         "08_last_block": ("fence", "limit", "offset")}
+#: their kinds, after the base classes' (a class takes its kinds in this order)
+base.KINDS += ("slot", "release", "acquire", "seed")
+
+
+def hint(text: str):
+    """A cache hint dropped: ``load128cs`` read as a plain ``load128``, ``store128cg`` or
+    ``store128cs`` stored as a plain ``store128``."""
+    code = base._blank_comments(text)
+    sites = [("load" if name.startswith("load") else "store", start, open_,
+              "load128" if name.startswith("load") else "store128")
+             for start, open_, close, name in base._calls(code, r"load128cs|store128c[gs]")]
+    return base._mutants("hint", text, sites)
+
+
+def staging(text: str):
+    """The slot of a channel left as the channel itself: ``staged()`` returns ``c``."""
+    code = base._blank_comments(text)
+    sites = []
+    for m in re.finditer(r"\bint\s+staged\s*\(\s*int\s+(\w+)[^)]*\)\s*\{\s*return\s+([^;]+);",
+                         code):
+        if m.group(2).strip() != m.group(1):
+            sites.append(("slot", m.start(2), m.end(2), m.group(1)))
+    return base._mutants("staging", text, sites)
+
+
+def fence(text: str):
+    """A fence dropped: the release (a ``__threadfence();`` every thread runs) or the acquire (one
+    under an ``if``)."""
+    code, sites = base._blank_comments(text), []
+    for m in re.finditer(r"(if\s*\([^;{]*\)\s*)?__threadfence\s*\(\s*\)\s*;", code):
+        kind = "acquire" if m.group(1) else "release"
+        start, end = base._statement_span(text, m.start(), m.end())
+        sites.append((kind, start, end, "" if (start, end) != (m.start(), m.end()) else ";"))
+    return base._mutants("fence", text, sites)
+
+
+def limit(text: str):
+    """The seed's ``atomicInc`` limit: ``gridDim.x - 1`` becomes ``gridDim.x``, so the counter is
+    left at gridDim.x."""
+    code, sites = base._blank_comments(text), []
+    for start, open_, close, name in base._calls(code, r"atomicInc"):
+        last = base._split_top(code, open_ + 1, close, ",")[-1]
+        if m := re.search(r"(\s*-\s*1)\s*$", code[last[0]:last[1]]):
+            sites.append(("seed", last[0] + m.start(1), last[0] + m.end(1), ""))
+    return base._mutants("limit", text, sites)
+
+
+def offset(text: str):
+    """A block's offset into the partials read as block 0's: the ``blockIdx.x`` (kind row) or the
+    loop's block (kind column) of a ``(size_t)... * C`` term replaced by 0."""
+    code, sites = base._blank_comments(text), []
+    pattern = (r"\(size_t\)\s*(?P<a>[\w.]+)\s*\*\s*C\b|"
+               r"\(size_t\)\s*C\s*\*\s*(?P<b>[\w.]+)")
+    for m in re.finditer(pattern, code):
+        name = m.group("a") or m.group("b")
+        if name == "C" or name.isdigit():
+            continue
+        at = m.start("a") if m.group("a") else m.start("b")
+        kind = "row" if name == "blockIdx.x" else "column"
+        sites.append((kind, at, at + len(name), "0"))
+    return base._mutants("offset", text, sites)
+
+
+base.SLIPS.update({"hint": hint, "staging": staging, "fence": fence, "limit": limit,
+                   "offset": offset})

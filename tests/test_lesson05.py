@@ -1,0 +1,219 @@
+"""Lesson 05 (bf16 storage and 128-bit loads: v4, a first draft), on the CPU: the decision's check
+passes the right layout and says what is wrong with each likely wrong one, its picture draws any
+mapping (and nothing, saying so, before the decision is written), the draft's check is the engine's
+with v4's plan and the first draft's layout beside it, the questions, and the notebook's order:
+measure, diagnose, explain, decide, write, measure again."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+from matplotlib.figure import Figure
+
+from rmsnorm_lessons.core import bf16, build
+from rmsnorm_lessons.course import registry, student
+from rmsnorm_lessons.lessons import lesson05
+
+NOTEBOOK = Path(__file__).resolve().parent.parent / "notebooks" / "05_bf16.ipynb"
+
+
+def right(lane, step):
+    return 8 * lane + 256 * step
+
+
+def aligned(C):
+    return C % 8 == 0
+
+
+# --- the decision: what one lane loads ----------------------------------------------------------
+
+def test_the_layout_passes_and_says_what_it_costs():
+    verdict = lesson05.check_v4_layout(8, right, aligned)
+    assert verdict.passed, verdict
+    assert "16 sectors" in verdict.message and "4 steps where v3 took 32" in verdict.message
+    # the warp's 32 loads in another order are still 512 neighbouring bytes
+    assert lesson05.check_v4_layout(8.0, lambda lane, step: 8 * (31 - lane) + 256 * step,
+                                    lambda C: not C % 8).passed
+
+
+@pytest.mark.parametrize("values, first, rule, says", [
+    (4, right, aligned, "4-byte float"),
+    (16, right, aligned, "widest load"),
+    (2, right, aligned, "32-bit load"),
+    (None, right, aligned, "replace None of values"),
+    (8, lambda lane, step: lane + 32 * step, aligned, "v3's mapping"),
+    (8, lambda lane, step: 8 * lane + 32 * step, aligned, "moves on by 256"),
+    (8, lambda lane, step: 8 * (8 * lane + step), aligned, "not side by side"),
+    (8, lambda lane, step: 4 + 8 * lane + 256 * step, aligned, "not a multiple of 8"),
+    (8, lambda lane, step: 8 * (lane % 16) + 256 * step, aligned, "two lanes load the same"),
+    (8, lambda lane, step: ..., aligned, "replace the ... in first_channel"),
+    (8, lambda lane, step: 1 / 0, aligned, "ZeroDivisionError"),
+    (8, "8 * lane", aligned, "must be a function"),
+    (8, right, lambda C: True, "c_rule(1) is True"),
+    (8, right, lambda C: C % 16 == 0, "c_rule(776) is False"),
+    (8, right, lambda C: C % 4 == 0, "c_rule(4) is True"),
+    (8, right, lambda C: C % 256 == 0, "row loop's bound"),
+    (8, right, lambda C: ..., "replace the ... in c_rule"),
+    (8, right, ..., "replace the ... of c_rule"),
+])
+def test_a_wrong_layout_says_what_is_wrong(values, first, rule, says):
+    verdict = lesson05.check_v4_layout(values, first, rule)
+    assert verdict.status == "NOT YET" and says in verdict.message, verdict.message
+
+
+def test_sectors_are_counted_from_the_bytes():
+    assert lesson05.sector_count(8 * np.arange(32)) == 16  # 512 neighbouring bytes
+    assert lesson05.sector_count(8 * np.arange(32) * 2) == 32  # one load in every other sector
+    assert lesson05.sector_count([4]) == 1 and lesson05.sector_count([12]) == 2  # straddles
+
+
+def test_the_picture_draws_any_mapping_and_nothing_before_the_decision(capsys):
+    fig = lesson05.lane_loads(right)
+    assert isinstance(fig, Figure)
+    labels = [t.get_text() for t in fig.axes[0].get_yticklabels()]
+    assert labels == ["step 0: 16 sectors", "step 1: 16 sectors"]
+    assert lesson05.lane_loads(lambda lane, step: 8 * (8 * lane + step)) is not None
+    assert lesson05.lane_loads(lambda lane, step: ...) is None
+    assert lesson05.lane_loads(...) is None
+    assert capsys.readouterr().out.count("No picture") == 2
+
+
+# --- the kernel exercise's check ----------------------------------------------------------------
+
+def test_the_draft_is_checked_like_v4_and_timed_beside_the_first_draft(monkeypatch):
+    from rmsnorm_lessons.course.checking import kernel as kc
+
+    seen = {}
+    monkeypatch.setattr(kc, "check_kernel", lambda source, **kw: seen.update(kw) or "checked")
+    assert lesson05.check_v4_draft("text") == "checked"
+    assert seen["like"] == "v4_vec_bf16" and seen["compare_with"] == "v4_interleaved"
+    assert "same slot" in seen["hints"]["dweight wrong"]
+    found = {s.what.split(" (")[0].split(":")[0] for s in seen["static"]}
+    assert {"two barriers", "a shared-memory atomic", "a global atomic",
+            "no row access narrower than 128 bits"} <= found
+    # the draft's check asks for neither the hints nor a slot: those are lesson 06's
+    assert not any("EF" in s.what or "staged" in s.what for s in seen["static"])
+
+
+# --- the questions ------------------------------------------------------------------------------
+
+def _stalled_sum(add=1.0, times=1000):
+    total = bf16.to_bf16(np.float32(0.0))
+    for _ in range(times):
+        total = bf16.to_bf16(np.float32(bf16.from_bf16(total)) + np.float32(add))
+    return float(bf16.from_bf16(total))
+
+
+@pytest.mark.parametrize("check, right_answer, wrong, says", [
+    (lesson05.check_sum_stalls, _stalled_sum(), 1000, "exact sum"),
+    (lesson05.check_sum_stalls, 256.0, 257, "tie"),
+    (lesson05.check_range, "b", "a", "largest finite"),
+    (lesson05.check_range, " B ", "c", "exponent bits"),
+])
+def test_a_question_passes_its_answer_and_says_why_not(check, right_answer, wrong, says):
+    assert check(right_answer).passed, check(right_answer)
+    verdict = check(wrong)
+    assert verdict.status == "NOT YET" and says in verdict.message, verdict.message
+    assert "replace None" in check(None).message
+
+
+# --- the notebook -------------------------------------------------------------------------------
+
+def _cells():
+    return json.loads(NOTEBOOK.read_text())["cells"]
+
+
+def _index(cells, tag):
+    return [i for i, c in enumerate(cells) if tag in c.get("metadata", {}).get("tags", [])]
+
+
+def test_the_lesson_measures_diagnoses_decides_writes_and_measures_again():
+    cells = _cells()
+    [opening], [diagnosis], [decision], [exercise], [check] = (
+        _index(cells, t) for t in ("opening", "diagnosis", "decision", "kernel-exercise",
+                                   "exercise-check"))
+    [changed] = _index(cells, "what-changed")
+    explained = _index(cells, "explanation")
+    assert opening < diagnosis < explained[0] < decision < exercise < check < changed
+    assert explained[-1] > changed, "what the change shows is told after the table"
+    src = "".join(cells[opening]["source"])
+    assert "lesson05.opening()" in src and src.startswith("%%gpu")
+    assert "lesson05.opening(after=True)" in "".join(cells[changed]["source"])
+    # nothing above the diagnosis names v3's cause
+    above = " ".join("".join(c["source"]) for c in cells[:diagnosis]
+                     if c["cell_type"] == "markdown")
+    assert "long_scoreboard" not in above and "latency-bound" not in above
+
+
+def test_the_decision_and_the_exercise_are_not_spelled_out_above_them():
+    cells = _cells()
+    [decision], [exercise] = _index(cells, "decision"), _index(cells, "kernel-exercise")
+    above = "".join("".join(c["source"]) for c in cells[:decision])
+    assert "8 * lane + 256 * step" not in above and "C % 8 == 0" not in above
+    text = "".join(cells[exercise]["source"])
+    for line in student.solution_lines(text):
+        if len(line.strip()) >= 12:
+            assert not any(line.strip() in "".join(c["source"]) for c in cells[:exercise]), line
+    skeleton = student.strip_solutions(text)
+    assert "load128(dout_row" not in skeleton and "__float2bfloat16" not in skeleton
+    counted = [ln for ln in student.solution_lines(text)
+               if ln.strip() and not ln.strip().startswith("//")]
+    assert len(counted) >= 20, "a first draft of 20 lines or more, from its signature"
+
+
+def test_the_registry_row_follows_the_notebook():
+    lesson = registry.by_stem("05_bf16")
+    assert lesson.kernel_exercise == "lesson05.check_v4_draft" and lesson.rung is None
+    assert lesson.minutes <= 75
+    cells = _cells()
+    explore = next(i for i, c in enumerate(cells) if "".join(c["source"]).startswith("## Explore"))
+    assert "What to take away" in "".join(cells[explore - 1]["source"])
+    later = "".join("".join(c["source"]) for c in cells[explore:])
+    assert "check_bf16_round" in later and "check_half_ulp" in later
+
+
+# --- the draft's likely slips (besides the mutation suite's), on its own text from the notebook
+# ---
+
+def _exercise_text():
+    import ast
+
+    [cell] = [c for c in _cells() if "kernel-exercise" in c["metadata"].get("tags", [])]
+    return ast.parse("".join(cell["source"])).body[0].value.value
+
+
+MISTAKES = [  # (name, old, new, words of the message, caught without running)
+    ("stores one by one", "            store128(dinp_row + c, d);\n",
+     "            for (int k = 0; k < x128::size; k++) dinp_row[c + k] = d[k];\n",
+     ("128-bit store",), True),
+    ("= for +=", "d[k] = __float2bfloat16((float)d[k] + r * (dnorm",
+     "d[k] = __float2bfloat16(r * (dnorm", ("dinp", "+="), False),
+    ("no shared atomic", "atomicAdd(&dweight_shared[c + k], norm * (float)g[k]);",
+     "dweight_shared[c + k] += norm * (float)g[k];", ("dweight_shared", "0 ATOMS"), True),
+    ("the flush reads another slot", "atomicAdd(&dweight_accum[c], dweight_shared[c]);",
+     "atomicAdd(&dweight_accum[c], dweight_shared[c / 8]);", ("dweight", "same slot"), False),
+]
+
+
+def _mistaken(old, new):
+    text = _exercise_text()
+    assert text.count(old) == 1, f"{old!r} is not in the solution once"
+    return text.replace(old, new)
+
+
+@pytest.mark.skipif(build.find_nvcc() is None, reason="nvcc not found")
+@pytest.mark.parametrize("name, old, new, words", [m[:4] for m in MISTAKES if m[4]],
+                         ids=[m[0] for m in MISTAKES if m[4]])
+def test_a_slip_the_sass_shows_is_not_yet_without_a_gpu(name, old, new, words):
+    verdict = lesson05.check_v4_draft(_mistaken(old, new))
+    assert verdict.status == "NOT YET" and all(w in verdict.message for w in words), verdict
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("name, old, new, words", [m[:4] for m in MISTAKES],
+                         ids=[m[0] for m in MISTAKES])
+def test_every_slip_is_not_yet_on_the_gpu(name, old, new, words):
+    verdict = lesson05.check_v4_draft(_mistaken(old, new))
+    assert verdict.status == "NOT YET" and all(w in verdict.message for w in words), verdict

@@ -1,0 +1,136 @@
+"""Lesson 07 (v5, the same bits on every run), on the CPU: the three decisions (scratch bytes from
+this GPU's plan, the staging step's barriers, shared memory and blocks per SM) pass their answers
+and say what is wrong with the likely slips; the opening asks for the twenty calls' figure on a
+GPU only; the kernel exercise starts from its signatures; the notebook's order. On a GPU: the
+twenty calls of v4 differ and v5's do not."""
+from __future__ import annotations
+
+import dataclasses
+import json
+from pathlib import Path
+
+import pytest
+
+from rmsnorm_lessons.core import gpu, ladder
+from rmsnorm_lessons.course import registry, student
+from rmsnorm_lessons.lessons import lesson07
+
+NOTEBOOK = Path(__file__).resolve().parent.parent / "notebooks" / "07_two_pass.ipynb"
+
+
+@pytest.fixture
+def a100(monkeypatch):
+    """A GPU of 108 SMs (sm_80): the decisions follow this GPU's plan, not a constant."""
+    device = dataclasses.replace(gpu.H200, multiprocessors=108, compute_capability=(8, 0))
+    monkeypatch.setattr(lesson07, "this_gpu", lambda: (device, "a test GPU"))
+    return device
+
+
+def test_scratch_bytes_follow_this_gpus_plan(a100):
+    want = 2 * 108 * 2048 * 4
+    verdict = lesson07.check_scratch_bytes(want)
+    assert verdict.passed and "216 blocks" in verdict.message and "a test GPU" in verdict.message
+    for wrong, says in [(2 * 132 * 2048 * 4, "2 blocks on each of this GPU's SMs"),
+                        (want // 2, "fp32 sums"), (want // 4, "floats, not bytes"),
+                        (16384 * 2048 * 4, "per block, not per row"), (None, "replace None"),
+                        ("x", "whole number")]:
+        verdict = lesson07.check_scratch_bytes(wrong)
+        assert verdict.status == "NOT YET" and says in verdict.message, (wrong, verdict.message)
+    # few rows: fewer blocks than the SMs hold
+    assert lesson07.check_scratch_bytes(ladder.plan("v5_two_pass", 64, 768, a100)[0].grid * 768 * 4,
+                                        N=64, C=768).passed
+
+
+def test_the_staging_barriers(capsys):
+    lesson07.outline()
+    shown = capsys.readouterr().out
+    assert "2  (empty)" in shown and "4  (empty)" in shown and "__syncthreads()" in shown
+    assert lesson07.check_staging_barriers({2, 4}).passed
+    assert lesson07.check_staging_barriers([4, 2.0]).passed
+    for wrong, says in [({4}, "racecheck"), ({2}, "still reading"), (set(), "without a barrier"),
+                        ({1, 2, 4}, "hold a step already"), (..., "replace the ..."),
+                        (7, "a set of slot numbers"), ({"two"}, "a set of slot numbers")]:
+        verdict = lesson07.check_staging_barriers(wrong)
+        assert verdict.status == "NOT YET" and says in verdict.message, (wrong, verdict.message)
+
+
+def test_shared_memory_and_blocks_per_sm(a100):
+    rung = ladder.get("v5_two_pass")
+    smem = rung.shared_memory(2048, rung.block_size)
+    assert smem == (2048 + 15 * 32 * 4) * 4
+    verdict = lesson07.check_v5_occupancy(smem, 2)
+    assert verdict.passed and "sm_80" in verdict.message and "registers" in verdict.message
+    for args, says in [((smem + 1024, 2), "the driver keeps"), ((2048 * 4, 2), "dweight alone"),
+                       ((1000, 2), "staging area"), ((smem, 4), "registers decide"),
+                       ((smem, 1), "take the smallest"), ((None, 2), "replace None of smem_bytes"),
+                       ((smem, 2.5), "whole number")]:
+        verdict = lesson07.check_v5_occupancy(*args)
+        assert verdict.status == "NOT YET" and says in verdict.message, (args, verdict.message)
+
+
+def test_the_opening_measures_the_twenty_calls_on_a_gpu_only(monkeypatch):
+    from rmsnorm_lessons.course import investigate
+
+    seen = []
+    monkeypatch.setattr(lesson07, "_SEEN", {})  # what these fakes return stays in this test
+    monkeypatch.setattr(investigate, "opening",
+                        lambda version, N, C, **kw: seen.append((version, N, C, kw)) or version)
+    monkeypatch.setattr(lesson07, "differing_channels", lambda version: f"ran {version}")
+    assert lesson07.opening() == "v4_vec_bf16" and lesson07.measured() == "v4_vec_bf16"
+    assert lesson07.opening(after=True) == "v5_two_pass"
+    (version, N, C, kw), _ = seen
+    assert (version, N, C) == ("v4_vec_bf16", 16384, 2048)
+    measure = kw["figures"]["differing_channels"]
+    assert callable(measure) and measure() == "ran v4_vec_bf16"  # called by the opening, on a GPU
+    assert seen[1][3]["figures"]["differing_channels"]() == "ran v5_two_pass"
+
+
+def _cells():
+    return json.loads(NOTEBOOK.read_text())["cells"]
+
+
+def _index(cells, tag):
+    return [i for i, c in enumerate(cells) if tag in c.get("metadata", {}).get("tags", [])]
+
+
+def test_the_kernel_exercise_starts_from_its_signatures():
+    cells = _cells()
+    [exercise] = _index(cells, "kernel-exercise")
+    text = "".join(cells[exercise]["source"])
+    skeleton = student.strip_solutions(text)
+    head = skeleton.index('extern "C" __global__ void reduce_dweight_v5(')
+    body = skeleton[skeleton.index("{", head) + 1:skeleton.rindex("}")]
+    lines = [line.strip() for line in body.splitlines() if line.strip()]
+    assert lines and all(line.startswith("// TODO") for line in lines), lines
+    assert skeleton[:head].rstrip().splitlines()[-1].startswith("//"), "a comment says what"
+    assert "partials + (size_t)blockIdx.x * C" not in skeleton
+    above = "".join("".join(c["source"]) for c in cells[:exercise])
+    assert "one thread per channel" not in above.lower(), "the second kernel's recipe"
+    assert "block_dweight_rows" in text and "store_block_partials" not in text
+
+
+def test_the_lesson_measures_diagnoses_decides_writes_and_measures_again():
+    cells = _cells()
+    [opening], [diagnosis], [exercise], [changed] = (
+        _index(cells, t) for t in ("opening", "diagnosis", "kernel-exercise", "what-changed"))
+    decisions = _index(cells, "decision")
+    assert len(decisions) == 3
+    assert opening < diagnosis < _index(cells, "explanation")[0] < decisions[0]
+    assert decisions[-1] < exercise < changed
+    above = " ".join("".join(c["source"]) for c in cells[:diagnosis]
+                     if c["cell_type"] == "markdown")
+    assert "atomic" not in above.lower().split("what you will be able to do")[1]
+
+
+def test_the_registry_row_follows_the_notebook():
+    lesson = registry.by_stem("07_two_pass")
+    assert lesson.exercises[:5] == ("lesson07.check_diagnosis", "lesson07.check_scratch_bytes",
+                                    "lesson07.check_staging_barriers",
+                                    "lesson07.check_v5_occupancy", "lesson07.check_v5_kernel")
+    assert lesson.minutes <= 75
+
+
+@pytest.mark.gpu
+def test_twenty_calls_of_v4_differ_and_of_v5_do_not():
+    assert lesson07.differing_channels("v4_vec_bf16", 4096, 1024, runs=5) > 0
+    assert lesson07.differing_channels("v5_two_pass", 4096, 1024, runs=5) == 0
