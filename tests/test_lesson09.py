@@ -302,3 +302,15 @@ def test_a_failed_launch_in_the_scale_run_says_what_failed_and_no_restart(monkey
     assert outcome.message.startswith(f"at n4 = {lesson09.CHECK_SIZES[0]} running it failed: "
                                       "RuntimeError: cuLaunchKernel failed"), outcome.message
     assert "restart" not in outcome.message
+
+
+@pytest.mark.skipif(gpu.available(), reason="the saved opening: a GPU measures its own")
+def test_the_diagnosis_of_the_saved_opening():
+    before = lesson09.opening()
+    value = before.figure("stall:long_scoreboard")
+    verdict = lesson09.check_diagnosis("latency", "few_loads_in_flight", "stall:long_scoreboard",
+                                       value)
+    assert verdict.status == "PASS" and "v7_fast" in verdict.message, verdict
+    assert lesson09.check_diagnosis("memory", "few_loads_in_flight", "stall:long_scoreboard",
+                                    value).status == "NOT YET"
+    assert "replace None" in lesson09.check_diagnosis().message

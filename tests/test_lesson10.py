@@ -121,3 +121,14 @@ def test_the_openings_are_v6_then_v7s_register_path():
     assert before[:3] == ("v6_last_block", 16384, 4096) and after[:3] == ("v7_fast", 16384, 4096)
     assert after[3] == ladder.v7_fast.Config(staged=False)
     assert set(lesson10.THIS_LESSON) == {"few_loads_in_flight", "barriers"}
+
+
+@pytest.mark.skipif(__import__("rmsnorm_lessons.core.gpu", fromlist=["gpu"]).available(),
+                    reason="the saved opening: a GPU measures its own")
+def test_a_diagnosis_by_a_figure_the_saved_opening_lacks_is_not_verified():
+    before = lesson10.opening()
+    if before.figure("stall:barrier") is not None:
+        pytest.skip("the saved run measured it: the diagnosis is judged (tests/test_student.py)")
+    verdict = lesson10.check_diagnosis("latency", "barriers", "stall:barrier", None)
+    assert verdict.status == "NOT VERIFIED" and "run the opening on a GPU" in verdict.message
+    assert lesson10.check_diagnosis("memory", "barriers", "stall:barrier", 1.0).status == "NOT YET"

@@ -59,10 +59,11 @@ def check_diagnosis(bound=None, cause=None, metric=None, value=None, *, before=N
     ("memory" or "latency"), ``cause`` (a name of ``rl.diagnose.CAUSES``), ``metric`` (the figure
     that shows it, a name of ``rl.diagnose.METRICS``) and ``value`` (that figure as the opening
     shows it), judged against the opening's own profile (``before``, default :func:`opening`)."""
-    from ...course import diagnose
+    from ..diagnosis import judge
 
-    return diagnose.check(before if before is not None else opening(), bound=bound, cause=cause,
-                          metric=metric, value=value, this_lesson=THIS_LESSON)
+    return judge(before if before is not None else opening(), bound=bound, cause=cause,
+                 metric=metric, value=value, this_lesson=THIS_LESSON,
+                 rung="v7_fast (lessons 09 and 10)")
 
 
 # --- the decision's consequence, and what changed

@@ -46,12 +46,13 @@ def opening(after: bool = False, *, fresh: bool = False):
 
 def check_diagnosis(bound=None, cause=None, metric=None, value=None, *, before=None) -> Verdict:
     """The learner's diagnosis of v6 at 16384 x 4096
-    (:func:`rmsnorm_lessons.course.diagnose.check`), judged against the opening's own profile
+    (:func:`rmsnorm_lessons.course.diagnose.check`, through :func:`..diagnosis.judge`: NOT
+    VERIFIED where the saved opening lacks the figure), judged against the opening's own profile
     (``before``, default :func:`opening`)."""
-    from ...course import diagnose
+    from ..diagnosis import judge
 
-    return diagnose.check(before if before is not None else opening(), bound=bound, cause=cause,
-                          metric=metric, value=value, this_lesson=THIS_LESSON)
+    return judge(before if before is not None else opening(), bound=bound, cause=cause,
+                 metric=metric, value=value, this_lesson=THIS_LESSON, rung="v7_fast")
 
 
 # --- the decision: the row plan at C = 4096
