@@ -252,12 +252,9 @@ __device__ __forceinline__ float row_pass(const Place& p, const uint4* weight4, 
     for (int j = 0; j < K; j++) {
         const int chunk = p.chunk(j);
         float4 a = make_float4(0.0f, 0.0f, 0.0f, 0.0f), b = a;
+        if (chunk < p.chunks) { a = sums(p, 0, chunk); b = sums(p, 1, chunk); }
         uint4 wj = w[j];
-        if (chunk < p.chunks) {
-            if (!WEIGHT_IN_REGISTERS) wj = __ldg(weight4 + chunk);
-            a = sums(p, 0, chunk);
-            b = sums(p, 1, chunk);
-        }
+        if (!WEIGHT_IN_REGISTERS && chunk < p.chunks) wj = __ldg(weight4 + chunk);
         float sum[8] = {a.x, a.y, a.z, a.w, b.x, b.y, b.z, b.w};
         #pragma unroll
         for (int k = 0; k < 8; k++) {
@@ -265,10 +262,9 @@ __device__ __forceinline__ float row_pass(const Place& p, const uint4* weight4, 
             dot += widen(wj, k) * dout_k * inp_k;
             sum[k] += inp_k * r * dout_k;
         }
-        if (chunk < p.chunks) {
-            sums(p, 0, chunk) = make_float4(sum[0], sum[1], sum[2], sum[3]);
-            sums(p, 1, chunk) = make_float4(sum[4], sum[5], sum[6], sum[7]);
-        }
+        a = make_float4(sum[0], sum[1], sum[2], sum[3]);
+        b = make_float4(sum[4], sum[5], sum[6], sum[7]);
+        if (chunk < p.chunks) { sums(p, 0, chunk) = a; sums(p, 1, chunk) = b; }
     }
     return dot;
 }

@@ -89,23 +89,23 @@ def test_a_timing_says_how_the_gpu_was_had():
 
 
 def test_the_tuning_check_measures_in_one_turn_and_hands_on_its_lease(room, monkeypatch):
-    _fake_gpu(monkeypatch, yours_ms=[0.125], ceiling_ms=[0.100])
-    v = tuning.check_tuning(Config(K=2, prefetch=True), target=80, repeats=7)
+    _fake_gpu(monkeypatch, yours_ms=0.090, default_ms=0.100)
+    v = tuning.check_tuning(Config(K=2, prefetch=False), 512, repeats=7)
     assert v.passed and v.lease in {g["lease"] for g in gpu_lock.grants(room)}, v
     assert "alone on the room's GPU" in v.message
     kept = record.make_record(record.TUNING, v)
     assert kept.lease == v.lease
     assert record.parse(kept.to_json())[0] == kept
     monkeypatch.setenv(gpu_turn.ENV, str(room / "nowhere.sock"))
-    _fake_gpu(monkeypatch, yours_ms=[0.125], ceiling_ms=[0.100])
-    v = tuning.check_tuning(Config(K=2, prefetch=True), target=80, repeats=7)
+    _fake_gpu(monkeypatch, yours_ms=0.090, default_ms=0.100)
+    v = tuning.check_tuning(Config(K=2, prefetch=False), 512, repeats=7)
     assert v.lease is None and "shared: the dashboard does not rank it" in v.message
 
 
 def test_a_score_no_kernel_can_reach_scores_nothing(monkeypatch):
     monkeypatch.delenv(gpu_turn.ENV, raising=False)
-    _fake_gpu(monkeypatch, yours_ms=[0.05], ceiling_ms=[0.100])  # twice the ceiling's speed
-    v = tuning.check_tuning(Config(K=2), target=80, repeats=7)
+    _fake_gpu(monkeypatch, yours_ms=0.040, default_ms=0.100)  # twice the ceiling's speed
+    v = tuning.check_tuning(Config(K=2), 512, repeats=7)
     assert v.status == "NOT VERIFIED" and v.score is None and "timing fault" in v.message
 
 

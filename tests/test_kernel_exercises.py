@@ -37,7 +37,7 @@ CHECKS = {"02_naive": lesson02.check_v1_kernel, "03_warp_per_row": lesson03.chec
           "07_two_pass": lesson07.check_v5_kernel, "08_last_block": lesson08.check_v6_kernel,
           "09_bytes_in_flight": lesson09.check_scale_kernel,
           "10_v7_one_pass": lesson10.check_v7_kernel,
-          "13_finding_bugs": lesson13.check_v3_fix}
+          "13_finding_bugs": lesson13.check_seed_loop}
 
 #: (lesson, mistake, text of the solution, replaced by, words its message holds, caught without
 #: running)
@@ -101,7 +101,7 @@ MISTAKES = [
      "const int i = base + k * blockDim.x;\n        if (i < n4) y",
      "const int i = base + k;\n        if (i < n4) y", ("never written", "base + k * blockDim.x"),
      False),
-    # lesson 10: the learner's row_pass, spliced into v7_fast.cu
+    # lesson 10: the learner's load_row and row_pass, spliced into v7_fast.cu
     ("10_v7_one_pass", "a barrier in the row pass",
      "            sum[k] += inp_k * r * dout_k;\n        }\n",
      "            sum[k] += inp_k * r * dout_k;\n        }\n        __syncthreads();\n",
@@ -113,28 +113,41 @@ MISTAKES = [
      ("dweight", "+=", "right at 129x1600"), False),
     ("10_v7_one_pass", "no weight in the dot product", "dot += widen(wj, k) * dout_k * inp_k;",
      "dot += dout_k * inp_k;", ("dinp", "weight * dout * inp"), False),
-    ("10_v7_one_pass", "the sums never written back",
-     "        if (chunk < p.chunks) {\n            sums(p, 0, chunk) = make_float4(sum[0], sum[1], "
-     "sum[2], sum[3]);\n            sums(p, 1, chunk) = make_float4(sum[4], sum[5], sum[6], "
-     "sum[7]);\n        }\n", "",
-     ("dweight", "starting values", "never stores the sums"), False),
+    ("10_v7_one_pass", "the sums never updated",
+     "        a = make_float4(sum[0], sum[1], sum[2], sum[3]);\n"
+     "        b = make_float4(sum[4], sum[5], sum[6], sum[7]);\n", "",
+     ("dweight", "starting values", "leaves the sums as it read them"), False),
     ("10_v7_one_pass", "weight not loaded where it is not in registers",
-     "            if (!WEIGHT_IN_REGISTERS) wj = __ldg(weight4 + chunk);\n", "",
-     ("WEIGHT_IN_REGISTERS", "__ldg(weight4 + chunk)"), True),
-    # lesson 13: the fourth bug (an early return before the block's barrier and flush) and two wrong
-    # fixes
-    ("13_finding_bugs", "the bug left in",
-     "    // no early return: the loop's condition already skips",
-     "    if (first_row >= N) return;\n    // the loop's condition already skips",
-     ("dweight", "flush"), False),
-    ("13_finding_bugs", "the barrier removed too",
-     "    __syncthreads();\n    for (int c = threadIdx.x; c < C; c += blockDim.x) atomicAdd(",
-     "    for (int c = threadIdx.x; c < C; c += blockDim.x) atomicAdd(", ("__syncthreads", "1 BAR"),
-     True),
-    ("13_finding_bugs", "every warp flushes every channel",
-     "    for (int c = threadIdx.x; c < C; c += blockDim.x) atomicAdd(&dweight[c]",
-     "    for (int c = lane; c < C; c += WARP_SIZE) atomicAdd(&dweight[c]",
-     ("dweight", "more than once"), False),
+     "        if (!WEIGHT_IN_REGISTERS && chunk < p.chunks) wj = __ldg(weight4 + chunk);\n", "",
+     ("WEIGHT_IN_REGISTERS", "weight4"), True),
+    ("10_v7_one_pass", "plain loads of dout and inp",
+     "            g[j] = __ldcs(dout_row + chunk);\n            x[j] = __ldcs(inp_row + chunk);\n",
+     "            g[j] = dout_row[chunk];\n            x[j] = inp_row[chunk];\n",
+     ("read once", "__ldcs", "LDG.EF.128"), True),
+    ("10_v7_one_pass", "a chunk past the row's end loaded",
+     "        if (chunk < p.chunks) {\n            g[j] = __ldcs",
+     "        if (chunk <= p.chunks) {\n            g[j] = __ldcs", ("dinp",), False),
+    ("10_v7_one_pass", "the chunks of a thread side by side",
+     "        const int chunk = p.chunk(j);\n        g[j] = x[j]",
+     "        const int chunk = p.t * K + j;\n        g[j] = x[j]", ("dinp", "p.chunk(j)"), False),
+    # lesson 13: the seed's row loop made uniform, and three ways to get it wrong
+    ("13_finding_bugs", "the seed's loop left in",
+     "    for (long long first = (long long)blockIdx.x * warps; first < N;\n"
+     "         first += (long long)gridDim.x * warps) {\n"
+     "        const long long row = first + warp;\n        const bool active = row < N;",
+     "    for (long long row = (long long)blockIdx.x * warps + warp; row < N;\n"
+     "         row += (long long)gridDim.x * warps) {\n        const bool active = true;",
+     ("synccheck",), False),
+    ("13_finding_bugs", "a barrier removed with the loop",
+     "                if (warp != 0) store128(staging + threadIdx.x * f128::size, contrib);\n"
+     "                __syncthreads();\n",
+     "                if (warp != 0) store128(staging + threadIdx.x * f128::size, contrib);\n",
+     ("__syncthreads", "BAR"), True),
+    ("13_finding_bugs", "a warp past N loads its row",
+     "            if (active && c < C) {", "            if (c < C) {", ("dinp",), False),
+    ("13_finding_bugs", "a warp past N stores dinp",
+     "            if (active && c < C) store128cg(", "            if (c < C) store128cg(",
+     ("dinp",), False),
 ]
 
 
@@ -234,72 +247,6 @@ def test_compile_errors_point_at_the_line_of_the_cell():
     # that newline
     assert f"line {at + 1}: identifier \"weights\" is undefined" in verdict.message, verdict.message
     assert "nvcc does not accept it" in verdict.message
-
-
-@needs_nvcc
-def test_lesson09_errors_point_at_the_cell_or_at_v7_fast():
-    text = kernel_text("10_v7_one_pass")
-    lines = text.split("\n")
-    at = next(i for i, ln in enumerate(lines) if "a = sums(p, 0, chunk);" in ln)
-    lines[at] = lines[at].replace("sums(p, 0, chunk)", "sum(p, 0, chunk)")  # not a function
-    verdict = lesson10.check_v7_kernel("\n".join(lines))
-    assert verdict.status == "NOT YET" and f"line {at + 1}: " in verdict.message, verdict.message
-    # the learner's function renamed: v7's own call to row_pass fails, at v7_fast.cu's line
-    verdict = lesson10.check_v7_kernel(text.replace("float row_pass(",
-                                                    "float my_row_pass(") + "\nint row_pass;")
-    assert verdict.status == "NOT YET" and "v7_fast.cu(" in verdict.message, verdict.message
-    verdict = lesson10.check_v7_kernel(text.replace("row_pass", "pass_one"))
-    assert verdict.status == "NOT YET", verdict.message
-    assert "keep the function row_pass" in verdict.message, verdict.message
-
-
-def test_lesson09_solution_is_v7s_own_row_pass():
-    """The instructor's row_pass is v7_fast.cu's, so a PASS on the GPU checks the harness, not a
-    variant."""
-    def code(t):
-        return [ln.strip() for ln in kernel_check.strip_comments(t).splitlines() if ln.strip()]
-
-    before, after, line = lesson10.v7_around_row_pass()
-    shipped = build.kernel_source("v7_fast")
-    # the #line after the text is v7_fast.cu's
-    assert shipped.splitlines()[line - 1:] == after.splitlines()
-    own = shipped[len(before):len(shipped) - len(after)]
-    assert code(student.solution_only(kernel_text("10_v7_one_pass"))) == code(own)
-    spliced = lesson10.splice_row_pass('#line 1 "yours_v7"\n' + own)
-    assert spliced.count("float row_pass(") == 1 and spliced.startswith('#line 1 "v7_fast.cu"')
-
-
-def test_lesson09_times_the_learner_against_v7s_register_path(monkeypatch):
-    """The learner's row_pass runs on v7's register path at every C, so it is timed against that
-    path, not against v7's default (rows staged in shared memory at the timing shape, which never
-    runs row_pass)."""
-    from rmsnorm_lessons.speed import bench
-
-    timed = []
-
-    class Problem:
-        def __init__(self, N, C, dtype):
-            self.N, self.C = N, C
-
-        def free(self):
-            pass
-
-    def bench_version(version, N, C, copy_gbps, repeats=50, problem=None, *, config=None, **kw):
-        timed.append((getattr(version, "name", version), config))
-        return bench._timing(str(version), N, C, [0.05], 1000, copy_gbps)
-
-    monkeypatch.setattr(bench, "DeviceProblem", Problem)
-    monkeypatch.setattr(bench, "bench_version", bench_version)
-    staged_off = ladder.v7_fast.Config(staged=False)
-    line = kernel_check.time_against(ladder.get("v7_fast"), "v7_fast", config=staged_off,
-                                     label="the register path")
-    assert timed == [("v7_fast", None), ("v7_fast", staged_off)]
-    assert line.endswith("the register path 0.050 ms")
-    seen = {}
-    monkeypatch.setattr(kernel_check, "check_kernel", lambda source, **kw: seen.update(kw))
-    lesson10.check_v7_kernel("float row_pass() {}")
-    assert seen["like"] == "v7_fast" and seen["compare_config"] == staged_off
-    assert "register path" in seen["compare_label"]
 
 
 @needs_nvcc

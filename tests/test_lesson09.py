@@ -15,25 +15,6 @@ from rmsnorm_lessons.lessons.lesson09 import inflight
 needs_sass = pytest.mark.skipif(build.find_tool("nvdisasm") is None, reason="no nvdisasm")
 
 
-def test_floor_time(monkeypatch):
-    right = lesson09.floor_us(32768, 1024, 4260)
-    assert right == pytest.approx((4 * 32768 * 1024 * 2 + 4 * 32768 + 3 * 1024 * 2) / 4260e9 * 1e6)
-    assert lesson09.check_floor_time(right, copy_gbps=4260)
-    assert lesson09.check_floor_time(lesson09.floor_us(8192, 768, 4000, True), 8192, 768, 4000,
-                                     overwrite=True)
-    for wrong, says in [(None, "replace None"), ("soon", "give a number"),
-                        (right / 1000, "milliseconds"),
-                        (lesson09.floor_us(32768, 1024, 4260, True), "other mode"),
-                        (2 * right, "bf16"),
-                        (right / 2, "both directions"), (right * 1.3, "off by")]:
-        v = lesson09.check_floor_time(wrong, copy_gbps=4260)
-        assert not v.passed and says in v.message, (wrong, v.message)
-    # by default, the copy bandwidth of this GPU (measured now) or the H200's saved figure
-    monkeypatch.setattr(gpu, "copy_bandwidth_or_saved", lambda: (4260.0, "saved"))
-    assert lesson09.check_floor_time(right)
-    assert not lesson09.check_floor_time(lesson09.floor_us(32768, 1024, 3000)).passed
-
-
 def test_littles_law():
     # 2 TB/s of loads at 500 ns: 1 MB outstanding
     assert inflight.needed_in_flight(2000, 500) == pytest.approx(1e6)
@@ -48,20 +29,123 @@ def test_littles_law():
         inflight.in_flight_per_sm("scale_f64", 2048)
 
 
-def test_in_flight_exercise(monkeypatch):
-    right = lesson09.in_flight_for_copy(4200, 800, 132)
-    assert right == pytest.approx(2100e9 * 800e-9 / 132)
-    v = lesson09.check_in_flight(right, copy_gbps=4200, sms=132)
-    assert v.passed and "Lesson 00's scale" in v.message, v.message
-    for wrong, says in [(None, "replace None"), (2 * right, "copy / 2"),
-                        (right * 132, "divide by the SMs"),
-                        (right / 1024, "KiB"), (right * 1.5, "off by")]:
-        v = lesson09.check_in_flight(wrong, copy_gbps=4200, sms=132)
-        assert not v.passed and says in v.message, (wrong, v.message)
-    # by default: this GPU's copy bandwidth and SMs, else the H200's saved ones
-    monkeypatch.setattr(gpu, "copy_bandwidth_or_saved", lambda: (4200.0, "saved"))
-    monkeypatch.setattr(gpu, "facts_or_fallback", lambda: (gpu.H200, "saved"))
-    assert lesson09.check_in_flight(right)
+#: lesson 09's scale table and chase as the H100 measured them (2026-12-05, the run of
+#: /work/shared/runs/h100-2026-12-05): (variant, blocks per SM, KiB per SM, ms)
+H100_TABLE = [("scale_f32_x1", 1, 1, 0.861), ("scale_f32_x1", 2, 2, 0.474),
+              ("scale_f32_x1", 4, 4, 0.285), ("scale_f32_x1", 8, 8, 0.225),
+              ("scale_f32_x4", 1, 4, 0.343), ("scale_f32_x4", 2, 8, 0.242),
+              ("scale_f32_x4", 4, 16, 0.200), ("scale_f32_x4", 8, 32, 0.202),
+              ("scale_f128_x1", 1, 4, 0.314), ("scale_f128_x1", 2, 8, 0.223),
+              ("scale_f128_x1", 4, 16, 0.190), ("scale_f128_x1", 8, 32, 0.193),
+              ("scale_f128_x4", 1, 16, 0.203), ("scale_f128_x4", 2, 32, 0.194),
+              ("scale_f128_x4", 4, 64, 0.192), ("scale_f128_x4", 8, 128, 0.194),
+              ("scale_f32_x1", None, 8, 0.233)]
+
+
+def h100_run(table=H100_TABLE, source="saved on NVIDIA H100 80GB HBM3, 2026-12-05"):
+    copy, moved = 2997.0, 2 * 64 * 2**20 * 4
+    points = tuple(inflight.ScaleTiming(v, b, 256 * b if b else 2048, kib * 1024, ms,
+                                        moved / (ms * 1e-3) / 1e9, copy)
+                   for v, b, kib, ms in table)
+    return inflight.Run(copy, 132, inflight.Chase(22.0, 139.0, 337.0), points, source)
+
+
+def test_the_decision_reads_littles_law_and_the_flat_part_of_the_table():
+    run = h100_run()
+    need = 1498.5e9 * 337e-9 / 132
+    assert lesson09.in_flight_for_copy(2997, 337, 132) == pytest.approx(need)
+    flat = lesson09.flat_row(run)
+    # fastest 0.190 ms; within 3 %: 0.190 .. 0.1957 ms, the fewest KiB among them is 16
+    assert (flat.variant, flat.blocks_per_sm, flat.in_flight_per_sm) == ("scale_f128_x1", 4, 16384)
+    v = lesson09.check_in_flight(need, 16, run=run)
+    assert v.passed, v
+    for words in ("3.7 KiB per SM", "flattens at 16 KiB", "scale_f128_x1 at 4 block(s) per SM",
+                  "4.3 times", "saved on NVIDIA H100 80GB HBM3, 2026-12-05"):
+        assert words in v.message, (words, v.message)
+    for need_got, flat_got, says in [
+            (None, 16, "replace None"), (need, None, "replace None"),
+            (2 * need, 16, "copy / 2"), (need * 132, 16, "divide by the SMs"),
+            (need / 1024, 16, "that is KiB"), (need * 139 / 337, 16, "L2's latency"),
+            (need * 1.5, 16, "off by +50 %"),
+            (need, 16384, "KiB (1024 bytes), not bytes"),
+            (need, 3.7, "Little's law with the latency of a load alone"),
+            (need, 32, "so is a row with fewer KiB"),
+            (need, 8, "longer than the fastest row"),
+            (need, 12, "no row of the table has 12 KiB")]:
+        v = lesson09.check_in_flight(need_got, flat_got, run=run)
+        assert v.status == "NOT YET" and says in v.message, (need_got, flat_got, v.message)
+    # both wrong: both named, and where the figures come from
+    v = lesson09.check_in_flight(2 * need, 32, run=run)
+    assert "need_per_sm" in v.message and "flat_kib" in v.message and "H100" in v.message, v
+    # another GPU's table: its own flat part
+    faster = [(vr, b, kib, ms * (0.9 if (vr, b) == ("scale_f128_x4", 2) else 1.0))
+              for vr, b, kib, ms in H100_TABLE]
+    assert lesson09.check_in_flight(need, 32, run=h100_run(faster)).passed
+
+
+def test_question_two_takes_the_chase_of_the_run():
+    run = h100_run()
+    right = 1e12 * 337e-9 / 4
+    v = lesson09.check_threads_for_bandwidth(right, run=run)
+    assert v.passed and "84,250 threads" in v.message and "H100" in v.message, v
+    for wrong, says in [(None, "replace None"), (right * 1e3, "powers of ten"),
+                        (right * 4, "bytes in flight"), (right / 132, "whole GPU"),
+                        (1e12 * 139e-9 / 4, "L2's latency"), (right * 2, "Little's law")]:
+        v = lesson09.check_threads_for_bandwidth(wrong, run=run)
+        assert v.status == "NOT YET" and says in v.message, (wrong, v.message)
+
+
+def test_a_run_is_kept_from_this_process_and_round_trips(monkeypatch, tmp_path):
+    from types import SimpleNamespace
+
+    from rmsnorm_lessons.course import saved
+
+    run = h100_run()
+    again = inflight.Run.from_dict(run.as_dict(), run.source)
+    assert again == run
+    assert run.point("scale_f32_x1", None).ms == 0.233
+    with pytest.raises(LookupError, match="scale_f128_x4 at 3 block"):
+        run.point("scale_f128_x4", 3)
+    # what this process measured wins over the saved run, and is saved where the GPU run asks
+    monkeypatch.setattr(inflight, "_MEASURED", {})
+    assert inflight.this_run() is None
+    monkeypatch.setattr(gpu, "facts", lambda: SimpleNamespace(name="NVIDIA X", multiprocessors=132))
+    inflight._MEASURED["chase"] = run.chase
+    inflight._MEASURED["points"] = {(p.variant, p.blocks_per_sm): p for p in run.points}
+    monkeypatch.setattr(inflight, "saved_path",  # the course's saved run: h100-2026-12-20 here
+                        lambda name=None: tmp_path / (name or "h100-2026-12-20") / "l.json")
+    monkeypatch.setattr(saved, "save_run", lambda: None)
+    here = lesson09.measured()
+    assert here.source == "measured now on NVIDIA X" and here.points == run.points
+    assert not list(tmp_path.iterdir())  # RMSNORM_SAVE_RUN not set: nothing written
+    monkeypatch.setattr(saved, "save_run", lambda: "h100-2026-12-20")
+    lesson09.measured()
+    back = inflight.saved_run("h100-2026-12-20")
+    assert back.points == run.points and back.chase == run.chase
+    assert back.source.startswith("saved on NVIDIA X, 20")
+    # nothing measured here: the saved run, with its label
+    monkeypatch.setattr(inflight, "_MEASURED", {})
+    assert lesson09.measured().source == back.source
+
+
+def test_the_saved_run_is_the_h100s_of_2026_12_05():
+    """results/h100-2026-12-05/lesson09.json: the chase and the scale table as that run printed
+    them (cells 10 and 19 of lesson 09), which the lesson's decision reads without a GPU."""
+    run = inflight.saved_run("h100-2026-12-05")
+    assert run.source == "saved on NVIDIA H100 80GB HBM3, 2026-12-05"
+    assert run.as_dict() == h100_run().as_dict() | {"points": run.as_dict()["points"]}
+    assert [(p.variant, p.blocks_per_sm, p.in_flight_per_sm // 1024, p.ms) for p in run.points] \
+        == H100_TABLE
+    assert lesson09.check_in_flight(1498.5e9 * 337e-9 / 132, 16, run=run).passed
+
+
+def test_the_decisions_picture():
+    run = h100_run()
+    fig = lesson09.in_flight_marked(run)
+    labels = [t.get_text() for t in fig.axes[0].get_legend().get_texts()]
+    assert "Little's law, unloaded: 3.7 KiB" in labels and "the table flattens: 16 KiB" in labels
+    with pytest.raises(ValueError, match="marks"):
+        lesson09.bytes_in_flight(run.points, marks={"none": 0})
 
 
 def test_chase_chain_is_one_cycle_through_every_node():
@@ -183,7 +267,7 @@ def test_the_scale_check_hands_its_run_to_the_child_and_never_runs_it_here(monke
     monkeypatch.setattr(gpu, "why_unavailable", lambda: None)  # as if a GPU worked
     monkeypatch.setattr(gpu, "facts", lambda: SimpleNamespace(arch="sm_90"))
     ran_here = []
-    monkeypatch.setattr(lesson09, "_run_scale", lambda function_of: ran_here.append(1))
+    monkeypatch.setattr(lesson09.exercise, "_run_scale", lambda function_of: ran_here.append(1))
     handed = []
 
     def in_child(name, source, run, **kwargs):
@@ -213,8 +297,20 @@ def test_a_failed_launch_in_the_scale_run_says_what_failed_and_no_restart(monkey
     def scale_wide(*args, **kwargs):
         raise RuntimeError("cuLaunchKernel failed: an illegal memory access was encountered")
 
-    outcome = lesson09._run_scale(lambda name: scale_wide)
+    outcome = lesson09.exercise._run_scale(lambda name: scale_wide)
     assert not outcome.ok and outcome.kinds == ("error",)
     assert outcome.message.startswith(f"at n4 = {lesson09.CHECK_SIZES[0]} running it failed: "
                                       "RuntimeError: cuLaunchKernel failed"), outcome.message
     assert "restart" not in outcome.message
+
+
+@pytest.mark.skipif(gpu.available(), reason="the saved opening: a GPU measures its own")
+def test_the_diagnosis_of_the_saved_opening():
+    before = lesson09.opening()
+    value = before.figure("stall:long_scoreboard")
+    verdict = lesson09.check_diagnosis("latency", "few_loads_in_flight", "stall:long_scoreboard",
+                                       value)
+    assert verdict.status == "PASS" and "v7_fast" in verdict.message, verdict
+    assert lesson09.check_diagnosis("memory", "few_loads_in_flight", "stall:long_scoreboard",
+                                    value).status == "NOT YET"
+    assert "replace None" in lesson09.check_diagnosis().message

@@ -22,24 +22,27 @@ exercise           barrier  normal.  stride  atomic  shuffle  tail  width  sign 
                                                                                       limit 1,
                                                                                       offset 2
 09 scale_wide      -a       -d       2       -e      -b       2     2      -d    -d
-10 v7 row_pass     -f       -g       2       -e      -h       2     1      -g    -g
-13 v3 fixed        2        1        2       2       1        2     2      1     2
+10 v7 two steps    -f       -g       2       -e      -h       2     2      -g    -g
+13 seed loop       2        1        2       -k      1        2     2      1     1
 =================  =======  =======  ======  ======  =======  ====  =====  ====  ====  ==========
 
 a: no shared memory, so no barrier. b: no warp exchange (one thread per row; scale_wide's threads
 share nothing). c: v5 is atomic-free by design (its check forbids atomics). d: y = a * x divides
 by nothing and has no gradient's terms. e: no atomic (every thread owns its outputs; row_pass's
-sums are this thread's alone). f: row_pass has no barrier (v7's are in the shipped code around
-it). g: the mean's division and term 2's subtraction are in v7's shipped code, not in row_pass.
-h: row_pass returns this thread's part; exchange() (shipped) sums the lanes. i: the barriers of
-v5's row pass are bf16_row_pass.cuh's, shipped (the exercise starts after it). j: the row's mean,
-its warp exchange and its terms are the shipped row pass's. So 09 and 10 have three classes: every
-other exercise has at least four, counting its lesson's own (tests/_mutations_extra.py, tried on
-that exercise alone: a cache hint dropped and staged() returning c in 06; a block's partials at
-block 0's place in 07 and 08; a fence dropped and the seed's atomicInc limit in 08).
+sums are this thread's alone). f: load_row and row_pass have no barrier (v7's are in the shipped
+code around them). g: the mean's division and term 2's subtraction are in v7's shipped code, not
+in the two steps. h: row_pass returns this thread's part; exchange() (shipped) sums the lanes.
+i: the barriers of v5's row pass are bf16_row_pass.cuh's, shipped (the exercise starts after it).
+j: the row's mean, its warp exchange and its terms are the shipped row pass's. k: the row pass v5
+and v6 share adds in warp order, with no atomic. So 09 and 10 have three classes: every other
+exercise has at least four, counting its lesson's own (tests/_mutations_extra.py, tried on that
+exercise alone: a cache hint dropped and staged() returning c in 06; a block's partials at block
+0's place in 07 and 08; a fence dropped and the seed's atomicInc limit in 08).
 
 ``barrier`` leaves out a barrier whose removal no run can see (v5's and v6's barrier after
-zeroing the shared sums: warp 0 reads them only after the row loop's own barriers).
+zeroing the shared sums: warp 0 reads them only after the row loop's own barriers). Lesson 13's
+text is the row pass without the kernel's ``__shared__`` declaration, so its zeroing barrier is
+mutated there, and its check's count of BAR.SYNC against v6's catches it.
 ``shuffle`` covers the butterfly loop starting at offset 8 or stopping before offset 1, a
 ``__shfl_xor_sync`` step removed, and, where the text calls common.cuh's ``warp_reduce_sum``, the
 whole exchange skipped (the lane's own part used as the row's sum). ``width`` covers a 128-bit
@@ -92,6 +95,7 @@ NO_SITE = {
     ("10_v7_one_pass", "normalisation"): "the mean is v7's shipped code",
     ("10_v7_one_pass", "atomic"): "the sums are this thread's alone",
     ("10_v7_one_pass", "shuffle"): "exchange() is v7's shipped code",
+    ("13_finding_bugs", "atomic"): "the row pass adds in warp order",
     ("09_bytes_in_flight", "sign"): "y = a * x has no gradient's terms",
     ("09_bytes_in_flight", "term"): "y = a * x has no gradient's terms",
     ("10_v7_one_pass", "sign"): "term 2 is v7's shipped code",
@@ -125,8 +129,9 @@ CAUGHT_WITHOUT_A_GPU = {
     ("08_last_block", "limit.seed"): "atomicInc's limit is not gridDim.x",
     ("09_bytes_in_flight", "width.load"): "UNROLL LDG.E.128",
     ("09_bytes_in_flight", "width.store"): "a 128-bit store (STG.E.128)",
-    ("13_finding_bugs", "barrier.syncthreads"): "two BAR.SYNC",
-    ("13_finding_bugs", "atomic.shared"): "a shared-memory atomic (ATOMS)",
+    ("10_v7_one_pass", "width.load"): "as many LDG.E.128 as v7_fast",
+    ("13_finding_bugs", "barrier.syncthreads"): "as many BAR.SYNC as v6_last_block",
+    ("13_finding_bugs", "width.load"): "as many LDG.E.128 as v6_last_block",
 }
 #: static checks that do not yet catch what CAUGHT_WITHOUT_A_GPU asks of them (a strict xfail: when
 #: the check is fixed the test says XPASS and the entry goes)

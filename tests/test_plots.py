@@ -13,7 +13,7 @@ from rmsnorm_lessons import lessons
 from rmsnorm_lessons.core import gpu
 from rmsnorm_lessons.course import plots, registry
 from rmsnorm_lessons.inspection import nsight
-from rmsnorm_lessons.lessons import lesson00, lesson09, lesson10, lesson13
+from rmsnorm_lessons.lessons import lesson00, lesson09, lesson10, lesson11, lesson13
 from rmsnorm_lessons.speed import bench
 
 
@@ -68,7 +68,8 @@ def test_a_figure_one_lesson_draws_lives_in_that_lessons_home():
 def test_no_figure_is_defined_twice():
     homes = {}
     modules = [plots] + [lessons.home(f"lesson{n:02d}") for n in range(14)] + [
-        lessons.home("lesson09.plots"), lessons.home("lesson13.plots")]
+        lessons.home("lesson09.plots"), lessons.home("lesson10.plots"),
+        lessons.home("lesson11.plots"), lessons.home("lesson13.plots")]
     for module in modules:
         for name in _figure_functions(module):
             homes.setdefault(name, set()).add(module.__name__)
@@ -88,8 +89,8 @@ def test_both_ways_of_making_a_figure_have_the_course_size():
 def test_the_bench_figures_draw_from_timing_rows():
     rows = _rows()
     for fig in (plots.bandwidth_bars(rows), plots.speed_of_light(rows, 4000.0),
-                lesson09.floor_and_fixed([(8192, 1024), (4096, 4096)], 4000.0),
-                lesson09.fixed_cost({"v7_fast": [(1024, 0.017), (16384, 0.142)]}, C=1024),
+                lesson11.floor_and_fixed([(8192, 1024), (4096, 4096)], 4000.0),
+                lesson11.fixed_cost({"v7_fast": [(1024, 0.017), (16384, 0.142)]}, C=1024),
                 lesson10.v7_row_layout(2048)):
         assert isinstance(fig, Figure) and fig.dpi == plots.DPI
 

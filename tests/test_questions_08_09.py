@@ -12,11 +12,6 @@ CASES = [  # (check, right, [(plausible wrong, a word of its reason)], the None 
      '"a", "b", "c"'),
     (lesson09.check_in_flight_kib, 12, [(3, "several loads"), (48, "4 bytes"), (4, "every block")],
      "KiB per SM"),
-    (lesson09.check_chase, "a", [("b", "back to back"), ("c", "8 MiB")], '"a", "b", "c"'),
-    (lesson09.check_latency_under_load, 1138, [(569, "half"), (8.6, "every SM"),
-                                               (1111.6, "1024 bytes")], "nanoseconds"),
-    (lesson09.check_l1_in_flight, "b", [("a", "latency is not"), ("c", "shorter")],
-     '"a", "b", "c"'),
 ]
 
 
@@ -36,7 +31,6 @@ def test_a_question_passes_the_answer_and_explains_a_wrong_one(check, right, wro
 
 
 def test_a_choice_question_lists_its_options_in_its_docstring():
-    for check in (lesson08.check_second_wave, lesson09.check_chase,
-                  lesson09.check_l1_in_flight):
+    for check in (lesson08.check_second_wave,):
         assert all(f"\n    {o})" in check.__doc__ for o in "abc"), check.__name__
         assert check("d").status == "NOT YET"

@@ -8,15 +8,14 @@ CASES = [
     # check, right, plausible wrong answers (with a word of the reason given)
     (lesson10.check_group_size, 192, [(768, "chunks"), (1536, "chunks of 8"), (100, "multiple")]),
     (lesson10.check_idle_slots, 56, [(200, "row's chunks"), (28, "both"), (7, "G x K")]),
-    (lesson10.check_final_sum, "b", [("a", "cost"), ("c", "fixed order")]),
     (lesson11.check_tail_rows, 136, [(4, "row groups"), (128, "idle"), (15, "full rounds")]),
     (lesson11.check_in_flight_bytes, 65536, [(32768, "both tensors"), (98304, "dinp"),
                                              (4096, "chunk is 16 bytes")]),
     (lesson11.check_more_sms, "c", [("b", "each block"), ("a", "C partials")]),
+    (lesson11.check_reduce_rows, 9, [(132, "every partial row"), (8, "round up"),
+                                     (16, "warps of a block"), (3, "round-robin")]),
     (lesson12.check_rank_chunks, 1280, [(10240, "channels"), (5120, "whole row"),
                                         (640, "shared among")]),
-    (lesson12.check_cluster_wait, "a", [("b", "several SMs"), ("c", "running")]),
-    (lesson12.check_staged_wait, "b", [("a", "asynchronous"), ("c", "who reads")]),
 ]
 
 
@@ -33,9 +32,55 @@ def test_question(check, right, wrongs):
 
 
 def test_choices_take_any_case_and_refuse_other_letters():
-    assert lesson10.check_final_sum(" B ").passed
-    v = lesson12.check_cluster_wait("d")
+    assert lesson11.check_more_sms(" C ").passed
+    v = lesson11.check_more_sms("d")
     assert not v.passed and 'give one of "a", "b", "c"' in v.message
+
+
+def test_reduce_rows_follow_the_plan(monkeypatch):
+    import dataclasses
+
+    from rmsnorm_lessons.core import gpu
+
+    # 132 partial rows on the H200's 132 SMs, 16 warps a block of the final sum: 9 for warp 0
+    assert lesson11.reduce_rows(device=gpu.H200) == (9, 132, 16)
+    small = dataclasses.replace(gpu.H200, multiprocessors=66)
+    assert lesson11.reduce_rows(device=small) == (5, 66, 16)
+    assert lesson11.check_reduce_rows(5, device=small).passed
+    assert not lesson11.check_reduce_rows(9, device=small).passed
+
+
+def test_lesson12_follows_the_facts_of_the_gpu():
+    import dataclasses
+
+    from rmsnorm_lessons.core import gpu
+
+    assert lesson12.clusters_waiting(device=gpu.H200) == (3, 33, 30)
+    assert lesson12.check_waiting_clusters(3, device=gpu.H200).passed
+    for wrong, says in [(0, "not SMs / 4"), (33, "fills the GPU"), (30, "first round"),
+                        (5, "minus"), (None, "replace None")]:
+        v = lesson12.check_waiting_clusters(wrong, device=gpu.H200)
+        assert v.status == "NOT YET" and says in v.message, (wrong, v.message)
+    other = dataclasses.replace(gpu.H200, multiprocessors=114, resident_clusters=((2, 57), (4, 28)))
+    assert lesson12.clusters_waiting(device=other) == (1, 29, 28)
+    assert lesson12.check_waiting_clusters(1, device=other).passed
+    a100 = dataclasses.replace(gpu.H200, compute_capability=(8, 0), resident_clusters=())
+    with pytest.raises(ValueError, match="runs no clusters of 4"):
+        lesson12.clusters_waiting(device=a100)
+    assert lesson12.check_waiting_clusters(3, device=a100).passed  # the H200's, said so
+
+
+def test_the_staged_ring():
+    assert lesson12.staged_ring()[:2] == (49152, 2)
+    v = lesson12.check_staged_ring(49152, 2)
+    assert v.passed and "49,152 bytes" in v.message, v
+    for ring, rows, says in [(196608, 2, "block's rings"), (24576, 2, "one tensor"),
+                             (73728, 2, "does not read dinp"), (16384, 2, "one row slot"),
+                             (98304, 2, "2 bytes"), (49152, 3, "being worked on"),
+                             (49152, 1, "every slot but"), (None, 2, "replace None"),
+                             (49152, None, "replace None"), (7, 9, "less the one")]:
+        v = lesson12.check_staged_ring(ring, rows)
+        assert v.status == "NOT YET" and says in v.message, (ring, rows, v.message)
 
 
 def test_tail_rows_follows_the_plan():

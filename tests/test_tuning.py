@@ -1,5 +1,5 @@
-"""The tuning exercise's check (rmsnorm_lessons/lessons/lesson11/tuning.py): refusals, a GPU's
-score."""
+"""The tuning exercise, a search (rmsnorm_lessons/lessons/lesson11/tuning.py): refusals, the
+search space, the grading against the default measured in the same run, a GPU's score."""
 from __future__ import annotations
 
 import pytest
@@ -15,6 +15,8 @@ from rmsnorm_lessons.lessons.lesson11 import tuning
     ({"K": 7}, "Config.K"),
     ({"Q": 1}, "takes K, prefetch, per_sm and staged only"),
     ({"K": 1, "prefetch": True}, "prefetch needs K = 2"),
+    (Config(staged=True), "lesson 12's path"),
+    (Config(), "name at least one knob"),
 ])
 def test_a_bad_config_is_refused_with_a_reason(config, says):
     v = tuning.check_tuning(config)
@@ -22,47 +24,63 @@ def test_a_bad_config_is_refused_with_a_reason(config, says):
     assert v.score is None
 
 
-def test_a_config_that_cannot_run_a_shape_is_refused():
-    v = tuning.check_tuning(Config(K=1), shapes=[(100, 16384)])
-    assert v.status == "NOT YET" and "cannot run (100, 16384)" in v.message
-    assert "block_size" in v.message
+def test_a_config_that_cannot_run_is_refused_before_any_launch():
+    v = tuning.check_tuning(Config(K=2, per_sm=2), 512)
+    assert v.status == "NOT YET" and "one block an SM" in v.message, v
+    v = tuning.check_tuning(Config(K=1), shape=(100, 16384))
+    assert v.status == "NOT YET" and "cannot run (100, 16384)" in v.message, v
 
 
 @pytest.mark.parametrize("kwargs, says", [
-    ({"target": 0}, "target"), ({"target": "90"}, "target"), ({"target": 250}, "target"),
-    ({"shapes": []}, "at least one"), ({"shapes": [(10, 100)]}, "multiple of 8"),
-    ({"shapes": [(0, 1024)]}, "N >= 1"), ({"shapes": [(10.5, 1024)]}, "whole numbers"),
-    ({"shapes": "16384x4096"}, "pairs"), ({"repeats": 2}, "repeats"),
+    ({"block": 384}, "block"), ({"block": True}, "block"), ({"repeats": 2}, "repeats"),
+    ({"shape": (10, 100)}, "multiple of 8"), ({"shape": (0, 1024)}, "N >= 1"),
+    ({"shape": (10.5, 1024)}, "whole numbers"), ({"shape": "16384x2048"}, "pair"),
+    ({"shape": (16, 32768)}, "rows v7's register path holds"),
 ])
 def test_bad_arguments_raise_naming_them(kwargs, says):
     with pytest.raises(ValueError, match=says):
-        tuning.check_tuning(Config(), **kwargs)
+        tuning.check_tuning(Config(K=2), **kwargs)
+
+
+def test_the_space_is_the_knobs_taught_before_and_every_point_runs_the_shape():
+    points = tuning.space()
+    assert len(points) == len(set(points)) == 15
+    N, C = tuning.SHAPE
+    assert len({tuning.resolved(c, b, N, C, gpu.H200) for c, b in points}) == 15, "15 plans"
+    assert {b for _, b in points} == set(tuning.BLOCKS)
+    assert all(not c.staged and c.tunes_registers for c, _ in points)
+    assert all(c.prefetch is False or c.K == 2 for c, _ in points)
+    N, C = tuning.SHAPE
+    for config, block in points:
+        plan = ladder.plan(tuning._as_rung(block), N, C, gpu.H200, config=config)
+        assert plan[0].kernel == "rmsnorm_backward_v7" and plan[0].block <= block
+    # the default register plan is K = 2 with prefetch at this shape: in the space too
+    r = ladder.v7_fast.resolve(N, C, gpu.H200, config=tuning.DEFAULT)
+    assert (r.layout.K, r.layout.prefetch, r.per_sm) == (2, True, 1)
+    assert (Config(K=2, prefetch=True), 512) in points
+    assert tuning.describe(Config(K=2), 256, device=gpu.H200) == (
+        "K=2, 2 blocks of 256 threads an SM")
+    assert tuning.describe(Config(K=2, prefetch=True), 512, device=gpu.H200) == (
+        "K=2, prefetch, 1 block of 512 threads an SM")
 
 
 @pytest.mark.skipif(gpu.available(), reason="there is a GPU here: the check measures")
 def test_without_a_gpu_a_valid_config_is_not_verified():
-    v = tuning.check_tuning(Config(K=2, prefetch=True))
+    v = tuning.check_tuning(Config(K=2, prefetch=False), 512)
     assert v.status == "NOT VERIFIED" and not v and v.score is None
-    assert "GPU" in v.message
+    assert "GPU" in v.message and "can run 16384x2048" in v.message
 
 
-@pytest.mark.gpu
-def test_the_score_is_the_ceilings_time_over_v7s_measured_now():
-    plan_default = tuning.check_tuning(Config(), target=1, repeats=10)
-    assert plan_default.passed and plan_default.score is not None, plan_default
-    assert 30 < plan_default.score < 130, plan_default  # a time ratio against the same bytes
-    assert "% of the same-bytes ceiling" in plan_default.message
-    assert "16384x4096" in plan_default.message and "measured in this run" in plan_default.message
-    # the register path with the plan's other choices: graded the same way, below an unreachable
-    # target
-    register = tuning.check_tuning(Config(staged=False), target=199, repeats=10)
-    assert register.status == "NOT YET", register
-    assert "below the target of 199 %" in register.message, register
-    assert 30 < register.score < 130, register
+def _timing(name, ms, spread=0.002, noisy=False):
+    from types import SimpleNamespace
+
+    return SimpleNamespace(name=name, ms=ms, ms_spread=spread, noisy=noisy)
 
 
-def _fake_gpu(monkeypatch, yours_ms, ceiling_ms, ok=True):
-    """The GPU's side replaced: a check report that is ``ok`` and the timings given, per shape."""
+def _fake_gpu(monkeypatch, yours_ms, default_ms, ceiling_ms=0.080, space_ms=None, ok=True,
+              spread=0.002):
+    """The GPU's side replaced: a check report that is ``ok``, and time_shape giving the times
+    named (the space's rows ``space_ms``, else the default's time each)."""
     from types import SimpleNamespace
 
     from rmsnorm_lessons.core import compare
@@ -70,52 +88,80 @@ def _fake_gpu(monkeypatch, yours_ms, ceiling_ms, ok=True):
 
     timed = []
     monkeypatch.setattr(gpu, "why_unavailable", lambda: None)
+    monkeypatch.setattr(gpu, "target_facts_or_fallback", lambda: (gpu.H200, "saved"))
     monkeypatch.setattr(compare, "check_version", lambda *a, **k: SimpleNamespace(ok=ok))
 
     def time_shape(N, C, rows, ceiling_modes=(), copy_gbps=float("nan"), repeats=50):
-        (spec, overwrite, config, label), = rows
-        timed.append((N, C, spec.name, overwrite, config, label, ceiling_modes, repeats))
-        k = len(timed) - 1
-        suffix = bench.OVERWRITE_SUFFIX if overwrite else ""
-        row = lambda name, ms: SimpleNamespace(name=name, ms=ms, noisy=False)  # noqa: E731
-        return [row(label + suffix, yours_ms[k]), row(bench.STREAM_NAME + suffix, ceiling_ms[k])]
+        timed.append((N, C, [(spec.name, mode, config, label) for spec, mode, config, label
+                             in rows], ceiling_modes, repeats))
+        suffix = bench.OVERWRITE_SUFFIX if ceiling_modes[0] else ""
+        out = [_timing(bench.STREAM_NAME + suffix, ceiling_ms, spread)]
+        for k, (_, _, _, label) in enumerate(rows):
+            ms = {"default": default_ms, "yours": yours_ms}.get(label)
+            if ms is None:
+                ms = space_ms[k - 2] if space_ms else default_ms
+            out.append(_timing(label + suffix, ms, spread))
+        return out
 
     monkeypatch.setattr(bench, "time_shape", time_shape)
     return timed
 
 
-def test_graded_on_the_ratio_of_times_measured_together(monkeypatch):
-    timed = _fake_gpu(monkeypatch, yours_ms=[0.125], ceiling_ms=[0.100])
-    v = tuning.check_tuning(Config(K=2, prefetch=True), target=80, repeats=7)
-    assert v.passed and v.score == pytest.approx(80.0), v
-    assert "125.0 us against the ceiling's 100.0 us (80.0 %)" in v.message
-    config = Config(K=2, prefetch=True)
-    assert timed == [(16384, 4096, "v7_fast", False, config, "yours", (False,), 7)]
-    _fake_gpu(monkeypatch, yours_ms=[0.125], ceiling_ms=[0.100])
-    v = tuning.check_tuning(Config(K=2, prefetch=True), target=80.5)
-    assert v.status == "NOT YET" and v.score == pytest.approx(80.0), v
-    assert "below the target" in v.message
+def test_graded_against_the_default_measured_in_the_same_run(monkeypatch):
+    timed = _fake_gpu(monkeypatch, yours_ms=0.0900, default_ms=0.1000)
+    v = tuning.check_tuning(Config(K=2, prefetch=False), 512, repeats=7)
+    assert v.passed and v.score == pytest.approx(100 * 0.08 / 0.09), v
+    for words in ("yours (K=2, 1 block of 512 threads an SM) 88.9 %", "default register plan "
+                  "80.0 %", "target 81.0 % (the default + 1.0 points", "best of the search space "
+                  "here: 88.9 %", "16384x2048"):
+        assert words in v.message, (words, v.message)
+    (N, C, rows, modes, repeats), = timed
+    assert (N, C, modes, repeats) == (16384, 2048, (False,), 7)
+    names = [r[3] for r in rows]
+    assert names[:2] == ["default", "yours"] and len(names) == 2 + 14  # yours left out of the space
+    assert rows[0][:3] == ("v7_fast", False, tuning.DEFAULT)
+    # below the target, reachable: NOT YET, with the knobs to think about, and the score
+    _fake_gpu(monkeypatch, yours_ms=0.0995, default_ms=0.1000, space_ms=[0.09] * 14)
+    v = tuning.check_tuning(Config(K=4), 512)
+    assert v.status == "NOT YET" and "below the target" in v.message, v
+    assert "Little's law" in v.message and v.score == pytest.approx(100 * 0.08 / 0.0995)
+    assert "88.9 %" in v.message  # the best figure of the space, not its Config
+    assert "K=2, 1 block" not in v.message
 
 
-def test_several_shapes_take_the_geometric_mean(monkeypatch):
-    timed = _fake_gpu(monkeypatch, yours_ms=[0.2, 0.1], ceiling_ms=[0.1, 0.1])
-    v = tuning.check_tuning(Config(), shapes=[(8192, 1024), (4096, 2048)], overwrite=True,
-                            target=50)
-    assert v.score == pytest.approx(100 * (0.5 * 1.0) ** 0.5), v
-    assert v.passed and "(dinp=)" not in v.message
-    assert [(t[0], t[1], t[3], t[6]) for t in timed] == [(8192, 1024, True, (True,)),
-                                                         (4096, 2048, True, (True,))]
+def test_the_margin_is_twice_the_spread_where_that_is_more():
+    a, b = _timing("default", 0.1, spread=0.004), _timing("ceiling", 0.08, spread=0.01)
+    assert tuning.margin(a, b) == pytest.approx(2.0)
+    assert tuning.margin(_timing("d", 0.1, 0.001), _timing("c", 0.1, 0.002)) == tuning.MIN_MARGIN
+
+
+def test_where_no_point_reaches_the_target_the_default_is_the_bar(monkeypatch):
+    # every point of the space as slow as the default: the target is out of reach on this GPU
+    _fake_gpu(monkeypatch, yours_ms=0.1003, default_ms=0.1000, space_ms=[0.1010] * 14)
+    v = tuning.check_tuning(Config(K=2, prefetch=False), 512)
+    assert v.passed and "the best this space offers" in v.message, v
+    _fake_gpu(monkeypatch, yours_ms=0.1100, default_ms=0.1000, space_ms=[0.1010] * 14)
+    v = tuning.check_tuning(Config(K=1), 512)
+    assert v.status == "NOT YET" and "must come within" in v.message, v
+    assert v.score == pytest.approx(100 * 0.08 / 0.11)
+
+
+def test_grade_states_noise_and_never_passes_the_default():
+    found = tuning.Search(yours=80.0, default=80.0, best=84.0, margin=1.0, noisy=True)
+    v = tuning.grade(found, "K=2, prefetch, 1 block of 512 threads an SM", 16384, 2048)
+    assert v.status == "NOT YET" and "noisy" in v.message and v.score == 80.0
+    assert tuning.Search(90.0, 80.0, 79.0, 1.0, False).reachable
 
 
 def test_a_wrong_result_is_not_timed(monkeypatch):
-    timed = _fake_gpu(monkeypatch, yours_ms=[0.1], ceiling_ms=[0.1], ok=False)
+    timed = _fake_gpu(monkeypatch, yours_ms=0.1, default_ms=0.1, ok=False)
     v = tuning.check_tuning(Config(K=4))
-    assert v.status == "NOT YET" and "wrong at (16384, 4096)" in v.message and v.score is None
+    assert v.status == "NOT YET" and "wrong at (16384, 2048)" in v.message and v.score is None
     assert timed == []
 
 
 def _lesson_cell() -> str:
-    """Lesson 11's tuning exercise: the one cell that calls the check."""
+    """Lesson 11's search: the one cell that calls the check."""
     import json
 
     from rmsnorm_lessons.course import registry
@@ -126,38 +172,36 @@ def _lesson_cell() -> str:
     return "".join(cell["source"])
 
 
-def _config_in(text: str) -> Config:
-    """The Config of the first ``yours_config = Config(...)`` line of ``text``."""
+def _choice_in(text: str):
+    """The (Config, block) of the first ``yours_config, yours_block = ...`` line of ``text``."""
     import re
 
-    return eval(re.search(r"^yours_config = (Config\(.*?\))", text, re.M).group(1),
-                {"Config": Config})
+    line = re.search(r"^yours_config, yours_block = (Config\(.*?\)), (\d+)", text, re.M)
+    return eval(line.group(1), {"Config": Config}), int(line.group(2))
 
 
-def _configs(text: str) -> tuple:
-    """The Config the cell starts from (its skeleton) and the solution's."""
+def _choices(text: str) -> tuple:
+    """The choice the cell starts from (its skeleton) and the solution's."""
     from rmsnorm_lessons.course import student
 
-    return (_config_in(student.strip_solutions(text)),
-            _config_in(text.split("### BEGIN SOLUTION")[1]))
+    return (_choice_in(student.strip_solutions(text)),
+            _choice_in(text.split("### BEGIN SOLUTION")[1]))
 
 
-def test_the_lesson_states_the_target_and_starts_from_the_poor_config():
+def test_the_lesson_starts_from_the_poor_choice_and_its_solution_is_in_the_space():
     text = _lesson_cell()
-    assert f"target={tuning.TARGET:g})" in text
-    poor, good = _configs(text)
-    assert poor == tuning.POOR and good != poor
-    # both run the default shape on the H200's facts (the CPU check says NOT VERIFIED for either)
-    for config in (poor, good):
-        for N, C in tuning.SHAPES:
-            ladder.plan("v7_fast", N, C, gpu.H200, config=config)
+    assert "tuning.check_tuning(yours_config, yours_block)" in text
+    poor, good = _choices(text)
+    assert poor == (tuning.POOR, 512) and good != poor
+    assert good in tuning.space() and good[0] != tuning.DEFAULT
 
 
 @pytest.mark.gpu
-def test_the_lessons_target_parts_the_poor_start_from_the_solution():
-    poor, good = _configs(_lesson_cell())
-    start = tuning.check_tuning(poor, target=tuning.TARGET)
-    assert start.status == "NOT YET" and "below the target" in start.message, start
-    solved = tuning.check_tuning(good, target=tuning.TARGET)
+def test_the_search_on_the_gpu_parts_the_poor_start_from_the_solution():
+    poor, good = _choices(_lesson_cell())
+    start = tuning.check_tuning(*poor)
+    assert start.status == "NOT YET" and start.score is not None, start
+    solved = tuning.check_tuning(*good)
     assert solved.passed, solved
-    assert solved.score > start.score, (solved, start)
+    assert 30 < solved.score < 130 and solved.score > start.score, (solved, start)
+    assert "% of the same-bytes ceiling at 16384x2048" in solved.message

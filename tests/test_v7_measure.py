@@ -10,7 +10,7 @@ import pytest
 
 import rmsnorm_lessons as rl
 from rmsnorm_lessons.core import bf16, build, gpu, ladder
-from rmsnorm_lessons.lessons import lesson09, lesson10
+from rmsnorm_lessons.lessons import lesson11
 from rmsnorm_lessons.speed import bench, peers
 
 V7 = rl.ladder.get("v7_fast")
@@ -93,26 +93,26 @@ def test_records_by_shape_and_against():
 
 
 # --------------------------------------------------------------------------------------------------
-# lesson 10's exercise (CPU): the right answer passes, wrong ones are reported (lesson 09's floor
-# time: tests/test_lesson09.py)
+# lesson 11's exercise on the partials (CPU): the right answer passes, wrong ones are reported
+# (lesson 09's floor time: tests/test_lesson09.py)
 
 
-def test_lesson09_partials_fraction(monkeypatch):
-    right = lesson10.partials_fraction(4096, 16384, 132)
+def test_lesson11_partials_fraction(monkeypatch):
+    right = lesson11.partials_fraction(4096, 16384, 132)
     assert right == pytest.approx(2 * 132 * 16384 * 4 / V7.bytes_moved(4096, 16384))
-    assert lesson10.check_partials_fraction(right, grid=132)
+    assert lesson11.check_partials_fraction(right, grid=132)
     for wrong, says in [(None, "replace None"), (100 * right, "percentage"), (right / 2, "half"),
                         (2 * right, "twice"), (0.5, "is off")]:
-        v = lesson10.check_partials_fraction(wrong, grid=132)
+        v = lesson11.check_partials_fraction(wrong, grid=132)
         assert not v.passed and says in v.message, (wrong, v.message)
     # by default, the grid v7_fast's plan launches on this GPU, or on the H200 (132 blocks at
     # this shape)
     monkeypatch.setattr(gpu, "facts_or_fallback", lambda: (gpu.H200, "saved"))
     assert plan(4096, 16384)[0].grid == 132
-    assert lesson10.check_partials_fraction(right)
+    assert lesson11.check_partials_fraction(right)
     small = dataclasses.replace(gpu.H200, multiprocessors=66)
     monkeypatch.setattr(gpu, "facts_or_fallback", lambda: (small, "a smaller GPU"))
-    assert lesson10.check_partials_fraction(lesson10.partials_fraction(4096, 16384, 66))
+    assert lesson11.check_partials_fraction(lesson11.partials_fraction(4096, 16384, 66))
 
 
 
@@ -205,7 +205,7 @@ def test_fit_fixed_cost_recovers_a_line():
 
 def test_fixed_cost_plot():
 
-    fig = lesson09.fixed_cost({"v7_fast": [(1024, 0.017), (16384, 0.142)],
+    fig = lesson11.fixed_cost({"v7_fast": [(1024, 0.017), (16384, 0.142)],
                             bench.STREAM_NAME: [(1024, 0.012), (16384, 0.132)]}, C=4096)
     labels = [t.get_text() for t in fig.axes[0].get_legend().get_texts()]
     assert labels[0].startswith("v7_fast: 8.7 us + 8.14 ns/row"), labels

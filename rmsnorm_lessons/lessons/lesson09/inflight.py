@@ -11,12 +11,14 @@ Little's law: a memory system that answers each request after ``latency`` second
   per thread before the first is used. A grid-stride loop, so the grid (blocks per SM) sets the
   threads each SM holds, and with it the bytes in flight per SM: threads x width x loads.
 
-The arithmetic needs no GPU; :func:`latency_ns` and :func:`time_scale` do.
+The arithmetic needs no GPU; :func:`latency_ns` and :func:`time_scale` do. What :func:`chase` and
+:func:`time_scale` measure in this process is kept (:func:`this_run`): the lesson's decision and its
+questions read it, and without a GPU the saved run of the same cells (:func:`saved_run`).
 """
 from __future__ import annotations
 
 import functools
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 
 import numpy as np
 
@@ -121,9 +123,12 @@ class Chase:
 
 def chase(steps: int = CHASE_STEPS) -> Chase:
     """Three pointer chases (GPU): a chain of :data:`CHASE_L1_BYTES` through L1, one of
-    :data:`CHASE_L2_BYTES` in L2, one of :data:`CHASE_DRAM_BYTES` that misses L2."""
-    return Chase(l1_ns=latency_ns(CHASE_L1_BYTES, steps, l1=True),
-                 l2_ns=latency_ns(CHASE_L2_BYTES, steps), dram_ns=latency_ns(steps=steps))
+    :data:`CHASE_L2_BYTES` in L2, one of :data:`CHASE_DRAM_BYTES` that misses L2. Kept as this
+    process's chase (:func:`this_run`)."""
+    levels = Chase(l1_ns=latency_ns(CHASE_L1_BYTES, steps, l1=True),
+                   l2_ns=latency_ns(CHASE_L2_BYTES, steps), dram_ns=latency_ns(steps=steps))
+    _MEASURED["chase"] = levels
+    return levels
 
 
 @functools.lru_cache(maxsize=1)
@@ -189,5 +194,108 @@ def time_scale(variant: str, copy_gbps: float, blocks_per_sm: int | None = None,
         x.free()
         y.free()
     gbps = 2 * host.nbytes / (ms * 1e-3) / 1e9
-    return ScaleTiming(variant, blocks_per_sm, threads, in_flight_per_sm(variant, threads), ms,
-                       gbps, copy_gbps)
+    timing = ScaleTiming(variant, blocks_per_sm, threads, in_flight_per_sm(variant, threads), ms,
+                         gbps, copy_gbps)
+    _MEASURED.setdefault("points", {})[variant, blocks_per_sm] = timing
+    return timing
+
+
+# --- what this process measured, else the saved run
+# -----------------------------------------------------------
+
+#: this process's chase and scale timings, by (variant, blocks_per_sm): the latest of each
+_MEASURED: dict = {}
+#: the saved run's file, beside the openings of the same run (rmsnorm_lessons.course.saved)
+SAVED_FILE = "lesson09.json"
+LESSON00 = ("scale_f32_x1", None)  # lesson 00's launch: one thread per element
+
+
+@dataclass(frozen=True)
+class Run:
+    """What lesson 09's cells measured on one GPU: its copy bandwidth, its SMs, the three chases and
+    the scale table (:func:`time_scale`'s rows, lesson 00's launch among them); ``source`` says
+    where and when ("measured now on ..." or "saved on ..., date")."""
+
+    copy_gbps: float
+    sms: int
+    chase: Chase
+    points: tuple
+    source: str
+
+    def point(self, variant: str, blocks_per_sm: int | None) -> ScaleTiming:
+        """The row of ``variant`` at ``blocks_per_sm`` (None: lesson 00's launch)."""
+        for p in self.points:
+            if (p.variant, p.blocks_per_sm) == (variant, blocks_per_sm):
+                return p
+        raise LookupError(f"{variant} at {blocks_per_sm} block(s) per SM was not measured in "
+                          f"this run ({self.source})")
+
+    def as_dict(self) -> dict:
+        return {"copy_gbps": self.copy_gbps, "sms": self.sms, "chase": asdict(self.chase),
+                "points": [asdict(p) for p in self.points]}
+
+    @classmethod
+    def from_dict(cls, d: dict, source: str) -> "Run":
+        return cls(float(d["copy_gbps"]), int(d["sms"]), Chase(**d["chase"]),
+                   tuple(ScaleTiming(**p) for p in d["points"]), source)
+
+
+def this_run() -> Run | None:
+    """What this process measured (a chase and at least one scale row), or None."""
+    points = _MEASURED.get("points", {})
+    if "chase" not in _MEASURED or not points:
+        return None
+    copies = sorted(p.copy_gbps for p in points.values())
+    facts = gpu.facts()
+    return Run(copies[len(copies) // 2], facts.multiprocessors, _MEASURED["chase"],
+               tuple(points.values()), f"measured now on {facts.name}")
+
+
+def saved_path(run: str | None = None):
+    """``results/<run>/lesson09.json``, beside the run's openings (default: the saved run of
+    :data:`rmsnorm_lessons.course.saved.RUN`)."""
+    from ...course import saved
+
+    return saved.path(run).with_name(SAVED_FILE)
+
+
+def saved_run(run: str | None = None) -> Run:
+    """The saved run of lesson 09's cells, labelled with its card and date. FileNotFoundError
+    where the run has none."""
+    import json
+
+    from ...course import saved
+
+    data = json.loads(saved_path(run).read_text(encoding="utf-8"))
+    return Run.from_dict(data, f"saved on {saved.label(data)}")
+
+
+def save(run: Run) -> object:
+    """Write ``run`` as the saved run where the lessons' GPU execution asks for it
+    (:func:`rmsnorm_lessons.course.saved.save_run`: ``RMSNORM_SAVE_RUN`` set); the file written,
+    or None."""
+    import datetime
+    import json
+
+    from ...course import saved
+
+    name = saved.save_run()
+    if name is None:
+        return None
+    target = saved_path(name)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    data = dict(run.as_dict(), device=gpu.facts().name, date=datetime.date.today().isoformat(),
+                **{"from": "lesson 09's chase and scale cells (rmsnorm_lessons.lessons.lesson09."
+                           "inflight.measured)"})
+    target.write_text(json.dumps(data, indent=1) + "\n", encoding="utf-8")
+    return target
+
+
+def measured() -> Run:
+    """This process's run where it measured one (also handed to :func:`save`), else the saved
+    run."""
+    run = this_run()
+    if run is None:
+        return saved_run()
+    save(run)
+    return run

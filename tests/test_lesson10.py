@@ -1,0 +1,134 @@
+"""Lesson 10 (v7: one pass over each row): the opening's diagnosis, the row plan's decision, the
+kernel exercise's splice of load_row and row_pass into kernels/v7_fast.cu, its static checks and
+where nvcc's errors point, and its timing against v7's register path (CPU; the GPU runs are in
+tests/test_kernel_exercises.py with the other exercises)."""
+from __future__ import annotations
+
+import pytest
+from test_kernel_exercises import kernel_text, needs_nvcc
+
+from rmsnorm_lessons.core import build, ladder
+from rmsnorm_lessons.course import student
+from rmsnorm_lessons.course.checking import kernel as kernel_check
+from rmsnorm_lessons.lessons import lesson10
+
+
+@needs_nvcc
+def test_lesson10_errors_point_at_the_cell_or_at_v7_fast():
+    text = kernel_text("10_v7_one_pass")
+    lines = text.split("\n")
+    at = next(i for i, ln in enumerate(lines) if "dot += widen(wj, k)" in ln)
+    lines[at] = lines[at].replace("widen(wj, k)", "widen(wk, k)")  # an undefined name
+    verdict = lesson10.check_v7_kernel("\n".join(lines))
+    assert verdict.status == "NOT YET" and f"line {at + 1}: " in verdict.message, verdict.message
+    # the learner's row_pass with another signature: v7's own call to it fails, at v7_fast.cu's line
+    verdict = lesson10.check_v7_kernel(text.replace(
+        "bool WEIGHT_IN_REGISTERS>\n__device__ __forceinline__ float row_pass(",
+        "bool WEIGHT_IN_REGISTERS, int UNUSED>\n__device__ __forceinline__ float row_pass("))
+    assert verdict.status == "NOT YET" and "v7_fast.cu(" in verdict.message, verdict.message
+    verdict = lesson10.check_v7_kernel(text.replace("load_row", "fetch_row"))
+    assert verdict.status == "NOT YET", verdict.message
+    assert "keep the functions load_row and row_pass" in verdict.message, verdict.message
+    assert "no load_row" in verdict.message, verdict.message
+
+
+def test_lesson10_solution_is_v7s_own_two_steps():
+    """The instructor's load_row and row_pass are v7_fast.cu's, so a PASS on the GPU checks the
+    harness, not a variant."""
+    def code(t):
+        return [ln.strip() for ln in kernel_check.strip_comments(t).splitlines() if ln.strip()]
+
+    shipped = build.kernel_source("v7_fast")
+    (before, _), (between, line_between), (after, line_after) = lesson10.v7_around_steps()
+    # the #line after the text and after load_dinp are v7_fast.cu's
+    assert shipped.splitlines()[line_after - 1:] == after.splitlines()
+    lines = between.splitlines()
+    assert shipped.splitlines()[line_between - 1:line_between - 1 + len(lines)] == lines
+    own = "".join(shipped[shipped.index(s):shipped.index("\n}\n", shipped.index(s)) + 3]
+                  for s in lesson10.STEPS.values())
+    assert code(student.solution_only(kernel_text("10_v7_one_pass"))) == code(own)
+    spliced = lesson10.splice('#line 1 "yours_v7"\n' + own)
+    assert spliced.count("float row_pass(") == 1 and spliced.count("void load_row(") == 1
+    assert spliced.startswith('#line 1 "v7_fast.cu"')
+    assert spliced.index("void load_row(") < spliced.index("void load_dinp(") < spliced.index(
+        "float exchange(")
+
+
+def test_lesson09_times_the_learner_against_v7s_register_path(monkeypatch):
+    """The learner's row_pass runs on v7's register path at every C, so it is timed against that
+    path, not against v7's default (rows staged in shared memory at the timing shape, which never
+    runs row_pass)."""
+    from rmsnorm_lessons.speed import bench
+
+    timed = []
+
+    class Problem:
+        def __init__(self, N, C, dtype):
+            self.N, self.C = N, C
+
+        def free(self):
+            pass
+
+    def bench_version(version, N, C, copy_gbps, repeats=50, problem=None, *, config=None, **kw):
+        timed.append((getattr(version, "name", version), config))
+        return bench._timing(str(version), N, C, [0.05], 1000, copy_gbps)
+
+    monkeypatch.setattr(bench, "DeviceProblem", Problem)
+    monkeypatch.setattr(bench, "bench_version", bench_version)
+    staged_off = ladder.v7_fast.Config(staged=False)
+    line = kernel_check.time_against(ladder.get("v7_fast"), "v7_fast", config=staged_off,
+                                     label="the register path")
+    assert timed == [("v7_fast", None), ("v7_fast", staged_off)]
+    assert line.endswith("the register path 0.050 ms")
+    seen = {}
+    monkeypatch.setattr(kernel_check, "check_kernel", lambda source, **kw: seen.update(kw))
+    lesson10.check_v7_kernel("void load_row() {}\nfloat row_pass() {}")
+    assert seen["like"] == "v7_fast" and seen["compare_config"] == staged_off
+    assert "register path" in seen["compare_label"]
+
+
+def test_the_row_plan_decision_is_judged_against_the_plan_here():
+    import dataclasses
+
+    from rmsnorm_lessons.core import gpu
+
+    assert lesson10.row_plan(device=gpu.H200)[:2] == (256, 512 * 2 * 16 * 5)
+    v = lesson10.check_row_plan(256, 81920, flat_kib=16, device=gpu.H200)
+    assert v.passed, v
+    for words in ("G = 256 threads", "81,920 bytes (80 KiB)", "5.0 times the 16 KiB",
+                  "lesson 11 measures"):
+        assert words in v.message, (words, v.message)
+    for G, in_flight, says in [
+            (None, 81920, "replace None"), (256, None, "replace None"),
+            (512, 81920, "the row's chunks"), (2048, 81920, "not K channels"),
+            (128, 81920, "G x K x 8 >= C"),
+            (256, 65536, "this row's dinp is loaded too"), (256, 49152, "the next row's dout"),
+            (256, 98304, "the next row's dinp is not prefetched"),
+            (256, 40960, "the SM holds the whole block"), (256, 80, "not KiB"),
+            (256, 5120, "16 bytes"), (256, 12345, "the plan runs 512 threads an SM")]:
+        v = lesson10.check_row_plan(G, in_flight, flat_kib=16, device=gpu.H200)
+        assert v.status == "NOT YET" and says in v.message, (G, in_flight, v.message)
+    # both wrong: both said
+    v = lesson10.check_row_plan(128, 49152, flat_kib=16, device=gpu.H200)
+    assert "G 128" in v.message and "in_flight 49152" in v.message
+    # the plan of another GPU: the same row plan (one block of 512 an SM holds the registers)
+    small = dataclasses.replace(gpu.H200, multiprocessors=66)
+    assert lesson10.check_row_plan(256, 81920, flat_kib=16, device=small).passed
+
+
+def test_the_openings_are_v6_then_v7s_register_path():
+    before, after = lesson10.OPENINGS["before"], lesson10.OPENINGS["after"]
+    assert before[:3] == ("v6_last_block", 16384, 4096) and after[:3] == ("v7_fast", 16384, 4096)
+    assert after[3] == ladder.v7_fast.Config(staged=False)
+    assert set(lesson10.THIS_LESSON) == {"few_loads_in_flight", "barriers"}
+
+
+@pytest.mark.skipif(__import__("rmsnorm_lessons.core.gpu", fromlist=["gpu"]).available(),
+                    reason="the saved opening: a GPU measures its own")
+def test_a_diagnosis_by_a_figure_the_saved_opening_lacks_is_not_verified():
+    before = lesson10.opening()
+    if before.figure("stall:barrier") is not None:
+        pytest.skip("the saved run measured it: the diagnosis is judged (tests/test_student.py)")
+    verdict = lesson10.check_diagnosis("latency", "barriers", "stall:barrier", None)
+    assert verdict.status == "NOT VERIFIED" and "run the opening on a GPU" in verdict.message
+    assert lesson10.check_diagnosis("memory", "barriers", "stall:barrier", 1.0).status == "NOT YET"
