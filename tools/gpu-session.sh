@@ -31,7 +31,7 @@ case "$STEP" in
         done | tr '\n' ' ')
         if [ -z "${LESSONS// /}" ]; then echo "no lesson to re-execute"; exit 0; fi
         # SAVE_RUN=<run name>: every opening the lessons measure is recorded into
-        # results/<run name>/openings.json (rmsnorm_lessons.course.saved), brought back in $OUT
+        # the run's openings.json (rmsnorm_lessons.course.saved.path), brought back in $OUT
         if [ -n "${SAVE_RUN:-}" ]; then export RMSNORM_SAVE_RUN=$SAVE_RUN; fi
         # shellcheck disable=SC2086  # LESSONS is a word list
         timeout "${LIMIT:-570}" python3 -m rmsnorm_lessons.course.execute $LESSONS 2>&1 \
