@@ -12,7 +12,7 @@
 #include <unordered_map>
 #include <vector>
 
-#include "include/cuda_twin.h"
+#include "include/twin_abi.h"
 
 namespace twin {
 
