@@ -3,7 +3,7 @@ written whole from its signature, and the lesson's shape (issue 41)."""
 import ast
 
 import pytest
-from _lesson_notebooks import cells, investigation_order, outputs, shown_above, tagged, text
+from _lesson_support import cells, investigation_order, outputs, shown_above, tagged, text
 
 from rmsnorm_lessons import twin
 from rmsnorm_lessons.core import build, gpu

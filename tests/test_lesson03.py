@@ -4,7 +4,7 @@ import ast
 
 import numpy as np
 import pytest
-from _lesson_notebooks import cells, investigation_order, shown_above, tagged, text
+from _lesson_support import cells, investigation_order, shown_above, tagged, text
 from matplotlib.figure import Figure
 
 from rmsnorm_lessons.core import build, gpu

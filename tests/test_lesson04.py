@@ -4,7 +4,7 @@ and where it waits decided with the consequence shown, v3 written whole, the occ
 import ast
 
 import pytest
-from _lesson_notebooks import cells, investigation_order, shown_above, tagged, text
+from _lesson_support import cells, investigation_order, shown_above, tagged, text
 
 from rmsnorm_lessons.core import build, gpu, ladder
 from rmsnorm_lessons.course import investigate, student

@@ -1,5 +1,6 @@
-"""Reading a lesson's notebook in the tests of lessons 02-04 (issue 41): its cells by tag, its
-sources and outputs as text."""
+"""What the tests of several lessons share (issue 42: a lesson's tests live in
+tests/test_lesson<NN>.py, and a helper two of them need lives here, once): reading a lesson's
+notebook (its cells by tag, its sources and outputs as text) and the order of an investigation."""
 from __future__ import annotations
 
 import json
