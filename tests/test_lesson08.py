@@ -147,3 +147,12 @@ def test_every_block_summing_is_not_yet_on_the_gpu():
     assert text.count(old) == 1
     verdict = lesson08.check_v6_kernel(text.replace(old, ""))
     assert verdict.status == "NOT YET" and "dweight" in verdict.message, verdict
+
+
+# --- the second-wave question's options -----------------------------------------------------------
+
+
+def test_a_choice_question_lists_its_options_in_its_docstring():
+    for check in (lesson08.check_second_wave,):
+        assert all(f"\n    {o})" in check.__doc__ for o in "abc"), check.__name__
+        assert check("d").status == "NOT YET"
