@@ -115,3 +115,24 @@ def test_the_widgets_wait_in_the_explore_tail():
     widgets = [i for i, c in enumerate(all_cells) if "rl.widgets." in text(c)]
     assert widgets and all(i > explore for i in widgets)
     assert not any("Traceback" in outputs(c) for c in all_cells)
+
+
+# --- the atomics and the sectors of v1 (the exercises) --------------------------------------------
+
+
+def test_lesson02_atomics():
+    assert lesson02.check_atomics(8192, 1024, 8192 * 1024, 8192)
+    assert lesson02.check_atomics(7, 13, 91.0, 7)
+    wrong = lesson02.check_atomics(8192, 1024, 8192, 1024)
+    assert not wrong and "one atomic per row" in wrong.message and "count rows" in wrong.message
+    assert not lesson02.check_atomics(8192, 1024, 8192 * 1024, 8192 * 1024)
+    assert "replace the ..." in lesson02.check_atomics(8192, 1024, ..., ...).message
+    assert "whole number" in lesson02.check_atomics(8192, 1024, 1.5, 8192).message
+
+
+def test_lesson02_sectors():
+    assert lesson02.check_sectors(32, 4)
+    wrong = lesson02.check_sectors(4, 32)
+    assert not wrong and "a whole row apart" in wrong.message and "share sectors" in wrong.message
+    assert not lesson02.check_sectors(32, 1)
+    assert not lesson02.check_sectors(1, 4)

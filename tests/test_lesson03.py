@@ -153,3 +153,12 @@ def test_the_lesson_diagnoses_before_it_explains():
     above = "\n".join(text(c) for c in all_cells[:diagnosis] if c["cell_type"] == "markdown")
     for cause in ("coalesc", "too few threads", "atomics on", "a sector per lane"):
         assert cause not in above.lower(), cause
+
+
+# --- the butterfly's figure -----------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("offsets,highlight",
+                         [((16, 8, 4, 2, 1), 0), ((16, 8, 4, 2), 5), ((1, 2, 4, 8, 16), None)])
+def test_butterfly_figure(offsets, highlight):
+    assert isinstance(lesson03.butterfly(offsets, highlight), Figure)

@@ -12,6 +12,9 @@ import re
 from pathlib import Path
 
 import pytest
+from _lesson_support import STEMS_00_03
+from _lesson_support import notebook as _nb
+from _lesson_support import source_text
 
 from rmsnorm_lessons.course import registry
 
@@ -96,3 +99,18 @@ def test_every_prose_figure_is_shown_by_the_notebook(lesson):
     gone = sorted(known - set(missing))
     assert not gone, (f"{lesson.notebook}: now shown or gone, remove from "
                       f"{ALLOWED.name}: {gone}")
+
+
+# --- lessons 00-03: no measured figure in the prose at all ----------------------------------------
+
+
+@pytest.mark.parametrize("stem", STEMS_00_03)
+def test_prose_quotes_no_measured_figure(stem):
+    """Prose speaks in ratios; measured figures (and this GPU's facts) are printed by cells."""
+    for cell in _nb(stem)["cells"]:
+        if cell["cell_type"] == "markdown":
+            text = source_text(cell["source"])
+            found = re.findall(r"(?<!\w)\d[\d.,]*\s*(?:GB/s|TFLOP/s|ns\b|ms\b|us\b|SMs\b|%)",
+                               text)
+            assert not found, (found, text[:200])
+            assert "2026-" not in text

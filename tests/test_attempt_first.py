@@ -1,0 +1,52 @@
+"""Nothing is given away before the attempt (issue 27), as the notebooks of lessons 00-08 are laid
+out (CPU): a prediction comes before the measurement it is compared with, the learner's kernel is
+checked before ours is revealed, and nothing above the exercise prints ours. The same rules over
+every lesson's student edition: tests/test_student_answers.py."""
+import re
+
+import pytest
+from _lesson_support import notebook as _nb
+from _lesson_support import source_text as _text
+from _lesson_support import tags as _tags
+
+from rmsnorm_lessons.course import registry
+
+# --- lessons 00-03 --------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("stem", ["02_naive", "03_warp_per_row"])
+def test_the_rung_is_revealed_only_after_the_learners_check(stem):
+    lesson = registry.by_stem(stem)
+    cells = _nb(stem)["cells"]
+    kernel = next(i for i, c in enumerate(cells) if "kernel-exercise" in _tags(c))
+    for cell in cells[:kernel]:
+        src = _text(cell["source"])
+        assert "kernel_source(" not in src and "getsource(" not in src, src
+    check = cells[kernel + 1]
+    assert "exercise-check" in _tags(check)
+    assert _text(check["source"]).splitlines()[-1] == "verdict"
+    assert "sanitize" not in _text(check["source"])
+    reveal = next(c for c in cells[kernel + 2:] if c["cell_type"] == "code")
+    assert "reveal" in _tags(reveal)
+    assert f'compare_with_ours(verdict, "{lesson.rung}")' in _text(reveal["source"])
+
+
+@pytest.mark.parametrize("stem,key", [("00_setup", "00.scale_pct"),
+                                      ("00_setup", "00.scale4_speedup"),
+                                      ("02_naive", "02.v1_ms"),
+                                      ("03_warp_per_row", "03.v2_speedup")])
+def test_a_prediction_comes_before_its_measurement(stem, key):
+    cells = _nb(stem)["cells"]
+    sources = [_text(c["source"]) for c in cells]
+    (guess,) = [i for i, s in enumerate(sources) if f'rl.predict.guess("{key}"' in s]
+    assert "prediction" in _tags(cells[guess]) and "..." in sources[guess]  # no pre-filled guess
+    assert cells[guess - 1]["cell_type"] == "markdown"  # what to predict, from what
+    name = sources[guess].split("=")[0].strip()
+    (measured,) = [i for i, s in enumerate(sources) if f"rl.predict.versus({name}," in s]
+    assert measured > guess
+    timed = re.compile(r"\bbench\.|gpu\.Timer\(|check_v\d_kernel")
+    timings = [i for i, s in enumerate(sources)
+               if cells[i]["cell_type"] == "code" and timed.search(s)]
+    # lesson 00 times scale, then scale4, each after its own prediction; 02, 03 time after theirs
+    nth = {"00.scale4_speedup": 1}.get(key, 0)
+    assert timings[nth] > guess, (timings, guess)
