@@ -5,6 +5,8 @@ every lesson's student edition: tests/test_student_answers.py."""
 import re
 
 import pytest
+from _lesson_support import LESSONS_04_05
+from _lesson_support import nb_cells as _cells
 from _lesson_support import notebook as _nb
 from _lesson_support import source_text as _text
 from _lesson_support import tags as _tags
@@ -50,3 +52,39 @@ def test_a_prediction_comes_before_its_measurement(stem, key):
     # lesson 00 times scale, then scale4, each after its own prediction; 02, 03 time after theirs
     nth = {"00.scale4_speedup": 1}.get(key, 0)
     assert timings[nth] > guess, (timings, guess)
+
+
+# --- lessons 04 and 06: predict, write, then see ours ---------------------------------------------
+
+
+#: what a cell above the kernel exercise must not print: the rung's kernel, and v4's rung module
+#: (it mirrors staged(), part of the answer; v3's module holds only the plan)
+ANSWERS_SHOWN_BY = {"04_shared_memory": ['kernel_source("v3_smem")'],
+                    "06_vectorized": ['kernel_source("v4_vec_bf16")',
+                                           "getsource(rl.ladder.v4_vec_bf16)"]}
+
+
+@pytest.mark.parametrize("name", LESSONS_04_05)
+def test_lessons_04_05_predict_write_then_see_ours(name):
+    from rmsnorm_lessons.course import registry
+
+    rung = registry.by_stem(name).rung
+    cells = _cells(f"{name}.ipynb")
+    at = next(i for i, c in enumerate(cells) if "kernel-exercise" in _tags(c))
+    for cell in cells[:at]:
+        if cell.cell_type == "code":
+            for shows in ANSWERS_SHOWN_BY[name]:
+                assert shows not in cell.source, f"{name} shows {shows} above its exercise"
+    check, reveal = cells[at + 1], cells[at + 3]
+    assert "exercise-check" in _tags(check) and check.source.splitlines()[-1] == "verdict"
+    assert "reveal" in _tags(reveal)
+    assert f'compare_with_ours(verdict, "{rung}")' in reveal.source
+    guesses = [(i, c) for i, c in enumerate(cells) if "prediction" in _tags(c)]
+    assert guesses and guesses[0][0] < at, "a prediction before the exercise's timed check"
+    for i, cell in guesses:
+        name_ = cell.source.split("=")[0].strip()
+        assert f'rl.predict.guess("{name[:2]}.' in cell.source and "..." in cell.source
+        assert cells[i - 1].cell_type == "markdown", "a line saying what to predict, and from what"
+        measured = [c for c in cells[i + 1:] if f"rl.predict.versus({name_}," in c.source]
+        # on the GPU, or on the CPU (lesson 06's tolerance, in its Explore tail)
+        assert measured, f"{name_} is compared with a measurement"

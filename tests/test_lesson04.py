@@ -4,7 +4,10 @@ and where it waits decided with the consequence shown, v3 written whole, the occ
 import ast
 
 import pytest
-from _lesson_support import cells, investigation_order, shown_above, tagged, text
+from _lesson_support import ROOT, cells, investigation_order, shown_above, tagged, text
+from _lesson_support import nb_cells as _cells
+from _lesson_support import tags as _tags
+from test_kernel_exercises import kernel_text
 
 from rmsnorm_lessons.core import build, gpu, ladder
 from rmsnorm_lessons.course import investigate, student
@@ -164,3 +167,33 @@ def test_the_lesson_diagnoses_before_it_explains():
     above = "\n".join(text(c) for c in all_cells[:diagnosis] if c["cell_type"] == "markdown")
     for cause in ("atomics on", "L2 applies", "global atomics", "one global atomic"):
         assert cause not in above, cause
+
+
+# --- the exercise starts from v3's signature and ends as v3; v2 is named, never printed -----------
+
+
+def test_lesson04_exercise_starts_from_the_signature_and_ends_as_v3():
+    from rmsnorm_lessons.core import build
+    from rmsnorm_lessons.course import student
+
+    text = kernel_text("04_shared_memory")
+    skeleton = student.strip_solutions(text)
+    body = skeleton[skeleton.index("{") + 1:skeleton.rindex("}")]
+    assert all(line.strip().startswith("// TODO") for line in body.splitlines() if line.strip())
+    assert 'extern "C" __global__ void rmsnorm_backward_v3(' in skeleton
+    begin = "// ### BEGIN SOLUTION\n"
+    solution = text[text.index(begin) + len(begin):text.index("    // ### END SOLUTION")]
+    shipped = build.kernel_source("v3_smem")
+    shipped_body = shipped[shipped.index("{") + 2:shipped.rindex("}")]
+    strip = lambda s: [ln.split("//")[0].rstrip() for ln in s.splitlines()]  # noqa: E731
+    assert strip(solution) == strip(shipped_body), "the solution is v3 as shipped (ours, revealed)"
+
+
+def test_lesson04_points_at_v2_without_printing_it():
+    # v3's solution repeats v2's arithmetic line for line: v2 printed or quoted in the lesson would
+    # read as v3's solution shown before the attempt; the lesson names the file instead
+    cells = _cells("04_shared_memory.ipynb")
+    at = next(i for i, c in enumerate(cells) if "kernel-exercise" in _tags(c))
+    above = "".join(c.source for c in cells[:at])
+    assert "`kernels/v2_warp.cu`" in above and (ROOT / "kernels" / "v2_warp.cu").is_file()
+    assert 'kernel_source("v2_warp")' not in above and "```cuda" not in above
