@@ -33,3 +33,12 @@ def test_butterfly_values_sum_in_every_lane():
     assert np.all(steps[-1] == x.sum())
     four = access.butterfly_values(x, offsets=(16, 8, 4, 2))[-1]
     assert four[0] == sum(range(0, 32, 2)) and four[1] == sum(range(1, 32, 2))
+
+
+def test_bank_layout_follows_the_word_index():
+    rows, banks = access.bank_layout(33)
+    assert rows[1] == 1 and banks[1] == 1 and len(set(banks.tolist())) == 32
+    rows, banks = access.bank_layout(32)
+    assert set(banks.tolist()) == {0} and rows.tolist() == list(range(32))
+    for stride in (0, 1, 2, 3, 32, 33, 48, 64, 1024):
+        assert access.bank_conflict_degree(stride) == (math.gcd(stride, 32) if stride else 1)

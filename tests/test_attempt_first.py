@@ -5,7 +5,7 @@ every lesson's student edition: tests/test_student_answers.py."""
 import re
 
 import pytest
-from _lesson_support import LESSONS_04_05
+from _lesson_support import LESSONS_04_05, ROOT
 from _lesson_support import nb_cells as _cells
 from _lesson_support import notebook as _nb
 from _lesson_support import source_text as _text
@@ -88,3 +88,64 @@ def test_lessons_04_05_predict_write_then_see_ours(name):
         measured = [c for c in cells[i + 1:] if f"rl.predict.versus({name_}," in c.source]
         # on the GPU, or on the CPU (lesson 06's tolerance, in its Explore tail)
         assert measured, f"{name_} is compared with a measurement"
+
+
+# --- lessons 07 and 08: the learner writes before ours shows, and predicts before measuring -------
+
+
+def _sources(name):
+    """(cell type, tags, source and saved outputs) of each cell of a notebook, read as JSON."""
+    import json
+
+    def shown(cell):
+        return "".join("".join(o.get("text") or o.get("data", {}).get("text/plain") or "")
+                       for o in cell.get("outputs", []))
+
+    nb = json.loads((ROOT / "notebooks" / name).read_text())
+    return [(c["cell_type"], c["metadata"].get("tags", []), "".join(c["source"]) + shown(c))
+            for c in nb["cells"]]
+
+
+def _tagged(cells, tag):
+    return [i for i, (_, tags, _) in enumerate(cells) if tag in tags]
+
+
+@pytest.mark.parametrize("name, rung, parts", [
+    ("07_two_pass.ipynb", "v5_two_pass", ("rmsnorm_backward_v5", "reduce_dweight_v5")),
+    ("08_last_block.ipynb", "v6_last_block", ("rmsnorm_backward_v6",))])
+def test_ours_shows_only_after_the_learners_check(name, rung, parts):
+    from rmsnorm_lessons.core import build
+    from rmsnorm_lessons.course import notebook
+
+    cells = _sources(name)
+    [exercise], [check], reveals = (_tagged(cells, t) for t in
+                                    ("kernel-exercise", "exercise-check", "reveal"))
+    assert reveals and exercise < check < min(reveals)
+    import json
+
+    check_source = "".join(json.loads((ROOT / "notebooks" / name).read_text())
+                           ["cells"][check]["source"])
+    assert check_source.rstrip().endswith("\nverdict"), "the check cell shows its verdict"
+    ours = build.kernel_source(rung)
+    for _, _, text in cells[:exercise]:  # nothing above the exercise prints ours
+        assert f'kernel_source("{rung}")' not in text, text
+        for part in parts:
+            assert notebook.part_of(ours, part) not in text
+    shown = "".join(cells[i][2] for i in reveals)
+    for part in parts:
+        assert f'part="{part}"' in shown
+        assert notebook.part_of(ours, part)  # the part exists in ours
+
+
+@pytest.mark.parametrize("name, keys", [
+    ("07_two_pass.ipynb", ("07.scratch_traffic", "07.v5_vs_v4")),
+    ("08_last_block.ipynb", ("08.v6_vs_v5",))])
+def test_lessons_06_07_predict_before_they_measure(name, keys):
+    cells = _sources(name)
+    for key in keys:
+        [guess] = [i for i, (_, tags, text) in enumerate(cells)
+                   if "prediction" in tags and f'guess("{key}"' in text]
+        assert "..." in cells[guess][2], "the saved notebook leaves the guess to the learner"
+        var = cells[guess][2].split("=")[0].strip()  # mine_x = rl.predict.guess(...)
+        [measured] = [i for i, (_, _, text) in enumerate(cells) if f"versus({var}," in text]
+        assert guess < measured

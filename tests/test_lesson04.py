@@ -2,10 +2,12 @@
 and where it waits decided with the consequence shown, v3 written whole, the occupancy cap
 (issue 41). The opening's GPU path runs here on fakes, so the GPU run goes right the first time."""
 import ast
+import math
 
 import pytest
 from _lesson_support import ROOT, cells, investigation_order, shown_above, tagged, text
 from _lesson_support import nb_cells as _cells
+from _lesson_support import small_figure as _small
 from _lesson_support import tags as _tags
 from test_kernel_exercises import kernel_text
 
@@ -197,3 +199,15 @@ def test_lesson04_points_at_v2_without_printing_it():
     above = "".join(c.source for c in cells[:at])
     assert "`kernels/v2_warp.cu`" in above and (ROOT / "kernels" / "v2_warp.cu").is_file()
     assert 'kernel_source("v2_warp")' not in above and "```cuda" not in above
+
+
+# --- the bank conflicts of a stride, drawn --------------------------------------------------------
+
+
+@pytest.mark.parametrize("strides", [(1, 2, 32, 33), (0,), (1,), (64, 3)])
+def test_bank_conflicts_figure(strides):
+    fig = _small(lesson04.bank_conflicts(strides))
+    titles = [ax.get_title() for ax in fig.axes]
+    for stride, title in zip(strides, titles):
+        degree = 1 if stride == 0 else math.gcd(stride, 32)
+        assert (f"{degree}-way" in title) if degree > 1 else ("no conflict" in title), title

@@ -10,6 +10,7 @@ import json
 import re
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from rmsnorm_lessons.core import gpu
@@ -156,3 +157,37 @@ def test_a_choice_question_lists_its_options_in_its_docstring():
     for check in (lesson08.check_second_wave,):
         assert all(f"\n    {o})" in check.__doc__ for o in "abc"), check.__name__
         assert check("d").status == "NOT YET"
+
+
+# --- atomicInc and the seed's tickets (the exercises) ---------------------------------------------
+
+
+def test_lesson07_atomic_inc():
+    assert lesson08.check_atomic_inc(lambda old, limit: 0 if old >= limit else old + 1).passed
+    cases = [(lambda old, limit: 0 if old > limit else old + 1, "wraps when old >= limit"),
+             (lambda old, limit: 0 if old >= limit - 1 else old + 1, "still becomes limit"),
+             (lambda old, limit: old + 1, "atomicInc stores"),
+             (lambda old, limit: None, "returns None"),
+             (lambda old, limit: {}[old], "KeyError")]
+    for fn, expect in cases:
+        v = lesson08.check_atomic_inc(fn)
+        assert not v.passed and expect in v.message, v.message
+
+
+def test_seed_tickets_and_v6_tickets():
+    assert lesson08.seed_tickets(4, 3) == [[0, 1, 2, 3], [4, 0, 1, 2], [3, 4, 0, 1]]
+    # v6's limit gridDim.x - 1: every launch draws 0..G-1 and the counter comes back to 0
+    for G in (1, 2, 5, 264):
+        assert lesson08.seed_tickets(G, 4, limit=G - 1) == [list(range(G))] * 4
+
+
+def test_lesson07_seed_tickets_check():
+    assert lesson08.check_seed_tickets([4, 0, 1, 2], [3, 4, 0, 1]).passed
+    assert lesson08.check_seed_tickets((4, 0, 1, 2), np.array([3, 4, 0, 1])).passed
+    for l2, l3, expect in [([0, 1, 2, 3], [0, 1, 2, 3], "not 0"),
+                           ([4, 0, 1, 2], [0, 1, 2, 3], "launch 3"),
+                           ([1, 2, 3, 4], [3, 4, 0, 1], "launch 2 is not"),
+                           (None, None, "replace None"),
+                           (["a"], [1], "whole numbers")]:
+        v = lesson08.check_seed_tickets(l2, l3)
+        assert not v.passed and expect in v.message, v.message

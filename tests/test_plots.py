@@ -8,14 +8,15 @@ import re
 
 import numpy as np
 import pytest
+from _lesson_support import small_figure as _small
 from matplotlib.figure import Figure
 
 from rmsnorm_lessons import lessons
-from rmsnorm_lessons.core import gpu
+from rmsnorm_lessons.core import gpu, ladder
 from rmsnorm_lessons.course import plots, registry
 from rmsnorm_lessons.inspection import nsight
-from rmsnorm_lessons.lessons import (lesson00, lesson01, lesson03, lesson09, lesson10, lesson11,
-                                     lesson13)
+from rmsnorm_lessons.lessons import (lesson00, lesson01, lesson03, lesson08, lesson09, lesson10,
+                                     lesson11, lesson13)
 from rmsnorm_lessons.speed import bench
 
 
@@ -224,3 +225,22 @@ def test_other_lesson_figures():
     assert isinstance(lesson03.speedup_bars(results), Figure)
     with pytest.raises(ValueError, match="baseline"):
         lesson03.speedup_bars(results, baseline="v9")
+
+
+# --- the figures several lessons draw (lessons 04-08) ---------------------------------------------
+
+
+def test_partials_and_ticket_figures():
+    _small(plots.partials_reduction())
+    _small(plots.partials_reduction(rows=5, warps_per_block=1, blocks=4, channels=3))
+    for blocks in (1, 2, 8, 20):
+        fig = _small(lesson08.ticket_timeline(blocks=blocks, seed=blocks))
+        labels = [t.get_text() for t in fig.axes[0].texts if t.get_text().startswith("ticket")]
+        assert sorted(labels,
+                      key=lambda s: int(s.split()[1])) == [f"ticket {k}" for k in range(blocks)]
+
+
+@pytest.mark.parametrize("version", ladder.with_shared_dweight())
+@pytest.mark.parametrize("C", [1024, 16384])
+def test_shared_memory_chart(version, C):
+    _small(plots.shared_memory_chart(version, C=C, Cs=[256, 1024, 4096, 16384]))

@@ -44,3 +44,26 @@ def test_check_and_time_runs_on_the_gpu():
     text = c.run()
     assert "OK" in text and "GB/s" in text, text
     assert len(c.results) == 1
+
+
+def test_shared_memory_summary():
+    from rmsnorm_lessons.course import widgets
+
+    text = widgets.shared_memory_summary("v3_smem", 16384)
+    assert all(s in text for s in ("65536 B", "opts in", "3 block(s) fit", "second wave")), text
+    text = widgets.shared_memory_summary("v3_smem", 1024)
+    assert "within the 48 KiB" in text and "all of them run at once" in text
+    assert "cannot launch" in widgets.shared_memory_summary("v6_last_block", 30000)
+    assert "launch bounds" in widgets.shared_memory_summary("v6_last_block", 1024, block_size=1024)
+
+
+def test_shared_memory_explorer_builds_and_redraws_without_a_gpu():
+    from rmsnorm_lessons.course import widgets
+
+    e = widgets.shared_memory_explorer("v6_last_block", C=8192)
+    assert e.block_size.value == 512 and "80896 B" in e.summary()
+    assert isinstance(e.figure(), Figure)
+    e.version.value = "v3_smem"
+    assert e.block_size.value == 256 and "v3_smem" in e.summary()
+    e.C.value = 16384
+    assert "second wave" in e.summary()
