@@ -1,5 +1,5 @@
-"""Compiling every kernel with nvcc, and the ptxas report parser (CPU; nvcc is required, not
-optional).
+"""Compiling every kernel with nvcc, a learner's source string, and the ptxas report parser (CPU;
+nvcc is required, not optional).
 
 `make test` installs nvcc (NVIDIA's wheels) where none is on PATH, so a missing nvcc is a failure
 here, never a skip.
@@ -14,6 +14,7 @@ KERNEL_FILES = sorted(p.stem for p in build.kernel_dir().glob("*.cu"))
 # Turing to Blackwell: every rung builds and is inspected on each (issue 31)
 ARCHS = ["sm_75", "sm_80", "sm_86", "sm_89", "sm_90", "sm_100", "sm_120"]
 SHIPPED = [r.name for r in ladder.SHIPPED]
+# compiling a source string kept the skip it had among lesson 00-03's tests
 needs_nvcc = pytest.mark.skipif(build.find_nvcc() is None, reason="nvcc not found")
 
 

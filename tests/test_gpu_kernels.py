@@ -1,5 +1,6 @@
 """Every version against the float64 reference on the GPU (marker ``gpu``; skipped without a
-device)."""
+device); v6 against the seed's own check, its counter back at zero, v4's accumulator as lesson 07
+reads it."""
 import numpy as np
 import pytest
 from _gpu_support import free, tensors, to_device

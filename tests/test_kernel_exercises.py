@@ -6,6 +6,7 @@ mistakes the SASS shows say NOT YET with their own message, and the diagnosis of
 names its kind (tried on made-up results, with the seed's bounds and with a bound per element). On
 a GPU (marker ``gpu``): every solution PASSes (numbers in a child process, compute-sanitizer's race
 check by default, timing), every skeleton and every mistake fails, each with its own message.
+The helpers of kernels/common.cuh that v3 and v4 share are the ones lessons 04 and 06 name.
 """
 from __future__ import annotations
 

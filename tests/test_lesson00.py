@@ -1,5 +1,6 @@
 """Lesson 00 (CPU): the question on the timing's buffer sets, rewritten to ask for a number
-(issue 41): the right count passes, each likely wrong one says why."""
+(issue 41): the right count passes, each likely wrong one says why; the grid and the bytes of scale
+and scale4 (the exercises), a wrong count failing with a useful message."""
 import numpy as np
 import pytest
 

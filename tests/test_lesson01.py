@@ -1,5 +1,6 @@
 """Lesson 01 (CPU): the rewritten question on `=` for `+=` asks for a number (issue 41), and the
-lesson prints the forward kernel's signature, not its body (lesson 03's answer)."""
+lesson prints the forward kernel's signature, not its body (lesson 03's answer); the second term
+of dinp (the exercise): the right one passes, each likely wrong one fails saying why."""
 import json
 
 import numpy as np

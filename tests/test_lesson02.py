@@ -1,5 +1,6 @@
 """Lesson 02 (CPU): the first profile and its light diagnosis (bound and figure, no cause), v1
-written whole from its signature, and the lesson's shape (issue 41)."""
+written whole from its signature, and the lesson's shape (issue 41); the atomics and sectors of v1
+(the exercises), each likely wrong answer failing with a useful message."""
 import ast
 
 import pytest

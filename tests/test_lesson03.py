@@ -1,5 +1,6 @@
 """Lesson 03 (CPU): v1 diagnosed from its profile, the butterfly and the lanes' columns decided
-and simulated, v2 written whole (the warp sum inline), the REDG question (issue 41)."""
+and simulated, v2 written whole (the warp sum inline), the REDG question (issue 41), and the
+butterfly's figure."""
 import ast
 
 import numpy as np

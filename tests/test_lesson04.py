@@ -1,6 +1,8 @@
 """Lesson 04 (CPU): v2 diagnosed from its profile and three ablations, where a block sums dweight
 and where it waits decided with the consequence shown, v3 written whole, the occupancy cap
-(issue 41). The opening's GPU path runs here on fakes, so the GPU run goes right the first time."""
+(issue 41), the exercise from v3's signature to v3 as shipped, v2 named but never printed above it,
+and the bank-conflict figure. The opening's GPU path runs here on fakes, so the GPU run goes right
+the first time."""
 import ast
 import math
 

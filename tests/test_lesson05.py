@@ -2,7 +2,8 @@
 passes the right layout and says what is wrong with each likely wrong one, its picture draws any
 mapping (and nothing, saying so, before the decision is written), the draft's check is the engine's
 with v4's plan and the first draft's layout beside it, the questions, and the notebook's order:
-measure, diagnose, explain, decide, write, measure again."""
+measure, diagnose, explain, decide, write, measure again; bf16's rounding (ties to even) and its
+half spacing, as ml_dtypes rounds, and the error histogram."""
 from __future__ import annotations
 
 import json

@@ -2,7 +2,8 @@
 what each missing fence allows; the fence count follows this GPU's plan; the kernel check catches
 the seed's atomicInc limit from the text and lets ptxas spill a few bytes at v6's register bound,
 not more; the opening profiles v5's second kernel; no exercise line (the limit, the fences' place)
-is spelled out above the exercise."""
+is spelled out above the exercise; atomicInc's wrap and the seed's tickets (the exercises), the
+second-wave question's options."""
 from __future__ import annotations
 
 import dataclasses

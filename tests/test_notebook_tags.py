@@ -1,5 +1,6 @@
 """Strict nbval: every code cell whose output depends on the machine carries nbval-ignore-output
-(tools/tag_notebooks.py adds it; the rules live there), and the sanitize file parses."""
+(tools/tag_notebooks.py adds it; the rules live there), the sanitize file parses, and no CPU cell of
+lessons 04-08 uses a name only a cell tagged gpu (skipped without one) defines."""
 import ast
 import configparser
 import importlib.util

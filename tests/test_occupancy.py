@@ -1,5 +1,5 @@
-"""Occupancy on the CPU (the calculator's rules from ptxas's report and the plan) and, on a GPU, the
-calculator against the driver's own answer.
+"""Occupancy on the CPU (the calculator's rules from ptxas's report and the plan, the blocks per SM
+a plan launches) and, on a GPU, the calculator against the driver's own answer.
 """
 import dataclasses
 

@@ -1,6 +1,7 @@
 """The course's figures (CPU): a figure one lesson draws lives in that lesson's home and the ones
 several draw in ``rl.plots``, none is defined twice, the figures of the bench and of lessons 09-13
-draw from made-up rows, and both ways of making a figure agree."""
+draw from made-up rows, both ways of making a figure agree, and the figures of lessons 00-08 and
+the charts several of them draw come out at the course's size."""
 import dataclasses
 import inspect
 import json

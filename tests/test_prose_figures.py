@@ -5,7 +5,8 @@ A figure is a number with a unit in a markdown cell (``0.121 ms``, ``4216 GB/s``
 in a saved output or in the code of the same notebook (a cell that computes and prints it, or the
 constant it names); thousands separators are ignored. Figures not shown yet are listed, one
 ``stem: figure`` a line, in tests/prose_figures_allowed.txt: the list may shrink but not grow,
-and an entry leaves it once its figure is shown or gone (the test says which).
+and an entry leaves it once its figure is shown or gone (the test says which). Lessons 00-03 quote
+no measured figure in their prose at all.
 """
 import json
 import re

@@ -1,6 +1,7 @@
 """The student edition gives nothing away before the attempt (issue 27): no saved output shows a
 solution line or a numeric answer; each lesson 02-10 asks for a prediction before it measures; our
-kernel is revealed only after the learner's check.
+kernel is revealed only after the learner's check; in lessons 00-03, not even a shorter solution
+line or an answer in the markdown, and every numeric exercise carries its answers.
 
 Read without running anything (CPU): the shipped notebooks, and notebooks made up here to test the
 detectors themselves."""
