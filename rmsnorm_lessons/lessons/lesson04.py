@@ -250,12 +250,14 @@ def check_v3_occupancy_cap(answer) -> Verdict:
 def check_v3_kernel(source: str, sanitize: bool = True) -> Verdict:
     """Lesson 04's kernel exercise: the learner's ``rmsnorm_backward_v3`` (dweight summed per block
     in shared memory), checked as the rung ``yours_v3`` with v3_smem's plan, and timed beside
-    v3_smem.
+    v3_smem; then its accesses on the CPU twin (:mod:`..course.checking.coalescing`): a right v3
+    whose lanes each take a block of columns is NOT YET.
     compute-sanitizer's race check runs by default; ``sanitize=False`` skips it, for speed."""
+    from ..course.checking import coalescing
     from ..course.checking import kernel as kc
 
     kernel = "rmsnorm_backward_v3"
-    return kc.check_kernel(
+    verdict = kc.check_kernel(
         source, name="yours_v3", like="v3_smem", sanitize_it=sanitize,
         static=(kc.sass_has("BAR", "two barriers (BAR.SYNC): after zeroing, before the global adds",
                             "a __syncthreads is missing: one after zeroing dweight_shared (no warp "
@@ -270,6 +272,7 @@ def check_v3_kernel(source: str, sanitize: bool = True) -> Verdict:
                             "atomicAdd(&dweight[c], ...)",
                             kernel=kernel),
                 kc.no_local_memory(kernel)))
+    return coalescing.judged(verdict, "yours_v3", kernel_name="yours_v3")
 
 
 def bank_conflicts(strides=(1, 2, 32), lanes: int = access.WARP, banks: int = access.BANKS):
