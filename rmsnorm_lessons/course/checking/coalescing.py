@@ -115,7 +115,7 @@ def check(version, *, kernel_name: str = "your kernel", shape=(N, C),
             bad = worst_step(ran.trace, k, kind)
             if bad is None:
                 continue
-            return False, (f"{kernel_name}'s accesses are not coalesced: on the CPU twin at "
+            return False, (f"on the CPU twin, {kernel_name}'s accesses are not coalesced: at "
                            f"{n}x{c}, the {bad.step + 1}{_th(bad.step + 1)} {verb} of {name} by "
                            f"the lanes of warp {bad.warp} in block {bad.block} "
                            f"({_columns(bad, itemsize, c)}, ...) touches {bad.sectors} sectors of "
