@@ -115,3 +115,17 @@ def test_the_widgets_wait_in_the_explore_tail():
     widgets = [i for i, c in enumerate(all_cells) if "rl.widgets." in text(c)]
     assert widgets and all(i > explore for i in widgets)
     assert not any("Traceback" in outputs(c) for c in all_cells)
+
+
+# --- round 2: the opening shows the saved run without a GPU, and meets the guess ---------------
+
+def test_the_opening_cell_is_no_gpu_cell_and_sets_the_guess_beside_v1s_time():
+    all_cells = cells(STEM)
+    [opening] = tagged(all_cells, "opening")
+    source = text(all_cells[opening])
+    assert "rl.predict.versus(mine_v1" in source and not source.startswith("%%gpu")
+    assert "02.v1_ms" in outputs(all_cells[opening])
+    # the student edition clears it: it answers the prediction above it
+    from rmsnorm_lessons.course import student as st
+
+    assert opening in st.answered_below(all_cells)

@@ -37,8 +37,9 @@ j: the row's mean, its warp exchange and its terms are the shipped row pass's. k
 and v6 share adds in warp order, with no atomic. So 09 and 10 have three classes: every other
 exercise has at least four, counting its lesson's own (tests/_mutations_extra.py, tried on that
 exercise alone: a lane's columns taken as a block of its own in 03 and 04, right numbers and
-uncoalesced loads that the CPU twin's record of every access catches; a cache hint dropped and staged() returning c in 06; a block's partials at block
-0's place in 07 and 08; a fence dropped and the seed's atomicInc limit in 08).
+uncoalesced loads that the CPU twin's record of every access catches; a cache hint dropped and
+staged() returning c in 06; a block's partials at block 0's place in 07 and 08; a fence dropped
+and the seed's atomicInc limit in 08).
 
 ``barrier`` leaves out a barrier whose removal no run can see (v5's and v6's barrier after
 zeroing the shared sums: warp 0 reads them only after the row loop's own barriers). Lesson 13's

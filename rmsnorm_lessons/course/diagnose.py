@@ -5,10 +5,9 @@ measurement (:class:`rmsnorm_lessons.course.investigate.Opening`) and says why.
 The words: :data:`CAUSES` (ten causes, a sentence each), :data:`METRICS` (the figures an opening
 shows, by name), :data:`SHOWS` (which figures can show which cause) and :data:`SUPPORT` (when an
 opening supports a cause: thresholds named below, each with its reason). :func:`causes` prints the
-words without the answers. A learner on another GPU is judged against their own profile: any cause
-it supports that the lesson's kernel removes passes; a saved opening (no GPU here) gives a real
-verdict on real figures, says whose they are, and says NOT VERIFIED where it lacks the figure a
-verdict needs. A message names the row to read again, never the figure the learner must read.
+words without the answers. A learner is judged against their own GPU's profile, else the saved
+run's (whose figures it says), NOT VERIFIED where that lacks the figure a verdict needs; a message
+names the row to read again, never the figure the learner must read.
 """
 from __future__ import annotations
 
@@ -351,8 +350,8 @@ def _bound(answer):
 def _misread(opening, name: str, value: float, shown: float) -> str:
     """Which row to read again, never its value (the learner reads it, the check does not)."""
     label, _ = _words(name)
-    said = f"you read {name} as {_show(value)}; that is not what the row '{label}' shows: read it " \
-           "again"
+    said = (f"you read {name} as {_show(value)}; that is not what the row '{label}' shows: "
+            "read it again")
     for other in ("dram_pct", "occupancy_pct", "load_efficiency_pct", "time_ms"):
         there = figure(opening, other)
         if other != name and there is not None and abs(there - value) <= max(
@@ -368,11 +367,10 @@ def _wrong_figure(cause, metric: str) -> str | None:
     if cause is NOT_ASKED:
         return None if metric == "dram_pct" else (f"{label} counts {counts}; the bound is read "
                                                   "from how busy DRAM was")
-    if metric in SHOWS[cause]:
-        return None
     note = NOT_SHOWN.get((cause, metric))
-    return (f"{label} counts {counts}: it does not show that {CAUSES[cause]}"
-            + (f" ({note})" if note else "") + f". {HINTS[cause]}")
+    return None if metric in SHOWS[cause] else (
+        f"{label} counts {counts}: it does not show that {CAUSES[cause]}"
+        + (f" ({note})" if note else "") + f". {HINTS[cause]}")
 
 
 def check(opening, *, bound, cause, metric: str, value, this_lesson: tuple[str, ...],
@@ -410,14 +408,13 @@ def check(opening, *, bound, cause, metric: str, value, this_lesson: tuple[str, 
         return verdict
     p = opening.profile
     # a saved opening that lacks a figure cannot judge a reading of it: NOT VERIFIED, never NOT YET
-    lacking = failed if opening.measured_now else not_verified
-    on_gpu = "" if opening.measured_now else ": run the opening on a GPU, where every figure is " \
-        "measured"
+    lacking, on_gpu = (failed, "") if opening.measured_now else (
+        not_verified, ": run the opening on a GPU, where every figure is measured")
     if bound is not NOT_ASKED:
         if p.dram_pct is None:
-            why = why_missing(opening, "dram_pct")
-            return lacking(f"this opening ({opening.source}) shows no DRAM throughput ({why}), so "
-                           f"its bound cannot be judged here{on_gpu}")
+            return lacking(f"this opening ({opening.source}) shows no DRAM throughput ("
+                           f"{why_missing(opening, 'dram_pct')}), so its bound cannot be judged "
+                           f"here{on_gpu}")
         right = "memory" if p.dram_pct >= DRAM_BUSY_PCT else "latency"
         if bound != right:
             return failed(
