@@ -38,7 +38,7 @@ def test_the_intended_diagnosis_passes_and_gives_the_reading(saved):
 
 
 @pytest.mark.parametrize("bound,metric,value,why", [
-    ("memory", "dram_pct", None, "under the 60 % line"),
+    ("memory", "dram_pct", None, "read the row 'DRAM throughput' again"),
     ("latency", "occupancy_pct", "occupancy", "the bound is read from how busy DRAM was"),
     ("latency", "stall:long_scoreboard", "stall:long_scoreboard", "how busy DRAM was"),
     ("latency", "dram_pct", "occupancy", "you read dram_pct"),
@@ -137,3 +137,17 @@ def test_lesson02_sectors():
     assert not wrong and "a whole row apart" in wrong.message and "share sectors" in wrong.message
     assert not lesson02.check_sectors(32, 1)
     assert not lesson02.check_sectors(1, 4)
+
+
+# --- round 2: the opening shows the saved run without a GPU, and meets the guess ---------------
+
+def test_the_opening_cell_is_no_gpu_cell_and_sets_the_guess_beside_v1s_time():
+    all_cells = cells(STEM)
+    [opening] = tagged(all_cells, "opening")
+    source = text(all_cells[opening])
+    assert "rl.predict.versus(mine_v1" in source and not source.startswith("%%gpu")
+    assert "02.v1_ms" in outputs(all_cells[opening])
+    # the student edition clears it: it answers the prediction above it
+    from rmsnorm_lessons.course import student as st
+
+    assert opening in st.answered_below(all_cells)
