@@ -60,13 +60,17 @@ def shown_above(all_cells: list[dict], at: int) -> str:
 
 def investigation_order(stem: str) -> None:
     """The shape of lessons 02-04 (plan section 1): the opening, then the diagnosis, then the
-    explanation; the decision before the kernel exercise; what changed after the timing."""
+    explanation; the decision before the kernel exercise; what changed after the timing. The
+    opening and what-changed cells are not ``%%gpu`` cells (round 2, rule 1): without a GPU they
+    print the saved run, and the diagnosis is judged against it."""
     all_cells = cells(stem)
     [opening] = tagged(all_cells, "opening")
     [diagnosis] = tagged(all_cells, "diagnosis")
     assert opening < diagnosis
-    assert {"gpu", "nbval-ignore-output"} <= set(tags(all_cells[opening]))
-    assert text(all_cells[opening]).startswith("%%gpu")
+    for i in [opening] + tagged(all_cells, "what-changed"):
+        assert "nbval-ignore-output" in tags(all_cells[i]) and "gpu" not in tags(all_cells[i])
+        assert not text(all_cells[i]).startswith("%%gpu")
+        assert "saved on " in outputs(all_cells[i]) or "measured now on " in outputs(all_cells[i])
     assert "nbval-ignore-output" in tags(all_cells[diagnosis])
     explained = tagged(all_cells, "explanation")
     assert explained and all(i > diagnosis for i in explained), explained
