@@ -132,7 +132,7 @@ LESSONS: tuple[Lesson, ...] = (
            ("lesson06.check_diagnosis", "lesson06.check_slot", "lesson06.check_v4_kernel",
             "lesson06.check_planar_slot", "lesson06.check_four_wide_conflict",
             "lesson06.check_streaming_store", "lesson06.check_tolerance_n"),
-           minutes=71, rung="v4_vec_bf16", kernel_exercise="lesson06.check_v4_kernel",
+           minutes=72, rung="v4_vec_bf16", kernel_exercise="lesson06.check_v4_kernel",
            prerequisites=("05_bf16",),
            needs=PROFILED),
     Lesson("07_two_pass", "v5: the same bits on every run", "`v5_two_pass`",
