@@ -2,9 +2,11 @@
 (:data:`EXTRA`): a cache hint dropped and the slot left as the channel (lesson 06), a block's row
 of partials written, or a block's column read, at block 0's place (lessons 07 and 08), a fence
 dropped and the seed's ``atomicInc`` limit (lesson 08), a lane's columns taken as a block of its
-own instead of one every 32 (lessons 03 and 04: right numbers, uncoalesced loads). Each class is a
-function ``text -> [(mutant id, mutated text), ...]`` built with :mod:`tests._mutations`' helpers,
-as its own classes are."""
+own instead of one every 32 (lessons 03 and 04: right numbers, uncoalesced loads); and round 2 of
+issue 41's: dinp's old values never loaded (lessons 05 and 06), a slot other than the channel that
+still conflicts on the banks (lesson 06), the blocks summed in reverse order and the partials
+stored a float at a time (lesson 07). Each class is a function ``text -> [(mutant id, mutated
+text), ...]`` built with :mod:`tests._mutations`' helpers, as its own classes are."""
 from __future__ import annotations
 
 import re
@@ -13,10 +15,12 @@ import _mutations as base
 
 #: the lessons whose exercise these classes are tried on
 EXTRA = {"03_warp_per_row": ("layout",), "04_shared_memory": ("layout",),
-         "06_vectorized": ("hint", "staging"), "07_two_pass": ("offset",),
+         "05_bf16": ("overwrite",), "06_vectorized": ("hint", "staging", "banks", "overwrite"),
+         "07_two_pass": ("offset", "order", "narrow"),
          "08_last_block": ("fence", "limit", "offset")}
 #: their kinds, after the base classes' (a class takes its kinds in this order)
-base.KINDS += ("slot", "release", "acquire", "seed")
+base.KINDS += ("slot", "release", "acquire", "seed", "reversed", "rotated", "dinp", "reverse",
+               "partials")
 
 
 def hint(text: str):
@@ -38,6 +42,55 @@ def staging(text: str):
         if m.group(2).strip() != m.group(1):
             sites.append(("slot", m.start(2), m.end(2), m.group(1)))
     return base._mutants("staging", text, sites)
+
+
+def banks(text: str):
+    """A slot other than the channel that keeps the 8-way conflict: ``staged()`` returns
+    ``C - 1 - c`` (kind reversed) or ``(c + 1) % C`` (kind rotated): each channel its own slot, so
+    the results are right, and a warp's 32 adds for one k still reach 4 banks."""
+    code = base._blank_comments(text)
+    sites = []
+    for m in re.finditer(r"\bint\s+staged\s*\(\s*int\s+(\w+)\s*,\s*int\s+(\w+)\s*\)\s*\{\s*"
+                         r"return\s+([^;]+);", code):
+        c, C = m.group(1), m.group(2)
+        sites += [("reversed", m.start(3), m.end(3), f"{C} - 1 - {c}"),
+                  ("rotated", m.start(3), m.end(3), f"({c} + 1) % {C}")]
+    return base._mutants("banks", text, sites)
+
+
+def overwrite(text: str):
+    """dinp's old values never loaded: the ``load128`` of dinp becomes ``x128::zeros()``, so the
+    kernel overwrites dinp instead of adding into it."""
+    code = base._blank_comments(text)
+    sites = [("dinp", start, close + 1, "x128::zeros()")
+             for start, open_, close, name in base._calls(code, r"load128\w*")
+             if re.match(r"\s*dinp", code[open_ + 1:close])]
+    return base._mutants("overwrite", text, sites)
+
+
+def order(text: str):
+    """The blocks' partials summed in reverse order: ``for (int b = 0; b < blocks; b++)`` becomes
+    ``for (int b = blocks - 1; b >= 0; b--)``: the same terms, another float32 sum."""
+    code, sites = base._blank_comments(text), []
+    for m in re.finditer(r"for\s*\(\s*int\s+(\w+)\s*=\s*0\s*;\s*\1\s*<\s*(blocks|gridDim\.x)\s*;"
+                         r"\s*\1\s*\+\+\s*\)", code):
+        b, n = m.group(1), m.group(2)
+        sites.append(("reverse", m.start(), m.end(), f"for (int {b} = {n} - 1; {b} >= 0; {b}--)"))
+    return base._mutants("order", text, sites)
+
+
+def narrow(text: str):
+    """The partials stored a float at a time: v5's ``store128(my_partials + c, load128(...))``
+    loop becomes one float a thread and a step."""
+    code, sites = base._blank_comments(text), []
+    pattern = (r"for\s*\(\s*int\s+c\s*=\s*threadIdx\.x\s*\*\s*f128::size\s*;\s*c\s*<\s*C\s*;"
+               r"\s*c\s*\+=\s*blockDim\.x\s*\*\s*f128::size\s*\)\s*\{\s*store128\s*\(\s*(\w+)"
+               r"\s*\+\s*c\s*,\s*load128\s*\(\s*(\w+)\s*\+\s*c\s*\)\s*\)\s*;\s*\}")
+    for m in re.finditer(pattern, code):
+        new = (f"for (int c = threadIdx.x; c < C; c += blockDim.x) {{\n        "
+               f"{m.group(1)}[c] = {m.group(2)}[c];\n    }}")
+        sites.append(("partials", m.start(), m.end(), new))
+    return base._mutants("narrow", text, sites)
 
 
 def fence(text: str):
@@ -95,4 +148,5 @@ def layout(text: str):
 
 
 base.SLIPS.update({"hint": hint, "staging": staging, "fence": fence, "limit": limit,
-                   "offset": offset, "layout": layout})
+                   "offset": offset, "layout": layout, "banks": banks, "overwrite": overwrite,
+                   "order": order, "narrow": narrow})

@@ -147,5 +147,6 @@ def test_lessons_06_07_predict_before_they_measure(name, keys):
                    if "prediction" in tags and f'guess("{key}"' in text]
         assert "..." in cells[guess][2], "the saved notebook leaves the guess to the learner"
         var = cells[guess][2].split("=")[0].strip()  # mine_x = rl.predict.guess(...)
-        [measured] = [i for i, (_, _, text) in enumerate(cells) if f"versus({var}," in text]
+        [measured] = [i for i, (_, _, text) in enumerate(cells)
+                      if f"versus({var}," in text or f"guess_beside({var}," in text]
         assert guess < measured

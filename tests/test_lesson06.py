@@ -192,3 +192,123 @@ def test_the_last_reads_without_a_hint_are_not_yet_without_a_gpu():
                                                     "x128 g = load128(dout_row + c);"))
     assert verdict.status == "NOT YET" and "evict" in verdict.message
     assert "expected at least 2" in verdict.message
+
+
+# --- round 2 of issue 41: what the learner walk-through of 2026-12 found -----------------------
+
+from _lesson_notebooks import core, outputs, tagged, tags, text  # noqa: E402
+
+from rmsnorm_lessons import twin  # noqa: E402
+from rmsnorm_lessons.course import investigate  # noqa: E402
+from rmsnorm_lessons.course import diagnose as dg  # noqa: E402
+from rmsnorm_lessons.inspection import nsight  # noqa: E402
+from rmsnorm_lessons.speed import bench  # noqa: E402
+
+needs_twin = pytest.mark.skipif(build.find_nvcc() is None or twin.available() is not None,
+                                reason="nvcc or the CPU twin (g++ on Linux) not here")
+
+
+@pytest.fixture
+def no_gpu(monkeypatch):
+    """Openings as a machine without a GPU shows them: the saved run's."""
+    monkeypatch.setattr(investigate, "why_not_measured", lambda: "no GPU here")
+    monkeypatch.setattr(lesson06, "_SEEN", {})
+
+
+def _solution():
+    import ast
+
+    [cell] = [c for c in _cells() if "kernel-exercise" in c["metadata"].get("tags", [])]
+    return ast.parse(student.solution_only(text(cell))).body[0].value.value
+
+
+def test_the_opening_and_what_changed_run_without_a_gpu():
+    cells = _cells()
+    pending = (NOTEBOOK.parent.parent / "tests" / "gpu_cells_pending.txt").read_text()
+    for tag in ("opening", "what-changed"):
+        [at] = tagged(cells, tag)
+        assert not text(cells[at]).startswith("%%gpu") and "gpu" not in tags(cells[at]), tag
+        assert cells[at]["id"] not in pending and outputs(cells[at]).strip(), tag
+
+
+def test_the_saved_runs_missing_figures_make_the_diagnosis_not_verified(no_gpu):
+    seen = lesson06.measured()
+    shown = seen.figure("bank_conflicts_per_wavefront")
+    verdict = lesson06.check_diagnosis("latency", "bank_conflicts",
+                                       "bank_conflicts_per_wavefront", shown or 7)
+    if shown is None or seen.profile.dram_pct is None:  # the H100 run of 2026-12-05: times only
+        assert verdict.status == "NOT VERIFIED", verdict
+        assert "bank conflicts / wavefront" in verdict.message or "DRAM" in verdict.message
+        for guess in (("memory", "dram_bandwidth", "dram_pct", 30),
+                      ("latency", "bank_conflicts", "stall:short_scoreboard", 30)):
+            assert lesson06.check_diagnosis(*guess).status == "NOT VERIFIED", guess
+    else:  # a saved run that measured the profile (the lead's GPU run): it passes
+        assert verdict.passed, verdict
+    # what the names alone refute is refused, whatever the opening measured
+    wrong = lesson06.check_diagnosis("latency", "bank_conflicts", "time_ms", 0.28)
+    assert wrong.status == "NOT YET" and "does not show that" in wrong.message
+
+
+def test_the_diagnosis_passes_once_the_opening_has_the_profile():
+    """What the lead's GPU run saves (made-up figures of the shape the run measures)."""
+    p = nsight.Profile("v4_interleaved", "k", (16384, 2048), 32.0, 48.0, 270.0,
+                       {"long_scoreboard": 5.0, "short_scoreboard": 2.0, "mio_throttle": 1.0},
+                       bank_conflicts=7e6, shared_wavefronts=8e6)
+    t = bench._timing("v4_interleaved", 16384, 2048, [0.27] * 3, 8 * 16384 * 2048, 3000.0)
+    made_up = investigate.Opening("v4_interleaved", (16384, 2048), None, t, p, {}, {},
+                                  "measured now on a made-up GPU")
+    verdict = lesson06.check_diagnosis("latency", "bank_conflicts",
+                                       "bank_conflicts_per_wavefront", 7, against=made_up)
+    assert verdict.passed and "goes after it" in verdict.message, verdict
+    wrong = lesson06.check_diagnosis("memory", "bank_conflicts", "bank_conflicts_per_wavefront",
+                                     7, against=made_up)
+    assert wrong.status == "NOT YET" and "32" not in wrong.message
+    assert dg.DRAM_BUSY_PCT > 32
+
+
+def test_nothing_under_the_diagnosis_shows_the_conflict_before_the_decision():
+    cells = _cells()
+    [diagnosis], [decision] = tagged(cells, "diagnosis"), tagged(cells, "decision")
+    between = [c for c in cells[diagnosis + 1:decision] if c["cell_type"] == "code"]
+    assert not between, [text(c)[:60] for c in between]
+    kept = "".join(text(c) for c in core(cells))
+    assert "ATOMS.CAST" not in "".join(outputs(c) for c in core(cells))
+    assert "check_tolerance_n" not in kept and "seed_check" not in kept, "the tolerances: Explore"
+
+
+@needs_twin
+@pytest.mark.parametrize("layout", ["C - 1 - c", "(c + 1) % C"])
+def test_a_slot_that_keeps_the_conflict_is_not_yet(layout):
+    old = "return (c % x128::size) * (C / x128::size) + c / x128::size;"
+    text_ = _solution()
+    assert text_.count(old) == 1
+    verdict = lesson06.check_v4_kernel(text_.replace(old, f"return {layout};"))
+    assert verdict.status == "NOT YET" and "8-way bank conflict" in verdict.message, verdict
+
+
+@needs_twin
+def test_a_layout_written_beside_staged_is_not_yet():
+    text_ = _solution().replace("dweight_shared[staged(c + k, C)]", "dweight_shared[c + k]")
+    text_ = text_.replace("dweight_shared[staged(c, C)]", "dweight_shared[c]")
+    verdict = lesson06.check_v4_kernel(text_)
+    assert verdict.status == "NOT YET" and "does not go through staged()" in verdict.message
+
+
+def test_the_index_expressions_are_found_in_both_forms():
+    from rmsnorm_lessons.lessons import probe
+
+    code = ("zero_block_shared(d, C);\nx = d[staged(c + k, C)];\natomicAdd(d + s, v);\n"
+            "int s = staged(c, C);\nfloat y[];\n")
+    assert probe.index_expressions(code, "d") == [(2, "staged(c + k, C)"), (3, "s")]
+    assert probe.through(code, "s", "staged") and not probe.through(code, "c + k", "staged")
+
+
+def test_the_learner_writes_the_second_loop_and_the_flush():
+    cells = _cells()
+    [exercise] = tagged(cells, "kernel-exercise")
+    counted = [ln for ln in student.solution_lines(text(cells[exercise]))
+               if ln.strip() and not ln.strip().startswith("//")]
+    assert len(counted) >= 15, "staged(), the second loop's body and the flush: your draft's"
+    skeleton = student.strip_solutions(text(cells[exercise]))
+    assert "load128(dinp_row" not in skeleton and "dweight_accum[c]" not in skeleton.split(
+        "add_dweight_v4")[0]

@@ -9,6 +9,7 @@ import dataclasses
 import json
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from rmsnorm_lessons.core import gpu, ladder
@@ -134,3 +135,102 @@ def test_the_registry_row_follows_the_notebook():
 def test_twenty_calls_of_v4_differ_and_of_v5_do_not():
     assert lesson07.differing_channels("v4_vec_bf16", 4096, 1024, runs=5) > 0
     assert lesson07.differing_channels("v5_two_pass", 4096, 1024, runs=5) == 0
+
+
+# --- round 2 of issue 41: what the learner walk-through of 2026-12 found -----------------------
+
+from _lesson_notebooks import core, outputs, tagged, tags, text  # noqa: E402
+
+from rmsnorm_lessons import twin  # noqa: E402
+from rmsnorm_lessons.core import build  # noqa: E402
+
+needs_twin = pytest.mark.skipif(build.find_nvcc() is None or twin.available() is not None,
+                                reason="nvcc or the CPU twin (g++ on Linux) not here")
+
+
+def _solution():
+    import ast
+
+    [cell] = [c for c in _cells() if "kernel-exercise" in c["metadata"].get("tags", [])]
+    return ast.parse(student.solution_only(text(cell))).body[0].value.value
+
+
+def test_the_opening_and_what_changed_run_without_a_gpu():
+    cells = _cells()
+    pending = (NOTEBOOK.parent.parent / "tests" / "gpu_cells_pending.txt").read_text()
+    for tag in ("opening", "what-changed"):
+        [at] = tagged(cells, tag)
+        assert not text(cells[at]).startswith("%%gpu") and "gpu" not in tags(cells[at]), tag
+        assert cells[at]["id"] not in pending and outputs(cells[at]).strip(), tag
+
+
+def test_no_demonstration_under_the_diagnosis_shows_the_cause():
+    cells = _cells()
+    [diagnosis], first = tagged(cells, "diagnosis"), tagged(cells, "decision")[0]
+    between = [c for c in cells[diagnosis + 1:first] if c["cell_type"] == "code"]
+    assert all("partials_reduction" in text(c) for c in between), [text(c)[:50] for c in between]
+    assert "np.cumsum" not in "".join(text(c) for c in core(cells))
+
+
+def test_the_occupancy_decision_prints_the_registers_it_needs():
+    cells = _cells()
+    [cell] = [c for c in cells if "check_v5_occupancy" in text(c)]
+    before_solution = text(cell).split("### BEGIN SOLUTION")[0]
+    assert "rl.build.resources(\"v5_two_pass\"" in before_solution and "print(" in before_solution
+    assert "64 at most" in "".join(text(c) for c in cells if "launch_bounds__(512, 2)" in text(c)
+                                   and c["cell_type"] == "markdown")
+
+
+@needs_twin
+@pytest.mark.parametrize("old, new, says", [
+    ("for (int b = 0; b < blocks; b++)", "for (int b = blocks - 1; b >= 0; b--)",
+     "does not add the partials in block order"),
+    ("float sum = 0.0f;", "double sum = 0.0;", "adds in double"),
+])
+def test_a_reduce_out_of_block_order_is_not_yet(old, new, says):
+    text_ = _solution()
+    assert text_.count(old) == 1
+    verdict = lesson07.check_v5_kernel(text_.replace(old, new))
+    assert verdict.status == "NOT YET" and says in verdict.message, verdict
+
+
+@pytest.mark.skipif(build.find_nvcc() is None, reason="nvcc not found")
+def test_partials_stored_a_float_at_a_time_are_not_yet():
+    old = ("for (int c = threadIdx.x * f128::size; c < C; c += blockDim.x * f128::size) {\n"
+           "        store128(my_partials + c, load128(dweight_shared + c));")
+    text_ = _solution()
+    assert text_.count(old) == 1
+    verdict = lesson07.check_v5_kernel(text_.replace(
+        old, "for (int c = threadIdx.x; c < C; c += blockDim.x) {\n"
+             "        my_partials[c] = dweight_shared[c];"))
+    assert verdict.status == "NOT YET" and "16 bytes a store" in verdict.message, verdict
+
+
+def test_the_order_probe_sums_in_float32_block_order():
+    from rmsnorm_lessons.lessons import probe
+
+    terms = np.array([[1e8], [1.0], [-1e8], [1.0], [1.0]], np.float32)
+    assert probe.float32_in_order(terms)[0] == 2.0
+    assert probe.float32_in_order(terms[::-1])[0] == 0.0
+
+
+def test_the_questions_close_the_lesson_and_the_register_question_is_explored():
+    cells = _cells()
+    kept = core(cells)
+    heads = [text(c).splitlines()[0] for c in kept if c["cell_type"] == "markdown"
+             and text(c).startswith("## ")]
+    assert heads[-2:] == ["## Questions", "## What to take away"], heads
+    start = max(i for i, c in enumerate(kept) if text(c).startswith("## Questions"))
+    asked = [c for c in kept[start:] if c["cell_type"] == "code"]
+    assert [text(c).splitlines()[-1].split("(")[0] for c in asked] == [
+        "lesson07.check_same_bits", "lesson07.check_second_wave"]
+    assert all(c["metadata"]["rmsnorm_lessons"]["answers"] for c in asked)
+    explore = "".join(text(c) for c in cells[len(kept):])
+    assert "check_launch_bound_registers" in explore and "np.cumsum" in explore
+
+
+def test_the_guess_is_set_beside_what_changed_and_the_timing_is_explored():
+    cells = _cells()
+    [changed] = tagged(cells, "what-changed")
+    assert "guess_beside(mine_v5, before, after" in text(cells[changed])
+    assert "rl.bench.table(" not in "".join(text(c) for c in core(cells))

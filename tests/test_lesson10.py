@@ -131,6 +131,8 @@ def test_a_diagnosis_by_a_figure_the_saved_opening_lacks_is_not_verified():
         pytest.skip("the saved run measured it: the diagnosis is judged (tests/test_student.py)")
     verdict = lesson10.check_diagnosis("latency", "barriers", "stall:barrier", None)
     assert verdict.status == "NOT VERIFIED" and "run the opening on a GPU" in verdict.message
-    # round 2, rule 2: with a value too, the saved run cannot judge it (not NOT YET)
-    assert lesson10.check_diagnosis("memory", "barriers", "stall:barrier",
-                                    1.0).status == "NOT VERIFIED"
+    # a reading the saved run cannot judge is NOT VERIFIED whatever its value (round 2, rule 2);
+    # one its names alone refute is NOT YET (lessons/diagnosis.py)
+    assert lesson10.check_diagnosis("memory", "barriers", "stall:barrier", 1.0).status == \
+        "NOT VERIFIED"
+    assert lesson10.check_diagnosis("latency", "barriers", "time_ms", 0.3).status == "NOT YET"

@@ -14,10 +14,14 @@ exercise           barrier  normal.  stride  atomic  shuffle  tail  width  sign 
 02 v1 (fp32)       -a       1        2       1       -b       2     2      1     2
 03 v2 (fp32)       -a       1        2       1       2        2     2      1     2     layout 2
 04 v3 (fp32)       2        1        2       2       1        2     2      1     2     layout 2
-05 v4 draft        2        1        2       2       1        2     2      1     1
+05 v4 draft        2        1        2       2       1        2     2      1     1     overwrite 1
 06 v4 (bf16)       2        1        2       2       1        2     2      1     1     hint 2,
-                                                                                      staging 1
-07 v5 partials     -i       -j       2       -c      -j       2     2      -j    -j    offset 2
+                                                                                      staging 1,
+                                                                                      banks 2,
+                                                                                      overwrite 1
+07 v5 partials     -i       -j       2       -c      -j       2     2      -j    -j    offset 2,
+                                                                                      order 1,
+                                                                                      narrow 1
 08 v6 last block   2        -j       2       1       -j       2     2      -j    -j    fence 2,
                                                                                       limit 1,
                                                                                       offset 2
@@ -39,7 +43,9 @@ exercise has at least four, counting its lesson's own (tests/_mutations_extra.py
 exercise alone: a lane's columns taken as a block of its own in 03 and 04, right numbers and
 uncoalesced loads that the CPU twin's record of every access catches; a cache hint dropped and
 staged() returning c in 06; a block's partials at block 0's place in 07 and 08; a fence dropped
-and the seed's atomicInc limit in 08).
+and the seed's atomicInc limit in 08; dinp never loaded in 05 and 06, staged() returning C - 1 - c
+or (c + 1) % C in 06 (right results, the 8-way bank conflict kept: class banks), the blocks summed
+in reverse order and the partials stored a float at a time in 07).
 
 ``barrier`` leaves out a barrier whose removal no run can see (v5's and v6's barrier after
 zeroing the shared sums: warp 0 reads them only after the row loop's own barriers). Lesson 13's
@@ -117,6 +123,9 @@ CAUGHT_WITHOUT_A_GPU = {
     ("05_bf16", "atomic.global"): "a global atomic for the flush",
     ("05_bf16", "width.load"): "no row access narrower than 128 bits",
     ("05_bf16", "width.store"): "a 128-bit store (STG.E.128)",
+    ("05_bf16", "overwrite.dinp"): "dinp's old values loaded (source)",
+    ("06_vectorized", "overwrite.dinp"): "dinp's old values loaded (source)",
+    ("07_two_pass", "narrow.partials"): "no STG narrower than 128 bits in the first kernel",
     ("06_vectorized", "barrier.syncthreads"): "two BAR.SYNC",
     ("06_vectorized", "atomic.shared"): "a shared-memory atomic (ATOMS)",
     ("06_vectorized", "atomic.global"): "a global atomic for the flush",

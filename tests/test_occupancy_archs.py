@@ -184,7 +184,7 @@ def test_occupancy_lives_in_lesson_07_and_lesson_04_points_there():
     prose04 = "".join("".join(c["source"]) for c in _cells("04_shared_memory"))
     assert "across_archs" not in prose04 and "lesson 07" in prose04
     code07 = "".join("".join(c["source"]) for c in _cells("07_two_pass"))
-    assert 'occupancy("v5_two_pass", 2048, a)' in code07 and "LESSON_ARCHES" in code07
+    assert 'rl.occupancy.occupancy("v5_two_pass", 2048, arch).explain()' in code07
 
 
 @pytest.mark.skipif(build.find_nvcc() is None, reason="nvcc not found")

@@ -85,7 +85,9 @@ def test_the_checks_follow_their_parameters():
     assert lesson07.check_second_wave(0, C=2048).passed
 
 
-@pytest.mark.parametrize("stem", ["04_shared_memory", "07_two_pass"])
+# 07_two_pass: its questions after round 2 (two in the lesson, the register question in its
+# Explore tail) are checked in tests/test_lesson07.py
+@pytest.mark.parametrize("stem", ["04_shared_memory"])
 def test_the_questions_close_the_lesson(stem):
     cells = _cells(stem)
     # an optional "Explore" tail after the takeaways is not part of the lesson (issue 41)
@@ -97,7 +99,8 @@ def test_the_questions_close_the_lesson(stem):
     assert titles[-2:] == ["## Questions", "## What to take away"], titles
     start, end = heads[-2], heads[-1]
     asked = [c for c in cells[start:end] if c["cell_type"] == "code"]
-    assert 3 <= len(asked) <= 5
+    # round 2 moved a question of 04 to its Explore tail (the lesson's 75 minutes): two stay
+    assert 2 <= len(asked) <= 5
     names = [n for n in registry.by_stem(stem).exercises if "_kernel" not in n][-len(asked):]
     for cell, name in zip(asked, names):
         source = "".join(cell["source"])

@@ -24,7 +24,8 @@ PREDICTING = [lesson.stem for lesson in registry.LESSONS if "02" <= lesson.numbe
 MIN_CHARS = 16  # a solution line this long (spaces not counted) is not a coincidence
 TEXT_TYPES = ("text/plain", "text/html", "text/markdown")
 GUESS = re.compile(r"(?:(\w+)\s*=\s*)?\brl\.predict\.guess\(\s*[\"'](\d\d\.[a-z0-9_]+)[\"']")
-VERSUS = re.compile(r"\bpredict\.versus\(\s*(?:[\"'](\d\d\.[a-z0-9_]+)[\"']|(\w+))")
+VERSUS = re.compile(r"\b(?:predict\.versus|guess_beside)\("  # guess_beside: lessons 05-08's
+                    r"\s*(?:[\"'](\d\d\.[a-z0-9_]+)[\"']|(\w+))")
 REVEAL = re.compile(r"\bcompare_with_ours\(\s*(\w+)")
 
 

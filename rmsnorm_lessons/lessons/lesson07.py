@@ -17,6 +17,7 @@ import numpy as np
 
 from ..core import gpu, ladder, launch, reference
 from ..course.verdict import Verdict, choice_verdict, failed, passed, read_number, read_numbers
+from .changed import guess_beside  # noqa: F401 (the what-changed cell's guess)
 from ..inspection import occupancy
 
 SHAPE = (16384, 2048)
@@ -56,15 +57,26 @@ def ladder_run(version: str, p: dict):
     return run(version, p["dout"], p["inp"], p["weight"], p["rstd"], p["dinp"], p["dweight"])
 
 
+def measured_call(version: str):
+    """``version`` (v4_vec_bf16 or v5_two_pass) at 16384 x 2048 as lessons 06, 07 and 08 measure
+    it (:func:`rmsnorm_lessons.course.investigate.opening`): time, an Nsight Compute profile (v5's
+    second kernel, ``reduce_dweight_v5``, profiled too), and the channels whose fp32 sums differ
+    over 20 identical calls (on a GPU only). One call, whichever lesson makes it: the saved run
+    keeps one entry per call and shape, so lesson 06's closing v4 and lesson 07's opening v4 (and
+    lesson 07's closing v5 and lesson 08's opening v5) must measure the same figures."""
+    from ..course import investigate
+
+    kernels = ("reduce_dweight_v5",) if version == AFTER else ()
+    return investigate.opening(version, *SHAPE, kernels=kernels, figures={
+        "differing_channels": lambda: differing_channels(version)})  # measured on a GPU only
+
+
 def opening(after: bool = False):
     """v4_vec_bf16 at 16384 x 2048, measured on this GPU (time, an Nsight Compute profile, and the
     channels whose fp32 sums differ over 20 identical calls; without a GPU or ncu, the saved run's),
-    printed without a reading; ``after=True``: v5_two_pass, the same figures."""
-    from ..course import investigate
-
-    version = AFTER if after else BEFORE
-    found = investigate.opening(version, *SHAPE, figures={
-        "differing_channels": lambda: differing_channels(version)})  # measured on a GPU only
+    printed without a reading; ``after=True``: v5_two_pass, the same figures and its second
+    kernel (:func:`measured_call`)."""
+    found = measured_call(AFTER if after else BEFORE)
     _SEEN[bool(after)] = found
     return found
 
@@ -298,6 +310,88 @@ def check_second_wave(answer, N: int = 1600, C: int = 16384, sms: int = 58,
 # --- the kernel exercise: v5's per-block partials and the second kernel
 # ------------------------------
 
+#: the partials of one probe: per channel, terms whose float32 sum depends on the order they are
+#: added in (1e8 swallows a 1 that -1e8 would have left), then ordinary ones
+ORDER_TERMS = np.array([1e8, 1.0, -1e8, 1.0, 1.0], np.float32)
+#: the probe's channels (one block of the learner's reduce_dweight_v5) and rows of partials
+ORDER_C, ORDER_BLOCKS = 256, 5
+
+
+def _order_partials() -> np.ndarray:
+    """The probe's partials: every fourth channel :data:`ORDER_TERMS` (scaled), the rest random."""
+    rng = np.random.default_rng(7)
+    partials = rng.uniform(-1, 1, (ORDER_BLOCKS, ORDER_C)).astype(np.float32)
+    partials[:, ::4] = ORDER_TERMS[:, None] * (1 + np.arange(ORDER_C // 4, dtype=np.float32))
+    return partials
+
+
+def order_probe(text: str):
+    """``(got, want, None)``: dweight (as float) after the learner's ``reduce_dweight_v5`` on
+    :data:`ORDER_BLOCKS` rows of partials whose sums depend on the order of their terms, from a
+    zero dweight, and what block order in float32, rounded once, gives; or ``(None, None, why)``
+    where the CPU twin cannot run it."""
+    from ..core import bf16
+    from . import probe
+
+    partials = _order_partials()
+    dweight = bf16.to_bf16(np.zeros(ORDER_C, np.float32))
+    arrays, why = probe.run(text, "reduce_dweight_v5", grid=1, block=ORDER_C,
+                            args=[("dweight", dweight), ("partials", partials), ORDER_BLOCKS,
+                                  ORDER_C], name="yours_v5")
+    if arrays is None:
+        return None, None, why
+    want = bf16.from_bf16(bf16.to_bf16(probe.float32_in_order(partials)))
+    return bf16.from_bf16(arrays["dweight"]).astype(np.float32), want, None
+
+
+def _in_double(got: np.ndarray) -> bool:
+    """Whether ``got`` is the probe's partials summed in block order in float64 (not float32)."""
+    from ..core import bf16
+
+    partials = _order_partials()
+    wide = np.cumsum(partials.astype(np.float64), axis=0)[-1].astype(np.float32)
+    return bool(np.array_equal(got, bf16.from_bf16(bf16.to_bf16(wide))))
+
+
+def _block_order(c) -> str | None:
+    """reduce_dweight_v5 adds the blocks' partials in block order, in float32, rounded once."""
+    from .. import twin
+
+    if twin.available() is not None:  # no twin here: the kernel check's verdict says so
+        return None
+    got, want, why = order_probe(c.rung.source or c.text)
+    if got is None:
+        return f"reduce_dweight_v5 could not be run on the CPU twin: {why}"
+    wrong = np.flatnonzero(got != want)
+    if wrong.size == 0:
+        return None
+    ch = int(wrong[0])
+    terms = ", ".join(f"{t:g}" for t in ORDER_TERMS * (1 + ch // 4)) if ch % 4 == 0 else None
+    said = (f"with partials ({terms}) of blocks 0 .. {ORDER_BLOCKS - 1} for channel {ch}, "
+            f"adding block 0 first, then block 1, ..., in float32 gives {want[ch]:g}; yours gives "
+            f"{got[ch]:g}" if terms else
+            f"channel {ch} of dweight is {got[ch]:g} where block order gives {want[ch]:g}")
+    if _in_double(got):
+        return (f"reduce_dweight_v5 adds in double, not float32: {said}. v5's sum is one float32 "
+                "sum per channel in block order, rounded to bf16 once")
+    return (f"reduce_dweight_v5 does not add the partials in block order: {said}. The order is "
+            "what makes v5's bits the same on every run and every GPU of one grid: one float32 "
+            "sum per channel, b = 0, 1, ..., blocks - 1, rounded to bf16 once at the end")
+
+
+def _wide_partials(c) -> str | None:
+    """The partials leave rmsnorm_backward_v5 16 bytes a store: no STG narrower than 128 bits."""
+    from ..course.checking import static as ks
+
+    narrow = [i.opcode for i in ks._matching(c.instructions("rmsnorm_backward_v5"), "STG")
+              if ".128" not in i.opcode]
+    if not narrow:
+        return None
+    return (f"rmsnorm_backward_v5 stores narrower than 128 bits ({len(narrow)} x "
+            f"{', '.join(sorted(set(narrow)))}): the partials go 16 bytes a store, an f128 of "
+            "four sums from dweight_shared (load128 / store128), as the comment asks")
+
+
 def check_v5_kernel(source: str, sanitize: bool = True) -> Verdict:
     """Lesson 07's kernel exercise: the learner's ``rmsnorm_backward_v5`` (partials written per
     block) and ``reduce_dweight_v5`` (written from its signature: summed in block order), checked
@@ -305,6 +399,7 @@ def check_v5_kernel(source: str, sanitize: bool = True) -> Verdict:
     plan, and timed beside v5_two_pass.
     compute-sanitizer's race check runs by default; ``sanitize=False`` skips it, for speed."""
     from ..course.checking import kernel as kc
+    from ..course.checking import static as ks
 
     atomics = kc.GLOBAL_ATOMICS + ("ATOMS",)
     return kc.check_kernel(
@@ -319,4 +414,9 @@ def check_v5_kernel(source: str, sanitize: bool = True) -> Verdict:
                               "an atomic adds in whatever order the hardware serves it, so the "
                               "result changes from run to run: write partials, then sum them in "
                               "block order"),
-                kc.no_local_memory()))
+                kc.no_local_memory(),
+                ks.Static("the partials stored 16 bytes at a time (no STG narrower than 128 bits "
+                          "in rmsnorm_backward_v5)", _wide_partials),
+                ks.Static("reduce_dweight_v5 adds the blocks in block order, in float32 (run on "
+                          "the CPU twin on partials whose sum depends on their order)",
+                          _block_order, sass=False)))

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from ...core import ladder
 from ...course.verdict import Verdict
+from ..changed import guess_beside  # noqa: F401 (the what-changed cell's guess)
 from .bf16 import (bf16_error_histogram, check_bf16_round, check_half_ulp,  # noqa: F401
                    check_range, check_sum_stalls)
 from .draft import check_v4_draft, only_wide_row_accesses, wide_accesses  # noqa: F401

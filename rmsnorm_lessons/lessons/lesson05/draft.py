@@ -35,13 +35,36 @@ def only_wide_row_accesses(kernel: str = KERNEL):
     return ks.Static("no row access narrower than 128 bits (rstd's one 32-bit load aside)", test)
 
 
+#: a load of dinp's old values, in any of common.cuh's or CUDA's forms
+READS_DINP = r"\b(?:load128\w*|__ld\w+)\s*\([^;]*\bdinp\w*"
+
+
+def reads_dinp():
+    """The learner's text loads dinp before it stores it (dinp += ...): a kernel that only stores
+    overwrites dinp, and nvcc, seeing the stored vector's old values unread, may split its store
+    into narrow ones, which the width check would otherwise report as the cause."""
+    import re
+
+    from ...course.checking import static as ks
+
+    def test(c):
+        if re.search(READS_DINP, c.text):
+            return None
+        return ("dinp is never read: the update is dinp += ..., so load the 8 old values of dinp "
+                "(a 128-bit load at dinp_row + c) before you add to them and store the sums; a "
+                "kernel that only stores overwrites dinp")
+
+    return ks.Static("dinp's old values loaded before the update (dinp +=)", test, sass=False)
+
+
 def wide_accesses(kernel: str = KERNEL) -> tuple:
     """The static checks v4's two lessons share: v3's two barriers, the block's shared atomics and
     its flush's global ones, 128-bit loads and a 128-bit store of dinp in the main kernel, nothing
     narrower, no local memory."""
     from ...course.checking import kernel as kc
 
-    return (kc.sass_has("BAR", "two barriers (BAR.SYNC): after zeroing, before the flush",
+    return (reads_dinp(),
+            kc.sass_has("BAR", "two barriers (BAR.SYNC): after zeroing, before the flush",
                         "a __syncthreads is missing: one after zeroing dweight_shared (no warp may "
                         "add before every entry is zero) and one before the flush (every warp "
                         "must have added its rows first)", kernel=kernel, at_least=2),

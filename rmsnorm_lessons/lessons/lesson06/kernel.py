@@ -5,9 +5,12 @@ from __future__ import annotations
 
 import re
 
+import numpy as np
+
 from ...core import build, gpu, ladder
 from ...course.verdict import Verdict, failed, not_verified, passed
 from ..lesson05 import wide_accesses
+from .slots import WIDTHS, worst_conflict
 
 KERNEL = "rmsnorm_backward_v4"
 #: staged() left as the interleaved slot (c): right results, an 8-way bank conflict on every shared
@@ -57,12 +60,84 @@ def cache_hints() -> tuple:
                              store))
 
 
+#: appended to the learner's text: every channel's slot at each width of the decision's check
+SLOTS_PROBE = r"""
+extern "C" __global__ void lesson06_slots(int* slots, const int* widths, int count) {
+    int at = 0;
+    for (int w = 0; w < count; w++) {
+        for (int c = threadIdx.x; c < widths[w]; c += blockDim.x) {
+            slots[at + c] = staged(c, widths[w]);
+        }
+        at += widths[w];
+    }
+}
+"""
+
+
+def kernel_slots(text: str):
+    """``({C: slots}, None)``: what the learner's ``staged(c, C)`` gives every channel at each
+    width of :data:`WIDTHS`, run on the CPU twin; or ``(None, why)``."""
+    from .. import probe
+
+    widths = np.array(WIDTHS, np.int32)
+    out = np.full(int(widths.sum()), -1, np.int32)
+    arrays, why = probe.run(text + SLOTS_PROBE, "lesson06_slots", grid=1, block=256,
+                            args=[("slots", out), ("widths", widths), len(WIDTHS)],
+                            name="yours_v4")
+    if arrays is None:
+        return None, why
+    bounds = np.cumsum([0, *WIDTHS])
+    return {C: arrays["slots"][a:b] for C, a, b in zip(WIDTHS, bounds, bounds[1:])}, None
+
+
+def _a(n: int) -> str:
+    return "an" if str(n).startswith("8") or n in (11, 18) else "a"
+
+
+def _layout(c) -> str | None:
+    """The staging's banks, judged on the learner's own ``staged()``: every access of
+    dweight_shared goes through it, each channel has a slot of its own at every width, and every
+    shared atomic of the loop (element k of the 32 lanes' chunks, at every step) reaches 32
+    banks."""
+    from .. import probe
+
+    body = c.text[c.text.find(KERNEL):]
+    for line, index in probe.index_expressions(body, "dweight_shared"):
+        if not probe.through(body, index, "staged"):
+            return (f"dweight_shared[{index}] does not go through staged(): every add and the "
+                    "flush reach channel c's word as staged(c, C), the slot you decided (the "
+                    "check judges your layout by it)")
+    from ... import twin
+
+    if twin.available() is not None:  # no twin here: the kernel check's verdict says so
+        return None
+    found, why = kernel_slots(c.text)
+    if found is None:
+        return f"staged(c, C) could not be run on the CPU twin: {why}"
+    for C, slots in found.items():
+        values, counts = np.unique(slots, return_counts=True)
+        if slots.min() < 0 or slots.max() >= C or values.size < C:
+            shared = values[counts > 1]
+            said = (f"channels {', '.join(map(str, np.flatnonzero(slots == shared[0])[:2]))} "
+                    f"share slot {shared[0]}" if shared.size else
+                    f"a slot lies outside 0 .. {C - 1}")
+            return f"staged() at C = {C}: {said}; each channel needs a slot of its own"
+        degree, step, k, banks = worst_conflict(slots, C)
+        if degree > 1:
+            return (f"staged() as your kernel computes it: at C = {C}, step {step}, the k = {k} "
+                    f"adds of a warp's 32 lanes reach {banks} banks, {_a(degree)} {degree}-way "
+                    "bank conflict on that shared atomic (and on every one like it): give the 32 "
+                    "lanes' words for one k 32 different banks")
+    return None
+
+
 def check_v4_kernel(source: str, sanitize: bool = True) -> Verdict:
     """Lesson 06's kernel exercise: the learner's ``rmsnorm_backward_v4`` and ``add_dweight_v4``
     with their ``staged()`` slot, its two uses and the second loop's hinted loads and store,
     checked as the rung ``yours_v4`` with v4_vec_bf16's plan, and timed beside v4_vec_bf16.
     compute-sanitizer's race check runs by default; ``sanitize=False`` skips it, for speed."""
     from ...course.checking import kernel as kc
+    from ...course.checking import static as ks
 
     return kc.check_kernel(
         source, name="yours_v4", like="v4_vec_bf16", sanitize_it=sanitize,
@@ -72,7 +147,10 @@ def check_v4_kernel(source: str, sanitize: bool = True) -> Verdict:
                                 "staged() returns c, the interleaved slot: for one k the 32 lanes "
                                 "then hit banks (8 * lane + k) % 32, 4 banks with 8 lanes each, an "
                                 "8-way conflict on every shared atomic; return the slot you "
-                                "decided")))
+                                "decided"),
+                ks.Static("every shared atomic of the loop reaches 32 banks (your staged(), run "
+                          "on the CPU twin at C = " + ", ".join(map(str, WIDTHS)) + ")",
+                          _layout, sass=False)))
 
 
 def store_opcodes(line: str):
@@ -116,8 +194,8 @@ def check_streaming_store(line) -> Verdict:
         return failed(f"nvcc does not accept it{hint}:\n  {errors}")
     if found == ["STG.E.EF.128"]:
         return passed("one 128-bit store, evict first (STG.E.EF.128): __stcs, st.global.cs, "
-                      "marks the line to leave the caches first. The hints table above timed "
-                      "this variant of v4 against the shipped __stcg store")
+                      "marks the line to leave the caches first. The Explore tail times this "
+                      "variant of v4 against the shipped __stcg store")
     kinds = ", ".join(found) or "no 128-bit store"
     if found == ["STG.E.128"]:
         return failed(f"that compiles to {kinds}, a plain 128-bit store: it asks nothing of the "
