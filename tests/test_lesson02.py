@@ -37,7 +37,7 @@ def test_the_intended_diagnosis_passes_and_gives_the_reading(saved):
 
 
 @pytest.mark.parametrize("bound,metric,value,why", [
-    ("memory", "dram_pct", None, "under the 60 % line"),
+    ("memory", "dram_pct", None, "read the row 'DRAM throughput' again"),
     ("latency", "occupancy_pct", "occupancy", "the bound is read from how busy DRAM was"),
     ("latency", "stall:long_scoreboard", "stall:long_scoreboard", "how busy DRAM was"),
     ("latency", "dram_pct", "occupancy", "you read dram_pct"),

@@ -6,8 +6,9 @@ The words: :data:`CAUSES` (ten causes, a sentence each), :data:`METRICS` (the fi
 shows, by name), :data:`SHOWS` (which figures can show which cause) and :data:`SUPPORT` (when an
 opening supports a cause: thresholds named below, each with its reason). :func:`causes` prints the
 words without the answers. A learner on another GPU is judged against their own profile: any cause
-it supports passes; a saved opening (no GPU here) gives a real verdict on real figures, and says
-whose they are.
+it supports that the lesson's kernel removes passes; a saved opening (no GPU here) gives a real
+verdict on real figures, says whose they are, and says NOT VERIFIED where it lacks the figure a
+verdict needs. A message names the row to read again, never the figure the learner must read.
 """
 from __future__ import annotations
 
@@ -16,7 +17,7 @@ from dataclasses import dataclass
 from typing import Callable
 
 from ..inspection import nsight
-from .verdict import Verdict, failed, passed, read_number
+from .verdict import Verdict, failed, not_verified, passed, read_number
 
 #: "this lesson does not ask for it" (lesson 02 asks for the bound and the figure, no cause)
 NOT_ASKED = type("NotAsked", (), {"__repr__": lambda self: "NOT_ASKED"})()
@@ -346,10 +347,10 @@ def _bound(answer):
 
 
 def _misread(opening, name: str, value: float, shown: float) -> str:
+    """Which row to read again, never its value (the learner reads it, the check does not)."""
     label, _ = _words(name)
-    m, _ = lookup(name)
-    said = (f"you read {name} as {_show(value)}; this opening shows {_show(shown, m.unit)} (the "
-            f"row '{label}')")
+    said = f"you read {name} as {_show(value)}; that is not what the row '{label}' shows: read it " \
+           "again"
     for other in ("dram_pct", "occupancy_pct", "load_efficiency_pct", "time_ms"):
         there = figure(opening, other)
         if other != name and there is not None and abs(there - value) <= max(
@@ -363,11 +364,13 @@ def check(opening, *, bound, cause, metric: str, value, this_lesson: tuple[str, 
           rung: str | None = None) -> Verdict:
     """Judge a diagnosis of ``opening``: ``bound`` ("memory" or "latency"), ``cause`` (a name of
     :data:`CAUSES`, or :data:`NOT_ASKED`), ``metric`` (a figure of :data:`METRICS` that shows it),
-    ``value`` (that figure as read from the opening). In order, each a NOT YET that says why with
-    the opening's own figure: every answer given; the bound against the reading's rule; the value
-    within the figure's tolerance; the figure one that can show the cause; the opening supporting
-    the cause. PASS says why, gives the reading line, whose measurement it is, and whether the
-    lesson's kernel (``this_lesson``: the causes it removes; ``rung``: its name) goes after it."""
+    ``value`` (that figure as read from the opening). In order, each a NOT YET that says why:
+    every answer given; the bound against the reading's rule; the value within the figure's
+    tolerance (naming the row to read again, never its value); the figure one that can show the
+    cause; the opening supporting the cause; the cause one the lesson's kernel removes
+    (``this_lesson``, where given; ``rung``: its name), else "true, but it leaves it". Where a
+    saved opening (no GPU here) lacks the figure one of these needs, NOT VERIFIED, saying why.
+    PASS says why, gives the reading line and whose measurement it is."""
     unknown = [c for c in this_lesson if c not in CAUSES]
     if unknown:  # the lesson's own argument: a mistake of the course, not of the learner
         raise ValueError(f"this_lesson must name causes of CAUSES, got {unknown}")
@@ -391,23 +394,28 @@ def check(opening, *, bound, cause, metric: str, value, this_lesson: tuple[str, 
     if verdict is not None:
         return verdict
     p = opening.profile
+    # a saved opening that lacks a figure cannot judge a reading of it: NOT VERIFIED, never NOT YET
+    lacking = failed if opening.measured_now else not_verified
+    on_gpu = "" if opening.measured_now else ": run the opening on a GPU, where every figure is " \
+        "measured"
     if bound is not NOT_ASKED:
         if p.dram_pct is None:
             why = why_missing(opening, "dram_pct")
-            return failed(f"this opening shows no DRAM throughput ({why}), so its bound cannot "
-                          "be read here")
+            return lacking(f"this opening ({opening.source}) shows no DRAM throughput ({why}), so "
+                           f"its bound cannot be judged here{on_gpu}")
         right = "memory" if p.dram_pct >= DRAM_BUSY_PCT else "latency"
         if bound != right:
             return failed(
                 f"{bound}-bound means "
-                + ("DRAM busy most of the launch" if bound == "memory" else "DRAM idle while "
-                   "warps wait") + f"; this profile shows DRAM at {_show(p.dram_pct)} % of its "
-                f"peak, {'under' if right == 'latency' else 'at or above'} the "
-                f"{DRAM_BUSY_PCT:.0f} % line (lesson 02)")
+                + ("DRAM busy most of the launch, its throughput at or above"
+                   if bound == "memory" else "DRAM idle while warps wait, its throughput under")
+                + f" {DRAM_BUSY_PCT:.0f} % of its peak (lesson 02's rule): read the row "
+                f"'{METRICS['dram_pct'].label}' again against that line")
     shown = figure(opening, metric)
     if shown is None:
-        return failed(f"this opening shows no {_words(metric)[0]} ({why_missing(opening, metric)})"
-                      ": name a figure it shows")
+        return lacking(f"this opening ({opening.source}) shows no {_words(metric)[0]} "
+                       f"({why_missing(opening, metric)}), so a reading of it cannot be judged "
+                       f"here{on_gpu}, or name a figure it shows")
     if abs(value - shown) > max(m.read_tolerance, 0.05 * abs(shown)):
         return failed(_misread(opening, metric, value, shown))
     if cause is NOT_ASKED:
@@ -421,14 +429,15 @@ def check(opening, *, bound, cause, metric: str, value, this_lesson: tuple[str, 
         return failed(f"{label} counts {counts}: it does not show that {CAUSES[cause]}"
                       + (f" ({note})" if note else "") + f". {HINTS[cause]}")
     supported, why = _support(cause, opening)
+    if supported is None:
+        return lacking(why + f": this opening cannot judge that cause{on_gpu}, or name a cause "
+                             "it shows")
     if not supported:
-        return failed(why + ("" if supported is False else
-                             ": this opening cannot support that cause; which one does it show?"))
+        return failed(why)
     kernel = rung or "this lesson's kernel"
-    if cause in this_lesson:
-        lesson = f"Right, and {kernel} goes after it."
-    else:
-        lesson = (f"True, but {kernel} leaves it: which of the causes this opening supports does "
-                  "it remove?")
     why = why if why.endswith(("?", ".")) else why + "."
-    return passed(f"{why} {nsight.reading(p)} ({opening.source}). {lesson}")
+    if this_lesson and cause not in this_lesson:  # true, but not what the lesson's change is for
+        return failed(f"{why} True of this opening, but {kernel} leaves it: which other cause "
+                      f"that this opening supports does {kernel} remove?")
+    lesson = f" Right, and {kernel} goes after it." if this_lesson else ""
+    return passed(f"{why} {nsight.reading(p)} ({opening.source}).{lesson}")
