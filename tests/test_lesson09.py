@@ -374,3 +374,16 @@ def test_on_a_gpu_the_owners_are_checked_after_the_run(monkeypatch):
     monkeypatch.setattr(twin, "available", lambda: "the CPU twin needs g++ (hidden by the test)")
     verdict = lesson09.check_scale_kernel(blocked)
     assert verdict.passed and "was not checked (the CPU twin needs g++" in verdict.message
+
+
+@pytest.mark.skipif(gpu.available(), reason="the saved opening: a GPU measures its own")
+def test_the_barrier_diagnosis_says_lesson_10_removes_it():
+    """The walk-through: 'True, but v7_fast leaves it' contradicted lesson 10, whose v7 removes
+    the barrier per chunk. Both causes are right here; lesson 10's v7 removes both."""
+    before = lesson09.opening()
+    for cause, metric in (("barriers", "stall:barrier"),
+                          ("few_loads_in_flight", "stall:long_scoreboard")):
+        verdict = lesson09.check_diagnosis("latency", cause, metric, before.figure(metric))
+        assert verdict.status == "PASS", verdict.message
+        assert "leaves" not in verdict.message, verdict.message
+        assert "lesson 10's v7_fast goes after it" in verdict.message, verdict.message

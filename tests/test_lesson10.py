@@ -231,3 +231,27 @@ def test_local_memory_is_named_by_what_the_compiler_reports():
     verdict = lesson10.check_v7_kernel(indexed)
     assert verdict.status == "NOT YET", verdict.message
     assert "local array of 32 B" in verdict.message and "run time" in verdict.message
+
+
+def test_a_diagnosis_the_saved_opening_cannot_judge_is_not_verified_never_not_yet():
+    """Round 2, rule 2: without v6's profile at 16384 x 4096 in the saved run, a well-formed
+    diagnosis is NOT VERIFIED saying which figure is missing; a malformed one is still NOT YET
+    (nothing of it needs a figure)."""
+    from rmsnorm_lessons.course import investigate
+
+    profile = investigate._empty("v6_last_block", 16384, 4096, "not in the saved run")
+    saved = investigate.Opening("v6_last_block", (16384, 4096), None, None, profile,
+                                source="saved on NVIDIA H100 80GB HBM3, 2026-12-05")
+    for answer in [("latency", "barriers", "stall:barrier", 34),
+                   ("memory", "few_loads_in_flight", "dram_pct", 58.5),
+                   ("latency", "few_loads_in_flight", "occupancy_pct", 48)]:
+        verdict = lesson10.check_diagnosis(*answer, before=saved)
+        assert verdict.status == "NOT VERIFIED", (answer, verdict.message)
+        assert "not in the saved run" in verdict.message and "run the opening on a GPU" in \
+            verdict.message
+    for answer, says in [(("fast", "barriers", "stall:barrier", 34), "the bound"),
+                         (("latency", "slow", "stall:barrier", 34), "the cause"),
+                         (("latency", "barriers", "stall:nonsense!", 34), "not a figure"),
+                         (("latency", "barriers", "stall:barrier", "many"), "a number")]:
+        verdict = lesson10.check_diagnosis(*answer, before=saved)
+        assert verdict.status == "NOT YET" and says in verdict.message, (answer, verdict.message)

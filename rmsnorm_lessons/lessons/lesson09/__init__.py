@@ -35,8 +35,12 @@ from .plots import bytes_in_flight, memory_levels  # noqa: F401
 
 #: the rung this lesson opens with and its shape: v6 where lesson 08 left it
 OPENING = ("v6_last_block", 16384, 2048)
-#: the cause this lesson studies (lesson 10 removes it, and v6's barriers with it)
-THIS_LESSON = ("few_loads_in_flight",)
+#: the causes v7_fast removes (lesson 10): the one this lesson studies, few bytes in flight, and
+#: v6's barriers per chunk; either is a right diagnosis here (walk-through 03-10: "v7 leaves the
+#: barriers" contradicted lesson 10)
+THIS_LESSON = ("few_loads_in_flight", "barriers")
+#: the rung that removes them, as the verdict names it
+REMOVED_BY = "lesson 10's v7_fast"
 _OPENED: dict = {}
 
 
@@ -62,8 +66,7 @@ def check_diagnosis(bound=None, cause=None, metric=None, value=None, *, before=N
     from ..diagnosis import judge
 
     return judge(before if before is not None else opening(), bound=bound, cause=cause,
-                 metric=metric, value=value, this_lesson=THIS_LESSON,
-                 rung="v7_fast (lessons 09 and 10)")
+                 metric=metric, value=value, this_lesson=THIS_LESSON, rung=REMOVED_BY)
 
 
 # --- the decision's consequence, and what changed
