@@ -13,10 +13,10 @@ import _mutations as base
 
 #: the lessons whose exercise these classes are tried on
 EXTRA = {"06_vectorized": ("hint", "staging"), "07_two_pass": ("offset",),
-         "08_last_block": ("fence", "limit", "offset"), "09_bytes_in_flight": ("layout",),
+         "08_last_block": ("fence", "limit", "offset"), "09_bytes_in_flight": ("chunks",),
          "10_v7_one_pass": ("rstd", "operand")}
 #: their kinds, after the base classes' (a class takes its kinds in this order)
-base.KINDS += ("slot", "release", "acquire", "seed", "blocked", "norm", "dot")
+base.KINDS += ("slot", "release", "acquire", "seed", "neighbours", "norm", "dot")
 
 
 def hint(text: str):
@@ -78,7 +78,7 @@ def offset(text: str):
     return base._mutants("offset", text, sites)
 
 
-def layout(text: str):
+def chunks(text: str):
     """Each thread's chunks made neighbours (the walk-through's scale_wide, lesson 09): every
     ``base + k * blockDim.x`` becomes ``base + threadIdx.x * (UNROLL - 1) + k``, i.e. (the
     block's first chunk) + threadIdx.x * UNROLL + k: the same chunks, each read and written once,
@@ -91,7 +91,7 @@ def layout(text: str):
     mutated = text
     for start, end in reversed(sites):
         mutated = mutated[:start] + "base + threadIdx.x * (UNROLL - 1) + k" + mutated[end:]
-    return [(f"layout.blocked@{text.count(chr(10), 0, sites[0][0]) + 1}", mutated)]
+    return [(f"chunks.neighbours@{text.count(chr(10), 0, sites[0][0]) + 1}", mutated)]
 
 
 def rstd(text: str):
@@ -118,4 +118,4 @@ def operand(text: str):
 
 
 base.SLIPS.update({"hint": hint, "staging": staging, "fence": fence, "limit": limit,
-                   "offset": offset, "layout": layout, "rstd": rstd, "operand": operand})
+                   "offset": offset, "chunks": chunks, "rstd": rstd, "operand": operand})

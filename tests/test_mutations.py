@@ -21,7 +21,7 @@ exercise           barrier  normal.  stride  atomic  shuffle  tail  width  sign 
 08 v6 last block   2        -j       2       1       -j       2     2      -j    -j    fence 2,
                                                                                       limit 1,
                                                                                       offset 2
-09 scale_wide      -a       -d       2       -e      -b       2     2      -d    -d    layout 1
+09 scale_wide      -a       -d       2       -e      -b       2     2      -d    -d    chunks 1
 10 v7 two steps    -f       -g       2       -e      -h       2     2      -g    -g    rstd 1,
                                                                                       operand 1
 13 seed loop       2        1        2       -k      1        2     2      1     1
