@@ -349,8 +349,8 @@ def _bound(answer):
 def _misread(opening, name: str, value: float, shown: float) -> str:
     """Which row to read again, never its value (the learner reads it, the check does not)."""
     label, _ = _words(name)
-    said = f"you read {name} as {_show(value)}; that is not what the row '{label}' shows: read it " \
-           "again"
+    said = (f"you read {name} as {_show(value)}; that is not what the row '{label}' shows: "
+            "read it again")
     for other in ("dram_pct", "occupancy_pct", "load_efficiency_pct", "time_ms"):
         there = figure(opening, other)
         if other != name and there is not None and abs(there - value) <= max(

@@ -79,10 +79,63 @@ def measured() -> inflight.Run:
     return inflight.measured()
 
 
-def in_flight_marked(run: inflight.Run | None = None):
+def chase() -> tuple[inflight.Chase, str]:
+    """Section 2's pointer chase: ``(latencies, where)``, measured now on this GPU (and kept for
+    the table and the decision), else the saved run's, ``where`` saying which card and date. The
+    same run as the opening's and the table's: without a GPU every figure of the lesson is the
+    saved run's."""
+    from ...core import gpu
+
+    if gpu.why_unavailable() is None:
+        return inflight.chase(), f"measured now on {gpu.facts().name}"
+    run = inflight.saved_run()
+    return run.chase, run.source
+
+
+#: section 4's launches: each variant at these blocks of 256 threads per SM, then lesson 00's
+BLOCKS_PER_SM = (1, 2, 4, 8)
+
+
+def scale_table() -> inflight.Run:
+    """Section 4's table: every scale variant at :data:`BLOCKS_PER_SM` and lesson 00's launch,
+    timed now on this GPU (with the chase, if this process has not measured it), else the saved
+    run; the :class:`.inflight.Run` the decision reads too (:func:`measured`)."""
+    from ...core import gpu
+
+    if gpu.why_unavailable() is None:
+        copy = gpu.copy_bandwidth()
+        for variant in inflight.VARIANTS:
+            for blocks in BLOCKS_PER_SM:
+                inflight.time_scale(variant, copy, blocks_per_sm=blocks)
+        inflight.time_scale(*inflight.LESSON00[:1], copy)
+        if inflight.this_run() is None:
+            inflight.chase()
+    return measured()
+
+
+def table(run: inflight.Run) -> str:
+    """The scale table as section 4 prints it: each row's KiB of loads per SM, time, GB/s, % of
+    copy, and Little's law's % of copy at the chase's DRAM latency (the run's own)."""
+    lines = [f"{run.source}; copy {run.copy_gbps:.0f} GB/s, {run.sms} SMs",
+             f"{'kernel':<14} {'blocks/SM':>9} {'KiB/SM':>7} {'ms':>7} {'GB/s':>6} "
+             f"{'% copy':>7} {'Little':>7}"]
+    for p in run.points:
+        little = inflight.predicted_fraction(p.in_flight_per_sm, run.sms, run.chase.dram_ns,
+                                             run.copy_gbps)
+        lines.append(f"{p.variant:<14} {p.blocks_per_sm or 'grid':>9} "
+                     f"{p.in_flight_per_sm / 1024:>7g} {p.ms:>7.3f} {p.gbps:>6.0f} "
+                     f"{100 * p.fraction_of_copy:>6.1f}% {100 * little:>6.1f}%")
+    return "\n".join(lines)
+
+
+def in_flight_marked(run: inflight.Run | None = None, *, after=None):
     """The scale table's points against the copy line, with Little's law at the chase's DRAM
     latency, and the decision's two answers marked: the KiB per SM Little's law asks with the
-    unloaded latency, and where the table flattens (:func:`.checks.flat_row`)."""
+    unloaded latency, and where the table flattens (:func:`.checks.flat_row`). ``after``: the
+    decision's verdict; the picture marks the answers only once it passed (else a sentence)."""
+    if after is not None and not getattr(after, "passed", False):
+        print("The picture marks both answers once your decision passes.")
+        return None
     run = run if run is not None else measured()
     need = in_flight_for_copy(run.copy_gbps, run.chase.dram_ns, run.sms) / 1024
     flat = flat_row(run).in_flight_per_sm / 1024
