@@ -387,3 +387,4 @@ def test_the_barrier_diagnosis_says_lesson_10_removes_it():
         assert verdict.status == "PASS", verdict.message
         assert "leaves" not in verdict.message, verdict.message
         assert "lesson 10's v7_fast goes after it" in verdict.message, verdict.message
+

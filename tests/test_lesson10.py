@@ -255,3 +255,27 @@ def test_a_diagnosis_the_saved_opening_cannot_judge_is_not_verified_never_not_ye
                          (("latency", "barriers", "stall:barrier", "many"), "a number")]:
         verdict = lesson10.check_diagnosis(*answer, before=saved)
         assert verdict.status == "NOT YET" and says in verdict.message, (answer, verdict.message)
+
+
+def test_the_notebook_opens_and_closes_without_a_gpu_cell():
+    """Round 2, rule 1, and the walk-through's leak: the opening and what changed are no %%gpu
+    cells; the guess meets the two times of what changed (the separate timing cell is gone); the
+    row-layout picture, which shows G, comes after the prediction, not under the decision."""
+    import _lesson_notebooks as nbs
+    from test_lesson09_notebook import _gpu_free
+
+    _gpu_free("10_v7_one_pass")
+    cells = nbs.cells("10_v7_one_pass")
+    core = nbs.core(cells)
+    assert [c["id"] for c in core if "gpu" in nbs.tags(c)] == []
+    [decision] = [i for i in nbs.tagged(cells, "decision") if "BEGIN SOLUTION" in
+                  nbs.text(cells[i])]
+    [prediction] = nbs.tagged(cells, "prediction")
+    [picture] = [i for i, c in enumerate(core) if "v7_row_layout(4096)" in nbs.text(c)]
+    assert decision < prediction < picture < nbs.tagged(cells, "kernel-exercise")[0]
+    [versus] = [i for i, c in enumerate(core) if "predict.versus(mine_v7" in nbs.text(c)]
+    assert nbs.tagged(cells, "what-changed")[0] < versus
+    assert "after.timing.ms" in nbs.text(cells[versus])
+    # what the exercise uses is printed; the loop around it is Explore's
+    printed = next(nbs.text(c) for c in core if "kernel_part(\"v7_fast\", part)" in nbs.text(c))
+    assert "'backward'" not in printed and "'sums'" in printed
