@@ -83,3 +83,31 @@ def test_the_decisions_picture_waits_for_a_pass(capsys):
     assert lesson09.in_flight_marked(h100_run(), after=failed("no")) is None
     assert "once your decision passes" in capsys.readouterr().out
     assert lesson09.in_flight_marked(h100_run(), after=passed("yes")) is not None
+
+
+@pytest.mark.skipif(gpu.available(), reason="without a GPU: the saved run")
+def test_the_ceiling_shows_the_saved_runs_or_says_why_not(monkeypatch, capsys):
+    """Explore's ceiling was a %%gpu cell that showed nothing without a GPU; now it is the saved
+    run's (the same run as the rest), kept beside the chase and the table, or a sentence saying
+    that run did not time it."""
+    import dataclasses
+
+    from rmsnorm_lessons.lessons.lesson09 import inflight
+    from rmsnorm_lessons.speed.timing import Timing
+
+    saved = inflight.saved_run()
+    if not saved.ceiling:
+        assert lesson09.ceiling() is None
+        assert "did not time the ceiling" in capsys.readouterr().out
+    rows = (Timing("stream_ceiling", 16384, 4096, 0.17, float("nan"), 402_669_568, 2368.6,
+                   saved.copy_gbps),)
+    with_ceiling = dataclasses.replace(saved, ceiling=rows)
+    back = inflight.Run.from_dict(with_ceiling.as_dict(), saved.source)
+    assert [(t.name, t.N, t.C, t.ms, t.gbps) for t in back.ceiling] == [
+        ("stream_ceiling", 16384, 4096, 0.17, 2368.6)]
+    assert "ceiling" not in saved.as_dict() or saved.ceiling
+    monkeypatch.setattr(inflight, "saved_run", lambda run=None: back)
+    shown, copy = lesson09.ceiling()
+    assert [(t.name, t.ms) for t in shown] == [("stream_ceiling", 0.17)]
+    assert copy == saved.copy_gbps
+    assert capsys.readouterr().out.startswith(f"{saved.source}:\n")

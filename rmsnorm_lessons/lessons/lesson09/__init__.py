@@ -128,6 +128,34 @@ def table(run: inflight.Run) -> str:
     return "\n".join(lines)
 
 
+def ceiling():
+    """Explore's streaming ceiling (``rl.bench.stream_ceiling``) at the large shapes, both modes:
+    timed now on this GPU and kept with the lesson's run (:func:`.inflight.save`), else the saved
+    run's. Prints where it comes from and the table, and returns ``(rows, copy GB/s)`` for
+    ``rl.plots.speed_of_light``; where the saved run did not time it, says so and returns None."""
+    from ...core import gpu
+    from ...speed import bench
+
+    if gpu.why_unavailable() is None:
+        copy = gpu.copy_bandwidth()
+        rows = [bench.stream_ceiling(N, C, copy, overwrite=o) for N, C in bench.LARGE_SHAPES
+                for o in (False, True)]
+        inflight._MEASURED["ceiling"] = rows
+        run = inflight.this_run()
+        if run is not None:
+            inflight.save(run)
+        where = f"measured now on {gpu.facts().name}"
+    else:
+        run = inflight.saved_run()
+        rows, where, copy = list(run.ceiling), run.source, run.copy_gbps
+        if not rows:
+            print(f"The saved run ({where}) did not time the ceiling: the course's next GPU run "
+                  "records it, and on a GPU this cell times it.")
+            return None
+    print(f"{where}:\n{bench.table(rows)}")
+    return rows, copy
+
+
 def in_flight_marked(run: inflight.Run | None = None, *, after=None):
     """The scale table's points against the copy line, with Little's law at the chase's DRAM
     latency, and the decision's two answers marked: the KiB per SM Little's law asks with the
