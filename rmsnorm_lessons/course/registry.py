@@ -161,7 +161,7 @@ LESSONS: tuple[Lesson, ...] = (
            "a measurement asks, vector width, unrolling, the floor of a memory-bound kernel",
            ("lesson09.check_diagnosis", "lesson09.check_in_flight", "lesson09.check_scale_kernel",
             "lesson09.check_in_flight_kib", "lesson09.check_threads_for_bandwidth"),
-           minutes=74, kernel_exercise="lesson09.check_scale_kernel",
+           minutes=75, kernel_exercise="lesson09.check_scale_kernel",
            prerequisites=("00_setup", "06_vectorized", "08_last_block"),
            needs=PROFILED),
     Lesson("10_v7_one_pass", "v7: one pass over each row", "`v7_fast`",
