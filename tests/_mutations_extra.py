@@ -1,10 +1,11 @@
 """Slips that belong to one kernel exercise's lesson (issue 41), tried on that exercise only
 (:data:`EXTRA`): a cache hint dropped and the slot left as the channel (lesson 06), a block's row
 of partials written, or a block's column read, at block 0's place (lessons 07 and 08), a fence
-dropped and the seed's ``atomicInc`` limit (lesson 08), each thread's chunks made neighbours
-(lesson 09), rstd dropped from norm and the dot product reading dout twice (lesson 10). Each class
-is a function ``text -> [(mutant id, mutated text), ...]`` built with :mod:`tests._mutations`'
-helpers, as its own classes are."""
+dropped and the seed's ``atomicInc`` limit (lesson 08), a lane's columns taken as a block of its
+own instead of one every 32 (lessons 03 and 04: right numbers, uncoalesced loads), each thread's
+chunks made neighbours (lesson 09), rstd dropped from norm and the dot product reading dout twice
+(lesson 10). Each class is a function ``text -> [(mutant id, mutated text), ...]`` built with
+:mod:`tests._mutations`' helpers, as its own classes are."""
 from __future__ import annotations
 
 import re
@@ -12,7 +13,8 @@ import re
 import _mutations as base
 
 #: the lessons whose exercise these classes are tried on
-EXTRA = {"06_vectorized": ("hint", "staging"), "07_two_pass": ("offset",),
+EXTRA = {"03_warp_per_row": ("layout",), "04_shared_memory": ("layout",),
+         "06_vectorized": ("hint", "staging"), "07_two_pass": ("offset",),
          "08_last_block": ("fence", "limit", "offset"), "09_bytes_in_flight": ("chunks",),
          "10_v7_one_pass": ("rstd", "operand")}
 #: their kinds, after the base classes' (a class takes its kinds in this order)
@@ -117,5 +119,22 @@ def operand(text: str):
     return base._mutants("operand", text, sites)
 
 
+def layout(text: str):
+    """A lane's columns as a block of its own (lane l takes columns l*ceil(C/32) up to the next
+    lane's first) instead of one every 32: one loop at a time (kinds first, last). The numbers stay
+    right; each warp load touches 32 sectors where 4 do (walk-through 2026-12, lesson 03)."""
+    code, sites = base._blank_comments(text), []
+    pattern = (r"for\s*\(\s*int\s+(\w+)\s*=\s*lane\s*;\s*\1\s*<\s*C\s*;\s*"
+               r"\1\s*\+=\s*(?:WARP_SIZE|32)\s*\)")
+    found = list(re.finditer(pattern, code))
+    for k, m in enumerate(found):
+        c = m.group(1)
+        sites.append(("first" if k == 0 else "last", m.start(), m.end(),
+                      f"for (int {c} = lane * ((C + 31) / 32); "
+                      f"{c} < min(C, (lane + 1) * ((C + 31) / 32)); {c}++)"))
+    return base._mutants("layout", text, sites)
+
+
 base.SLIPS.update({"hint": hint, "staging": staging, "fence": fence, "limit": limit,
-                   "offset": offset, "chunks": chunks, "rstd": rstd, "operand": operand})
+                   "offset": offset, "layout": layout, "chunks": chunks, "rstd": rstd,
+                   "operand": operand})

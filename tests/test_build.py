@@ -1,5 +1,5 @@
-"""Compiling every kernel with nvcc, and the ptxas report parser (CPU; nvcc is required, not
-optional).
+"""Compiling every kernel with nvcc, a learner's source string, and the ptxas report parser (CPU;
+nvcc is required, not optional).
 
 `make test` installs nvcc (NVIDIA's wheels) where none is on PATH, so a missing nvcc is a failure
 here, never a skip.
@@ -14,6 +14,8 @@ KERNEL_FILES = sorted(p.stem for p in build.kernel_dir().glob("*.cu"))
 # Turing to Blackwell: every rung builds and is inspected on each (issue 31)
 ARCHS = ["sm_75", "sm_80", "sm_86", "sm_89", "sm_90", "sm_100", "sm_120"]
 SHIPPED = [r.name for r in ladder.SHIPPED]
+# compiling a source string kept the skip it had among lesson 00-03's tests
+needs_nvcc = pytest.mark.skipif(build.find_nvcc() is None, reason="nvcc not found")
 
 
 def test_nvcc_is_found():
@@ -229,3 +231,21 @@ def test_a_second_process_reads_the_cache(tmp_path):
         times.append((float(out.stdout), time.perf_counter() - start))
     assert len(list((tmp_path / "nvcc").glob("*.cubin"))) == 1
     assert times[1][0] < times[0][0] / 5, times  # nvcc ran in the first process only
+
+
+# --- compiling a source string (a learner's kernel) -----------------------------------------------
+
+
+@needs_nvcc
+def test_compile_source_reports_resources_and_errors():
+    compiled = build.compile_source('extern "C" __global__ void k(float* x) { x[threadIdx.x] *= '
+                                    '2.0f; }')
+    assert compiled.kind == "cubin" and compiled.binary
+    assert compiled.resources["k"].registers > 0
+    ptx = build.compile_source('#include "common.cuh"\nextern "C" __global__ void k(float* x) '
+                               '{ x[0] = warp_reduce_sum(x[threadIdx.x]); }', kind="ptx")
+    assert b"shfl.sync.bfly" in ptx.binary
+    with pytest.raises(build.CompileError, match="error"):
+        build.compile_source("this is not CUDA;")
+    with pytest.raises(ValueError):
+        build.compile_source("", name="../x")

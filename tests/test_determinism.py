@@ -12,7 +12,7 @@ import pytest
 from _gpu_support import bits, compare_both, free, reference_of, tensors, to_device
 
 import rmsnorm_lessons as rl
-from rmsnorm_lessons.core import compare, launch, reference
+from rmsnorm_lessons.core import bf16, compare, launch, reference
 
 pytestmark = pytest.mark.gpu
 
@@ -93,3 +93,19 @@ def test_atomic_versions_vary_only_within_tolerance(version):
         c = compare.compare_outputs(spec, N, (first[0], d), ref, name=f"{version} run {i}")
         assert c.ok, str(c)
     assert np.all(spread <= tol + np.abs(ref[1]) * eps)
+
+
+# --- v5's dweight, launched again and again (lesson 07) -------------------------------------------
+
+
+@pytest.mark.gpu
+def test_v5_dweight_is_bitwise_repeatable():
+    from rmsnorm_lessons.core import reference
+
+    p = reference.random_problem(4096, 1024, bf16.bfloat16, seed=4)
+    first = rl.run("v5_two_pass", p["dout"], p["inp"], p["weight"], p["rstd"], p["dinp"],
+                        p["dweight"])[1]
+    for _ in range(4):
+        again = rl.run("v5_two_pass", p["dout"], p["inp"], p["weight"], p["rstd"], p["dinp"],
+                            p["dweight"])[1]
+        assert np.array_equal(bf16.bits(again), bf16.bits(first))

@@ -1,5 +1,6 @@
 """Every version against the float64 reference on the GPU (marker ``gpu``; skipped without a
-device)."""
+device); v6 against the seed's own check, its counter back at zero, v4's accumulator as lesson 07
+reads it."""
 import numpy as np
 import pytest
 from _gpu_support import free, tensors, to_device
@@ -127,3 +128,56 @@ def test_gpuarray_inputs_update_in_place():
         report = compare.compare_outputs(spec, 77, (dev["dinp"].get(), dev["dweight"].get()), want)
         assert report.ok, str(report)
         free(dev)
+
+
+# --- v6 and the seed's own check, v6's counter, v4's accumulator as lesson 07 reads it ------------
+
+
+@pytest.mark.gpu
+def test_v6_passes_the_seeds_own_check():
+    from rmsnorm_lessons.core import compare, reference
+
+    B, T, C = 8, 1024, 1024
+    rng = np.random.default_rng(1)
+    inp = rng.uniform(-1, 1, (B, T, C)).astype(np.float32)
+    weight = rng.uniform(-1, 1, C).astype(np.float32)
+    dout = rng.uniform(-1, 1, (B, T, C)).astype(np.float32)
+    _, rstd = reference.forward(inp, weight, dtype=np.float32)
+    ref_dinp, ref_dweight = reference.backward(dout, inp, weight, rstd, dtype=np.float32)
+    dinp, dweight = rl.run("v6_last_block", *(bf16.to_bf16(a) for a in (dout, inp, weight)),
+                                rstd)
+    a = compare.compare(dinp, ref_dinp, 1e-1, 0.079, name="dinp")
+    b = compare.compare(dweight, ref_dweight, 5e-1, 0.079, name="dweight")
+    assert a.ok and b.ok, f"{a}\n{b}"
+
+
+@pytest.mark.gpu
+def test_v6_counter_reads_zero_after_every_launch():
+    from rmsnorm_lessons.core import gpu, reference
+
+    N, C = 1031, 1024
+    p = reference.random_problem(N, C, bf16.bfloat16, seed=2)
+    drv = gpu.driver()
+    for _ in range(3):
+        rl.run("v6_last_block", p["dout"], p["inp"], p["weight"], p["rstd"], p["dinp"],
+                    p["dweight"])
+        counter = np.ones(1, np.uint32)
+        drv.memcpy_dtoh(counter, launch.launcher("v6_last_block", C).scratch("scratch"))
+        assert counter[0] == 0
+
+
+@pytest.mark.gpu
+def test_v4_accumulator_readback_is_what_dweight_adds():
+    # lesson 07 reads v4's fp32 sums from the launcher's scratch: they must be this call's sums
+    from rmsnorm_lessons.core import gpu, reference
+
+    N, C = 4099, 1600
+    p = reference.random_problem(N, C, bf16.bfloat16, seed=3)
+    _, dweight = rl.run("v4_vec_bf16", p["dout"], p["inp"], p["weight"], p["rstd"], p["dinp"],
+                             p["dweight"])
+    accum = np.empty(C, np.float32)
+    gpu.driver().memcpy_dtoh(accum, launch.launcher("v4_vec_bf16", C).scratch("dweight_accum"))
+    expect = bf16.to_bf16(bf16.from_bf16(p["dweight"]) + accum)
+    assert np.array_equal(bf16.bits(dweight), bf16.bits(expect))
+    _, grad = reference.backward(p["dout"], p["inp"], p["weight"], p["rstd"])
+    np.testing.assert_allclose(accum, grad, rtol=1e-3, atol=1e-2)

@@ -15,8 +15,8 @@ from rmsnorm_lessons.course import record
 from rmsnorm_lessons.core.ladder.v7_fast import Config
 from rmsnorm_lessons.lessons.lesson11 import tuning
 from rmsnorm_lessons.speed import bench, gpu_turn, timing
+from _lesson_support import fake_tuning_gpu as _fake_gpu
 from test_gpu_lock import _serve, gpu_lock
-from test_tuning import _fake_gpu
 
 
 @pytest.fixture

@@ -1,11 +1,13 @@
 """rl.investigate without a GPU: the saved opening of a call and why, an opening measured (the
-bench and ncu faked), a lesson's probe, and what changed between two openings."""
+bench and ncu faked), a lesson's probe, what changed between two openings, and where lessons 04,
+05, 07 and 08 profile the shape they time."""
 from __future__ import annotations
 
 import math
 from types import SimpleNamespace
 
 import pytest
+from _lesson_support import cells as _cells
 
 from rmsnorm_lessons.course import investigate, saved
 from rmsnorm_lessons.inspection import nsight
@@ -206,3 +208,21 @@ def test_what_changed_from_two_sources_names_both(no_gpu, fake_gpu, monkeypatch)
     assert change.header().endswith("(before: saved on NVIDIA H100 80GB HBM3, 2026-12-05; "
                                     "after: measured now on Made-up GPU)")
     assert dict((r[0], r[3]) for r in change.rows())["bench time"] == "13.07x shorter"
+
+
+# --- a lesson's opening profiles the shape it times (lessons 04, 05, 07, 08) ----------------------
+
+
+@pytest.mark.parametrize("stem, call", [
+    ("04_shared_memory", "lesson04.opening(after=True)"),
+    ("05_bf16", "lesson05.opening(after=True)"), ("07_two_pass", "lesson07.opening(after=True)"),
+    ("08_last_block", "lesson08.opening(after=True)")])
+def test_each_lesson_profiles_the_shape_it_times_beside_the_timing(stem, call):
+    cells = _cells(stem)
+    [at] = [i for i, c in enumerate(cells) if call in "".join(c["source"])]
+    cell = cells[at]
+    assert "".join(cell["source"]).startswith("%%gpu\n")
+    assert {"gpu", "nbval-ignore-output"} <= set(cell["metadata"]["tags"])
+    timing = [i for i, c in enumerate(cells) if "rl.bench.table(" in "".join(c["source"])]
+    assert timing and timing[-1] < at <= timing[-1] + 2
+    assert cells[at - 1]["cell_type"] == "markdown"

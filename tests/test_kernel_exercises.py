@@ -6,6 +6,7 @@ mistakes the SASS shows say NOT YET with their own message, and the diagnosis of
 names its kind (tried on made-up results, with the seed's bounds and with a bound per element). On
 a GPU (marker ``gpu``): every solution PASSes (numbers in a child process, compute-sanitizer's race
 check by default, timing), every skeleton and every mistake fails, each with its own message.
+The helpers of kernels/common.cuh that v3 and v4 share are the ones lessons 04 and 06 name.
 """
 from __future__ import annotations
 
@@ -15,6 +16,8 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from _lesson_support import LESSONS_04_05
+from _lesson_support import nb_cells as _cells
 
 from rmsnorm_lessons.core import build, gpu, ladder, reference
 from rmsnorm_lessons.course import student
@@ -370,3 +373,21 @@ def test_an_order_check_says_nothing_of_an_instruction_that_is_not_there_yet():
     assert verdict.status == "NOT YET"
     assert "no __syncthreads() between the fence and the ticket" not in verdict.message
     assert "not checked, there is no ATOMG/ATOM in the SASS" in verdict.message, verdict.message
+
+
+# --- v3 and v4 walk their rows with the helpers lessons 04 and 06 name ----------------------------
+
+
+def test_v3_and_v4_walk_their_rows_with_the_helpers_the_lessons_name():
+    from rmsnorm_lessons.core import build
+
+    common = build.kernel_source("common.cuh")
+    helpers = ("zero_block_shared", "first_row_of_warp", "warps_in_grid")
+    for helper in helpers:
+        assert f" {helper}(" in common
+        for rung in ("v3_smem", "v4_vec_bf16"):
+            assert f"{helper}(" in build.kernel_source(rung), (rung, helper)
+    prose = "".join(c.source for c in _cells("04_shared_memory.ipynb") if c.cell_type == "markdown")
+    assert all(f"`{h}" in prose for h in helpers)
+    for name in LESSONS_04_05:
+        assert "warps_per_block + threadIdx.x" not in kernel_text(name)

@@ -1,5 +1,6 @@
 """Lesson 01 (CPU): the rewritten question on `=` for `+=` asks for a number (issue 41), and the
-lesson prints the forward kernel's signature, not its body (lesson 03's answer)."""
+lesson prints the forward kernel's signature, not its body (lesson 03's answer); the second term
+of dinp (the exercise): the right one passes, each likely wrong one fails saying why."""
 import json
 
 import numpy as np
@@ -43,3 +44,44 @@ def test_lesson01_prints_the_forward_kernels_signature_not_its_loops():
     assert "void rmsnorm_forward(float* out" in shown
     loop = next(line.strip() for line in body.splitlines() if line.strip().startswith("for ("))
     assert loop not in shown and "warp_reduce_sum" not in shown
+
+
+# --- the second term of dinp (the exercise) -------------------------------------------------------
+
+
+def _term2_right(dout, inp, weight, rstd):
+    norm = inp * rstd[:, None]
+    dnorm = weight * dout
+    return -rstd[:, None] * norm * np.mean(dnorm * norm, axis=1, keepdims=True)
+
+
+def test_lesson01_right_answer_passes():
+    verdict = lesson01.check_term2(_term2_right)
+    assert verdict.passed, verdict.message
+    assert str(verdict).startswith("PASS")
+
+
+@pytest.mark.parametrize("wrong,expect", [
+    (lambda d, x, w, r: -_term2_right(d, x, w, r), "sign"),
+    (lambda d, x, w, r: _term2_right(d, x, w, r) / r[:, None], "rstd in front is missing"),
+    (lambda d, x, w, r: _term2_right(d, x, w, r) * x.shape[1], "sum"),
+    (lambda d, x, w, r: -r[:, None] * (x * r[:, None])
+     * np.mean(w * d * x * r[:, None], axis=0, keepdims=True), "axis=1"),
+    (lambda d, x, w, r: -r[:, None] * (x * r[:, None]) * np.mean(w * d * x * r[:, None], axis=1),
+     "keepdims"),
+    (lambda d, x, w, r: np.mean(w * d * x * r[:, None], axis=1), "shape"),
+    (lambda d, x, w, r: None, "returned None"),
+    (lambda d, x, w, r: np.zeros_like(x), "expected"),
+])
+def test_lesson01_wrong_answers_fail_with_a_reason(wrong, expect):
+    verdict = lesson01.check_term2(wrong)
+    assert not verdict.passed
+    assert expect in verdict.message, verdict.message
+
+
+def test_lesson01_skeleton_fails():
+    def term2(dout, inp, weight, rstd):
+        raise NotImplementedError
+
+    assert "NotImplementedError" in lesson01.check_term2(term2).message
+    assert not lesson01.check_term2("not a function")

@@ -1,9 +1,10 @@
 """Lesson 02 (CPU): the first profile and its light diagnosis (bound and figure, no cause), v1
-written whole from its signature, and the lesson's shape (issue 41)."""
+written whole from its signature, and the lesson's shape (issue 41); the atomics and sectors of v1
+(the exercises), each likely wrong answer failing with a useful message."""
 import ast
 
 import pytest
-from _lesson_notebooks import cells, investigation_order, outputs, shown_above, tagged, text
+from _lesson_support import cells, investigation_order, outputs, shown_above, tagged, text
 
 from rmsnorm_lessons import twin
 from rmsnorm_lessons.core import build, gpu
@@ -115,3 +116,38 @@ def test_the_widgets_wait_in_the_explore_tail():
     widgets = [i for i, c in enumerate(all_cells) if "rl.widgets." in text(c)]
     assert widgets and all(i > explore for i in widgets)
     assert not any("Traceback" in outputs(c) for c in all_cells)
+
+
+# --- the atomics and the sectors of v1 (the exercises) --------------------------------------------
+
+
+def test_lesson02_atomics():
+    assert lesson02.check_atomics(8192, 1024, 8192 * 1024, 8192)
+    assert lesson02.check_atomics(7, 13, 91.0, 7)
+    wrong = lesson02.check_atomics(8192, 1024, 8192, 1024)
+    assert not wrong and "one atomic per row" in wrong.message and "count rows" in wrong.message
+    assert not lesson02.check_atomics(8192, 1024, 8192 * 1024, 8192 * 1024)
+    assert "replace the ..." in lesson02.check_atomics(8192, 1024, ..., ...).message
+    assert "whole number" in lesson02.check_atomics(8192, 1024, 1.5, 8192).message
+
+
+def test_lesson02_sectors():
+    assert lesson02.check_sectors(32, 4)
+    wrong = lesson02.check_sectors(4, 32)
+    assert not wrong and "a whole row apart" in wrong.message and "share sectors" in wrong.message
+    assert not lesson02.check_sectors(32, 1)
+    assert not lesson02.check_sectors(1, 4)
+
+
+# --- round 2: the opening shows the saved run without a GPU, and meets the guess ---------------
+
+def test_the_opening_cell_is_no_gpu_cell_and_sets_the_guess_beside_v1s_time():
+    all_cells = cells(STEM)
+    [opening] = tagged(all_cells, "opening")
+    source = text(all_cells[opening])
+    assert "rl.predict.versus(mine_v1" in source and not source.startswith("%%gpu")
+    assert "02.v1_ms" in outputs(all_cells[opening])
+    # the student edition clears it: it answers the prediction above it
+    from rmsnorm_lessons.course import student as st
+
+    assert opening in st.answered_below(all_cells)

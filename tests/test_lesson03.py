@@ -1,10 +1,11 @@
 """Lesson 03 (CPU): v1 diagnosed from its profile, the butterfly and the lanes' columns decided
-and simulated, v2 written whole (the warp sum inline), the REDG question (issue 41)."""
+and simulated, v2 written whole (the warp sum inline), the REDG question (issue 41), and the
+butterfly's figure."""
 import ast
 
 import numpy as np
 import pytest
-from _lesson_notebooks import cells, investigation_order, shown_above, tagged, text
+from _lesson_support import cells, investigation_order, shown_above, tagged, text
 from matplotlib.figure import Figure
 
 from rmsnorm_lessons.core import build, gpu
@@ -153,3 +154,61 @@ def test_the_lesson_diagnoses_before_it_explains():
     above = "\n".join(text(c) for c in all_cells[:diagnosis] if c["cell_type"] == "markdown")
     for cause in ("coalesc", "too few threads", "atomics on", "a sector per lane"):
         assert cause not in above.lower(), cause
+
+
+# --- the butterfly's figure -----------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("offsets,highlight",
+                         [((16, 8, 4, 2, 1), 0), ((16, 8, 4, 2), 5), ((1, 2, 4, 8, 16), None)])
+def test_butterfly_figure(offsets, highlight):
+    assert isinstance(lesson03.butterfly(offsets, highlight), Figure)
+
+
+# --- round 2 (the walk-through of 2026-12): what a learner without a GPU met ----------------------
+
+BLOCKED = ("for (int c = lane * ((C + 31) / 32); c < min(C, (lane + 1) * ((C + 31) / 32)); "
+           "c++)")
+
+
+@pytest.mark.skipif(build.find_nvcc() is None, reason="nvcc not found")
+def test_a_v2_whose_lanes_each_read_a_block_of_columns_is_not_yet(monkeypatch):
+    from rmsnorm_lessons import twin
+
+    if twin.available() is not None:
+        pytest.skip(twin.available())
+    monkeypatch.setattr(gpu, "why_unavailable", lambda: "hidden by the test")
+    _, solution = _exercise_text()
+    strided = "for (int c = lane; c < C; c += WARP_SIZE)"
+    assert solution.count(strided) == 2
+    right = lesson03.check_v2_kernel(solution, sanitize=False)
+    assert right.passed and "touches the fewest 32-byte sectors" in right.message, right
+    blocked = lesson03.check_v2_kernel(solution.replace(strided, BLOCKED), sanitize=False)
+    assert blocked.status == "NOT YET", blocked
+    assert "not coalesced" in blocked.message and "32 sectors" in blocked.message, blocked
+    assert "numbers were right" in blocked.message, blocked
+
+
+def test_a_misread_figure_is_not_given_away(saved):
+    shown = saved.figure("occupancy_pct")
+    verdict = lesson03.check_diagnosis("latency", "few_threads", "occupancy_pct", 10)
+    assert verdict.status == "NOT YET" and "'achieved occupancy'" in verdict.message, verdict
+    assert f"{shown:g}" not in verdict.message and f"{shown:.0f}" not in verdict.message, verdict
+
+
+def test_a_cause_the_saved_run_cannot_show_is_not_verified(saved):
+    if saved.figure("load_efficiency_pct") is not None:
+        pytest.skip("the saved run measured it: the diagnosis is judged")
+    verdict = lesson03.check_diagnosis("latency", "uncoalesced", "load_efficiency_pct", 12.5)
+    assert verdict.status == "NOT VERIFIED" and "run the opening on a GPU" in verdict.message
+
+
+def test_the_opening_and_what_changed_show_the_saved_run_and_the_guess_is_compared():
+    all_cells = cells(STEM)
+    [changed] = tagged(all_cells, "what-changed")
+    assert "rl.predict.versus(mine_v2" in text(all_cells[changed])
+    core = all_cells[:next(i for i, c in enumerate(all_cells)
+                           if text(c).startswith("## Explore"))]
+    # no core cell waits for a GPU: the sweep and the small-N question are in the Explore tail
+    assert not [text(c)[:40] for c in core if "gpu" in c.get("metadata", {}).get("tags", [])]
+    assert not any("check_small_n" in text(c) for c in core)

@@ -1,10 +1,17 @@
 """Lesson 04 (CPU): v2 diagnosed from its profile and three ablations, where a block sums dweight
 and where it waits decided with the consequence shown, v3 written whole, the occupancy cap
-(issue 41). The opening's GPU path runs here on fakes, so the GPU run goes right the first time."""
+(issue 41), the exercise from v3's signature to v3 as shipped, v2 named but never printed above it,
+and the bank-conflict figure. The opening's GPU path runs here on fakes, so the GPU run goes right
+the first time."""
 import ast
+import math
 
 import pytest
-from _lesson_notebooks import cells, investigation_order, shown_above, tagged, text
+from _lesson_support import ROOT, cells, investigation_order, shown_above, tagged, text
+from _lesson_support import nb_cells as _cells
+from _lesson_support import small_figure as _small
+from _lesson_support import tags as _tags
+from test_kernel_exercises import kernel_text
 
 from rmsnorm_lessons.core import build, gpu, ladder
 from rmsnorm_lessons.course import investigate, student
@@ -164,3 +171,102 @@ def test_the_lesson_diagnoses_before_it_explains():
     above = "\n".join(text(c) for c in all_cells[:diagnosis] if c["cell_type"] == "markdown")
     for cause in ("atomics on", "L2 applies", "global atomics", "one global atomic"):
         assert cause not in above, cause
+
+
+# --- the exercise starts from v3's signature and ends as v3; v2 is named, never printed -----------
+
+
+def test_lesson04_exercise_starts_from_the_signature_and_ends_as_v3():
+    from rmsnorm_lessons.core import build
+    from rmsnorm_lessons.course import student
+
+    text = kernel_text("04_shared_memory")
+    skeleton = student.strip_solutions(text)
+    body = skeleton[skeleton.index("{") + 1:skeleton.rindex("}")]
+    assert all(line.strip().startswith("// TODO") for line in body.splitlines() if line.strip())
+    assert 'extern "C" __global__ void rmsnorm_backward_v3(' in skeleton
+    begin = "// ### BEGIN SOLUTION\n"
+    solution = text[text.index(begin) + len(begin):text.index("    // ### END SOLUTION")]
+    shipped = build.kernel_source("v3_smem")
+    shipped_body = shipped[shipped.index("{") + 2:shipped.rindex("}")]
+    strip = lambda s: [ln.split("//")[0].rstrip() for ln in s.splitlines()]  # noqa: E731
+    assert strip(solution) == strip(shipped_body), "the solution is v3 as shipped (ours, revealed)"
+
+
+def test_lesson04_points_at_v2_without_printing_it():
+    # v3's solution repeats v2's arithmetic line for line: v2 printed or quoted in the lesson would
+    # read as v3's solution shown before the attempt; the lesson names the file instead
+    cells = _cells("04_shared_memory.ipynb")
+    at = next(i for i, c in enumerate(cells) if "kernel-exercise" in _tags(c))
+    above = "".join(c.source for c in cells[:at])
+    assert "`kernels/v2_warp.cu`" in above and (ROOT / "kernels" / "v2_warp.cu").is_file()
+    assert 'kernel_source("v2_warp")' not in above and "```cuda" not in above
+
+
+# --- the bank conflicts of a stride, drawn --------------------------------------------------------
+
+
+@pytest.mark.parametrize("strides", [(1, 2, 32, 33), (0,), (1,), (64, 3)])
+def test_bank_conflicts_figure(strides):
+    fig = _small(lesson04.bank_conflicts(strides))
+    titles = [ax.get_title() for ax in fig.axes]
+    for stride, title in zip(strides, titles):
+        degree = 1 if stride == 0 else math.gcd(stride, 32)
+        assert (f"{degree}-way" in title) if degree > 1 else ("no conflict" in title), title
+
+
+# --- round 2 (the walk-through of 2026-12): what a learner without a GPU met ----------------------
+
+def test_the_outline_puts_slot_4_inside_the_row_loop_and_slot_5_after_it(capsys):
+    lesson04.outline()
+    lines = capsys.readouterr().out.splitlines()
+    depth = {line.strip(): len(line) - len(line.lstrip()) for line in lines}
+    loop = next(i for i, line in enumerate(lines) if "for each of this warp's rows" in line)
+    end = next(i for i, line in enumerate(lines) if "end of the row loop" in line)
+    at = {s: next(i for i, line in enumerate(lines) if line.strip() == f"[{s}]")
+          for s in range(1, 7)}
+    assert loop < at[3] < at[4] < end < at[5]
+    assert depth["[4]"] > depth["[5]"] == depth["[2]"] and depth["[3]"] > depth["[4]"]
+
+
+def test_the_opening_asks_for_all_three_ablations_and_says_which_are_not_saved(saved):
+    rows = dict(saved.rows())
+    for label in lesson04.ABLATIONS:
+        assert f"without {label}" in rows, rows
+    lacking = [label for label in lesson04.ABLATIONS
+               if saved.figure(f"ablation:{label}") is None]
+    for label in lacking:
+        assert rows[f"without {label}"] == "not in the saved run"
+        verdict = lesson04.check_diagnosis("latency", "global_atomics", f"ablation:{label}", 10)
+        assert verdict.status == "NOT YET", verdict  # that ablation cannot show the atomics
+    if saved.figure("red_sectors_per_element") is None:  # round 2, rule 2: not NOT YET
+        verdict = lesson04.check_diagnosis("latency", "global_atomics", "red_sectors_per_element",
+                                           0.1)
+        assert verdict.status == "NOT VERIFIED" and "not in the saved run" in verdict.message
+
+
+@pytest.mark.skipif(build.find_nvcc() is None, reason="nvcc not found")
+def test_a_v3_whose_lanes_each_read_a_block_of_columns_is_not_yet(monkeypatch):
+    from rmsnorm_lessons import twin
+
+    if twin.available() is not None:
+        pytest.skip(twin.available())
+    monkeypatch.setattr(gpu, "why_unavailable", lambda: "hidden by the test")
+    [at] = tagged(cells(STEM), "kernel-exercise")
+    solution = ast.parse(text(cells(STEM)[at])).body[0].value.value
+    strided = "for (int c = lane; c < C; c += WARP_SIZE)"
+    blocked = ("for (int c = lane * ((C + 31) / 32); c < min(C, (lane + 1) * ((C + 31) / 32)); "
+               "c++)")
+    assert solution.count(strided) == 2
+    verdict = lesson04.check_v3_kernel(solution.replace(strided, blocked, 1), sanitize=False)
+    assert verdict.status == "NOT YET" and "not coalesced" in verdict.message, verdict
+
+
+def test_no_core_cell_waits_for_a_gpu_and_the_guess_meets_the_what_changed_cell():
+    all_cells = cells(STEM)
+    explore = next(i for i, c in enumerate(all_cells) if text(c).startswith("## Explore"))
+    assert not [text(c)[:40] for c in all_cells[:explore]
+                if "gpu" in c.get("metadata", {}).get("tags", [])]
+    [changed] = tagged(all_cells, "what-changed")
+    assert "rl.predict.versus(mine_v3" in text(all_cells[changed])
+    assert any("check_widest_c" in text(c) for c in all_cells[explore:])

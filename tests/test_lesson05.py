@@ -2,7 +2,8 @@
 passes the right layout and says what is wrong with each likely wrong one, its picture draws any
 mapping (and nothing, saying so, before the decision is written), the draft's check is the engine's
 with v4's plan and the first draft's layout beside it, the questions, and the notebook's order:
-measure, diagnose, explain, decide, write, measure again."""
+measure, diagnose, explain, decide, write, measure again; bf16's rounding (ties to even) and its
+half spacing, as ml_dtypes rounds, and the error histogram."""
 from __future__ import annotations
 
 import json
@@ -10,6 +11,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from _lesson_support import small_figure as _small
 from matplotlib.figure import Figure
 
 from rmsnorm_lessons.core import bf16, build
@@ -217,3 +219,58 @@ def test_a_slip_the_sass_shows_is_not_yet_without_a_gpu(name, old, new, words):
 def test_every_slip_is_not_yet_on_the_gpu(name, old, new, words):
     verdict = lesson05.check_v4_draft(_mistaken(old, new))
     assert verdict.status == "NOT YET" and all(w in verdict.message for w in words), verdict
+
+
+# --- bf16's rounding and its error (the exercises and their figure) -------------------------------
+
+
+def test_bf16_error_histogram():
+    rng = np.random.default_rng(0)
+    fig = lesson05.bf16_error_histogram({"a": rng.random(1000), "b": np.r_[0.0, rng.random(10)]},
+                                     limit=0.5,
+                                     xlabel="x", title="t")
+    _small(fig)
+    assert "1 exact" in " ".join(t.get_text() for t in fig.axes[0].get_legend().get_texts())
+    _small(lesson05.bf16_error_histogram({"zeros only": np.zeros(5)}))
+
+
+def _round_bits(x):
+    u = x.view(np.uint32)
+    return ((u + 0x7FFF + ((u >> 16) & 1)) >> 16).astype(np.uint16)
+
+
+def test_lesson05_bf16_round():
+    assert lesson05.check_bf16_round(_round_bits).passed
+    # a bf16 array is accepted too
+    assert lesson05.check_bf16_round(lambda x: bf16.to_bf16(x)).passed
+    cases = [(lambda x: (x.view(np.uint32) >> 16).astype(np.uint16), "truncates"),
+             (lambda x: ((x.view(np.uint32) + 0x8000) >> 16).astype(np.uint16), "ties"),
+             (lambda x: _round_bits(x)[:-1], "shape"),
+             (lambda x: _round_bits(x).astype(np.float32), "uint16"),
+             (lambda x: _round_bits(x) ^ 1, "differ"),
+             (lambda x: None, "returns None"),
+             (lambda x: x.nope, "AttributeError")]
+    for fn, expect in cases:
+        v = lesson05.check_bf16_round(fn)
+        assert not v.passed and expect in v.message, v.message
+
+
+def test_lesson05_half_ulp():
+    assert lesson05.check_half_ulp(0.125).passed
+    assert lesson05.check_half_ulp(2 ** -8, lo=1.0).passed
+    assert lesson05.check_half_ulp(0.5, lo=128.0).passed
+    # the notebook's question: between 1/16 and 1/8
+    assert lesson05.check_half_ulp(2 ** -12, lo=1 / 16).passed
+    v = lesson05.check_half_ulp(2 ** -11, lo=1 / 16)
+    assert not v.passed and "spacing" in v.message, v.message
+    for wrong, expect in [(0.25, "spacing"), (0.125 / 2 ** 16, "float32"), (0.1, "not 0.1"),
+                          (None, "replace"),
+                          ("x", "number")]:
+        v = lesson05.check_half_ulp(wrong)
+        assert not v.passed and expect in v.message, v.message
+
+
+def test_half_ulp_is_what_ml_dtypes_does():
+    x = np.linspace(32, 64, 100001, endpoint=False).astype(np.float32)
+    err = np.abs(bf16.from_bf16(bf16.to_bf16(x)).astype(np.float64) - x)
+    assert err.max() == lesson05.bf16._half_spacing(32.0)

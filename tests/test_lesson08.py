@@ -2,7 +2,8 @@
 what each missing fence allows; the fence count follows this GPU's plan; the kernel check catches
 the seed's atomicInc limit from the text and lets ptxas spill a few bytes at v6's register bound,
 not more; the opening profiles v5's second kernel; no exercise line (the limit, the fences' place)
-is spelled out above the exercise."""
+is spelled out above the exercise; atomicInc's wrap and the seed's tickets (the exercises), the
+second-wave question's options."""
 from __future__ import annotations
 
 import dataclasses
@@ -10,6 +11,7 @@ import json
 import re
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from rmsnorm_lessons.core import gpu
@@ -147,3 +149,46 @@ def test_every_block_summing_is_not_yet_on_the_gpu():
     assert text.count(old) == 1
     verdict = lesson08.check_v6_kernel(text.replace(old, ""))
     assert verdict.status == "NOT YET" and "dweight" in verdict.message, verdict
+
+
+# --- the second-wave question's options -----------------------------------------------------------
+
+
+def test_a_choice_question_lists_its_options_in_its_docstring():
+    for check in (lesson08.check_second_wave,):
+        assert all(f"\n    {o})" in check.__doc__ for o in "abc"), check.__name__
+        assert check("d").status == "NOT YET"
+
+
+# --- atomicInc and the seed's tickets (the exercises) ---------------------------------------------
+
+
+def test_lesson07_atomic_inc():
+    assert lesson08.check_atomic_inc(lambda old, limit: 0 if old >= limit else old + 1).passed
+    cases = [(lambda old, limit: 0 if old > limit else old + 1, "wraps when old >= limit"),
+             (lambda old, limit: 0 if old >= limit - 1 else old + 1, "still becomes limit"),
+             (lambda old, limit: old + 1, "atomicInc stores"),
+             (lambda old, limit: None, "returns None"),
+             (lambda old, limit: {}[old], "KeyError")]
+    for fn, expect in cases:
+        v = lesson08.check_atomic_inc(fn)
+        assert not v.passed and expect in v.message, v.message
+
+
+def test_seed_tickets_and_v6_tickets():
+    assert lesson08.seed_tickets(4, 3) == [[0, 1, 2, 3], [4, 0, 1, 2], [3, 4, 0, 1]]
+    # v6's limit gridDim.x - 1: every launch draws 0..G-1 and the counter comes back to 0
+    for G in (1, 2, 5, 264):
+        assert lesson08.seed_tickets(G, 4, limit=G - 1) == [list(range(G))] * 4
+
+
+def test_lesson07_seed_tickets_check():
+    assert lesson08.check_seed_tickets([4, 0, 1, 2], [3, 4, 0, 1]).passed
+    assert lesson08.check_seed_tickets((4, 0, 1, 2), np.array([3, 4, 0, 1])).passed
+    for l2, l3, expect in [([0, 1, 2, 3], [0, 1, 2, 3], "not 0"),
+                           ([4, 0, 1, 2], [0, 1, 2, 3], "launch 3"),
+                           ([1, 2, 3, 4], [3, 4, 0, 1], "launch 2 is not"),
+                           (None, None, "replace None"),
+                           (["a"], [1], "whole numbers")]:
+        v = lesson08.check_seed_tickets(l2, l3)
+        assert not v.passed and expect in v.message, v.message

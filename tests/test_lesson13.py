@@ -1,17 +1,23 @@
-"""Lesson 13's helpers without a GPU: the three bugs (built for sm_90), the sanitizer's report
-reader and its child's command line, and ncu's CSV parser on text in the format Nsight Compute
-documents."""
+"""Lesson 13 (finding bugs), on the CPU but for its GPU tests: the three bugs (built for sm_90)
+and their tools; the questions (the row that wraps, reading a profile): each check passes the right
+answer, says NOT YET to a plausible wrong one with a reason, and asks to replace None; the kernel
+exercise (the seed's row loop made uniform) and its ladder: the splice into v6, where nvcc's errors
+point, the shapes that split a block, the solution being the shipped row pass, and the ladder's
+openings and roof. The reports its tools print are read in tests/test_lesson13_tools.py."""
 from __future__ import annotations
 
-import json
-from pathlib import Path
+from types import SimpleNamespace
 
+import numpy as np
 import pytest
+from test_kernel_exercises import kernel_text
 
-from rmsnorm_lessons.core import build, ladder
-from rmsnorm_lessons.inspection import nsight as profile
-from rmsnorm_lessons.inspection import sanitizer
-from rmsnorm_lessons.lessons.lesson13 import bugs
+from rmsnorm_lessons.core import build, gpu, ladder
+from rmsnorm_lessons.course import student
+from rmsnorm_lessons.course.checking import kernel as kernel_check
+from rmsnorm_lessons.inspection import nsight, sanitizer
+from rmsnorm_lessons.lessons import lesson13
+from rmsnorm_lessons.lessons.lesson13 import bugs, exercise
 
 needs_nvcc = pytest.mark.skipif(build.find_nvcc() is None, reason="nvcc not found")
 
@@ -72,88 +78,6 @@ def test_bug_shapes_are_what_the_lesson_says():
     assert 8200 % (grid * warps) != 0  # some block holds warps with one row and warps with two
 
 
-# --- the sanitizer's report -----------------------------------------------------------------------
-
-MEMCHECK = """\
-child: bug_tail_v2 N=129 C=776: one call done
-========= COMPUTE-SANITIZER
-========= Invalid __global__ read of size 4 bytes
-=========     at rmsnorm_backward_v2+0x3f0 in bug_tail_v2.cu:27
-=========     by thread (8,0,0) in block (32,0,0)
-=========     Address 0x7f3a4e000c20 is out of bounds
-=========     and is 1 bytes after the nearest allocation at 0x7f3a4e000000 of size 3104 bytes
-=========     Saved host backtrace up to driver entry point at kernel launch time
-=========         Host Frame: [0x2ee4a0] in libcuda.so.1
-=========
-========= Invalid __global__ read of size 4 bytes
-=========     at rmsnorm_backward_v2+0x3f0 in bug_tail_v2.cu:27
-=========     by thread (40,0,0) in block (32,0,0)
-=========     Address 0x7f3a4e000c20 is out of bounds
-=========     Saved host backtrace up to driver entry point at kernel launch time
-=========         Host Frame: [0x2ee4a0] in libcuda.so.1
-=========
-========= Program hit cudaErrorLaunchFailure (error 719) due to "unspecified launch failure" on \
-CUDA API call
-=========     Saved host backtrace up to driver entry point at error
-=========
-========= ERROR SUMMARY: 3 errors
-"""
-
-RACECHECK = """\
-========= COMPUTE-SANITIZER
-========= Error: Race reported between Write access at rmsnorm_backward_v5+0x5c0 in \
-bug_race_v5.cu:67
-=========     and Read access at rmsnorm_backward_v5+0x6a0 in bug_race_v5.cu:70 [2048 hazards]
-=========
-========= RACECHECK SUMMARY: 1 hazard displayed (1 error, 0 warnings)
-"""
-
-
-def test_entries_keep_the_findings_and_drop_the_backtraces():
-    found = sanitizer.entries(MEMCHECK)
-    assert [e[0] for e in found] == ["Invalid __global__ read of size 4 bytes"] * 2
-    assert found[0][1] == "at rmsnorm_backward_v2+0x3f0 in bug_tail_v2.cu:27"
-    assert not any("Host Frame" in ln or "backtrace" in ln for e in found for ln in e)
-    report = sanitizer.Report("memcheck", "bug_tail_v2 at N=129, C=776", 86, MEMCHECK)
-    assert report.errors == 3
-    # the summary says 3, the report lists 2: the sentence says both
-    assert report.sentence() == ("memcheck reports 3 error(s) in its summary, 2 finding(s) in its "
-                                 "report, on bug_tail_v2 at N=129, C=776: "
-                                 "Invalid __global__ read of size 4 bytes (x2)")
-    assert "bug_tail_v2.cu:27" in report.key_lines() and "out of bounds" in str(report)
-
-
-def test_racecheck_report():
-    report = sanitizer.Report("racecheck", "bug_race_v5", 86, RACECHECK)
-    assert report.summary == (1, 0)
-    assert report.entries == [["Error: Race reported between Write access at "
-                               "rmsnorm_backward_v5+0x5c0 in bug_race_v5.cu:67",
-                               "and Read access at rmsnorm_backward_v5+0x6a0 in "
-                               "bug_race_v5.cu:70 [2048 hazards]"]]
-    clean = sanitizer.Report("racecheck", "v3_smem", 0,
-                             "========= RACECHECK SUMMARY: 0 hazards displayed "
-                             "(0 errors, 0 warnings)\n")
-    assert clean.sentence() == "racecheck found no error on v3_smem"
-    assert "did not finish" in sanitizer.Report("memcheck", "x", 1, "Traceback ...").sentence()
-    assert "did not finish in time" in sanitizer.Report("memcheck", "x", None, "").sentence()
-
-
-def test_child_command_and_spec():
-    rung = ladder.get("v3_smem")
-    spec = sanitizer.child_spec(rung, (129, 777), "/tmp/x.cu")
-    names = (spec["plan_module"], spec["plan_fn"], spec["shared_module"])
-    assert names == ("v3_smem", "plan", "v3_smem")
-    assert json.loads(json.dumps(spec)) == spec
-    cmd = sanitizer.command("compute-sanitizer", "synccheck", ["python", "-c", "pass"])
-    assert cmd[:3] == ["compute-sanitizer", "--tool", "synccheck"]
-    assert cmd[-3:] == ["python", "-c", "pass"]
-    assert str(sanitizer.ERROR_EXIT) in cmd
-    with pytest.raises(ValueError):
-        sanitizer.command("compute-sanitizer", "leakcheck", [])
-    bf16 = sanitizer.child_spec(ladder.get("v6_last_block"), (8200, 770), "/tmp/y.cu")
-    assert bf16["C"] == 768  # rounded down to the rung's multiple
-
-
 def test_without_compute_sanitizer_run_says_so(monkeypatch):
     monkeypatch.setattr(build, "find_tool", lambda tool: None)
     with pytest.raises(sanitizer.ToolMissing, match="compute-sanitizer was not found"):
@@ -171,138 +95,178 @@ def test_each_bugs_tool_finds_it_on_the_gpu(name):
     assert clean.errors == 0, clean.output[-3000:]
 
 
-# --- ncu's CSV ------------------------------------------------------------------------------------
+# --- the questions --------------------------------------------------------------------------------
 
-# the raw page (--csv --page raw): a header of identifying columns and metric names, a row of units,
-# a row per profiled kernel; values may carry thousands separators
-RAW = '''==PROF== Connected to process 4242 (/usr/bin/python3.12)
-==PROF== Profiling "rmsnorm_backward_v3": 0%....50%....100% - 9 passes
-==PROF== Disconnected from process 4242
-"ID","Process ID","Process Name","Host Name","Kernel Name","Context","Stream","Block Size",\
-"Grid Size","Device","CC","dram__throughput.avg.pct_of_peak_sustained_elapsed",\
-"gpu__time_duration.sum","sm__warps_active.avg.pct_of_peak_sustained_active",\
-"smsp__average_warps_issue_stalled_barrier_per_issue_active.ratio",\
-"smsp__average_warps_issue_stalled_long_scoreboard_per_issue_active.ratio",\
-"smsp__average_warps_issue_stalled_lg_throttle_per_issue_active.ratio",\
-"smsp__average_warps_issue_stalled_selected_per_issue_active.ratio",\
-"smsp__average_warps_issue_stalled_short_scoreboard_per_issue_active.ratio"
-"","","","","","","","","","","","%","usecond","%","ratio","ratio","ratio","ratio","ratio"
-"0","4242","python3.12","127.0.0.1","rmsnorm_backward_v3","1","7","(256, 1, 1)","(528, 1, 1)","0",\
-"9.0","31.52","1,234.56","46.20","0.80","9.40","0.30","1.00","6.50"
-'''
-
-DETAILS = '''\
-"ID","Process ID","Process Name","Host Name","Kernel Name","Context","Stream","Block Size",\
-"Grid Size","Device","CC","Section Name","Metric Name","Metric Unit","Metric Value"
-"0","4242","python3.12","127.0.0.1","rmsnorm_backward_v7","1","7","(512, 1, 1)","(132, 1, 1)","0",\
-"9.0","Command line profiler metrics","dram__throughput.avg.pct_of_peak_sustained_elapsed","%",\
-"77.95"
-"0","4242","python3.12","127.0.0.1","rmsnorm_backward_v7","1","7","(512, 1, 1)","(132, 1, 1)","0",\
-"9.0","Command line profiler metrics","gpu__time_duration.sum","msecond","0.14"
-"0","4242","python3.12","127.0.0.1","rmsnorm_backward_v7","1","7","(512, 1, 1)","(132, 1, 1)","0",\
-"9.0","Command line profiler metrics","sm__warps_active.avg.pct_of_peak_sustained_active","%",\
-"24.91"
-"0","4242","python3.12","127.0.0.1","rmsnorm_backward_v7","1","7","(512, 1, 1)","(132, 1, 1)","0",\
-"9.0","Command line profiler metrics",\
-"smsp__average_warps_issue_stalled_long_scoreboard_per_issue_active.ratio","ratio","4.26"
-'''
+NUMBERS = [(lesson13.check_dram_percent, 62.5, (0.625, 31.25, 6.25)),
+           (lesson13.check_occupancy_cap, 37.5, (0.375, 75, 18.75)),
+           (lesson13.check_blocks_for_occupancy, 6, (5, 4, 7, 3)),
+           (lesson13.check_wrap_row, 131072, (131071, 262144, 65536))]
+CHECKS = [c for c, _, _ in NUMBERS]
 
 
-def test_parse_the_raw_page():
-    [k] = profile.parse_csv(RAW)
-    assert k["kernel"] == "rmsnorm_backward_v3"
-    assert k["units"][profile.DRAM] == "%"
-    p = profile.to_profile(k, "v3_smem", (8192, 1024))
-    assert (p.dram_pct, p.occupancy_pct) == (31.52, 46.20)
-    assert p.duration_us == pytest.approx(1234.56)
-    top = p.top_stalls()
-    # "selected" is no stall
-    assert [r for r, _, _ in top] == ["long_scoreboard", "short_scoreboard", "barrier"]
-    assert sum(share for _, _, share in p.top_stalls(10)) == pytest.approx(100.0)
-    text = profile.table([p])
-    assert "v3_smem" in text and "31.5" in text and "long_scoreboard 55 %" in text
+@pytest.mark.parametrize("check, right, wrongs", NUMBERS, ids=lambda x: getattr(x, "__name__", ""))
+def test_right_passes_and_wrong_is_not_yet(check, right, wrongs):
+    verdict = check(right)
+    assert verdict.passed, verdict.message
+    for wrong in wrongs:
+        verdict = check(wrong)
+        assert verdict.status == "NOT YET" and len(verdict.message) > 20, (wrong, verdict.message)
+        # the reason, not the answer
+        assert f"{right}" not in verdict.message.split() and f'"{right}"' not in verdict.message
 
 
-def test_parse_the_details_page():
-    [k] = profile.parse_csv(DETAILS)
-    p = profile.to_profile(k, "v7_fast", (8192, 1024))
-    assert (p.dram_pct, p.occupancy_pct) == (77.95, 24.91)
-    assert p.duration_us == pytest.approx(140.0)
-    assert p.top_stalls() == [("long_scoreboard", 4.26, 100.0)]
+@pytest.mark.parametrize("check", CHECKS + [lesson13.check_dram_peak])
+def test_none_asks_to_replace_it(check):
+    verdict = check(None)
+    assert verdict.status == "NOT YET" and verdict.message.startswith("replace None")
 
 
-def test_no_csv_is_no_kernel_and_failures_are_named():
-    assert profile.parse_csv("==PROF== Connected\nnothing\n") == []
-    denied = "==ERROR== ERR_NVGPUCTRPERM - The user does not have permission"
-    assert "ERR_NVGPUCTRPERM" in profile.explain_failure(denied, 1)
-    missing = profile.explain_failure("==ERROR== Failed to find metric foo", 1)
-    assert missing.startswith("ncu failed: ==ERROR==")
-    none = profile.explain_failure("==WARNING== No kernels were profiled.", 0)
-    assert "profiled no kernel" in none
+def test_a_fraction_asks_for_percent_and_the_blocks_say_how_short():
+    assert "in %" in lesson13.check_dram_percent(0.625).message
+    assert "in %" in lesson13.check_occupancy_cap(0.375).message
+    assert "under the 32" in lesson13.check_blocks_for_occupancy(5).message
+    assert "37.5 %" in lesson13.check_blocks_for_occupancy(4).message
+    assert lesson13.blocks_for(50, 192) == 6 and lesson13.blocks_for(50, 256) == 4
+    # the first row that wraps (moved from lesson 08 with its reasons)
+    assert "still fits" in lesson13.check_wrap_row(131071).message
+    assert "signed" in lesson13.check_wrap_row(262144).message
+    assert "a row number" in lesson13.check_wrap_row(None).message
 
 
-def test_ncu_command_profiles_the_second_launch_of_one_kernel():
-    cmd = profile.command("ncu", "v7_fast", 8192, 1024)
-    assert cmd[:3] == ["ncu", "--clock-control", "none"]
-    # the main kernel the plan launches at this shape: rows of C = 1024 are staged, C = 768 keeps
-    # registers
-    assert cmd[cmd.index("--kernel-name") + 1] == "rmsnorm_backward_v7_staged"
-    short = profile.command("ncu", "v7_fast", 8192, 768)
-    assert short[short.index("--kernel-name") + 1] == "rmsnorm_backward_v7"
-    assert cmd[cmd.index("--launch-skip") + 1] == "1"
-    assert cmd[cmd.index("--launch-count") + 1] == "1"
-    assert cmd[cmd.index("--page") + 1] == "raw" and "--csv" in cmd
-    metrics = cmd[cmd.index("--metrics") + 1].split(",")
-    assert profile.DRAM in metrics and profile.OCCUPANCY in metrics and profile.STALLS in metrics
-    assert cmd[-6:] == ["-m", "rmsnorm_lessons.inspection.nsight", "--launch", "v7_fast", "8192",
-                        "1024"]
-    with pytest.raises(ValueError, match="no kernel"):
-        profile.command("ncu", "v3_smem", 8, 8, kernel="k")
+def test_q3s_reading_is_what_the_packages_rule_prints():
+    q3 = nsight.Profile("x", "k", (1, 1), 30.0, 19.0, 1.0, {"long_scoreboard": 8.0, "wait": 2.0})
+    assert nsight.reading(q3) == ("latency-bound: DRAM at 30 % of its peak, warps mostly waiting "
+                                  "on long_scoreboard (global loads, 80 % of stalls) at 19 % "
+                                  "achieved occupancy")
+    assert 62.5 >= nsight.MEMORY_BOUND_PCT  # Q2's launch is on the memory-bound side
 
 
-def test_without_ncu_the_error_says_so(monkeypatch):
-    monkeypatch.setattr(build, "find_tool", lambda tool: None)
-    # no standalone install
-    monkeypatch.setattr(profile, "Path", lambda *a: Path("/nonexistent/nsight-compute"))
-    with pytest.raises(profile.ProfileError, match="ncu \\(Nsight Compute\\) was not found"):
-        profile.profile("v3_smem", 8192, 1024)
+def _opening(dram_bytes, duration_us=143.3, dram_pct=58.5):
+    profile = SimpleNamespace(dram_bytes=dram_bytes, duration_us=duration_us, dram_pct=dram_pct,
+                              shape=(16384, 2048))
+    return SimpleNamespace(profile=profile, source="saved on NVIDIA H100 80GB HBM3, 2026-12-05",
+                           timing=SimpleNamespace(copy_gbps=2993.0))
 
 
-def test_the_child_refuses_without_a_gpu():
-    import subprocess
-    import sys
+def test_the_dram_peak_from_v6s_profile(monkeypatch):
+    monkeypatch.setattr(gpu, "copy_bandwidth_or_saved", lambda: (2997.0, "saved"))
+    nominal = ladder.get("v6_last_block").bytes_moved(16384, 2048)
+    # the saved run counted no DRAM bytes: the bytes v6 must move
+    o = _opening(None)
+    want, moved, where = lesson13.dram_peak(o.profile)
+    assert moved == nominal and "counted none" in where
+    assert want == pytest.approx(nominal / 143.3e-6 / 0.585 / 1e9)
+    v = lesson13.check_dram_peak(want, opening=o)
+    assert v.passed and "above the copy bandwidth" in v.message and "H100" in v.message, v
+    assert "(2,993 GB/s)" in v.message  # the copy of the card that measured the profile
+    achieved = nominal / 143.3e-6 / 1e9
+    for wrong, says in [(achieved, "what v6 achieved"), (want * 100, "divide by 100"),
+                        (want / 100, "58 % is 0.58"), (want * 1e3, "powers of ten"),
+                        (2993.0, "copy bandwidth"), (want * 1.5, "rate over the peak")]:
+        v = lesson13.check_dram_peak(wrong, opening=o)
+        assert v.status == "NOT YET" and says in v.message, (wrong, v.message)
+    # a profile that counted its DRAM bytes: those
+    o = _opening(300e6)
+    assert lesson13.check_dram_peak(300e6 / 143.3e-6 / 0.585 / 1e9, opening=o).passed
+    with pytest.raises(ValueError, match="no duration or DRAM %"):
+        lesson13.dram_peak(_opening(None, duration_us=None).profile)
 
-    from rmsnorm_lessons.core import gpu
-    if gpu.available():
-        pytest.skip("a GPU is here")
-    p = subprocess.run([sys.executable, "-m", "rmsnorm_lessons.inspection.nsight", "v3_smem", "64",
-                        "256",
-                        "--launch"],
-                       capture_output=True, text=True, timeout=120)
-    assert p.returncode != 0 and "GPU" in p.stderr
+
+# --- the kernel exercise and the ladder -----------------------------------------------------------
 
 
-@pytest.mark.gpu
-@pytest.mark.skipif(profile.find() is None, reason="ncu not installed")
-def test_profile_on_the_gpu():
-    p = profile.profile("v7_fast", 8192, 1024)
-    assert p.dram_pct is not None and 0 < p.dram_pct <= 100
-    assert p.occupancy_pct is not None and 0 < p.occupancy_pct <= 100
-    assert p.top_stalls()
+@pytest.fixture(autouse=True, scope="module")
+def _forget_learners_rungs():
+    """The checks register yours_seed_loop; later test modules see the shipped ladder only."""
+    yield
+    for name in [v for v in ladder.VERSIONS if v.startswith("yours_")]:
+        ladder.unregister(name)
 
 
-def test_the_line_numbers_lesson_13_reads_from_racecheck_are_common_cuh_s():
-    """The prose names the lines of kernels/common.cuh the racecheck report points at: the
-    accesses in store128 and load128, which move if the header changes."""
-    import json
-    from pathlib import Path
+def _code(text):
+    return [ln.strip() for ln in kernel_check.strip_comments(text).splitlines() if ln.strip()]
 
-    root = Path(__file__).resolve().parent.parent
-    lines = (root / "kernels" / "common.cuh").read_text().splitlines()
-    store = 1 + next(i for i, ln in enumerate(lines)
-                     if "reinterpret_cast<Packed128<T>*>(target) = value" in ln)
-    load = 1 + next(i for i, ln in enumerate(lines)
-                    if "return *reinterpret_cast<const Packed128<T>*>(address)" in ln)
-    nb = json.loads((root / "notebooks" / "13_finding_bugs.ipynb").read_text())
-    prose = "".join("".join(c["source"]) for c in nb["cells"] if c["cell_type"] == "markdown")
-    assert f"`store128` at line {store}," in prose and f"`load128` at line {load}," in prose
+
+def test_the_solution_is_the_shipped_row_pass_and_the_skeleton_the_seeds_loop():
+    text = kernel_text("13_finding_bugs")
+    header = build.kernel_source(exercise.HEADER)
+    start = header.index(exercise.START)
+    own = header[start:header.index("\n}\n", start) + 3]
+    # the learner's copy runs in v6 alone: the seed's rounding order, not the header's choice of two
+    own = own.replace("dnorm_norm_mean = seed_rounding ? sum / C * r : sum * r / C;",
+                      "dnorm_norm_mean = sum / C * r;")
+    solution = student.solution_only(text)
+    assert _code(solution)[_code(solution).index("template <bool seed_rounding>"):] == _code(own)
+    skeleton = student.strip_solutions(text)
+    assert "row += (long long)gridDim.x * warps" in skeleton
+    assert "const bool active = true;" in skeleton
+    assert "first < N" not in skeleton and "active &&" not in skeleton
+    assert len(kernel_check.todo_lines(skeleton)) == 4
+
+
+def test_the_splice_keeps_both_files_line_numbers():
+    v6_before, v6_after, head, tail, tail_line = exercise._pieces()
+    spliced = exercise.splice('#line 1 "yours"\nint x;')
+    assert spliced.startswith('#line 1 "v6_last_block.cu"') and '#include "bf16_row_pass.cuh"' \
+        not in spliced
+    assert f'#line {tail_line} "{exercise.HEADER}"' in spliced
+    header = build.kernel_source(exercise.HEADER).splitlines()
+    assert header[tail_line - 1:tail_line - 1 + len(tail.splitlines())] == tail.splitlines()
+    v6 = build.kernel_source(exercise.RUNG).splitlines()
+    after_line = v6_before.count("\n") + 2
+    assert v6[after_line - 1:] == v6_after.splitlines()
+
+
+@needs_nvcc
+def test_errors_point_at_the_cell_and_a_missing_function_is_named():
+    text = kernel_text("13_finding_bugs")
+    lines = text.split("\n")
+    at = next(i for i, ln in enumerate(lines) if "const long long row = first + warp;" in ln)
+    lines[at] = lines[at].replace("first + warp", "first + wrap")
+    verdict = lesson13.check_seed_loop("\n".join(lines))
+    assert verdict.status == "NOT YET" and f"line {at + 1}: " in verdict.message, verdict.message
+    verdict = lesson13.check_seed_loop(text.replace("block_dweight_rows", "rows_of_block"))
+    assert verdict.status == "NOT YET" and "keep the function block_dweight_rows" in \
+        verdict.message
+
+
+def test_the_split_shapes_split_a_block_of_v6s_grid():
+    import dataclasses
+
+    for device in (gpu.H200, dataclasses.replace(gpu.H200, multiprocessors=108)):
+        launch = ladder.plan(exercise.RUNG, 1, 768, device)[0]
+        warps = launch.block // 32
+        W = launch.grid * warps
+        for N, C in exercise.split_shapes(device):
+            assert N > W and C % 8 == 0
+            first = np.arange(W)
+            rows = (N - 1 - first) // W + 1  # the seed's loop: rows of each warp of the grid
+            per_block = rows.reshape(launch.grid, warps)
+            assert (per_block.min(axis=1) != per_block.max(axis=1)).any(), (device.name, N)
+
+
+def test_the_ladder_is_every_rung_and_v7s_register_path(monkeypatch):
+    from types import SimpleNamespace
+
+    from rmsnorm_lessons.course import investigate
+
+    called = []
+
+    def opening(version, N, C, config=None):
+        called.append((version, N, C, config))
+        return SimpleNamespace(timing=SimpleNamespace(copy_gbps=3000.0 + len(called)))
+
+    monkeypatch.setattr(investigate, "opening", opening)
+    monkeypatch.setattr(lesson13.roofline, "_PROFILED", {})
+    labels, openings = lesson13.ladder()
+    shipped = [r.name for r in ladder.SHIPPED]
+    assert labels == shipped + ["v7_fast, register path"]
+    assert [c[0] for c in called] == shipped + ["v7_fast"]
+    assert all((N, C) == lesson13.LADDER_SHAPE for _, N, C, _ in called)
+    assert called[-1][3] == ladder.v7_fast.Config(staged=False)
+    lesson13.ladder()  # kept: no second measurement
+    assert len(called) == len(labels)
+    copy, peak = lesson13.roof(openings)
+    assert copy == sorted(3000.0 + k for k in range(1, len(labels) + 1))[len(labels) // 2]
+    assert peak == pytest.approx(gpu.fp32_peak_flops(gpu.facts_or_fallback()[0]) or
+                                 gpu.fp32_peak_flops(gpu.H200))

@@ -12,8 +12,8 @@ Mutants per class and exercise (each - names why the class has no site there):
 exercise           barrier  normal.  stride  atomic  shuffle  tail  width  sign  term  its own
 =================  =======  =======  ======  ======  =======  ====  =====  ====  ====  ==========
 02 v1 (fp32)       -a       1        2       1       -b       2     2      1     2
-03 v2 (fp32)       -a       1        2       1       2        2     2      1     2
-04 v3 (fp32)       2        1        2       2       1        2     2      1     2
+03 v2 (fp32)       -a       1        2       1       2        2     2      1     2     layout 2
+04 v3 (fp32)       2        1        2       2       1        2     2      1     2     layout 2
 05 v4 draft        2        1        2       2       1        2     2      1     1
 06 v4 (bf16)       2        1        2       2       1        2     2      1     1     hint 2,
                                                                                       staging 1
@@ -36,11 +36,12 @@ in the two steps. h: row_pass returns this thread's part; exchange() (shipped) s
 i: the barriers of v5's row pass are bf16_row_pass.cuh's, shipped (the exercise starts after it).
 j: the row's mean, its warp exchange and its terms are the shipped row pass's. k: the row pass v5
 and v6 share adds in warp order, with no atomic. Every exercise has at least four classes,
-counting its lesson's own (tests/_mutations_extra.py, tried on that exercise alone: a cache hint
-dropped and staged() returning c in 06; a block's partials at block 0's place in 07 and 08; a fence
-dropped and the seed's atomicInc limit in 08; each thread's chunks made neighbours in 09, which
-the CPU twin's probe of every chunk's owner catches; rstd dropped from norm and the dot product
-reading dout twice in 10, the walk-through's slips).
+counting its lesson's own (tests/_mutations_extra.py, tried on that exercise alone: a lane's columns
+taken as a block of its own in 03 and 04, right numbers and uncoalesced loads that the CPU twin's
+record of every access catches; a cache hint dropped and staged() returning c in 06; a block's
+partials at block 0's place in 07 and 08; a fence dropped and the seed's atomicInc limit in 08; each
+thread's chunks made neighbours in 09, which the CPU twin's probe of every chunk's owner catches;
+rstd dropped from norm and the dot product reading dout twice in 10, the walk-through's slips).
 
 ``barrier`` leaves out a barrier whose removal no run can see (v5's and v6's barrier after
 zeroing the shared sums: warp 0 reads them only after the row loop's own barriers). Lesson 13's

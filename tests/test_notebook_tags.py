@@ -1,5 +1,7 @@
 """Strict nbval: every code cell whose output depends on the machine carries nbval-ignore-output
-(tools/tag_notebooks.py adds it; the rules live there), and the sanitize file parses."""
+(tools/tag_notebooks.py adds it; the rules live there), the sanitize file parses, and no CPU cell of
+lessons 04-08 uses a name only a cell tagged gpu (skipped without one) defines."""
+import ast
 import configparser
 import importlib.util
 import json
@@ -7,6 +9,7 @@ import re
 from pathlib import Path
 
 import pytest
+from _lesson_support import nb_cells as _cells
 
 ROOT = Path(__file__).resolve().parent.parent
 _spec = importlib.util.spec_from_file_location("tag_notebooks", ROOT / "tools" / "tag_notebooks.py")
@@ -95,3 +98,42 @@ def test_sanitize_file_parses_and_normalises():
     assert clean("v7 took 0.213 ms at 4217 GB/s") == clean("v7 took 0.198 ms at 4302 GB/s")
     assert clean("at 0x7f3a12bc4d50") == clean("at 0x7f00deadbeef")
     assert clean("mask 0xffffffff") == "mask 0xffffffff"  # a 32-bit mask is not an address
+
+
+# --- no CPU cell of lessons 04-08 needs a name only a gpu cell defines (skipped without a GPU) ----
+
+
+NOTEBOOKS_04_08 = ["04_shared_memory.ipynb", "05_bf16.ipynb", "06_vectorized.ipynb",
+             "07_two_pass.ipynb",
+             "08_last_block.ipynb"]
+
+
+def _names(source):
+    """(names stored, names loaded) by a cell, its IPython magics left out."""
+    code = "\n".join(line for line in source.splitlines() if not line.lstrip().startswith("%"))
+    stored, loaded = set(), set()
+    for node in ast.walk(ast.parse(code)):
+        if isinstance(node, ast.Name):
+            (stored if isinstance(node.ctx, ast.Store) else loaded).add(node.id)
+        elif isinstance(node, (ast.FunctionDef, ast.ClassDef)):
+            stored.add(node.name)
+        elif isinstance(node, (ast.Import, ast.ImportFrom)):
+            stored.update((a.asname or a.name).split(".")[0] for a in node.names)
+    return stored, loaded
+
+
+@pytest.mark.parametrize("name", NOTEBOOKS_04_08)
+def test_no_cpu_cell_depends_on_a_gpu_cell(name):
+    defined_by_cpu, defined_only_by_gpu = set(), set()
+    for cell in _cells(name):
+        if cell.cell_type != "code":
+            continue
+        stored, loaded = _names(cell.source)
+        if "gpu" in cell.metadata.get("tags", []):
+            defined_only_by_gpu |= stored - defined_by_cpu
+            continue
+        needs = (loaded - stored) & defined_only_by_gpu
+        assert not needs, (f"a CPU cell of {name} uses {sorted(needs)}, defined only in a gpu "
+                           f"cell:\n{cell.source}")
+        defined_by_cpu |= stored
+        defined_only_by_gpu -= stored

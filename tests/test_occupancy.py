@@ -1,10 +1,12 @@
-"""Occupancy on the CPU (the calculator's rules from ptxas's report and the plan) and, on a GPU, the
-calculator against the driver's own answer.
+"""Occupancy on the CPU (the calculator's rules from ptxas's report and the plan, the blocks per SM
+a plan launches) and, on a GPU, the calculator against the driver's own answer.
 """
+import dataclasses
+
 import pytest
 
 import rmsnorm_lessons as rl
-from rmsnorm_lessons.core import build, ladder
+from rmsnorm_lessons.core import build, gpu, ladder
 from rmsnorm_lessons.inspection import occupancy
 
 ARCHES = ("sm_80", "sm_90")
@@ -131,3 +133,19 @@ def test_occupancy_matches_the_driver(version):
                     f"{ours.explain()}")
                 checked += 1
     assert checked > 0
+
+
+# --- the blocks per SM the plans launch (the shared-memory chart draws them) ----------------------
+
+
+@pytest.mark.parametrize("version,per_sm",
+                         [(r.name, getattr(getattr(ladder, r.name), "BLOCKS_PER_SM", None))
+                          for r in ladder.SHIPPED if r.config_check is None])
+def test_plan_blocks_per_sm_is_read_from_the_plans(version, per_sm):
+    # what the shared-memory chart and summary draw as "the plan launches k per SM"
+    assert occupancy.plan_blocks_per_sm(version, 1024) == per_sm
+    if per_sm is not None:
+        assert per_sm == getattr(ladder, version).BLOCKS_PER_SM
+        for sms in (1, 108, 132):
+            device = dataclasses.replace(gpu.H200, multiprocessors=sms)
+            assert ladder.plan(version, 1 << 22, 1024, device)[0].grid == per_sm * sms

@@ -1,8 +1,10 @@
 """Occupancy on the architectures the lessons compare (sm_80, sm_89, sm_90, sm_100, sm_120) and on
 Turing (sm_75), no GPU needed: the limits tables hold the CUDA programming guide's figures,
-hand-worked cases come out right, and the per-arch table of a rung renders for every arch
-(compiled by nvcc for each)."""
+hand-worked cases come out right, the per-arch table of a rung renders for every arch
+(compiled by nvcc for each), and v5 across the archs is what lesson 07, the lesson that compares
+them, says (lesson 04 points there)."""
 import pytest
+from _lesson_support import cells as _cells
 
 from rmsnorm_lessons.core import build, gpu, ladder
 from rmsnorm_lessons.inspection import occupancy
@@ -173,3 +175,25 @@ def test_device_limits_text_reads_the_driver_on_a_gpu(monkeypatch):
     monkeypatch.setattr(occupancy, "device_limits", broken)  # falls back to the table, and says so
     text = occupancy.device_limits_text()
     assert "the sm_120 table" in text and "could not be read" in text and "24" in text
+
+
+# --- occupancy across the archs in the lessons: lesson 07 compares them, 04 points there ----------
+
+
+def test_occupancy_lives_in_lesson_07_and_lesson_04_points_there():
+    prose04 = "".join("".join(c["source"]) for c in _cells("04_shared_memory"))
+    assert "across_archs" not in prose04 and "lesson 07" in prose04
+    code07 = "".join("".join(c["source"]) for c in _cells("07_two_pass"))
+    assert 'occupancy("v5_two_pass", 2048, a)' in code07 and "LESSON_ARCHES" in code07
+
+
+@pytest.mark.skipif(build.find_nvcc() is None, reason="nvcc not found")
+def test_v5_across_arches_as_lesson_07_says():
+    # registers decide at C = 2048 (the launch bounds give 2 blocks everywhere); at C = 16384 the
+    # 100 KiB SMs hold one block, so half the plan's blocks wait for a second wave
+    for C, want in ((2048, {"sm_80": 2, "sm_89": 2, "sm_90": 2, "sm_100": 2, "sm_120": 2}),
+                    (16384, {"sm_80": 2, "sm_89": 1, "sm_90": 2, "sm_100": 2, "sm_120": 1})):
+        o = {a: occupancy.occupancy("v5_two_pass", C, a) for a in occupancy.LESSON_ARCHES}
+        assert {a: x.blocks_per_sm for a, x in o.items()} == want
+    assert occupancy.occupancy("v5_two_pass", 2048, "sm_90").limiter == "registers"
+    assert occupancy.occupancy("v5_two_pass", 16384, "sm_89").limiter == "shared memory"

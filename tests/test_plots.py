@@ -1,19 +1,23 @@
 """The course's figures (CPU): a figure one lesson draws lives in that lesson's home and the ones
 several draw in ``rl.plots``, none is defined twice, the figures of the bench and of lessons 09-13
-draw from made-up rows, and both ways of making a figure agree."""
+draw from made-up rows, both ways of making a figure agree, and the figures of lessons 00-08 and
+the charts several of them draw come out at the course's size."""
 import dataclasses
 import inspect
 import json
 import re
 
+import numpy as np
 import pytest
+from _lesson_support import small_figure as _small
 from matplotlib.figure import Figure
 
 from rmsnorm_lessons import lessons
-from rmsnorm_lessons.core import gpu
+from rmsnorm_lessons.core import gpu, ladder
 from rmsnorm_lessons.course import plots, registry
 from rmsnorm_lessons.inspection import nsight
-from rmsnorm_lessons.lessons import lesson00, lesson09, lesson10, lesson11, lesson13
+from rmsnorm_lessons.lessons import (lesson00, lesson01, lesson03, lesson08, lesson09, lesson10,
+                                     lesson11, lesson13)
 from rmsnorm_lessons.speed import bench
 
 
@@ -189,3 +193,55 @@ def test_the_ladder_roofline_draws_from_made_up_profiles():
         lesson13.ladder_roofline(ladder, 3000.0, 0.0)
     with pytest.raises(ValueError, match="labels"):
         lesson13.ladder_rows(ladder, 3000.0, labels=["one"])
+
+
+# --- the figures several lessons draw (lessons 00, 01, 02, 03) ------------------------------------
+
+
+@pytest.mark.parametrize("layout", ["thread_per_row", "warp_per_row", "v1_naive", "v2_warp"])
+@pytest.mark.parametrize("rows,C,step,block",
+                         [(32, 64, 3, 256), (16, 100, 3, 128), (5, 7, 99, 32), (64, 512, 0, 64)])
+def test_access_pattern_returns_a_small_figure(layout, rows, C, step, block):
+    fig = plots.access_pattern(layout, rows=rows, C=C, step=step, block_size=block)
+    assert isinstance(fig, Figure)
+    assert fig.dpi == plots.DPI and fig.get_size_inches()[0] <= plots.FIGSIZE[0]
+
+
+def test_access_pattern_rejects_bad_arguments():
+    with pytest.raises(ValueError, match="layout"):
+        plots.access_pattern("row_per_block")
+    with pytest.raises(ValueError, match="block_size"):
+        plots.access_pattern(block_size=48)
+
+
+def test_other_lesson_figures():
+    assert isinstance(lesson00.thread_indices(20, 8), Figure)
+    assert isinstance(lesson00.thread_indices(16, 8), Figure)
+    a = np.linspace(-1, 1, 11)
+    assert isinstance(lesson01.gradient_check(a, a + 1e-9), Figure)
+    results = [dict(name="v1_naive", N=8192, C=1024, ms=3.0),
+               dict(name="v2_warp", N=8192, C=1024, ms=0.25),
+               dict(name="v1_naive", N=16384, C=2048, ms=12.0),
+               dict(name="v2_warp", N=16384, C=2048, ms=0.9)]
+    assert isinstance(lesson03.speedup_bars(results), Figure)
+    with pytest.raises(ValueError, match="baseline"):
+        lesson03.speedup_bars(results, baseline="v9")
+
+
+# --- the figures several lessons draw (lessons 04-08) ---------------------------------------------
+
+
+def test_partials_and_ticket_figures():
+    _small(plots.partials_reduction())
+    _small(plots.partials_reduction(rows=5, warps_per_block=1, blocks=4, channels=3))
+    for blocks in (1, 2, 8, 20):
+        fig = _small(lesson08.ticket_timeline(blocks=blocks, seed=blocks))
+        labels = [t.get_text() for t in fig.axes[0].texts if t.get_text().startswith("ticket")]
+        assert sorted(labels,
+                      key=lambda s: int(s.split()[1])) == [f"ticket {k}" for k in range(blocks)]
+
+
+@pytest.mark.parametrize("version", ladder.with_shared_dweight())
+@pytest.mark.parametrize("C", [1024, 16384])
+def test_shared_memory_chart(version, C):
+    _small(plots.shared_memory_chart(version, C=C, Cs=[256, 1024, 4096, 16384]))

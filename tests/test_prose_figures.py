@@ -5,13 +5,17 @@ A figure is a number with a unit in a markdown cell (``0.121 ms``, ``4216 GB/s``
 in a saved output or in the code of the same notebook (a cell that computes and prints it, or the
 constant it names); thousands separators are ignored. Figures not shown yet are listed, one
 ``stem: figure`` a line, in tests/prose_figures_allowed.txt: the list may shrink but not grow,
-and an entry leaves it once its figure is shown or gone (the test says which).
+and an entry leaves it once its figure is shown or gone (the test says which). Lessons 00-03 quote
+no measured figure in their prose at all.
 """
 import json
 import re
 from pathlib import Path
 
 import pytest
+from _lesson_support import STEMS_00_03
+from _lesson_support import notebook as _nb
+from _lesson_support import source_text
 
 from rmsnorm_lessons.course import registry
 
@@ -96,3 +100,18 @@ def test_every_prose_figure_is_shown_by_the_notebook(lesson):
     gone = sorted(known - set(missing))
     assert not gone, (f"{lesson.notebook}: now shown or gone, remove from "
                       f"{ALLOWED.name}: {gone}")
+
+
+# --- lessons 00-03: no measured figure in the prose at all ----------------------------------------
+
+
+@pytest.mark.parametrize("stem", STEMS_00_03)
+def test_prose_quotes_no_measured_figure(stem):
+    """Prose speaks in ratios; measured figures (and this GPU's facts) are printed by cells."""
+    for cell in _nb(stem)["cells"]:
+        if cell["cell_type"] == "markdown":
+            text = source_text(cell["source"])
+            found = re.findall(r"(?<!\w)\d[\d.,]*\s*(?:GB/s|TFLOP/s|ns\b|ms\b|us\b|SMs\b|%)",
+                               text)
+            assert not found, (found, text[:200])
+            assert "2026-" not in text

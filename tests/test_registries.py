@@ -46,22 +46,6 @@ def test_the_scan_sees_a_hand_made_list():
 
 NAME = "v8_throwaway"
 KERNEL = "rmsnorm_backward_v8"
-MODULE = f'''"""{NAME}: v3_smem's kernel under another name (a test's throwaway rung)."""
-from .rung import FP32, Launch, Rung, persistent_grid, standard_args
-
-
-def shared_memory(C, block):
-    return C * 4
-
-
-def plan(N, C, device, *, block, overwrite=False, config=None):
-    grid = persistent_grid(N, block, device.multiprocessors, 4)
-    return [Launch("{KERNEL}", grid, block, shared_memory(C, block), standard_args(N, C))]
-
-
-RUNG = Rung(name="{NAME}", adds="v3 again", dtype=FP32, c_multiple=1, deterministic=False,
-            block_size=256, kernels=("{KERNEL}",), plan=plan, shared_memory=shared_memory)
-'''
 
 
 def _copy_of_the_repository(target: Path) -> None:
@@ -81,8 +65,12 @@ def test_a_rung_is_three_files(tmp_path):
     # CONTRIBUTING.md's three steps: the kernel, the ladder module, one line in RUNGS
     kernel = (repo / "kernels" / "v3_smem.cu").read_text().replace("rmsnorm_backward_v3", KERNEL)
     (repo / "kernels" / f"{NAME}.cu").write_text(kernel)
+    # its module: the nearest rung's (v3_smem's) copied, its names changed
     ladder_dir = repo / "rmsnorm_lessons" / "core" / "ladder"
-    (ladder_dir / f"{NAME}.py").write_text(MODULE)
+    module = (ladder_dir / "v3_smem.py").read_text()
+    module = module.replace("rmsnorm_backward_v3", KERNEL).replace("v3_smem", NAME)
+    assert NAME in module and KERNEL in module
+    (ladder_dir / f"{NAME}.py").write_text(module)
     registry = ladder_dir / "__init__.py"
     text = registry.read_text()
     last = f'    "{ladder.RUNGS[-1]}",\n'

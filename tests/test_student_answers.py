@@ -1,6 +1,7 @@
 """The student edition gives nothing away before the attempt (issue 27): no saved output shows a
 solution line or a numeric answer; each lesson 02-10 asks for a prediction before it measures; our
-kernel is revealed only after the learner's check.
+kernel is revealed only after the learner's check; in lessons 00-03, not even a shorter solution
+line or an answer in the markdown, and every numeric exercise carries its answers.
 
 Read without running anything (CPU): the shipped notebooks, and notebooks made up here to test the
 detectors themselves."""
@@ -11,6 +12,10 @@ import json
 import re
 
 import pytest
+from _lesson_support import STEMS_00_03
+from _lesson_support import notebook as _nb
+from _lesson_support import source_text as _text
+from _lesson_support import tags as _tags
 
 from rmsnorm_lessons.course import registry, student
 
@@ -21,10 +26,6 @@ TEXT_TYPES = ("text/plain", "text/html", "text/markdown")
 GUESS = re.compile(r"(?:(\w+)\s*=\s*)?\brl\.predict\.guess\(\s*[\"'](\d\d\.[a-z0-9_]+)[\"']")
 VERSUS = re.compile(r"\bpredict\.versus\(\s*(?:[\"'](\d\d\.[a-z0-9_]+)[\"']|(\w+))")
 REVEAL = re.compile(r"\bcompare_with_ours\(\s*(\w+)")
-
-
-def _text(value) -> str:
-    return "".join(value) if isinstance(value, list) else (value or "")
 
 
 def _src(cell) -> str:
@@ -251,3 +252,52 @@ def test_a_prediction_is_matched_to_its_measurement():
     assert predictions_measured({"cells": [untagged]}, "02")[1] == [
         "cell 0: guess 03.v1_ms in a cell not tagged prediction",
         "cell 0: key 03.v1_ms is not of lesson 02"]
+
+
+# --- lessons 00-03: no solution line or answer, and every numeric exercise carries its answers ----
+
+
+def _outputs(cell):
+    return "\n".join(_text(o.get("text")) + _text(o.get("data", {}).get("text/plain"))
+                     for o in cell.get("outputs", []))
+
+
+def _solution_lines(cells):
+    """Every line of code inside a solution region, stripped (markers and comments left out)."""
+    found = set()
+    for cell in cells:
+        inside = False
+        for line in _text(cell["source"]).splitlines():
+            if "BEGIN SOLUTION" in line or "END SOLUTION" in line:
+                inside = "BEGIN" in line
+            elif inside:
+                code = line.split("//")[0].split("#")[0].strip()
+                if len(code) >= 12:
+                    found.add(code)
+    return found
+
+
+@pytest.mark.parametrize("stem", STEMS_00_03)
+def test_student_edition_shows_no_solution_line_or_numeric_answer(stem):
+    nb = _nb(stem)
+    lines = _solution_lines(nb["cells"])
+    answers = [a for c in nb["cells"]
+               for a in c.get("metadata", {}).get("rmsnorm_lessons", {}).get("answers", [])]
+    shown = []
+    for i, cell in enumerate(student.student_notebook(nb)["cells"]):
+        if "reveal" in _tags(cell) or "prediction" in _tags(cell):
+            continue  # the student edition clears these (tested with the student edition itself)
+        if cell["cell_type"] == "markdown":  # the question's own prose may name the definitions
+            shown += [(i, a) for a in answers if a in _text(cell["source"])]
+        else:
+            shown += [(i, s) for s in lines | set(answers) if s in _outputs(cell)]
+    assert not shown, shown
+
+
+@pytest.mark.parametrize("stem,count", [("00_setup", 5), ("02_naive", 6)])
+def test_numeric_exercises_carry_their_answers(stem, count):
+    cells = [c for c in _nb(stem)["cells"] if "BEGIN SOLUTION" in _text(c["source"])
+             and "kernel-exercise" not in _tags(c)]
+    assert len(cells) == count
+    for cell in cells:
+        assert cell["metadata"]["rmsnorm_lessons"]["answers"], _text(cell["source"])

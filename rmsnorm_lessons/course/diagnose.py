@@ -5,10 +5,9 @@ measurement (:class:`rmsnorm_lessons.course.investigate.Opening`) and says why.
 The words: :data:`CAUSES` (ten causes, a sentence each), :data:`METRICS` (the figures an opening
 shows, by name), :data:`SHOWS` (which figures can show which cause) and :data:`SUPPORT` (when an
 opening supports a cause: thresholds named below, each with its reason). :func:`causes` prints the
-words without the answers. A learner on another GPU is judged against their own profile: any cause
-it supports that the lesson's kernel removes passes; a saved opening (no GPU here) gives a real
-verdict on real figures, says whose they are, and says NOT VERIFIED where it lacks the figure a
-verdict needs. A message names the row to read again, never the figure the learner must read.
+words without the answers. A learner is judged against their own GPU's profile, else the saved
+run's (whose figures it says), NOT VERIFIED where that lacks the figure a verdict needs; a message
+names the row to read again, never the figure the learner must read.
 """
 from __future__ import annotations
 
@@ -193,6 +192,8 @@ def why_missing(opening, name: str) -> str:
                 else opening.profile.why_missing("dram_pct"))
     if name == "second_kernel_us" and opening.extra:
         return next(iter(opening.extra.values())).why_missing("duration_us")
+    if name in getattr(opening, "lacking", {}):
+        return opening.lacking[name]
     if name.startswith(("ablation:", "differing_channels", "second_kernel")) or name == "time_ms":
         return "this opening did not measure it"
     return opening.profile.why_missing(field)
@@ -360,6 +361,18 @@ def _misread(opening, name: str, value: float, shown: float) -> str:
     return said
 
 
+def _wrong_figure(cause, metric: str) -> str | None:
+    """Why ``metric`` cannot show ``cause`` (the bound, where no cause is asked), else None."""
+    label, counts = _words(metric)
+    if cause is NOT_ASKED:
+        return None if metric == "dram_pct" else (f"{label} counts {counts}; the bound is read "
+                                                  "from how busy DRAM was")
+    note = NOT_SHOWN.get((cause, metric))
+    return None if metric in SHOWS[cause] else (
+        f"{label} counts {counts}: it does not show that {CAUSES[cause]}"
+        + (f" ({note})" if note else "") + f". {HINTS[cause]}")
+
+
 def check(opening, *, bound, cause, metric: str, value, this_lesson: tuple[str, ...],
           rung: str | None = None) -> Verdict:
     """Judge a diagnosis of ``opening``: ``bound`` ("memory" or "latency"), ``cause`` (a name of
@@ -395,14 +408,13 @@ def check(opening, *, bound, cause, metric: str, value, this_lesson: tuple[str, 
         return verdict
     p = opening.profile
     # a saved opening that lacks a figure cannot judge a reading of it: NOT VERIFIED, never NOT YET
-    lacking = failed if opening.measured_now else not_verified
-    on_gpu = "" if opening.measured_now else ": run the opening on a GPU, where every figure is " \
-        "measured"
+    lacking, on_gpu = (failed, "") if opening.measured_now else (
+        not_verified, ": run the opening on a GPU, where every figure is measured")
     if bound is not NOT_ASKED:
         if p.dram_pct is None:
-            why = why_missing(opening, "dram_pct")
-            return lacking(f"this opening ({opening.source}) shows no DRAM throughput ({why}), so "
-                           f"its bound cannot be judged here{on_gpu}")
+            return lacking(f"this opening ({opening.source}) shows no DRAM throughput ("
+                           f"{why_missing(opening, 'dram_pct')}), so its bound cannot be judged "
+                           f"here{on_gpu}")
         right = "memory" if p.dram_pct >= DRAM_BUSY_PCT else "latency"
         if bound != right:
             return failed(
@@ -412,22 +424,17 @@ def check(opening, *, bound, cause, metric: str, value, this_lesson: tuple[str, 
                 + f" {DRAM_BUSY_PCT:.0f} % of its peak (lesson 02's rule): read the row "
                 f"'{METRICS['dram_pct'].label}' again against that line")
     shown = figure(opening, metric)
-    if shown is None:
-        return lacking(f"this opening ({opening.source}) shows no {_words(metric)[0]} "
+    wrong = _wrong_figure(cause, metric)  # said first: it holds whatever the figure reads
+    if shown is None and wrong is None:
+        return lacking(f"this opening ({opening.source}) has no figure '{_words(metric)[0]}' "
                        f"({why_missing(opening, metric)}), so a reading of it cannot be judged "
                        f"here{on_gpu}, or name a figure it shows")
-    if abs(value - shown) > max(m.read_tolerance, 0.05 * abs(shown)):
+    if shown is not None and abs(value - shown) > max(m.read_tolerance, 0.05 * abs(shown)):
         return failed(_misread(opening, metric, value, shown))
+    if wrong is not None:
+        return failed(wrong)
     if cause is NOT_ASKED:
-        if metric != "dram_pct":
-            return failed(f"{_words(metric)[0]} counts {_words(metric)[1]}; the bound is read "
-                          "from how busy DRAM was")
         return passed(f"{nsight.reading(p)} ({opening.source})")
-    if metric not in SHOWS[cause]:
-        label, counts = _words(metric)
-        note = NOT_SHOWN.get((cause, metric))
-        return failed(f"{label} counts {counts}: it does not show that {CAUSES[cause]}"
-                      + (f" ({note})" if note else "") + f". {HINTS[cause]}")
     supported, why = _support(cause, opening)
     if supported is None:
         return lacking(why + f": this opening cannot judge that cause{on_gpu}, or name a cause "

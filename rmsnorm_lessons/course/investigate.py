@@ -42,6 +42,7 @@ class Opening:
     figures: dict = field(default_factory=dict)  # measurements that are not ncu's
     source: str = ""  # "measured now on <card>" or "saved on <card>, <date>"
     note: str | None = None  # why it is saved, in one sentence
+    lacking: dict = field(default_factory=dict)  # figures asked for and not there: name -> why
 
     @property
     def measured_now(self) -> bool:
@@ -97,6 +98,8 @@ class Opening:
                     "duration_us"))))
         for name, value in self.figures.items():
             out.append(_figure_row(name, value, self.shape[1]))
+        for name, why in self.lacking.items():  # asked for, not measured: the row says so
+            out.append((_figure_row(name, 0.0, self.shape[1])[0], why))
         return out
 
     def __str__(self) -> str:
@@ -235,8 +238,9 @@ def _saved(target, N, C, config, kernels, figures, why: str) -> Opening:
     extra = {k: Profile.from_dict(data["extra"][k]) if k in data.get("extra", {})
              else _empty(target, N, C, lacking) for k in kernels}
     figs = {n: v for n, v in data.get("figures", {}).items() if not figures or n in figures}
+    lacking = {n: lacking for n in figures if n not in figs}
     return Opening(_name(target), (N, C), config, _timing(data.get("timing")), profile, extra,
-                   figs, f"saved on {label}", note)
+                   figs, f"saved on {label}", note, lacking)
 
 
 def opening(version, N: int, C: int, *, config=None, kernels=(), figures=None,

@@ -76,22 +76,27 @@ def check_diagnosis(bound, cause, metric, value) -> Verdict:
 # --- the decision: where each block sums dweight, and where its barriers stand
 # ---------------------
 
-#: the block's program in v3, as the decision sees it: slots (numbers) between its steps
+#: the block's program in v3, as the decision sees it: (slot number or None, step, depth). Braces
+#: close each loop, and a slot stands at the depth of the code around it, so that a slot inside a
+#: loop reads as inside it (walk-through 2026-12: slots 4 and 5 printed side by side were a guess)
 OUTLINE = (
-    (1, None),
-    (None, "the block's sums of dweight: C floats, in the memory you choose"),
-    (None, "each thread zeroes its share of them (c = threadIdx.x, threadIdx.x + blockDim.x, ...)"),
-    (2, None),
-    (None, "for each of this warp's rows (a grid-stride loop):"),
-    (None, "    the row's dot product, summed over the warp by the butterfly"),
-    (None, "    for each of the lane's columns:"),
-    (3, None),
-    (None, "        add norm * dout into the block's sum of dweight[c]"),
-    (None, "        dinp[row, c] += the row's gradient"),
-    (4, None),
-    (5, None),
-    (None, "each thread adds its share of the block's sums into the global dweight (atomicAdd)"),
-    (6, None),
+    (1, None, 0),
+    (None, "the block's sums of dweight: C floats, in the memory you choose", 0),
+    (None, "each thread zeroes its share of them (c = threadIdx.x, threadIdx.x + blockDim.x, ...)",
+     0),
+    (2, None, 0),
+    (None, "for each of this warp's rows (a grid-stride loop) {", 0),
+    (None, "the row's dot product, summed over the warp by the butterfly", 1),
+    (None, "for each of the lane's columns {", 1),
+    (3, None, 2),
+    (None, "add norm * dout into the block's sum of dweight[c]", 2),
+    (None, "dinp[row, c] += the row's gradient", 2),
+    (None, "}  (end of the column loop)", 1),
+    (4, None, 1),
+    (None, "}  (end of the row loop: a warp goes on to its next row, or leaves it)", 0),
+    (5, None, 0),
+    (None, "each thread adds its share of the block's sums into the global dweight (atomicAdd)", 0),
+    (6, None, 0),
 )
 HOMES = ("registers", "shared", "global")
 #: the most 32-bit registers one thread may use, on every architecture the course builds for
@@ -103,15 +108,17 @@ NEEDED = {2: "after the zeroing: without it a warp may add into an entry another
 NOT_HERE = {1: "slot 1 comes before anything: there is nothing yet to wait for",
             3: "slot 3 is inside the column loop: the block's adds need no barrier between them "
                "(an atomic add is whole), and the lanes past the row's end never reach it",
-            4: "slot 4 ends each row: warps take different numbers of rows, and a __syncthreads() "
-               "that some threads of the block never reach hangs or breaks the block",
+            4: "slot 4 is inside the row loop, at the end of each row: warps take different "
+               "numbers of rows, and a __syncthreads() that some threads of the block never reach "
+               "hangs or breaks the block",
             6: "slot 6 comes after the last step: nothing follows that could need it"}
 
 
 def outline() -> None:
-    """Print :data:`OUTLINE`: the block's steps in v3 and the numbered slots between them."""
-    for slot, step in OUTLINE:
-        print(f"  [{slot}]" if slot is not None else f"       {step}")
+    """Print :data:`OUTLINE`: the block's steps in v3 and the numbered slots between them, each
+    slot at the depth of the code around it."""
+    for slot, step, depth in OUTLINE:
+        print("  " + "    " * depth + (f"[{slot}]" if slot is not None else step))
 
 
 def _consequence(home: str, device, label: str) -> str:
@@ -145,7 +152,7 @@ def check_dweight_home(home, barriers) -> Verdict:
         slots = {int(s) for s in barriers} if barriers not in (None, Ellipsis) else None
     except (TypeError, ValueError):
         slots = None
-    slots_all = {s for s, _ in OUTLINE if s is not None}
+    slots_all = {s for s, _, _ in OUTLINE if s is not None}
     if slots is None or not slots <= slots_all:
         return failed(f"barriers: give the slots of the outline where a __syncthreads() stands, a "
                       f"set of numbers among {sorted(slots_all)}, got {barriers!r}")
@@ -250,12 +257,14 @@ def check_v3_occupancy_cap(answer) -> Verdict:
 def check_v3_kernel(source: str, sanitize: bool = True) -> Verdict:
     """Lesson 04's kernel exercise: the learner's ``rmsnorm_backward_v3`` (dweight summed per block
     in shared memory), checked as the rung ``yours_v3`` with v3_smem's plan, and timed beside
-    v3_smem.
+    v3_smem; then its accesses on the CPU twin (:mod:`..course.checking.coalescing`): a right v3
+    whose lanes each take a block of columns is NOT YET.
     compute-sanitizer's race check runs by default; ``sanitize=False`` skips it, for speed."""
+    from ..course.checking import coalescing
     from ..course.checking import kernel as kc
 
     kernel = "rmsnorm_backward_v3"
-    return kc.check_kernel(
+    verdict = kc.check_kernel(
         source, name="yours_v3", like="v3_smem", sanitize_it=sanitize,
         static=(kc.sass_has("BAR", "two barriers (BAR.SYNC): after zeroing, before the global adds",
                             "a __syncthreads is missing: one after zeroing dweight_shared (no warp "
@@ -270,6 +279,7 @@ def check_v3_kernel(source: str, sanitize: bool = True) -> Verdict:
                             "atomicAdd(&dweight[c], ...)",
                             kernel=kernel),
                 kc.no_local_memory(kernel)))
+    return coalescing.judged(verdict, "yours_v3", kernel_name="yours_v3")
 
 
 def bank_conflicts(strides=(1, 2, 32), lanes: int = access.WARP, banks: int = access.BANKS):

@@ -4,7 +4,8 @@ It imports nothing of the package (only NumPy-free standard modules): a learner'
 crashes takes this process down, never the notebook. PROGRAM is a pickled dict (made by
 :mod:`rmsnorm_lessons.twin.execute`): the library, the buffers with their first contents, the
 launches, the calls, the seed and the time limit. RESULT receives the buffers named in ``read``,
-the runtime's reports and each launch's block order. The runtime's watchdog (a timer signal) and
+the runtime's reports, each launch's block order and the accesses to the buffers named in
+``trace`` (twin_trace.cpp). The runtime's watchdog (a timer signal) and
 its crash handler write where each was to ``watch`` and end the process.
 """
 import ctypes
@@ -13,6 +14,7 @@ import pickle
 import sys
 
 POINTER, INT32, INT64, FLOAT, DOUBLE = "p", "i", "l", "f", "d"
+TRACE_RECORD = 28  # bytes of one access of the trace (twin_trace.cpp: seven 32-bit words)
 
 
 def main(program_file: str, result_file: str) -> int:
@@ -36,6 +38,9 @@ def main(program_file: str, result_file: str) -> int:
         if not address:
             raise MemoryError(f"the twin could not allocate {b['nbytes']} bytes for {b['name']}")
         buffers[b["name"]] = address
+    lib.twin_trace_buffer.argtypes = [ctypes.c_void_p, ctypes.c_uint32]
+    for k, name in enumerate(prog.get("trace", ())):  # their accesses are logged, by number k
+        lib.twin_trace_buffer(buffers[name], k)
     entries = {}
     for kernel in {launch["kernel"] for launch in prog["launches"]}:
         sig = getattr(lib, f"twin_sig_{kernel}")
@@ -58,6 +63,15 @@ def main(program_file: str, result_file: str) -> int:
     lib.twin_switches.restype = ctypes.c_uint64
     result = {"status": status, "reports": lib.twin_reports().decode(errors="replace"),
               "orders": orders, "buffers": {}, "switches": lib.twin_switches()}
+    if prog.get("trace"):
+        for fn, kind in (("twin_trace_count", ctypes.c_size_t),
+                         ("twin_trace_dropped", ctypes.c_size_t),
+                         ("twin_trace_data", ctypes.c_void_p)):
+            getattr(lib, fn).restype = kind
+        count = lib.twin_trace_count()
+        result["trace"] = ctypes.string_at(lib.twin_trace_data(), count * TRACE_RECORD) \
+            if count else b""
+        result["trace_dropped"] = lib.twin_trace_dropped()
     for name in prog["read"]:
         b = next(b for b in prog["buffers"] if b["name"] == name)
         result["buffers"][name] = ctypes.string_at(buffers[name], b["nbytes"])

@@ -25,7 +25,8 @@ from pathlib import Path
 from . import _core, scan
 
 RUNTIME = Path(__file__).resolve().parent / "runtime"
-RUNTIME_SOURCES = ("twin_sched.cpp", "twin_sync.cpp", "twin_shadow.cpp", "twin_hooks.cpp")
+RUNTIME_SOURCES = ("twin_sched.cpp", "twin_sync.cpp", "twin_shadow.cpp", "twin_hooks.cpp",
+                   "twin_trace.cpp")
 #: -fno-strict-aliasing: CUDA C reads a Packed128 through an int4 and back (common.cuh)
 FLAGS = ("-std=c++17", "-fPIC", "-fno-strict-aliasing", "-w", "-gdwarf-4")
 #: chosen by measurement (results/twin/NOTES.md): -O1 compiles faster than -O2 and runs as fast

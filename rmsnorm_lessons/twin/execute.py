@@ -16,12 +16,18 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import numpy as np
+
 from . import lines
 from .compile import Library
 
 #: seconds a child may run (compile not included) before the watchdog stops the kernel
 TIME_LIMIT = 30.0
 CHILD = Path(__file__).resolve().parent / "_child.py"
+#: one access of a trace (runtime/twin_trace.cpp): launch, block, thread, the buffer's number, the
+#: kind (1 read, 2 write, 3 atomic), its bytes and its byte offset in the buffer
+TRACE_DTYPE = np.dtype([(f, "<u4") for f in ("launch", "block", "thread", "buffer", "kind",
+                                              "bytes", "offset")])
 
 
 @dataclass(frozen=True)
@@ -60,6 +66,8 @@ class TwinRun:
     stopped: bool = False
     seconds: float = 0.0
     switches: int = 0  # fiber switches (the benchmark reads it)
+    trace: object = None  # the accesses to the traced buffers (TRACE_DTYPE), where asked for
+    trace_dropped: int = 0  # accesses past the log's limit, not kept
 
 
 def _launch_dict(kernel: str, grid: int, block: int, shared: int, args) -> dict:
@@ -74,13 +82,26 @@ def _launch_dict(kernel: str, grid: int, block: int, shared: int, args) -> dict:
 
 
 def run_program(library: Library, buffers, launches, *, calls: int = 1, seed: int = 1,
-                read=(), limit: float = TIME_LIMIT) -> TwinRun:
+                read=(), limit: float = TIME_LIMIT, trace=()) -> TwinRun:
     """Run ``launches`` (dicts: kernel, grid, block, shared, args as ``("buffer", name)`` or
     ``("value", number)``) ``calls`` times on ``buffers`` in a child process; the blocks of launch
     k of call c run in the order seeded by ``seed``, k and c (``seed=0``: the first call in block
-    order). Returns the buffers named in ``read`` and every hazard, with its lines."""
+    order). Returns the buffers named in ``read`` and every hazard, with its lines; and, for the
+    buffers named in ``trace`` (a library built with hazards: the hooks see the accesses), every
+    access each thread made to them, in its order (``TwinRun.trace``, :data:`TRACE_DTYPE`:
+    ``buffer`` is the name's place in ``trace``, ``launch`` counts launch k of call c as
+    ``c * len(launches) + k``)."""
     if limit <= 0:
         raise ValueError(f"limit must be a positive number of seconds, got {limit!r}")
+    names = [b.name for b in buffers]
+    trace = tuple(trace)
+    unknown = [t for t in trace if t not in names]
+    if unknown or len(set(trace)) != len(trace) or len(trace) > 256:
+        raise ValueError(f"trace must name distinct buffers of the program ({', '.join(names)}),"
+                         f" at most 256, got {trace!r}")
+    if trace and not library.hazards:
+        raise ValueError("trace needs a library built with hazards=True: only its hooks see "
+                         "each access")
     launches = [_launch_dict(**launch) for launch in launches]
     with tempfile.TemporaryDirectory(prefix="rmsnorm-twin-run-") as tmp:
         tmp = Path(tmp)
@@ -88,7 +109,7 @@ def run_program(library: Library, buffers, launches, *, calls: int = 1, seed: in
                    "seed": seed, "limit": limit, "watch": str(tmp / "watch"),
                    "buffers": [dict(name=b.name, nbytes=b.nbytes, elem=b.elem, fill=list(b.fills),
                                     label=b.label or b.name) for b in buffers],
-                   "launches": launches, "read": list(read)}
+                   "launches": launches, "read": list(read), "trace": list(trace)}
         (tmp / "program").write_bytes(pickle.dumps(program))
         started = time.perf_counter()
         try:
@@ -148,4 +169,7 @@ def _decode(library, result, code, stderr, watch, limit, seconds) -> TwinRun:
     if result is not None:
         run.buffers, run.orders = result["buffers"], result["orders"]
         run.switches = result.get("switches", 0)
+        if "trace" in result:
+            run.trace = np.frombuffer(result["trace"], TRACE_DTYPE).copy()
+            run.trace_dropped = int(result["trace_dropped"])
     return run

@@ -41,6 +41,8 @@ class RungRun:
     build_seconds: float = 0.0
     run_seconds: float = 0.0
     switches: int = 0
+    trace: object = None  # accesses to the buffers named in ``trace`` (execute.TRACE_DTYPE)
+    trace_dropped: int = 0
 
 
 def build_rung(version, hazards: bool = True, opt: str = compile.OPT) -> compile.Library:
@@ -94,11 +96,12 @@ def _scratch_fills(scratch, calls: int) -> tuple:
 
 def run_rung(version, dout, inp, weight, rstd, dinp=None, dweight=None, *, seed: int = 1,
              hazards: bool = True, device=None, calls: int = 2, block_size: int | None = None,
-             limit: float = execute.TIME_LIMIT, opt: str = compile.OPT) -> RungRun:
+             limit: float = execute.TIME_LIMIT, opt: str = compile.OPT, trace=()) -> RungRun:
     """``version``'s plan at (N, C) = ``inp.shape`` on the CPU twin; ``dinp``/``dweight`` are added
     into (zeros where None), as on the GPU. ``seed`` permutes the blocks (0: in order, first
     call), ``device`` gives the plan its SM count (default: the target's facts, as the GPU check
-    plans), ``calls`` is how many times the plan runs (the last is returned)."""
+    plans), ``calls`` is how many times the plan runs (the last is returned). ``trace``: tensors
+    (``"inp"``, ``"dinp"``, ...) whose every access is logged (:func:`.execute.run_program`)."""
     rung = _core.ladder.get(version)
     inp = np.asarray(inp)
     if inp.ndim != 2:
@@ -136,8 +139,8 @@ def run_rung(version, dout, inp, weight, rstd, dinp=None, dweight=None, *, seed:
         launches.append(dict(kernel=launch.kernel, grid=int(launch.grid), block=int(launch.block),
                              shared=int(launch.shared), args=args))
     ran = execute.run_program(library, list(buffers.values()), launches, calls=calls, seed=seed,
-                              read=("dinp", "dweight"), limit=limit)
+                              read=("dinp", "dweight"), limit=limit, trace=trace)
     out = {name: (np.frombuffer(ran.buffers[name], dt).reshape(tensors[name].shape).copy()
                   if name in ran.buffers else None) for name in ("dinp", "dweight")}
     return RungRun(out["dinp"], out["dweight"], ran.hazards, ran.orders, ran.stopped, built,
-                   ran.seconds, ran.switches)
+                   ran.seconds, ran.switches, ran.trace, ran.trace_dropped)

@@ -51,12 +51,15 @@ def check_diagnosis(bound, cause, metric, value) -> Verdict:
 def check_v2_kernel(source: str, sanitize: bool = True) -> Verdict:
     """Lesson 03's kernel exercise: the learner's ``rmsnorm_backward_v2`` (one warp per row, the
     butterfly written inline), checked as the rung ``yours_v2`` with v2_warp's plan, and timed
-    beside v2_warp. compute-sanitizer's race check runs by default; ``sanitize=False`` skips it,
-    for speed."""
+    beside v2_warp; then its accesses on the CPU twin (:mod:`...course.checking.coalescing`, the
+    same verdict with or without a GPU): a right v2 whose lanes each take a block of columns is
+    NOT YET. compute-sanitizer's race check runs by default; ``sanitize=False`` skips it, for
+    speed."""
+    from ...course.checking import coalescing
     from ...course.checking import kernel as kc
 
     kernel = "rmsnorm_backward_v2"
-    return kc.check_kernel(
+    verdict = kc.check_kernel(
         source, name="yours_v2", like="v2_warp", sanitize_it=sanitize,
         static=(kc.sass_lacks(("SHFL.DOWN", "SHFL.UP"), "no one-way shuffle (SHFL.DOWN/UP)",
                               "__shfl_down_sync leaves the row's sum in lane 0 only, but every "
@@ -68,6 +71,7 @@ def check_v2_kernel(source: str, sanitize: bool = True) -> Verdict:
                 kc.sass_has(kc.GLOBAL_ATOMICS, "a global atomic adds to dweight",
                             "dweight[c] takes one addition per row: use atomicAdd", kernel=kernel),
                 kc.no_local_memory(kernel)))
+    return coalescing.judged(verdict, "yours_v2", kernel_name="yours_v2")
 
 
 # --- the end-of-lesson questions (no cell prints their answers)

@@ -12,7 +12,7 @@
 #include <unordered_map>
 #include <vector>
 
-#include "include/cuda_twin.h"
+#include "include/twin_abi.h"
 
 namespace twin {
 
@@ -89,6 +89,7 @@ struct Region {
     bool shared = false;
     std::string name;
     uint32_t elem = 1;
+    int trace_id = -1;  // >= 0: its accesses are logged (twin_trace.cpp)
     std::vector<Cell> cells;
 };
 
@@ -110,5 +111,9 @@ std::string where(uint32_t pc, uint32_t stack);
 std::string region_name(const void* address, size_t bytes);
 void shared_region(void* base, size_t bytes);
 extern size_t reports_dropped;
+
+// --- twin_trace.cpp ---
+void trace_begin_launch();
+void trace_access(const Region& r, uintptr_t offset, size_t bytes, Kind kind);
 
 }  // namespace twin

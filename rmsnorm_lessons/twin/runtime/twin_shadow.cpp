@@ -243,6 +243,7 @@ void shadow_access(const void* address, size_t bytes, Kind kind, uint32_t pc) {
     }
     Rec cur{block_now.index, (uint16_t)f.tid, (uint8_t)kind, (uint8_t)std::min(f.fences, 255u),
             block_now.epoch, f.wsync, pc, f.stack};
+    if (r->trace_id >= 0) trace_access(*r, a - r->lo, bytes, kind);
     size_t first = (a - r->lo) / r->elem, last = (a + bytes - 1 - r->lo) / r->elem;
     for (size_t i = first; i <= last; i++) update(*r, i, cur, f);
 }
@@ -305,6 +306,7 @@ void shadow_begin_launch(uint32_t grid) {
     }
     fence_records.assign(grid, FenceRecord());
     sync_clocks.clear();
+    trace_begin_launch();
 }
 
 void shadow_begin_block(uint32_t) {

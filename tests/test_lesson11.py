@@ -1,12 +1,47 @@
-"""The tuning exercise, a search (rmsnorm_lessons/lessons/lesson11/tuning.py): refusals, the
-search space, the grading against the default measured in the same run, a GPU's score."""
+"""Lesson 11 (v7 tuned: Little's law, the fixed cost, the search), on the CPU but for one GPU test:
+its questions follow the plan (the tail rows, the final sum's rows), and its tuning exercise, a
+search (rmsnorm_lessons/lessons/lesson11/tuning.py): refusals, the search space, the grading
+against the default measured in the same run, a GPU's score."""
 from __future__ import annotations
 
 import pytest
+from _lesson_support import fake_tuning_gpu as _fake_gpu
+from _lesson_support import timing_row as _timing
 
 from rmsnorm_lessons.core import gpu, ladder
 from rmsnorm_lessons.core.ladder.v7_fast import Config
+from rmsnorm_lessons.lessons import lesson11
 from rmsnorm_lessons.lessons.lesson11 import tuning
+
+# --- the questions --------------------------------------------------------------------------------
+
+
+def test_choices_take_any_case_and_refuse_other_letters():
+    assert lesson11.check_more_sms(" C ").passed
+    v = lesson11.check_more_sms("d")
+    assert not v.passed and 'give one of "a", "b", "c"' in v.message
+
+
+def test_reduce_rows_follow_the_plan(monkeypatch):
+    import dataclasses
+
+    from rmsnorm_lessons.core import gpu
+
+    # 132 partial rows on the H200's 132 SMs, 16 warps a block of the final sum: 9 for warp 0
+    assert lesson11.reduce_rows(device=gpu.H200) == (9, 132, 16)
+    small = dataclasses.replace(gpu.H200, multiprocessors=66)
+    assert lesson11.reduce_rows(device=small) == (5, 66, 16)
+    assert lesson11.check_reduce_rows(5, device=small).passed
+    assert not lesson11.check_reduce_rows(9, device=small).passed
+
+
+def test_tail_rows_follows_the_plan():
+    # 264 row groups on the H200 at C = 4096 (accumulate: 2 groups a block, 132 blocks)
+    assert lesson11.tail_rows(4096, 4096) == 4096 - 15 * 264
+    assert lesson11.tail_rows(264 * 3, 4096) == 264
+
+
+# --- the tuning exercise --------------------------------------------------------------------------
 
 
 @pytest.mark.parametrize("config, says", [
@@ -69,42 +104,6 @@ def test_without_a_gpu_a_valid_config_is_not_verified():
     v = tuning.check_tuning(Config(K=2, prefetch=False), 512)
     assert v.status == "NOT VERIFIED" and not v and v.score is None
     assert "GPU" in v.message and "can run 16384x2048" in v.message
-
-
-def _timing(name, ms, spread=0.002, noisy=False):
-    from types import SimpleNamespace
-
-    return SimpleNamespace(name=name, ms=ms, ms_spread=spread, noisy=noisy)
-
-
-def _fake_gpu(monkeypatch, yours_ms, default_ms, ceiling_ms=0.080, space_ms=None, ok=True,
-              spread=0.002):
-    """The GPU's side replaced: a check report that is ``ok``, and time_shape giving the times
-    named (the space's rows ``space_ms``, else the default's time each)."""
-    from types import SimpleNamespace
-
-    from rmsnorm_lessons.core import compare
-    from rmsnorm_lessons.speed import bench
-
-    timed = []
-    monkeypatch.setattr(gpu, "why_unavailable", lambda: None)
-    monkeypatch.setattr(gpu, "target_facts_or_fallback", lambda: (gpu.H200, "saved"))
-    monkeypatch.setattr(compare, "check_version", lambda *a, **k: SimpleNamespace(ok=ok))
-
-    def time_shape(N, C, rows, ceiling_modes=(), copy_gbps=float("nan"), repeats=50):
-        timed.append((N, C, [(spec.name, mode, config, label) for spec, mode, config, label
-                             in rows], ceiling_modes, repeats))
-        suffix = bench.OVERWRITE_SUFFIX if ceiling_modes[0] else ""
-        out = [_timing(bench.STREAM_NAME + suffix, ceiling_ms, spread)]
-        for k, (_, _, _, label) in enumerate(rows):
-            ms = {"default": default_ms, "yours": yours_ms}.get(label)
-            if ms is None:
-                ms = space_ms[k - 2] if space_ms else default_ms
-            out.append(_timing(label + suffix, ms, spread))
-        return out
-
-    monkeypatch.setattr(bench, "time_shape", time_shape)
-    return timed
 
 
 def test_graded_against_the_default_measured_in_the_same_run(monkeypatch):
