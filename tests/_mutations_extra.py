@@ -2,11 +2,13 @@
 (:data:`EXTRA`): a cache hint dropped and the slot left as the channel (lesson 06), a block's row
 of partials written, or a block's column read, at block 0's place (lessons 07 and 08), a fence
 dropped and the seed's ``atomicInc`` limit (lesson 08), a lane's columns taken as a block of its
-own instead of one every 32 (lessons 03 and 04: right numbers, uncoalesced loads); and round 2 of
-issue 41's: dinp's old values never loaded (lessons 05 and 06), a slot other than the channel that
-still conflicts on the banks (lesson 06), the blocks summed in reverse order and the partials
-stored a float at a time (lesson 07). Each class is a function ``text -> [(mutant id, mutated
-text), ...]`` built with :mod:`tests._mutations`' helpers, as its own classes are."""
+own instead of one every 32 (lessons 03 and 04: right numbers, uncoalesced loads), each thread's
+chunks made neighbours (lesson 09), rstd dropped from norm and the dot product reading dout twice
+(lesson 10); and round 2 of issue 41's: dinp's old values never loaded (lessons 05 and 06), a slot
+other than the channel that still conflicts on the banks (lesson 06), the blocks summed in reverse
+order and the partials stored a float at a time (lesson 07). Each class is a function ``text ->
+[(mutant id, mutated text), ...]`` built with :mod:`tests._mutations`' helpers, as its own classes
+are."""
 from __future__ import annotations
 
 import re
@@ -17,10 +19,11 @@ import _mutations as base
 EXTRA = {"03_warp_per_row": ("layout",), "04_shared_memory": ("layout",),
          "05_bf16": ("overwrite",), "06_vectorized": ("hint", "staging", "banks", "overwrite"),
          "07_two_pass": ("offset", "order", "narrow"),
-         "08_last_block": ("fence", "limit", "offset")}
+         "08_last_block": ("fence", "limit", "offset"), "09_bytes_in_flight": ("chunks",),
+         "10_v7_one_pass": ("rstd", "operand")}
 #: their kinds, after the base classes' (a class takes its kinds in this order)
 base.KINDS += ("slot", "release", "acquire", "seed", "reversed", "rotated", "dinp", "reverse",
-               "partials")
+               "partials", "neighbours", "norm", "dot")
 
 
 def hint(text: str):
@@ -131,6 +134,45 @@ def offset(text: str):
     return base._mutants("offset", text, sites)
 
 
+def chunks(text: str):
+    """Each thread's chunks made neighbours (the walk-through's scale_wide, lesson 09): every
+    ``base + k * blockDim.x`` becomes ``base + threadIdx.x * (UNROLL - 1) + k``, i.e. (the
+    block's first chunk) + threadIdx.x * UNROLL + k: the same chunks, each read and written once,
+    but a warp's accesses at one k spread over 2 KiB. One mutant, every site changed together
+    (changed alone, a chunk is missed, which the run sees anyway)."""
+    code = base._blank_comments(text)
+    sites = [m.span() for m in re.finditer(r"\bbase\s*\+\s*k\s*\*\s*blockDim\.x\b", code)]
+    if not sites:
+        return []
+    mutated = text
+    for start, end in reversed(sites):
+        mutated = mutated[:start] + "base + threadIdx.x * (UNROLL - 1) + k" + mutated[end:]
+    return [(f"chunks.neighbours@{text.count(chr(10), 0, sites[0][0]) + 1}", mutated)]
+
+
+def rstd(text: str):
+    """norm without rstd: a ``* r`` factor dropped from a statement that adds into a sum other
+    than the dot product (lesson 10's dweight sums: ``sum[k] += inp_k * r * dout_k``)."""
+    code, sites = base._blank_comments(text), []
+    for m in re.finditer(r"^[ \t]*(?!dot\b)[\w\[\].]+\s*\+=[^;]*;", code, re.M):
+        if f := re.search(r"\s*\*\s*r\b(?!\w)", m.group(0)):
+            sites.append(("norm", m.start() + f.start(), m.start() + f.end(), ""))
+    return base._mutants("rstd", text, sites)
+
+
+def operand(text: str):
+    """The dot product reads one value twice: in ``dot += a * b * c`` the last factor becomes the
+    one before it (lesson 10: ``dout * dout`` where ``dout * inp`` belongs)."""
+    code, sites = base._blank_comments(text), []
+    for m in re.finditer(r"\bdot\s*\+=([^;]*);", code):
+        factors = base._split_top(code, m.start(1), m.end(1), "*")
+        if len(factors) >= 3:
+            (a, b), (c, d) = factors[-2], factors[-1]
+            if code[a:b].strip() != code[c:d].strip():
+                sites.append(("dot", c, d, " " + code[a:b].strip()))
+    return base._mutants("operand", text, sites)
+
+
 def layout(text: str):
     """A lane's columns as a block of its own (lane l takes columns l*ceil(C/32) up to the next
     lane's first) instead of one every 32: one loop at a time (kinds first, last). The numbers stay
@@ -149,4 +191,5 @@ def layout(text: str):
 
 base.SLIPS.update({"hint": hint, "staging": staging, "fence": fence, "limit": limit,
                    "offset": offset, "layout": layout, "banks": banks, "overwrite": overwrite,
-                   "order": order, "narrow": narrow})
+                   "order": order, "narrow": narrow, "chunks": chunks, "rstd": rstd,
+                   "operand": operand})

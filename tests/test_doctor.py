@@ -50,7 +50,7 @@ def test_a_missing_tool_says_what_this_lesson_cannot_do_in_one_line():
     assert "output saved on NVIDIA H200 (2026-12-04) instead of running" in lines["GPU"]
     assert "profile saved on NVIDIA H200 (2026-12-04)" in lines["ncu"]
     assert lines["GPU"].endswith("your kernels run on the CPU twin (PASS on the CPU, or NOT YET; "
-                                 "v7's needs a GPU)")
+                                 "v7's as its register path alone)")
     m = doctor.Machine(None, "no GPU", tools, twin="the CPU twin needs g++ (apt install g++)")
     assert _lines(doctor.report(_row(("gpu",)), m))["GPU"].endswith(
         "not run (NOT VERIFIED: the CPU twin needs g++ (apt install g++))")

@@ -278,7 +278,7 @@ def test_half_ulp_is_what_ml_dtypes_does():
 
 # --- round 2 of issue 41: what the learner walk-through of 2026-12 found -----------------------
 
-from _lesson_notebooks import core, outputs, shown_above, tagged, tags, text  # noqa: E402
+from _lesson_support import core, outputs, shown_above, tagged, tags, text  # noqa: E402
 
 from rmsnorm_lessons.course import investigate  # noqa: E402
 

@@ -196,7 +196,7 @@ def test_the_last_reads_without_a_hint_are_not_yet_without_a_gpu():
 
 # --- round 2 of issue 41: what the learner walk-through of 2026-12 found -----------------------
 
-from _lesson_notebooks import core, outputs, tagged, tags, text  # noqa: E402
+from _lesson_support import core, outputs, tagged, tags, text  # noqa: E402
 
 from rmsnorm_lessons import twin  # noqa: E402
 from rmsnorm_lessons.course import investigate  # noqa: E402

@@ -139,7 +139,7 @@ def test_twenty_calls_of_v4_differ_and_of_v5_do_not():
 
 # --- round 2 of issue 41: what the learner walk-through of 2026-12 found -----------------------
 
-from _lesson_notebooks import core, outputs, tagged, tags, text  # noqa: E402
+from _lesson_support import core, outputs, tagged, tags, text  # noqa: E402
 
 from rmsnorm_lessons import twin  # noqa: E402
 from rmsnorm_lessons.core import build  # noqa: E402

@@ -208,7 +208,7 @@ def test_lesson07_seed_tickets_check():
 
 # --- round 2 of issue 41: what the learner walk-through of 2026-12 found -----------------------
 
-from _lesson_notebooks import core, outputs, tagged, tags, text  # noqa: E402
+from _lesson_support import core, outputs, tagged, tags, text  # noqa: E402
 
 from rmsnorm_lessons.course import investigate  # noqa: E402
 from rmsnorm_lessons.inspection import nsight  # noqa: E402

@@ -314,3 +314,77 @@ def test_the_diagnosis_of_the_saved_opening():
     assert lesson09.check_diagnosis("memory", "few_loads_in_flight", "stall:long_scoreboard",
                                     value).status == "NOT YET"
     assert "replace None" in lesson09.check_diagnosis().message
+
+
+# --- round 2 (walk-through 03-10): scale_wide's chunks judged by their owners -------------------
+
+def _scale_solution() -> str:
+    from _mutation_sources import solution_text
+
+    from rmsnorm_lessons.course import registry
+
+    return solution_text(registry.by_stem("09_bytes_in_flight"))
+
+
+BLOCKED = "const int i = (blockIdx.x * blockDim.x + threadIdx.x) * UNROLL + k;"
+
+
+@pytest.mark.skipif(gpu.available(), reason="a GPU runs the exercise here")
+def test_a_thread_owning_neighbouring_chunks_is_not_yet():
+    """The walk-through's scale_wide: (global thread) * UNROLL + k reads every chunk once, right
+    values, but a warp's loads at one k spread over 2 KiB; the contract gives thread t the chunks
+    base + k * blockDim.x. The twin sees every access: a chunk touched by another thread than its
+    owner is a race with the owner's probe, whatever the SASS looks like."""
+    from rmsnorm_lessons import twin
+
+    if twin.available() is not None:
+        pytest.skip(twin.available())
+    text = _scale_solution()
+    verdict = lesson09.check_scale_kernel(text.replace("const int i = base + k * blockDim.x;",
+                                                       BLOCKED))
+    assert verdict.status == "NOT YET", verdict.message
+    for words in ("on the CPU twin", "belongs to thread 1 of block 0", "but thread 0",
+                  "512 contiguous bytes", "base + k * blockDim.x"):
+        assert words in verdict.message, (words, verdict.message)
+    # the same chunks in another order of k: each warp still reads 512 contiguous bytes a step
+    reversed_k = text.replace("const int i = base + k * blockDim.x;",
+                              "const int i = base + (UNROLL - 1 - k) * blockDim.x;")
+    verdict = lesson09.check_scale_kernel(reversed_k)
+    assert verdict.status == "PASS" and "its own chunks" in verdict.message, verdict.message
+
+
+def test_on_a_gpu_the_owners_are_checked_after_the_run(monkeypatch):
+    """Where the GPU judged the numbers right, the twin's probe still looks at the owners (a GPU
+    run cannot see which thread read what); where the twin cannot run, the verdict says the owners
+    were not checked."""
+    from rmsnorm_lessons import twin
+    from rmsnorm_lessons.course.checking import kernel as kc
+    from rmsnorm_lessons.course.verdict import passed
+
+    if twin.available() is not None:
+        pytest.skip(twin.available())
+    monkeypatch.setattr(kc, "check_plain_kernel", lambda source, **kw: passed(
+        "nvcc compiled yours_scale for sm_90 (...). scale_wide matches NumPy at 4 sizes."))
+    blocked = _scale_solution().replace("const int i = base + k * blockDim.x;", BLOCKED)
+    verdict = lesson09.check_scale_kernel(blocked)
+    assert verdict.status == "NOT YET" and verdict.kinds == ("layout",), verdict.message
+    assert verdict.message.startswith("the numbers were right on the GPU, but chunk 1")
+    verdict = lesson09.check_scale_kernel(_scale_solution())
+    assert verdict.passed and "saw each thread touch only its own chunks" in verdict.message
+    monkeypatch.setattr(twin, "available", lambda: "the CPU twin needs g++ (hidden by the test)")
+    verdict = lesson09.check_scale_kernel(blocked)
+    assert verdict.passed and "was not checked (the CPU twin needs g++" in verdict.message
+
+
+@pytest.mark.skipif(gpu.available(), reason="the saved opening: a GPU measures its own")
+def test_the_barrier_diagnosis_says_lesson_10_removes_it():
+    """The walk-through: 'True, but v7_fast leaves it' contradicted lesson 10, whose v7 removes
+    the barrier per chunk. Both causes are right here; lesson 10's v7 removes both."""
+    before = lesson09.opening()
+    for cause, metric in (("barriers", "stall:barrier"),
+                          ("few_loads_in_flight", "stall:long_scoreboard")):
+        verdict = lesson09.check_diagnosis("latency", cause, metric, before.figure(metric))
+        assert verdict.status == "PASS", verdict.message
+        assert "leaves" not in verdict.message, verdict.message
+        assert "lesson 10's v7_fast goes after it" in verdict.message, verdict.message
+

@@ -136,3 +136,148 @@ def test_a_diagnosis_by_a_figure_the_saved_opening_lacks_is_not_verified():
     assert lesson10.check_diagnosis("memory", "barriers", "stall:barrier", 1.0).status == \
         "NOT VERIFIED"
     assert lesson10.check_diagnosis("latency", "barriers", "time_ms", 0.3).status == "NOT YET"
+
+
+# --- round 2 (walk-through 03-10): the exercise judged on the CPU twin, the spill message --------
+
+def _solution_spliced() -> str:
+    from rmsnorm_lessons.lessons.lesson10 import exercise
+
+    return exercise.splice('#line 1 "yours_v7"\n' + kernel_text("10_v7_one_pass"))
+
+
+def test_the_twin_builds_v7s_register_path_alone():
+    """The twin's text is v7_fast.cu with the learner's steps, four lines of v7's own code
+    replaced line for line (no inline PTX, no staged or cluster path), and a plan of one row group
+    a block, so the named barrier it makes a __syncthreads orders the same threads."""
+    from rmsnorm_lessons.core import gpu
+    from rmsnorm_lessons.lessons.lesson10 import on_cpu
+    from rmsnorm_lessons.twin import scan
+
+    spliced = _solution_spliced()
+    text = on_cpu.twin_text(spliced)
+    assert text.count("\n") == spliced.count("\n")
+    assert scan.refusals(text, "yours_v7") == []
+    code = scan.blank_comments(text)
+    assert "asm" not in code and '#include "v7_' not in code
+    with pytest.raises(ValueError, match="v7_fast.cu changed"):
+        on_cpu.twin_text(spliced.replace('#include "v7_wide.cuh"\n', ""))
+    for C, overwrite in ((1600, False), (776, False), (264, False), (4096, True), (8, False)):
+        layout = ladder.v7_fast.row_layout(C, overwrite=overwrite)
+        launches = on_cpu.one_group_a_block(129, C, gpu.H200, block=512, overwrite=overwrite)
+        main = launches[0]
+        assert main.kernel == "rmsnorm_backward_v7" and main.block == layout.group
+        assert dict(main.args)["G"] == layout.group and dict(main.args)["K"] == layout.K
+    # one shape where the plan prefetches and each block takes several rows
+    assert any(ladder.v7_fast.row_layout(C).prefetch and sms for _, C, sms in on_cpu.SHAPES)
+
+
+def _on_cpu_only():
+    from rmsnorm_lessons import twin
+    from rmsnorm_lessons.core import gpu
+
+    if gpu.available():
+        pytest.skip("a GPU judges the exercise here")
+    if twin.available() is not None:
+        pytest.skip(twin.available())
+
+
+@needs_nvcc
+@pytest.mark.parametrize("old,new,says", [
+    ("sum[k] += inp_k * r * dout_k;", "sum[k] += inp_k * dout_k;", "dweight is wrong"),
+    ("dot += widen(wj, k) * dout_k * inp_k;", "dot += widen(wj, k) * dout_k * dout_k;",
+     "dinp is wrong")], ids=["norm without r", "dout * dout in the dot"])
+def test_a_wrong_row_pass_is_not_yet_on_the_cpu(old, new, says):
+    """The walk-through's two slips, NOT VERIFIED before (the twin refused v7_fast.cu)."""
+    _on_cpu_only()
+    text = kernel_text("10_v7_one_pass")
+    assert text.count(old) == 1
+    verdict = lesson10.check_v7_kernel(text.replace(old, new))
+    assert verdict.status == "NOT YET", verdict.message
+    assert verdict.message.startswith("on the CPU twin") and says in verdict.message
+    assert "register path alone" in verdict.message, verdict.message
+
+
+@needs_nvcc
+def test_the_solution_passes_on_the_cpu_saying_which_build_ran():
+    _on_cpu_only()
+    verdict = lesson10.check_v7_kernel(kernel_text("10_v7_one_pass"))
+    assert verdict.status == "PASS", verdict.message
+    for words in ("on the CPU twin", "67x1032/2SMs", "The twin ran v7's register path alone",
+                  "the GPU runs the whole file", "cannot judge speed"):
+        assert words in verdict.message, (words, verdict.message)
+
+
+@needs_nvcc
+def test_local_memory_is_named_by_what_the_compiler_reports():
+    """The walk-through's row_pass (products beside a and b) spills at the 128-register cap: the
+    message says so, not 'an array indexed at run time'; an array indexed at run time is found in
+    the PTX and named as such."""
+    text = kernel_text("10_v7_one_pass")
+    body = text[text.index("        float sum[8] = {a.x"):
+                text.index("        if (chunk < p.chunks) { sums(p, 0, chunk) = a;")]
+    products = ("        float prod[8];\n        #pragma unroll\n"
+                "        for (int k = 0; k < 8; k++) {\n"
+                "            prod[k] = widen(x[j], k) * r * widen(g[j], k);\n"
+                "            dot += widen(wj, k) * widen(g[j], k) * widen(x[j], k);\n        }\n"
+                "        a.x += prod[0]; a.y += prod[1]; a.z += prod[2]; a.w += prod[3];\n"
+                "        b.x += prod[4]; b.y += prod[5]; b.z += prod[6]; b.w += prod[7];\n")
+    verdict = lesson10.check_v7_kernel(text.replace(body, products))
+    assert verdict.status == "NOT YET", verdict.message
+    for words in ("128 registers a thread", "B of spill stores", "__launch_bounds__(512, 1)",
+                  "more values are live at once", "one set of 8 fp32"):
+        assert words in verdict.message, (words, verdict.message)
+    assert "run time" not in verdict.message.split(". nvcc compiled")[0]
+    indexed = text.replace("sum[k] += inp_k * r * dout_k;", "sum[(k + p.t) & 7] += inp_k * r * "
+                           "dout_k;")
+    verdict = lesson10.check_v7_kernel(indexed)
+    assert verdict.status == "NOT YET", verdict.message
+    assert "local array of 32 B" in verdict.message and "run time" in verdict.message
+
+
+def test_a_diagnosis_the_saved_opening_cannot_judge_is_not_verified_never_not_yet():
+    """Round 2, rule 2: without v6's profile at 16384 x 4096 in the saved run, a well-formed
+    diagnosis is NOT VERIFIED saying which figure is missing; a malformed one is still NOT YET
+    (nothing of it needs a figure)."""
+    from rmsnorm_lessons.course import investigate
+
+    profile = investigate._empty("v6_last_block", 16384, 4096, "not in the saved run")
+    saved = investigate.Opening("v6_last_block", (16384, 4096), None, None, profile,
+                                source="saved on NVIDIA H100 80GB HBM3, 2026-12-05")
+    for answer in [("latency", "barriers", "stall:barrier", 34),
+                   ("memory", "few_loads_in_flight", "dram_pct", 58.5),
+                   ("latency", "few_loads_in_flight", "occupancy_pct", 48)]:
+        verdict = lesson10.check_diagnosis(*answer, before=saved)
+        assert verdict.status == "NOT VERIFIED", (answer, verdict.message)
+        assert "not in the saved run" in verdict.message and "run the opening on a GPU" in \
+            verdict.message
+    for answer, says in [(("fast", "barriers", "stall:barrier", 34), "the bound"),
+                         (("latency", "slow", "stall:barrier", 34), "the cause"),
+                         (("latency", "barriers", "stall:nonsense!", 34), "not a figure"),
+                         (("latency", "barriers", "stall:barrier", "many"), "a number")]:
+        verdict = lesson10.check_diagnosis(*answer, before=saved)
+        assert verdict.status == "NOT YET" and says in verdict.message, (answer, verdict.message)
+
+
+def test_the_notebook_opens_and_closes_without_a_gpu_cell():
+    """Round 2, rule 1, and the walk-through's leak: the opening and what changed are no %%gpu
+    cells; the guess meets the two times of what changed (the separate timing cell is gone); the
+    row-layout picture, which shows G, comes after the prediction, not under the decision."""
+    import _lesson_support as nbs
+    from test_lesson09_notebook import _gpu_free
+
+    _gpu_free("10_v7_one_pass")
+    cells = nbs.cells("10_v7_one_pass")
+    core = nbs.core(cells)
+    assert [c["id"] for c in core if "gpu" in nbs.tags(c)] == []
+    [decision] = [i for i in nbs.tagged(cells, "decision") if "BEGIN SOLUTION" in
+                  nbs.text(cells[i])]
+    [prediction] = nbs.tagged(cells, "prediction")
+    [picture] = [i for i, c in enumerate(core) if "v7_row_layout(4096)" in nbs.text(c)]
+    assert decision < prediction < picture < nbs.tagged(cells, "kernel-exercise")[0]
+    [versus] = [i for i, c in enumerate(core) if "predict.versus(mine_v7" in nbs.text(c)]
+    assert nbs.tagged(cells, "what-changed")[0] < versus
+    assert "after.timing.ms" in nbs.text(cells[versus])
+    # what the exercise uses is printed; the loop around it is Explore's
+    printed = next(nbs.text(c) for c in core if "kernel_part(\"v7_fast\", part)" in nbs.text(c))
+    assert "'backward'" not in printed and "'sums'" in printed

@@ -25,8 +25,9 @@ exercise           barrier  normal.  stride  atomic  shuffle  tail  width  sign 
 08 v6 last block   2        -j       2       1       -j       2     2      -j    -j    fence 2,
                                                                                       limit 1,
                                                                                       offset 2
-09 scale_wide      -a       -d       2       -e      -b       2     2      -d    -d
-10 v7 two steps    -f       -g       2       -e      -h       2     2      -g    -g
+09 scale_wide      -a       -d       2       -e      -b       2     2      -d    -d    chunks 1
+10 v7 two steps    -f       -g       2       -e      -h       2     2      -g    -g    rstd 1,
+                                                                                      operand 1
 13 seed loop       2        1        2       -k      1        2     2      1     1
 =================  =======  =======  ======  ======  =======  ====  =====  ====  ====  ==========
 
@@ -38,14 +39,16 @@ code around them). g: the mean's division and term 2's subtraction are in v7's s
 in the two steps. h: row_pass returns this thread's part; exchange() (shipped) sums the lanes.
 i: the barriers of v5's row pass are bf16_row_pass.cuh's, shipped (the exercise starts after it).
 j: the row's mean, its warp exchange and its terms are the shipped row pass's. k: the row pass v5
-and v6 share adds in warp order, with no atomic. So 09 and 10 have three classes: every other
-exercise has at least four, counting its lesson's own (tests/_mutations_extra.py, tried on that
-exercise alone: a lane's columns taken as a block of its own in 03 and 04, right numbers and
-uncoalesced loads that the CPU twin's record of every access catches; a cache hint dropped and
-staged() returning c in 06; a block's partials at block 0's place in 07 and 08; a fence dropped
-and the seed's atomicInc limit in 08; dinp never loaded in 05 and 06, staged() returning C - 1 - c
-or (c + 1) % C in 06 (right results, the 8-way bank conflict kept: class banks), the blocks summed
-in reverse order and the partials stored a float at a time in 07).
+and v6 share adds in warp order, with no atomic. Every exercise has at least four classes,
+counting its lesson's own (tests/_mutations_extra.py, tried on that exercise alone: a lane's columns
+taken as a block of its own in 03 and 04, right numbers and uncoalesced loads that the CPU twin's
+record of every access catches; a cache hint dropped and staged() returning c in 06; a block's
+partials at block 0's place in 07 and 08; a fence dropped and the seed's atomicInc limit in 08; dinp
+never loaded in 05 and 06, staged() returning C - 1 - c or (c + 1) % C in 06 (right results, the
+8-way bank conflict kept: class banks), the blocks summed in reverse order and the partials stored
+a float at a time in 07; each thread's chunks made neighbours in 09, which the CPU twin's probe of
+every chunk's owner catches; rstd dropped from norm and the dot product reading dout twice in 10,
+the walk-through's slips).
 
 ``barrier`` leaves out a barrier whose removal no run can see (v5's and v6's barrier after
 zeroing the shared sums: warp 0 reads them only after the row loop's own barriers). Lesson 13's
@@ -61,8 +64,9 @@ compile and the SASS cannot see, which only a run on a GPU judges).
 
 Without a GPU (in ``make test``: a sample, the rest marked slow): every mutant compiles, the slips
 the static checks must catch (:data:`CAUGHT_WITHOUT_A_GPU`) are NOT YET, and the CPU twin
-(:mod:`rmsnorm_lessons.twin`, issue 46) judges the rest: every mutant is NOT YET, but lesson 10's
-(v7 uses what the twin does not model: NOT VERIFIED, "needs a GPU"). On a GPU (marker ``gpu``, one
+(:mod:`rmsnorm_lessons.twin`, issue 46) judges the rest: every mutant is NOT YET (lesson 10's on
+the twin's build of v7's register path alone, rmsnorm_lessons/lessons/lesson10/on_cpu.py, since
+the whole v7_fast.cu has what the twin does not model). On a GPU (marker ``gpu``, one
 test per mutant, parallel-safe under pytest-xdist): every mutant is NOT YET
 (tests/test_twin_gpu.py checks that the twin and the GPU give the same verdicts). Run it with
 ``pytest -n 8 --dist load -m gpu tests/test_mutations.py``: the Makefile's
@@ -155,8 +159,9 @@ SAMPLE = {
                     and ((m.exercise, m.kind) in CAUGHT_WITHOUT_A_GPU) == caught), None)] if m}
 NVCC_REJECTS = "nvcc does not accept it"
 CPU_TWIN = "on the CPU twin"
-#: exercises whose text uses what the CPU twin does not model (v7: inline PTX, clusters)
-NEEDS_A_GPU = ("10_v7_one_pass",)
+#: exercises whose text uses what the CPU twin does not model (none: lesson 10's runs on the
+#: twin's build of v7's register path alone)
+NEEDS_A_GPU: tuple = ()
 _CONTEXT_LOST = ""  # the GPU test that made this process's CUDA context unusable
 
 needs_nvcc = pytest.mark.skipif(build.find_nvcc() is None, reason="nvcc not found")
@@ -195,7 +200,7 @@ def test_every_kernel_exercise_yields_its_classes(lesson):
         "table in this module's docstring if the notebook changed")
     own = _mutations.EXTRA.get(lesson.stem, ())
     assert set(own) <= classes, f"{lesson.stem}: its lesson's own slips found no site"
-    assert len(classes) >= (3 if lesson.stem[:2] in ("09", "10") else 4)
+    assert len(classes) >= 4
     assert len({m.id for m in mutants}) == len(mutants), "mutant ids are unique"
     for m in mutants:
         assert m.text != solution, f"{m.id} is the solution itself"

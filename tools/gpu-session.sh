@@ -5,7 +5,8 @@
 #           tests/gpu_cells_pending.txt),
 #           tag them, and pack them as $OUT/notebooks.tgz (about 480 s for 02-10 and 13 on an H100);
 #           unpack it in the checkout (tar xzf .../notebooks.tgz) before the next call; with
-#           SAVE_RUN=<run name> the openings they measure come back as $OUT/openings.json
+#           SAVE_RUN=<run name> the openings they measure come back as $OUT/openings.json (and
+#           lesson 09's chase, table and ceiling as $OUT/lesson09.json)
 # suite     the suite against the saved outputs, strict nbval, without the student editions and the
 #           mutations (tools/refresh-on-gpu.sh, 450 s deadline)
 # students  the student editions under nbval, then the mutations (about 300 s)
@@ -37,8 +38,9 @@ case "$STEP" in
         timeout "${LIMIT:-570}" python3 -m rmsnorm_lessons.course.execute $LESSONS 2>&1 \
             | tee "$OUT/execute.log"
         status=$?
-        if [ -n "${SAVE_RUN:-}" ] && [ -f "results/$SAVE_RUN/openings.json" ]; then
-            cp "results/$SAVE_RUN/openings.json" "$OUT/openings.json"
+        # and lesson 09's own run (its chase, its scale table, its ceiling: lesson09.json)
+        if [ -n "${SAVE_RUN:-}" ] && [ -d "results/$SAVE_RUN" ]; then
+            cp results/"$SAVE_RUN"/*.json "$OUT/" 2>/dev/null
         fi
         find notebooks -maxdepth 1 -name '*.failed.ipynb' -exec mv {} "$OUT/" \;
         python3 tools/tag_notebooks.py 2>&1 | tee "$OUT/tag.log"

@@ -41,7 +41,8 @@ WITHOUT = {
                 "(pip install \"nvidia-cuda-nvdisasm>=13.0,<14\" installs it)",
 }
 #: what a kernel check does without a GPU, where the CPU twin runs (None) or not (its reason)
-TWIN = {None: "your kernels run on the CPU twin (PASS on the CPU, or NOT YET; v7's needs a GPU)"}
+TWIN = {None: "your kernels run on the CPU twin (PASS on the CPU, or NOT YET; v7's as its "
+                "register path alone)"}
 NO_TWIN = "your kernels are compiled and inspected but not run (NOT VERIFIED: {why})"
 _VERSION = re.compile(r"\bV(?:ersion\s+)?(\d+(?:\.\d+)+)")
 _DRIVER = re.compile(r"Kernel Module(?:\s+for\s+\S+)?\s+(\d+\.\d+(?:\.\d+)?)")

@@ -14,6 +14,9 @@ verdict. On a GPU the GPU run stays the judge (:mod:`.kernel`).
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
+from typing import Callable
+
 import numpy as np
 
 from ... import twin
@@ -56,6 +59,19 @@ def why_not_text(text: str, name: str, kernels) -> str | None:
     except twin.TwinCompileError as exc:
         return f"the CPU twin's compiler cannot take it ({str(exc)[:300]})"
     return None
+
+
+@dataclass(frozen=True)
+class OnCpu:
+    """Where the twin runs another build of a learner's rung than the GPU does (lesson 10: v7's
+    register path alone, since the whole file has what the twin does not model):
+    ``rung(gpu_rung)`` gives the rung the twin runs, at ``shapes`` (as
+    :data:`rmsnorm_lessons.twin.rungs.CHECK_SHAPES`), and ``note`` (a sentence) says in the verdict
+    which build ran."""
+
+    rung: Callable
+    shapes: tuple = rungs.CHECK_SHAPES
+    note: str = ""
 
 
 #: a hazard's kind, as the verdict names it

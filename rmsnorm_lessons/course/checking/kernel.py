@@ -249,23 +249,28 @@ def check_plain_kernel(source, *, name: str, kernels, static=(), run=None,
     return passed(f"{seen.head}{seen.checked} {ran.outcome.message}.{note}.")
 
 
-def _judged_on_cpu(rung, name, head, checked, seed, rows_per_block, hints) -> Verdict:
+def _judged_on_cpu(rung, name, head, checked, seed, rows_per_block, hints,
+                   on_cpu: cpu_twin.OnCpu | None = None) -> Verdict:
     """PASS (on the CPU) or NOT YET from the CPU twin (:mod:`.cpu`), saying what it cannot
-    judge."""
+    judge (and, with ``on_cpu``, which build of the rung it ran)."""
+    shapes = on_cpu.shapes if on_cpu is not None else cpu_twin.rungs.CHECK_SHAPES
+    note = f" {on_cpu.note}." if on_cpu is not None and on_cpu.note else ""
     outcome = cpu_twin.run_checks_on_cpu(rung, seed=seed, rows_per_block=rows_per_block,
-                                         hints=hints)
+                                         hints=hints, shapes=shapes)
     if not outcome.ok:
-        verdict = failed(f"on the CPU twin, {outcome.message}. {head} {cpu_twin.CANNOT}.")
+        verdict = failed(f"on the CPU twin, {outcome.message}. {head}{note} {cpu_twin.CANNOT}.")
         verdict.kinds = outcome.kinds
         return verdict
-    return passed(f"on the CPU twin, {name} {outcome.message}.{checked} {cpu_twin.CANNOT}.")
+    return passed(f"on the CPU twin, {name} {outcome.message}.{checked}{note} "
+                  f"{cpu_twin.CANNOT}.")
 
 
 def check_kernel(source, *, name: str, like=None, compare_with: str | None = None, shapes=None,
                  rows_per_block: int | None = None, static=(), hints=None,
                  sanitize: bool = True, sanitize_it: bool | None = None,
                  timing: bool = True, seed: int = 0, embed: Callable[[str], str] | None = None,
-                 compare_config=None, compare_label: str | None = None, **fields) -> Verdict:
+                 compare_config=None, compare_label: str | None = None,
+                 on_cpu: cpu_twin.OnCpu | None = None, **fields) -> Verdict:
     """Register ``source`` as the rung ``name``, compile it, inspect it and (where a GPU works) run
     it: in a child process first, then (only where it passed there) the race check and the timing.
 
@@ -283,8 +288,9 @@ def check_kernel(source, *, name: str, like=None, compare_with: str | None = Non
     ``compare_with``: the shipped rung timed beside yours (default: ``like``), launched with
     ``compare_config`` and named ``compare_label``; ``timing=False`` skips the timing;
     ``embed``: splices the text into a shipped kernel (see :func:`register`); the TODO lines and the
-    source checks still read the learner's text alone. Returns PASS, NOT YET or NOT VERIFIED (no
-    GPU here).
+    source checks still read the learner's text alone. ``on_cpu``: where there is no GPU, the build
+    of the rung the CPU twin runs instead of the GPU's (:class:`.cpu.OnCpu`). Returns PASS, NOT YET
+    or NOT VERIFIED (no GPU here, and the twin cannot run it).
     """
     if sanitize_it is not None:
         sanitize = sanitize_it
@@ -295,16 +301,22 @@ def check_kernel(source, *, name: str, like=None, compare_with: str | None = Non
         compare_with = ladder.get(like).name if like is not None else "v3_smem"
     from ...inspection import sass
 
+    twin_rung = []  # the rung the twin runs, made only where there is no GPU
+
+    def on_the_twin():
+        twin_rung.append(on_cpu.rung(rung) if on_cpu is not None else rung)
+        return cpu_twin.why_not(twin_rung[-1])
+
     stop, seen = inspect_text(source, name, rung.kernels, static,
                               lambda arch: build.compile_file(rung, arch),
                               lambda compiled, arch: sass.listing(rung, arch), rung=rung,
-                              against="the float64 reference",
-                              cpu=lambda: cpu_twin.why_not(rung))
+                              against="the float64 reference", cpu=on_the_twin)
     if stop is not None:
         return stop
     head, checked = seen.head, seen.checked
     if seen.on_cpu:
-        return _judged_on_cpu(rung, name, head, checked, seed, rows_per_block, hints)
+        return _judged_on_cpu(twin_rung[-1], name, head, checked, seed, rows_per_block, hints,
+                              on_cpu)
     ran = kernel_child.run_in_child(rung, shapes_for(rung, shapes), seed=seed,
                                     rows_per_block=rows_per_block, hints=hints,
                                     time_shape=TIME_SHAPE if timing else None,

@@ -35,8 +35,12 @@ from .plots import bytes_in_flight, memory_levels  # noqa: F401
 
 #: the rung this lesson opens with and its shape: v6 where lesson 08 left it
 OPENING = ("v6_last_block", 16384, 2048)
-#: the cause this lesson studies (lesson 10 removes it, and v6's barriers with it)
-THIS_LESSON = ("few_loads_in_flight",)
+#: the causes v7_fast removes (lesson 10): the one this lesson studies, few bytes in flight, and
+#: v6's barriers per chunk; either is a right diagnosis here (walk-through 03-10: "v7 leaves the
+#: barriers" contradicted lesson 10)
+THIS_LESSON = ("few_loads_in_flight", "barriers")
+#: the rung that removes them, as the verdict names it
+REMOVED_BY = "lesson 10's v7_fast"
 _OPENED: dict = {}
 
 
@@ -62,8 +66,7 @@ def check_diagnosis(bound=None, cause=None, metric=None, value=None, *, before=N
     from ..diagnosis import judge
 
     return judge(before if before is not None else opening(), bound=bound, cause=cause,
-                 metric=metric, value=value, this_lesson=THIS_LESSON,
-                 rung="v7_fast (lessons 09 and 10)")
+                 metric=metric, value=value, this_lesson=THIS_LESSON, rung=REMOVED_BY)
 
 
 # --- the decision's consequence, and what changed
@@ -76,10 +79,91 @@ def measured() -> inflight.Run:
     return inflight.measured()
 
 
-def in_flight_marked(run: inflight.Run | None = None):
+def chase() -> tuple[inflight.Chase, str]:
+    """Section 2's pointer chase: ``(latencies, where)``, measured now on this GPU (and kept for
+    the table and the decision), else the saved run's, ``where`` saying which card and date. The
+    same run as the opening's and the table's: without a GPU every figure of the lesson is the
+    saved run's."""
+    from ...core import gpu
+
+    if gpu.why_unavailable() is None:
+        return inflight.chase(), f"measured now on {gpu.facts().name}"
+    run = inflight.saved_run()
+    return run.chase, run.source
+
+
+#: section 4's launches: each variant at these blocks of 256 threads per SM, then lesson 00's
+BLOCKS_PER_SM = (1, 2, 4, 8)
+
+
+def scale_table() -> inflight.Run:
+    """Section 4's table: every scale variant at :data:`BLOCKS_PER_SM` and lesson 00's launch,
+    timed now on this GPU (with the chase, if this process has not measured it), else the saved
+    run; the :class:`.inflight.Run` the decision reads too (:func:`measured`)."""
+    from ...core import gpu
+
+    if gpu.why_unavailable() is None:
+        copy = gpu.copy_bandwidth()
+        for variant in inflight.VARIANTS:
+            for blocks in BLOCKS_PER_SM:
+                inflight.time_scale(variant, copy, blocks_per_sm=blocks)
+        inflight.time_scale(*inflight.LESSON00[:1], copy)
+        if inflight.this_run() is None:
+            inflight.chase()
+    return measured()
+
+
+def table(run: inflight.Run) -> str:
+    """The scale table as section 4 prints it: each row's KiB of loads per SM, time, GB/s, % of
+    copy, and Little's law's % of copy at the chase's DRAM latency (the run's own)."""
+    lines = [f"{run.source}; copy {run.copy_gbps:.0f} GB/s, {run.sms} SMs",
+             f"{'kernel':<14} {'blocks/SM':>9} {'KiB/SM':>7} {'ms':>7} {'GB/s':>6} "
+             f"{'% copy':>7} {'Little':>7}"]
+    for p in run.points:
+        little = inflight.predicted_fraction(p.in_flight_per_sm, run.sms, run.chase.dram_ns,
+                                             run.copy_gbps)
+        lines.append(f"{p.variant:<14} {p.blocks_per_sm or 'grid':>9} "
+                     f"{p.in_flight_per_sm / 1024:>7g} {p.ms:>7.3f} {p.gbps:>6.0f} "
+                     f"{100 * p.fraction_of_copy:>6.1f}% {100 * little:>6.1f}%")
+    return "\n".join(lines)
+
+
+def ceiling():
+    """Explore's streaming ceiling (``rl.bench.stream_ceiling``) at the large shapes, both modes:
+    timed now on this GPU and kept with the lesson's run (:func:`.inflight.save`), else the saved
+    run's. Prints where it comes from and the table, and returns ``(rows, copy GB/s)`` for
+    ``rl.plots.speed_of_light``; where the saved run did not time it, says so and returns None."""
+    from ...core import gpu
+    from ...speed import bench
+
+    if gpu.why_unavailable() is None:
+        copy = gpu.copy_bandwidth()
+        rows = [bench.stream_ceiling(N, C, copy, overwrite=o) for N, C in bench.LARGE_SHAPES
+                for o in (False, True)]
+        inflight._MEASURED["ceiling"] = rows
+        run = inflight.this_run()
+        if run is not None:
+            inflight.save(run)
+        where = f"measured now on {gpu.facts().name}"
+    else:
+        run = inflight.saved_run()
+        rows, where, copy = list(run.ceiling), run.source, run.copy_gbps
+        if not rows:
+            print(f"The saved run ({where}) did not time the ceiling: the course's next GPU run "
+                  "records it, and on a GPU this cell times it.")
+            return None
+    print(f"{where}:\n{bench.table(rows)}")
+    return rows, copy
+
+
+def in_flight_marked(run: inflight.Run | None = None, *, after=None):
     """The scale table's points against the copy line, with Little's law at the chase's DRAM
     latency, and the decision's two answers marked: the KiB per SM Little's law asks with the
-    unloaded latency, and where the table flattens (:func:`.checks.flat_row`)."""
+    unloaded latency, and where the table flattens (:func:`.checks.flat_row`). ``after``: the
+    decision's verdict; the picture marks the answers only once it passed (else a sentence)."""
+    if after is not None and not getattr(after, "passed", False):
+        print("The picture marks both answers once your decision passes.")
+        return None
     run = run if run is not None else measured()
     need = in_flight_for_copy(run.copy_gbps, run.chase.dram_ns, run.sms) / 1024
     flat = flat_row(run).in_flight_per_sm / 1024

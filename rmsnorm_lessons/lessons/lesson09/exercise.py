@@ -8,13 +8,15 @@ end, sizes that leave a partial last block), then times it against copy and less
 """
 from __future__ import annotations
 
+import re
+
 import numpy as np
 
 from ...core import gpu
 from ...course.checking import cpu
 from ...course.checking import kernel as kc
 from ...course.checking.diagnosis import found
-from ...course.verdict import Verdict
+from ...course.verdict import Verdict, failed, passed
 from . import inflight
 
 
@@ -131,12 +133,80 @@ def _run_scale(function_of) -> "object":
                             "copy")
 
 
+#: the contract's owner of each chunk touches it once more after the learner's kernel: it reads
+#: y[i] and writes x[i] back. The twin sees every access, so a chunk that another thread of the
+#: block loaded or stored is a race with its owner's (no barrier between them): exact, for every
+#: chunk of the probe's launch, whatever the learner's code looks like in the SASS
+OWNER_PROBE = """
+#undef scale_wide
+#line 1 "the contract's owner"
+extern "C" __global__ void scale_wide(float4* y, const float4* x, float a, int n4) {{
+    scale_wide_yours(y, x, a, n4);
+    for (int k = 0; k < {unroll}; k++) {{
+        const int i = blockIdx.x * blockDim.x * {unroll} + threadIdx.x + k * blockDim.x;
+        if (i < n4) {{ const float4 v = y[i]; const_cast<float4*>(x)[i] = v; }}
+    }}
+}}
+"""
+PROBE_N4 = 2 * BLOCK * UNROLL + 333  # three blocks, the last partly past the end
+_RACE = re.compile(r"on (?P<buf>[xy])\[(?P<at>\d+)\]: block (?P<b1>\d+) thread (?P<t1>\d+)'s "
+                   r"(?P<op1>read|write) at (?P<w1>.+?) and block (?P<b2>\d+) thread "
+                   r"(?P<t2>\d+)'s (?P<op2>read|write) at (?P<w2>.+?), no ")
+
+
+def _owner_sentence(hazard) -> str | None:
+    """What a race between the learner's access and the owner's probe says, or None where the
+    hazard is something else (the run reports it)."""
+    m = _RACE.search(hazard.text)
+    if m is None or "the contract" not in hazard.text:
+        return None
+    probe_first = "the contract" in m.group("w1")
+    mine = "2" if probe_first else "1"
+    owner = "1" if probe_first else "2"
+    chunk = int(m.group("at")) // 4
+    verb = {"x": "loaded", "y": "stored"}[m.group("buf")]
+    return (f"chunk {chunk} ({m.group('buf')}[{chunk}]) belongs to thread "
+            f"{m.group('t' + owner)} of block {m.group('b' + owner)} (base + k * blockDim.x), but "
+            f"thread {m.group('t' + mine)} {verb} it at {m.group('w' + mine)}: with its chunks "
+            f"at base + k * blockDim.x, a warp's 32 threads touch 32 neighbouring chunks at every "
+            f"k, 512 contiguous bytes; {UNROLL} neighbouring chunks a thread spread a warp's "
+            f"accesses over {32 * UNROLL * 16} bytes at each step")
+
+
+def owners_checked(text: str) -> tuple[str | None, str | None]:
+    """``(problem, not_checked)``: the first chunk a thread loads or stores that the contract gives
+    another thread (on the CPU twin, :data:`OWNER_PROBE`), or None; ``not_checked`` says why the
+    twin could not look (None where it did)."""
+    from ... import twin
+
+    reason = twin.available()
+    if reason is not None:
+        return None, reason
+    probe = ("#define scale_wide scale_wide_yours\n" + text + OWNER_PROBE.format(unroll=UNROLL))
+    rng = np.random.default_rng(9)
+    x = rng.standard_normal((PROBE_N4, 4)).astype(np.float32)
+    y = np.full((PROBE_N4 + GUARD, 4), np.nan, np.float32)
+    try:
+        ran = twin.run_kernel(probe, KERNEL, grid=-(-PROBE_N4 // (BLOCK * UNROLL)), block=BLOCK,
+                              name="yours_scale", args=[("y", y), ("x", x), -1.75, PROBE_N4])
+    except (twin.NeedsGPU, twin.TwinCompileError) as exc:
+        return None, str(exc).split("\n")[0][:300]
+    for hazard in ran.hazards:
+        sentence = _owner_sentence(hazard)
+        if sentence is not None:
+            return sentence, None
+    return None, None
+
+
 def _run_scale_on_cpu(text: str) -> "object":
     """The check's run on the CPU twin where there is no GPU: the first three of
     :data:`CHECK_SIZES` (the largest, a million float4, is left to the GPU), the same poisoned
     output and guard, any race or out-of-bounds access the twin finds; not timed."""
     from ... import twin
 
+    problem, _ = owners_checked(text)
+    if problem is not None:
+        return kc.Outcome(False, problem, ("layout",))
     rng = np.random.default_rng(8)
     done = []
     for n4 in CHECK_SIZES[:3]:
@@ -157,7 +227,8 @@ def _run_scale_on_cpu(text: str) -> "object":
                               ("wrong",))
         done.append(str(n4))
     return kc.Outcome(True, f"scale_wide matches NumPy at {len(done)} sizes ({', '.join(done)} "
-                            "float4), writing nothing past the end (not timed: no GPU)")
+                            "float4), writing nothing past the end, each thread touching only "
+                            "its own chunks (base + k * blockDim.x) (not timed: no GPU)")
 
 
 def check_scale_kernel(source: str) -> Verdict:
@@ -168,7 +239,19 @@ def check_scale_kernel(source: str) -> Verdict:
     the loads ahead of the first store, no local memory), against NumPy on one (poisoned output, a
     guard past the end, sizes that leave a partial last block), then timed against copy and lesson
     00's scale."""
-    return kc.check_plain_kernel(source, name="yours_scale", kernels=(KERNEL,),
-                                 static=_static_checks(),
-                                 run=lambda module: _run_scale(module.get_function),
-                                 cpu_run=_run_scale_on_cpu)
+    verdict = kc.check_plain_kernel(source, name="yours_scale", kernels=(KERNEL,),
+                                    static=_static_checks(),
+                                    run=lambda module: _run_scale(module.get_function),
+                                    cpu_run=_run_scale_on_cpu)
+    if not verdict.passed or verdict.message.startswith("on the CPU twin"):
+        return verdict  # the twin's run looked at every chunk's owner first
+    problem, not_checked = owners_checked(f'#line 1 "yours_scale"\n' + source)
+    if problem is not None:
+        out = failed(f"the numbers were right on the GPU, but {problem}. {verdict.message}")
+        out.kinds = ("layout",)
+        return out
+    if not_checked is not None:
+        return passed(f"{verdict.message} Which thread touched which chunk was not checked "
+                      f"({not_checked}).")
+    return passed(f"{verdict.message} The CPU twin saw each thread touch only its own chunks "
+                  "(base + k * blockDim.x).")

@@ -208,6 +208,8 @@ _MEASURED: dict = {}
 #: the saved run's file, beside the openings of the same run (rmsnorm_lessons.course.saved)
 SAVED_FILE = "lesson09.json"
 LESSON00 = ("scale_f32_x1", None)  # lesson 00's launch: one thread per element
+#: what the saved run keeps of a ceiling timing
+CEILING_FIELDS = ("name", "N", "C", "ms", "bytes", "gbps", "copy_gbps")
 
 
 @dataclass(frozen=True)
@@ -221,6 +223,8 @@ class Run:
     chase: Chase
     points: tuple
     source: str
+    #: the streaming ceiling's timings (``rl.bench.stream_ceiling``, Explore), if the run timed it
+    ceiling: tuple = ()
 
     def point(self, variant: str, blocks_per_sm: int | None) -> ScaleTiming:
         """The row of ``variant`` at ``blocks_per_sm`` (None: lesson 00's launch)."""
@@ -231,13 +235,20 @@ class Run:
                           f"this run ({self.source})")
 
     def as_dict(self) -> dict:
-        return {"copy_gbps": self.copy_gbps, "sms": self.sms, "chase": asdict(self.chase),
-                "points": [asdict(p) for p in self.points]}
+        d = {"copy_gbps": self.copy_gbps, "sms": self.sms, "chase": asdict(self.chase),
+             "points": [asdict(p) for p in self.points]}
+        if self.ceiling:
+            d["ceiling"] = [{k: getattr(t, k) for k in CEILING_FIELDS} for t in self.ceiling]
+        return d
 
     @classmethod
     def from_dict(cls, d: dict, source: str) -> "Run":
+        from ...speed.timing import Timing
+
+        ceiling = tuple(Timing(t["name"], t["N"], t["C"], t["ms"], float("nan"), t["bytes"],
+                               t["gbps"], t["copy_gbps"]) for t in d.get("ceiling", ()))
         return cls(float(d["copy_gbps"]), int(d["sms"]), Chase(**d["chase"]),
-                   tuple(ScaleTiming(**p) for p in d["points"]), source)
+                   tuple(ScaleTiming(**p) for p in d["points"]), source, ceiling)
 
 
 def this_run() -> Run | None:
@@ -248,7 +259,8 @@ def this_run() -> Run | None:
     copies = sorted(p.copy_gbps for p in points.values())
     facts = gpu.facts()
     return Run(copies[len(copies) // 2], facts.multiprocessors, _MEASURED["chase"],
-               tuple(points.values()), f"measured now on {facts.name}")
+               tuple(points.values()), f"measured now on {facts.name}",
+               tuple(_MEASURED.get("ceiling", ())))
 
 
 def saved_path(run: str | None = None):

@@ -112,6 +112,54 @@ def _reads_weight4():
     return kc.Static("weight loaded from weight4 where it is not in registers", test, sass=False)
 
 
+def _local_array_bytes(rung, kernel: str, arch: str) -> int:
+    """Bytes of local arrays in ``kernel``'s PTX (``__local_depot``): what the code itself puts in
+    local memory before ptxas allocates registers (an array indexed at run time), as opposed to
+    ptxas's spills."""
+    from ...inspection import sass
+
+    text = sass.ptx(rung, arch)
+    at = text.find(f".entry {kernel}(")
+    if at < 0:
+        return 0
+    end = text.find(".entry ", at + 1)
+    body = text[at:end if end > 0 else len(text)]
+    return sum(int(n) for n in re.findall(r"__local_depot\w*\[(\d+)\]", body))
+
+
+def _no_local_memory(kernel: str = "rmsnorm_backward_v7"):
+    """No local memory, and where there is some, what the compiler's report shows: a local array in
+    the PTX (indexed at run time), or ptxas's spills at the register cap (too many values live at
+    once)."""
+    from ...core.ladder import v7_fast
+    from ...course.checking import kernel as kc
+
+    cap = 65536 // v7_fast.MAX_BLOCK  # registers a thread at one block of MAX_BLOCK an SM
+
+    def test(c):
+        r = c.compiled.resources.get(kernel)
+        local = len(kc._matching(c.instructions(kernel), ("LDL", "STL")))
+        if r is None or not (r.spills or r.stack_bytes or local):
+            return None
+        report = (f"nvcc's report for {kernel}: {r.registers} registers a thread, a stack frame "
+                  f"of {r.stack_bytes} B, {r.spill_stores} B of spill stores and {r.spill_loads} "
+                  f"B of spill loads ({local} LDL/STL in the SASS)")
+        array = _local_array_bytes(c.rung, kernel, c.compiled.arch)
+        if array:
+            return (f"{report}; its PTX, before ptxas allocates registers, already keeps a local "
+                    f"array of {array} B: an array indexed by a value known only at run time "
+                    "lives in local memory. Index a per-thread array only with the counter of a "
+                    "loop over constant bounds under #pragma unroll")
+        return (f"{report}: {r.registers} is the most __launch_bounds__({v7_fast.MAX_BLOCK}, 1) "
+                f"leaves (65536 / {v7_fast.MAX_BLOCK} = {cap}), and more values are live at once "
+                f"than that, so ptxas spills some. In row_pass keep one set of 8 fp32 a chunk "
+                "live: add each channel's norm * dout into the sums as you compute it (eight "
+                "floats started from a and b), not into products kept beside a and b until the "
+                "chunk's end")
+
+    return kc.Static("no local memory (no LDL/STL, no spills, no stack)", test, sass=False)
+
+
 HINTS = {
     "dweight unchanged": "Your row pass leaves the sums as it read them: add norm * dout of each "
                          "of the chunk's 8 channels into a (channels 0..3) and b (4..7), then "
@@ -141,6 +189,7 @@ def check_v7_kernel(source: str, sanitize: bool = True) -> Verdict:
     ``sanitize=False`` skips it, for speed."""
     from ...core import ladder
     from ...course.checking import kernel as kc
+    from . import on_cpu
 
     if isinstance(source, str):
         missing = [name for name in STEPS if not re.search(rf"\b{name}\s*\(",
@@ -162,9 +211,9 @@ def check_v7_kernel(source: str, sanitize: bool = True) -> Verdict:
         plan=register_path, compare_config=v7.Config(staged=False),
         compare_label="v7_fast's register path",
         rows_per_block=1,  # v7 deals rows round-robin: row % grid is the block that took it
-        sanitize_it=sanitize, embed=splice, hints=HINTS,
+        sanitize_it=sanitize, embed=splice, hints=HINTS, on_cpu=on_cpu.ON_CPU,
         static=(_reads_weight4(),
-                kc.no_local_memory(kernel),
+                _no_local_memory(kernel),
                 _at_least_v7("LDG.128", "128-bit loads (as many LDG.E.128 as v7_fast)",
                              "a chunk is 16 bytes: load it as one uint4 (dout and inp viewed as "
                              "uint4 rows), not in narrower pieces"),
