@@ -127,7 +127,10 @@ def _solution_lines(nb: dict) -> set[str]:
 
 
 def _has_png(nb_path: Path) -> bool:
-    nb = json.loads(nb_path.read_text())
+    """Whether the page's edition of the notebook keeps a figure: the site is the student edition,
+    which clears the figures that would show an answer before the learner's attempt (a what-changed
+    picture below a prediction)."""
+    nb = student_notebook(json.loads(nb_path.read_text()))
     return any("image/png" in o.get("data", {}) for c in nb["cells"] if c["cell_type"] == "code"
                for o in c.get("outputs", []))
 

@@ -162,10 +162,10 @@ def test_the_cpu_twin_from_another_folder(venv, elsewhere):
     cwd, env = elsewhere
     code = """
 import numpy as np
-from rmsnorm_lessons import check, reference, twin
+from rmsnorm_lessons import compare, reference, twin
 p = reference.random_problem(33, 40, np.float32, seed=1, accumulate=True)
 ran = twin.run_rung("v3_smem", p["dout"], p["inp"], p["weight"], p["rstd"], p["dinp"], p["dweight"])
-assert ran.hazards == [] and check.compare_strict(np.float32, p, (ran.dinp, ran.dweight)).ok
+assert ran.hazards == [] and compare.compare_strict(np.float32, p, (ran.dinp, ran.dweight)).ok
 print("twin ran v3_smem from", twin.__file__)
 """
     p = _run([venv, "-c", code], cwd, {**env, "RMSNORM_CACHE_DIR": str(cwd / "cache")})
