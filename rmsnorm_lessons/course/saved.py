@@ -27,7 +27,7 @@ import tempfile
 from pathlib import Path
 
 #: the GPU run whose measurements the course shows where it cannot measure
-RUN = "h100-2026-12-05"
+RUN = "h100-2026-12-06"
 #: set (to 1, or to a run's name) by the GPU run that re-executes the lessons: record() writes
 ENV = "RMSNORM_SAVE_RUN"
 FILE = "openings.json"
