@@ -217,8 +217,11 @@ def ablation(version, remove: str, N: int, C: int, copy_gbps: float, repeats: in
     if found != 1:
         raise ValueError(f"remove must be a statement found exactly once in {spec.name}'s kernel, "
                          f"got {remove!r} ({found} times)")
+    # what the removed statement used is now unused: nvcc's warnings about it (177: declared but
+    # never referenced, 550: set but never used) would print above the lesson's figures
+    quiet = "#pragma nv_diag_suppress 177\n#pragma nv_diag_suppress 550\n"
     rest = ladder.rung_from_source(name=f"{spec.name}_ablated", like=spec,
-                                   source=text.replace(remove, "/* removed for the ablation */"),
+                                   source=quiet + text.replace(remove, "/* removed for the ablation */"),
                                    register_it=False)
     return bench_version(rest, N, C, copy_gbps, repeats=repeats,
                          name=f"{spec.name} without {remove.strip()}")
