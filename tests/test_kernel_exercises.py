@@ -72,9 +72,10 @@ MISTAKES = [
     ("06_vectorized", "32 chunks a plane, not C / 8",
      "(c % x128::size) * (C / x128::size) + c / x128::size;",
      "(c % x128::size) * WARP_SIZE + c / x128::size;",
-     ("dweight", "a slot of its own", "staged(c, C)"), False),
+     ("staged() at C = 8", "a slot of its own"), False),
     ("07_two_pass", "off-by-one: the last block", "for (int b = 0; b < blocks; b++) sum +=",
-     "for (int b = 0; b < blocks - 1; b++) sum +=", ("dweight", "missing", "blocks"), False),
+     "for (int b = 0; b < blocks - 1; b++) sum +=",
+     ("reduce_dweight_v5 leaves out the partials of block 4, the last", "missing"), False),
     ("07_two_pass", "= for +=", "dweight[c] = __float2bfloat16((float)dweight[c] + sum);",
      "dweight[c] = __float2bfloat16(sum);", ("dweight", "+="), False),
     ("07_two_pass", "an atomic",
@@ -104,7 +105,9 @@ MISTAKES = [
      "const int i = base + k * blockDim.x;\n        if (i < n4) y",
      "const int i = base + k;\n        if (i < n4) y", ("never written", "base + k * blockDim.x"),
      False),
-    # lesson 10: the learner's load_row and row_pass, spliced into v7_fast.cu
+    # lesson 10: the learner's load_row and row_pass, spliced into v7_fast.cu (a chunk past the
+    # row's end loaded keeps the numbers right, w[j] being 0 there: the CPU twin finds the read
+    # past dout's end, after a GPU's PASS too)
     ("10_v7_one_pass", "a barrier in the row pass",
      "            sum[k] += inp_k * r * dout_k;\n        }\n",
      "            sum[k] += inp_k * r * dout_k;\n        }\n        __syncthreads();\n",
@@ -113,7 +116,7 @@ MISTAKES = [
      "    return warp_reduce_sum(dot);\n}", ("exchange()", "SHFL", "32 times"), True),
     ("10_v7_one_pass", "= for +=", "sum[k] += inp_k * r * dout_k;",
      "sum[k] = inp_k * r * dout_k;",
-     ("dweight", "+=", "right at 129x1600"), False),
+     ("dweight", "each row adds into what a and b already hold", "right at 129x1600"), False),
     ("10_v7_one_pass", "no weight in the dot product", "dot += widen(wj, k) * dout_k * inp_k;",
      "dot += dout_k * inp_k;", ("dinp", "weight * dout * inp"), False),
     ("10_v7_one_pass", "the sums never updated",
@@ -129,10 +132,13 @@ MISTAKES = [
      ("read once", "__ldcs", "LDG.EF.128"), True),
     ("10_v7_one_pass", "a chunk past the row's end loaded",
      "        if (chunk < p.chunks) {\n            g[j] = __ldcs",
-     "        if (chunk <= p.chunks) {\n            g[j] = __ldcs", ("dinp",), False),
+     "        if (chunk <= p.chunks) {\n            g[j] = __ldcs",
+     ("on the CPU twin", "out of bounds", "load_row", "dout["), False),
     ("10_v7_one_pass", "the chunks of a thread side by side",
-     "        const int chunk = p.chunk(j);\n        g[j] = x[j]",
-     "        const int chunk = p.t * K + j;\n        g[j] = x[j]", ("dinp", "p.chunk(j)"), False),
+     "        if (chunk < p.chunks) {\n            g[j] = __ldcs(dout_row + chunk);\n"
+     "            x[j] = __ldcs(inp_row + chunk);\n",
+     "        if (p.t * K + j < p.chunks) {\n            g[j] = __ldcs(dout_row + p.t * K + j);\n"
+     "            x[j] = __ldcs(inp_row + p.t * K + j);\n", ("dinp", "p.chunk(j)"), False),
     # lesson 13: the seed's row loop made uniform, and three ways to get it wrong
     ("13_finding_bugs", "the seed's loop left in",
      "    for (long long first = (long long)blockIdx.x * warps; first < N;\n"
@@ -140,14 +146,16 @@ MISTAKES = [
      "        const long long row = first + warp;\n        const bool active = row < N;",
      "    for (long long row = (long long)blockIdx.x * warps + warp; row < N;\n"
      "         row += (long long)gridDim.x * warps) {\n        const bool active = true;",
-     ("synccheck",), False),
+     ("a __syncthreads inside the loop with some warps gone", "as often as the others"),
+     False),
     ("13_finding_bugs", "a barrier removed with the loop",
      "                if (warp != 0) store128(staging + threadIdx.x * f128::size, contrib);\n"
      "                __syncthreads();\n",
      "                if (warp != 0) store128(staging + threadIdx.x * f128::size, contrib);\n",
      ("__syncthreads", "BAR"), True),
     ("13_finding_bugs", "a warp past N loads its row",
-     "            if (active && c < C) {", "            if (c < C) {", ("dinp",), False),
+     "            if (active && c < C) {", "            if (c < C) {",
+     ("on the CPU twin", "out of bounds", "dout["), False),
     ("13_finding_bugs", "a warp past N stores dinp",
      "            if (active && c < C) store128cg(", "            if (c < C) store128cg(",
      ("dinp",), False),

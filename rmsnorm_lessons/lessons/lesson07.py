@@ -356,6 +356,8 @@ def _in_double(got: np.ndarray) -> bool:
 def _block_order(c) -> str | None:
     """reduce_dweight_v5 adds the blocks' partials in block order, in float32, rounded once."""
     from .. import twin
+    from ..core import bf16
+    from . import probe
 
     if twin.available() is not None:  # no twin here: the kernel check's verdict says so
         return None
@@ -371,6 +373,14 @@ def _block_order(c) -> str | None:
             f"adding block 0 first, then block 1, ..., in float32 gives {want[ch]:g}; yours gives "
             f"{got[ch]:g}" if terms else
             f"channel {ch} of dweight is {got[ch]:g} where block order gives {want[ch]:g}")
+    partials = _order_partials()
+    for b in range(ORDER_BLOCKS):  # one block's row left out: say so, not "the order"
+        if np.array_equal(got, bf16.from_bf16(bf16.to_bf16(probe.float32_in_order(
+                np.delete(partials, b, axis=0))))):
+            which = "the last" if b == ORDER_BLOCKS - 1 else "the first" if b == 0 else "one"
+            return (f"reduce_dweight_v5 leaves out the partials of block {b}, {which} of blocks 0 "
+                    f".. {ORDER_BLOCKS - 1}: its row is missing from every channel's sum. Add the "
+                    "rows of partials of blocks 0 to blocks - 1, each once, in that order")
     if _in_double(got):
         return (f"reduce_dweight_v5 adds in double, not float32: {said}. v5's sum is one float32 "
                 "sum per channel in block order, rounded to bf16 once")

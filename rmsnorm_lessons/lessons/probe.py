@@ -26,9 +26,54 @@ def run(text: str, kernel: str, *, grid: int, block: int, args, name: str):
                               hazards=False)
     except (twin.NeedsGPU, twin.TwinCompileError) as exc:
         return None, str(exc).strip().splitlines()[0][:300]
-    if ran.stopped:
-        return None, "the probe did not finish (the twin's time limit)"
+    if ran.stopped:  # a crash (a read past the end lands outside the process), or the time limit
+        return None, (f"the probe stopped: {ran.hazards[0].text}" if ran.hazards else
+                      "the probe did not finish (the twin's time limit)")
     return ran.arrays, None
+
+
+#: where a GPU's PASS is checked for accesses out of bounds on the CPU twin: odd N, C no multiple
+#: of a row's chunks (a warp past N, or a chunk past a row's end, in the last block)
+BOUNDS_SHAPES = ((129, 1600, None),)
+
+
+def bounds_after_gpu(verdict, name: str, rung_of=None, shapes=BOUNDS_SHAPES):
+    """A kernel exercise's GPU verdict with every access checked on the CPU twin too: a read past
+    a buffer that lands in memory the process owns neither crashes the GPU run nor changes its
+    numbers, and the GPU check runs no memcheck. A PASS from a GPU whose rung ``name`` (the twin
+    runs ``rung_of(rung)`` where given: lesson 10's register path) reads or writes out of bounds
+    on the twin at ``shapes`` becomes NOT YET, saying where; a clean one says it was checked; where
+    the twin cannot run, the PASS stands and says so. Other verdicts (and the twin's own, without
+    a GPU, which checked every access already) come back as they are."""
+    from .. import twin
+    from ..core import gpu, ladder
+    from ..course.checking import cpu as cpu_twin
+    from ..course.verdict import failed, passed
+
+    if not verdict.passed or gpu.why_unavailable() is not None:
+        return verdict
+    head = verdict.message.rstrip()
+    head += "" if head.endswith(".") else "."
+    rung = ladder.get(name)
+    why = twin.available()
+    if why is None:
+        try:
+            rung = rung_of(rung) if rung_of is not None else rung
+        except ValueError as exc:
+            why = str(exc)
+    why = why or cpu_twin.why_not(rung)
+    if why is not None:
+        return passed(f"{head} Accesses out of bounds were not checked (the CPU twin: {why}).")
+    found = cpu_twin.run_checks_on_cpu(rung, shapes=shapes)
+    at = ", ".join(f"{n}x{c}" for n, c, _ in shapes)
+    if found.ok:
+        return passed(f"{head} Every access in bounds (on the CPU twin at {at}, which checks each "
+                      "one).")
+    out = failed(f"on the CPU twin, {found.message}. The GPU run's numbers were right, but the GPU "
+                 "does not see an access out of bounds that lands in memory the process owns; "
+                 f"the twin checks each one. {head}")
+    out.kinds = found.kinds
+    return out
 
 
 def index_expressions(code: str, array: str) -> list[tuple[int, str]]:

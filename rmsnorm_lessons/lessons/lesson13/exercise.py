@@ -89,11 +89,12 @@ def check_seed_loop(source: str, sanitize: bool = True) -> Verdict:
     racecheck and synccheck (``sanitize=False`` skips them), and timed beside v6."""
     from ...course.checking import kernel as kc
     from ...course.checking.running import SHAPES_8
+    from .. import probe
 
     if isinstance(source, str) and "block_dweight_rows" not in kc.strip_comments(source):
         return failed("keep the function block_dweight_rows (its template line and signature, as "
                       "given): v6's kernel calls it")
-    return kc.check_kernel(
+    verdict = kc.check_kernel(
         source, name="yours_seed_loop", like=RUNG, embed=splice, hints=HINTS,
         shapes=SHAPES_8 + split_shapes(), sanitize_it=sanitize,
         static=(_against_v6("BAR", "as many barriers (BAR.SYNC) as v6_last_block",
@@ -104,3 +105,6 @@ def check_seed_loop(source: str, sanitize: bool = True) -> Verdict:
                             "keep the loads 16 bytes wide (load128 / load128cs)"),
                 _against_v6("STG.128", "128-bit stores (as many STG.E.128 as v6_last_block)",
                             "keep the dinp store 16 bytes wide (store128cg)")))
+    # a warp past N that loads its row reads past dout's end, into memory the process owns: the
+    # numbers stay right (r = 0), only the twin sees it (probe.bounds_after_gpu)
+    return probe.bounds_after_gpu(verdict, "yours_seed_loop")
