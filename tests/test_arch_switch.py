@@ -92,7 +92,11 @@ def test_ladder_plan_takes_the_target(no_target, monkeypatch):
 
 
 def test_the_exercises_plan_for_the_target(no_target, monkeypatch):
+    # a machine without a GPU, on a GPU machine too: the H200's saved facts and no measurement
+    # (where a GPU is, the search is measured and its verdict is the timings', not the plan's)
     monkeypatch.setattr(gpu, "facts_or_fallback", lambda: (gpu.H200, "saved"))
+    monkeypatch.setattr(gpu, "why_unavailable",
+                        lambda: "No NVIDIA driver here (libcuda.so.1 is missing).")
     assert gpu.target_facts_or_fallback() == (gpu.H200, "saved")
     build.use_target("compute_75")
     facts, label = gpu.target_facts_or_fallback()

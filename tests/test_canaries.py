@@ -79,7 +79,7 @@ def test_margins_around_the_outputs_stay_intact(version):
         dinp, dweight = Guarded(p["dinp"]), Guarded(p["dweight"])
         inputs = {k: gpuarray.to_gpu(np.ascontiguousarray(p[k]))
                   for k in ("dout", "inp", "weight", "rstd")}
-        L = launch.Launcher(spec, C)
+        L = launch.Launcher(launch.checked_call(spec, C))
         bufs = launch.Tensors(dinp=dinp.ptr, dweight=dweight.ptr,
                               **{k: int(v.gpudata) for k, v in inputs.items()})
         want = (p["dinp"], p["dweight"])

@@ -30,7 +30,7 @@ def _repeat(version, N, C, seed):
     spec = rl.ladder.get(version)
     p = reference.random_problem(N, C, spec.dtype, seed=seed)
     dev = to_device(p)
-    L = launch.Launcher(spec, C)  # a launcher of its own: fresh scratch
+    L = launch.Launcher(launch.checked_call(spec, C))  # a launcher of its own: fresh scratch
     first, dweights = None, []
     try:
         for i in range(RUNS):

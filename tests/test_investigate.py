@@ -109,6 +109,13 @@ def fake_gpu(monkeypatch, tmp_path):
 
 
 def test_an_opening_measured_here_is_recorded_for_the_run(fake_gpu, monkeypatch):
+    import dataclasses
+
+    # where a GPU is present, plans read its facts (v5's grid: its SM count), so the made-up GPU
+    # has an H200's whole facts under its own name; here too, as on a GPU machine
+    made_up = dataclasses.replace(investigate.gpu.H200, name="Made-up GPU")
+    monkeypatch.setattr(investigate.gpu, "facts", lambda: made_up)
+    monkeypatch.setattr(investigate.gpu, "available", lambda: True)
     monkeypatch.setenv(saved.ENV, "made-up-run")
     o = investigate.opening("v5_two_pass", 16384, 2048, kernels=("reduce_dweight_v5",),
                             figures={"differing_channels": lambda: 0, "fixed": 2.5})

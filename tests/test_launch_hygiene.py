@@ -27,7 +27,7 @@ def test_100_launches_without_host_reset(version):
     N, C = 1031, 1024
     p = reference.random_problem(N, C, spec.dtype, seed=13)
     dev = to_device(p)
-    L = launch.Launcher(spec, C)  # fresh scratch
+    L = launch.Launcher(launch.checked_call(spec, C))  # fresh scratch
     bufs = tensors(dev)
     L(N, bufs)
     rl.gpu.synchronize()
@@ -67,8 +67,8 @@ def test_two_streams(version, shared):
     N, C = 8191, 2048
     problems = [reference.random_problem(N, C, spec.dtype, seed=s) for s in (31, 32)]
     devs = [to_device(p) for p in problems]
-    one = launch.Launcher(spec, C)
-    launchers = [one, one] if shared else [one, launch.Launcher(spec, C)]
+    one = launch.Launcher(launch.checked_call(spec, C))
+    launchers = [one, one] if shared else [one, launch.Launcher(launch.checked_call(spec, C))]
     streams = [drv.Stream(), drv.Stream()]
     for _ in range(3):  # interleaved, so the two streams' kernels can overlap
         for L, d, s in zip(launchers, devs, streams):
@@ -85,7 +85,7 @@ def test_two_streams(version, shared):
         if spec.deterministic:
             # the same as three launches one after another on the default stream
             ref_dev = to_device(p)
-            L = launch.Launcher(spec, C)
+            L = launch.Launcher(launch.checked_call(spec, C))
             for _ in range(3):
                 L(N, tensors(ref_dev))
             rl.gpu.synchronize()
@@ -118,7 +118,7 @@ def _launch_fails(monkeypatch, spec, p):
     """A launcher's own launch with 2048 threads a block fails, naming the version and kernel."""
     N, C = p["dout"].shape
     dev = to_device(p)
-    L = launch.Launcher(spec, C)
+    L = launch.Launcher(launch.checked_call(spec, C))
     _plan_too_many_threads(monkeypatch, L, N)
     with pytest.raises(rl.launch.LaunchError,
                        match=rf"^{spec.name}: launching {spec.kernels[0]} failed"):
@@ -155,6 +155,7 @@ def test_too_many_threads_is_refused_or_a_launch_error(monkeypatch):
     with pytest.raises(ValueError,
                        match=r"block_size for v6_last_block must be a multiple of 32 "
                              r"from 32 to 512"):
-        launch.Launcher(spec, C, block_size=2048)  # refused before anything is launched
+        # refused before anything is launched: the call's options are checked before a Launcher
+        launch.Launcher(launch.checked_call(spec, C, block_size=2048))
     assert spec.kernels[0] == "rmsnorm_backward_v6"
     _launch_fails(monkeypatch, spec, reference.random_problem(N, C, spec.dtype, seed=6))

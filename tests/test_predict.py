@@ -314,8 +314,8 @@ def test_on_a_gpu_the_measurement_cell_measures_and_shows_the_gap_once(tmp_path,
 
     ip = get_ipython()
     notebook.load_ipython_extension(ip)
-    record = tmp_path / "v.jsonl"
-    monkeypatch.setenv(record.ENV, str(record))
+    path = tmp_path / "v.jsonl"
+    monkeypatch.setenv(record.ENV, str(path))
     ip.run_cell("import rmsnorm_lessons as rl\n"
                 "mine = rl.predict.guess('02.v1_ms', ms=0.5, pct_of_copy=10)", store_history=True)
     with IPython.utils.capture.capture_output() as cap:
@@ -328,6 +328,6 @@ def test_on_a_gpu_the_measurement_cell_measures_and_shows_the_gap_once(tmp_path,
     ms, pct = data["measured"]["ms"], data["measured"]["pct_of_copy"]
     assert ms > 0 and pct > 0 and data["status"] == "PREDICTED"
     assert data["error"] == pytest.approx(max(abs(0.5 - ms) / ms, abs(10 - pct) / pct))
-    [line] = record.read(record)
+    [line] = record.read(path)
     assert (line.exercise, line.status) == ("predict.02.v1_ms", "PREDICTED")
     assert line.prediction_error == pytest.approx(data["error"])

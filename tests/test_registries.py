@@ -4,6 +4,8 @@ derived from their records), and a rung added exactly as CONTRIBUTING.md says pa
 cover every rung (slow: a copy of the repository, the tests run there in a child process)."""
 from __future__ import annotations
 
+import fnmatch
+import os
 import re
 import shutil
 import subprocess
@@ -48,14 +50,55 @@ NAME = "v8_throwaway"
 KERNEL = "rmsnorm_backward_v8"
 
 
+#: folders the copy leaves out: git's own, and the lessons, the saved runs and the lab (no rung test
+#: reads them)
+LEFT_OUT = (".git", "notebooks", "results", "lab")
+
+
+def _ignored_by_git() -> list[str]:
+    """The patterns of the checkout's .gitignore and, where there is a .git, its info/exclude."""
+    lines = []
+    for path in (ROOT / ".gitignore", ROOT / ".git" / "info" / "exclude"):
+        lines += path.read_text().splitlines() if path.is_file() else []
+    return [line.strip() for line in lines if line.strip() and not line.startswith(("#", "!"))]
+
+
+def _ignored(relative: str, is_dir: bool, patterns: list[str]) -> bool:
+    for pattern in patterns:
+        if pattern.endswith("/") and not is_dir:
+            continue
+        pattern = pattern.rstrip("/")
+        if "/" in pattern:  # anchored at the checkout's root
+            if fnmatch.fnmatchcase(relative, pattern.lstrip("/")):
+                return True
+        elif fnmatch.fnmatchcase(relative.rsplit("/", 1)[-1], pattern):
+            return True
+    return False
+
+
+def _ignores_itself(folder: Path) -> bool:
+    """A folder whose own .gitignore ignores all of it (``*``: what tool caches write)."""
+    own = folder / ".gitignore"
+    return own.is_file() and "*" in own.read_text().split()
+
+
 def _copy_of_the_repository(target: Path) -> None:
-    files = subprocess.run(["git", "ls-files"], cwd=ROOT, capture_output=True, text=True,
-                           check=True).stdout.split("\n")
-    for name in filter(None, files):
-        source = ROOT / name
-        if source.is_file() and not name.startswith(("notebooks/", "results/", "lab/")):
-            (target / name).parent.mkdir(parents=True, exist_ok=True)
-            shutil.copy2(source, target / name)
+    """The working tree as it is on disk (tracked and new files, not what .gitignore ignores), but
+    LEFT_OUT. Walked, not listed by ``git ls-files``: the tree the suite runs may be a copy of a
+    working tree whose .git is missing or holds another commit's index (the lent GPU machine's
+    .git is an older commit's, from before the package's wings: its ls-files lacked every moved
+    file)."""
+    patterns = _ignored_by_git()
+    for folder, dirs, files in os.walk(ROOT):
+        here = Path(folder).relative_to(ROOT).as_posix()
+        prefix = "" if here == "." else here + "/"
+        dirs[:] = [d for d in dirs if not (not prefix and d in LEFT_OUT or d == ".git")
+                   and not _ignored(prefix + d, True, patterns)
+                   and not _ignores_itself(Path(folder) / d)]
+        for name in files:
+            if not _ignored(prefix + name, False, patterns):
+                (target / here).mkdir(parents=True, exist_ok=True)
+                shutil.copy2(Path(folder) / name, target / here / name)
 
 
 @pytest.mark.slow
