@@ -13,9 +13,13 @@
 # arch      every lesson built for the virtual architecture ARCH (default compute_75), nbval-lax
 #           (about 240 s); not beside another step: both slow down and miss their deadlines
 # bench     the default bench (python -m rmsnorm_lessons bench), its log and JSON in $OUT
+# recheck   after a suite run that failed or ran out of time: re-execute LESSONS (optional, packed as
+#           $OUT/notebooks.tgz), then at once the notebooks under strict nbval (NB_JOBS workers, a
+#           file a worker) and the test ids listed in IDS (one per line, TEST_JOBS workers), each
+#           within LIMIT seconds (default 240); logs nbval.log and tests.log
 set -o pipefail
 export PYTHONUNBUFFERED=1
-STEP=${1:?usage: OUT=DIR bash tools/gpu-session.sh lessons|suite|students|arch|bench}
+STEP=${1:?usage: OUT=DIR bash tools/gpu-session.sh lessons|suite|students|arch|bench|recheck}
 OUT=${OUT:-out}; mkdir -p "$OUT"
 { nvidia-smi -L; nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader; } \
     > "$OUT/info-$STEP.log" 2>&1
@@ -60,9 +64,33 @@ case "$STEP" in
         RMSNORM_ARCH=${ARCH:-compute_75} timeout 560 python3 -m pytest -n 14 --dist loadfile \
             -p no:cacheprovider --nbval-lax --nbval-current-env notebooks 2>&1 \
             | tee "$OUT/arch-${ARCH:-compute_75}.log" | tail -15 ;;
+    recheck)
+        if [ -n "${LESSONS:-}" ]; then
+            LESSONS=$(for l in $LESSONS; do ls notebooks/"$l"_*.ipynb; done | tr '\n' ' ')
+            # shellcheck disable=SC2086  # LESSONS is a word list
+            python3 -m rmsnorm_lessons.course.execute $LESSONS 2>&1 | tee "$OUT/execute.log"
+            python3 tools/tag_notebooks.py > "$OUT/tag.log" 2>&1
+            tar czf "$OUT/notebooks.tgz" notebooks/*.ipynb
+        fi
+        timeout "${LIMIT:-240}" python3 -m pytest -n "${NB_JOBS:-7}" --dist loadfile \
+            -p no:cacheprovider --nbval --nbval-current-env --nbval-sanitize-with nbval_sanitize.cfg \
+            notebooks > "$OUT/nbval.log" 2>&1 &
+        nbval=$!
+        timeout "${LIMIT:-240}" python3 - "${IDS:?IDS=file of test ids}" "${TEST_JOBS:-8}" \
+            > "$OUT/tests.log" 2>&1 <<'PY' &
+import sys, pytest
+ids = [line.strip() for line in open(sys.argv[1]) if line.strip() and not line.startswith("#")]
+sys.exit(pytest.main(["-n", sys.argv[2], "--dist", "load", "-p", "no:cacheprovider", "-rfE",
+                      "--timeout", "230", *ids]))
+PY
+        tests=$!
+        wait "$nbval"; echo "nbval exit $?" | tee -a "$OUT/nbval.log"
+        wait "$tests"; echo "tests exit $?" | tee -a "$OUT/tests.log"
+        tail -3 "$OUT/nbval.log"; grep -E "^(FAILED|ERROR)" "$OUT/nbval.log" | head -20
+        tail -3 "$OUT/tests.log"; grep -E "^(FAILED|ERROR)" "$OUT/tests.log" | head -40 ;;
     bench)
         timeout 560 python3 -m rmsnorm_lessons bench --json "$OUT/bench.json" 2>&1 \
             | tee "$OUT/bench.log" ;;
     *)
-        echo "unknown step '$STEP': lessons, suite, students, arch or bench" >&2; exit 2 ;;
+        echo "unknown step '$STEP': lessons, suite, students, arch, bench or recheck" >&2; exit 2 ;;
 esac
