@@ -312,3 +312,27 @@ def test_the_learner_writes_the_second_loop_and_the_flush():
     skeleton = student.strip_solutions(text(cells[exercise]))
     assert "load128(dinp_row" not in skeleton and "dweight_accum[c]" not in skeleton.split(
         "add_dweight_v4")[0]
+
+
+# --- Q3 judges the store's address and value, not only its instruction (walk-through 2) --------
+
+@needs_twin
+@pytest.mark.parametrize("line, says", [
+    ("store128cs(dinp_row, d);", "address"),
+    ("store128cs(dinp + c, d);", "address"),
+    ("store128cs(dinp_row + lane, d);", "not a multiple of 16"),
+    ("store128cs(dinp_row + c, g);", "its value is not"),
+])
+def test_the_streaming_store_with_a_wrong_address_or_value_is_not_yet(line, says):
+    verdict = lesson06.check_streaming_store(line)
+    assert verdict.status == "NOT YET" and says in verdict.message, verdict.message
+    assert "STG.E.EF.128" in verdict.message, "it says the instruction itself was right"
+    assert "dinp_row + c, d" not in verdict.message, "the reason does not give the answer"
+    right = lesson06.check_streaming_store("store128cs(dinp_row + c, d);")
+    assert right.passed and "CPU twin" in right.message, right.message
+
+
+def test_the_streaming_store_is_one_statement():
+    verdict = lesson06.check_streaming_store("store128cs(dinp_row + c, d); "
+                                             "store128cs(dinp_row + c, d);")
+    assert verdict.status == "NOT YET" and "one statement" in verdict.message, verdict.message

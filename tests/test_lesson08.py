@@ -308,3 +308,58 @@ def test_the_guess_waits_where_an_opening_has_no_time(capsys):
         changed.guess_beside("08.v6_vs_v5", timed, timed, why="w", fields=("ms",))
     gap = changed.guess_beside("08.v6_vs_v5", timed, timed, why="w")
     assert gap is not None and "speedup" in capsys.readouterr().out
+
+
+# --- the release in either order: fence then barrier, or barrier then thread 0's fence ----------
+
+def _v6_exercise_text():
+    import ast
+
+    [exercise] = _index(_cells(), "kernel-exercise")
+    return ast.parse("".join(_cells()[exercise]["source"])).body[0].value.value
+
+
+RELEASE = """    __threadfence();
+    __syncthreads();
+    __shared__ unsigned int ticket;
+    if (threadIdx.x == 0) {
+        ticket"""
+
+
+def test_thread_0s_fence_without_a_barrier_is_not_yet_with_a_true_reason():
+    from rmsnorm_lessons.core import build
+
+    if build.find_nvcc() is None:
+        pytest.skip("nvcc not found")
+    text_ = _v6_exercise_text()
+    assert text_.count(RELEASE) == 1
+    no_barrier = RELEASE.replace("    __threadfence();\n    __syncthreads();\n", "").replace(
+        "if (threadIdx.x == 0) {\n", "if (threadIdx.x == 0) {\n        __threadfence();\n")
+    verdict = lesson08.check_v6_kernel(text_.replace(RELEASE, no_barrier), sanitize=False)
+    assert verdict.status == "NOT YET", verdict
+    assert "no __syncthreads() after the partials' stores" in verdict.message, verdict.message
+    # the fence before the partials' stores, the barrier after them: the fence orders none of them
+    fence_first = text_.replace(RELEASE, RELEASE.replace("    __threadfence();\n", "")).replace(
+        "    // this block's C sums", "    __threadfence();\n    // this block's C sums", 1)
+    assert fence_first.count("__threadfence();") == 2
+    verdict = lesson08.check_v6_kernel(fence_first, sanitize=False)
+    assert verdict.status == "NOT YET" and "no fence after the partials' stores" in \
+        verdict.message, verdict.message
+
+
+def test_the_cooperative_groups_release_passes():
+    """Walk-through 2 (08): ``__syncthreads(); if (threadIdx.x == 0) { __threadfence(); ticket =
+    atomicInc(...); ...}``, the order of cooperative groups' grid sync: the barrier orders every
+    warp's partials before thread 0's fence, which is cumulative, so the release holds. It was
+    refused with "no __syncthreads() between the fence and the ticket", which is false."""
+    from rmsnorm_lessons import twin
+    from rmsnorm_lessons.core import build
+
+    if build.find_nvcc() is None or twin.available() is not None:
+        pytest.skip("nvcc or the CPU twin not here")
+    text_ = _v6_exercise_text()
+    cg = RELEASE.replace("    __threadfence();\n", "").replace(
+        "if (threadIdx.x == 0) {\n", "if (threadIdx.x == 0) {\n        __threadfence();\n")
+    verdict = lesson08.check_v6_kernel(text_.replace(RELEASE, cg), sanitize=False)
+    assert verdict.passed, verdict.message
+    assert lesson08.check_v6_kernel(text_, sanitize=False).passed

@@ -388,3 +388,27 @@ def test_the_barrier_diagnosis_says_lesson_10_removes_it():
         assert "leaves" not in verdict.message, verdict.message
         assert "lesson 10's v7_fast goes after it" in verdict.message, verdict.message
 
+
+
+@pytest.mark.skipif(gpu.available(), reason="a GPU runs the exercise here")
+def test_a_grid_stride_scale_wide_is_not_yet_with_its_block():
+    """Walk-through 2 (09): ``t0 + k * gridDim.x * blockDim.x`` (coalesced, right numbers) passed
+    with "each thread touching only its own chunks (base + k * blockDim.x)", untrue: the twin's
+    race between blocks ("nothing orders them") was not read as an owner's. The exercise's
+    contract gives each block its own 256 x UNROLL chunks, so it is NOT YET, saying so (not the
+    per-thread-neighbours reason, false for this coalesced layout)."""
+    from rmsnorm_lessons import twin
+
+    if twin.available() is not None:
+        pytest.skip(twin.available())
+    text = _scale_solution()
+    old = "const int i = base + k * blockDim.x;"
+    assert text.count(old) >= 1
+    stride = text.replace(old, "const int i = blockIdx.x * blockDim.x + threadIdx.x + k * "
+                               "gridDim.x * blockDim.x;")
+    verdict = lesson09.check_scale_kernel(stride)
+    assert verdict.status == "NOT YET", verdict.message
+    for words in ("of block 0", "of block 1", "each block its own 256 x 4 chunks"):
+        assert words in verdict.message, (words, verdict.message)
+    assert "2048 bytes" not in verdict.message, verdict.message
+    assert lesson09.check_scale_kernel(text).passed

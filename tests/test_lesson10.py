@@ -281,3 +281,21 @@ def test_the_notebook_opens_and_closes_without_a_gpu_cell():
     # what the exercise uses is printed; the loop around it is Explore's
     printed = next(nbs.text(c) for c in core if "kernel_part(\"v7_fast\", part)" in nbs.text(c))
     assert "'backward'" not in printed and "'sums'" in printed
+
+
+@pytest.mark.parametrize("answer, says, never", [
+    (256, "8192 channels hold the row's 6144, but 64 of the 256 threads", "fewer than"),
+    (96, "3072 channels, fewer than the row's 6144", "hold none"),
+    (191, "6112 channels, fewer than the row's 6144", "hold none"),
+    (200, "a multiple of 32", "fewer than"),
+])
+def test_a_wrong_group_size_is_refused_with_a_true_reason(answer, says, never):
+    """Walk-through 2 (10, Q1): G = 256 was refused as if it did not hold the row (256 x 4 x 8 =
+    8192 >= 6144 does); the reason now says what is wrong with each answer."""
+    import re
+
+    verdict = lesson10.check_group_size(answer)
+    assert verdict.status == "NOT YET" and says in verdict.message, verdict.message
+    assert never not in verdict.message, verdict.message
+    assert not re.search(r"\b192\b", verdict.message), "the reason does not give the answer"
+    assert lesson10.check_group_size(192).passed

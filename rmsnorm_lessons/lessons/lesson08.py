@@ -217,6 +217,43 @@ def little_local_memory(kernel: str, most: int = FEW_BYTES):
                      sass=False)
 
 
+def release_order(kernel: str):
+    """The release, judged in the SASS between the block's last global store before the ticket (its
+    partials) and the ticket's first atomic: a barrier (BAR) and a fence (MEMBAR) both lie there,
+    in either order. Fence, then barrier (the lesson's slot 2: every thread fences its own
+    stores, then the block meets) and barrier, then fence (cooperative groups' grid sync: the block
+    meets, then thread 0's fence, cumulative, covers every store the barrier ordered before it)
+    both make every thread's partials visible before the ticket. No barrier there: thread 0 may
+    take the ticket while other warps are still storing; no fence after the stores: the fence
+    orders nothing of them."""
+    from ..course.checking import static as ks
+
+    def test(c):
+        ins = c.instructions(kernel)
+        atoms = ks._matching(ins, ("ATOMG", "ATOM"))
+        if not atoms:
+            return ("the release's order: not checked, there is no ATOMG/ATOM in the SASS of "
+                    f"{kernel} yet")
+        ticket = atoms[0].offset
+        stores = [i.offset for i in ks._matching(ins, "STG") if i.offset < ticket]
+        after = stores[-1] if stores else -1
+        fences = [i for i in ks._matching(ins, "MEMBAR") if after < i.offset < ticket]
+        barriers = [i for i in ks._matching(ins, "BAR") if after < i.offset < ticket]
+        if not barriers:
+            return ("no __syncthreads() after the partials' stores and before the ticket: thread "
+                    "0 may draw the ticket while other warps of its block are still writing "
+                    "their partials, and the last block would sum them incomplete (no BAR "
+                    "between the last STG and the first ATOMG/ATOM in the SASS)")
+        if not fences:
+            return ("no fence after the partials' stores and before the ticket: a fence orders "
+                    "only the stores made before it (no MEMBAR between the last STG and the "
+                    "first ATOMG/ATOM in the SASS)")
+        return None
+
+    return ks.Static("a barrier (BAR) and a fence (MEMBAR) between the partials' stores and the "
+                     "ticket's atomic", test)
+
+
 def check_v6_kernel(source: str, sanitize: bool = True) -> Verdict:
     """Lesson 08's kernel exercise: the end of the learner's ``rmsnorm_backward_v6`` (the block's
     partials, the release fence, the ticket, the acquire fence, the last block's sum into dweight),
@@ -243,13 +280,7 @@ def check_v6_kernel(source: str, sanitize: bool = True) -> Verdict:
                                "another block may see the ticket before the partials; the "
                                "release fence comes before the barrier and the ticket",
                                kernel=kernel),
-                kc.sass_between("MEMBAR", "BAR", ("ATOMG", "ATOM"),
-                                "a barrier (BAR) between the fence and the ticket",
-                                "no __syncthreads() between the fence and the ticket: thread 0 "
-                                "may draw the ticket while other warps of its block are still "
-                                "writing their partials, and the last block would sum them "
-                                "incomplete",
-                                kernel=kernel),
+                release_order(kernel),
                 kc.sass_has("MEMBAR", "a second fence (MEMBAR) for the last block's acquire",
                             "the last block needs its own fence after drawing the last ticket "
                             "and before reading the partials (acquire)", kernel=kernel,

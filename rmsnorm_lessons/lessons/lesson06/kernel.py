@@ -153,17 +153,22 @@ def check_v4_kernel(source: str, sanitize: bool = True) -> Verdict:
                           _layout, sass=False)))
 
 
+def _store_rung(line: str):
+    """v4 as shipped with ``line`` in place of its dinp store, as an unregistered rung."""
+    text = build.kernel_source("v4_vec_bf16")
+    if text.count(STORE_LINE) != 1:
+        raise RuntimeError(f"kernels/v4_vec_bf16.cu no longer holds {STORE_LINE!r} once")
+    return ladder.rung_from_source(name="q3_store", source=text.replace(STORE_LINE, line),
+                                   like="v4_vec_bf16", register_it=False)
+
+
 def store_opcodes(line: str):
     """``(opcodes, None)``: the 128-bit global stores of v4's main kernel with ``line`` in place of
     its dinp store, compiled for this GPU's arch (else the default target); or ``(None, message)``
     with nvcc's errors."""
     from ...inspection import sass
 
-    text = build.kernel_source("v4_vec_bf16")
-    if text.count(STORE_LINE) != 1:
-        raise RuntimeError(f"kernels/v4_vec_bf16.cu no longer holds {STORE_LINE!r} once")
-    rung = ladder.rung_from_source(name="q3_store", source=text.replace(STORE_LINE, line),
-                                   like="v4_vec_bf16", register_it=False)
+    rung = _store_rung(line)
     arch = gpu.facts().arch if gpu.why_unavailable() is None else build.DEFAULT_ARCH
     try:
         listing = sass.listing(rung, arch)
@@ -173,16 +178,90 @@ def store_opcodes(line: str):
     return [i.opcode for i in ins if i.opcode.startswith("STG") and ".128" in i.opcode], None
 
 
+#: where Q3's line runs on the CPU twin: 5 rows (a block of warps, each a row of its own), C = 264
+#: (lane 0 stores two chunks, at columns 0 and 256; most lanes one)
+STORE_SHAPE = (5, 264)
+STORE_SHAPE_TEXT = f"{STORE_SHAPE[0]}x{STORE_SHAPE[1]}"
+
+
+def _chunk(offset: int, C: int) -> str:
+    row, col = divmod(offset // 2, C)
+    return f"row {row}, columns {col}-{col + 7}"
+
+
+def store_on_twin(line: str):
+    """``(wrong, why_not)``: v4 with ``line`` as its dinp store run on the CPU twin at
+    :data:`STORE_SHAPE` with every access to dinp traced. ``wrong`` is None where every 16-byte
+    chunk of dinp is stored once, at its own 16-byte-aligned address, with the value the float64
+    reference gives; else a sentence naming the part that is off (the address: misaligned, a chunk
+    never stored or stored more than once, a race; the value: right places, wrong numbers).
+    ``why_not`` says why nothing was judged (no twin here), else None."""
+    from ... import twin
+    from ...core import compare, reference
+
+    why = twin.available()
+    if why is not None:
+        return None, why
+    N, C = STORE_SHAPE
+    rung = _store_rung(line)
+    p = reference.random_problem(N, C, rung.dtype, seed=6, accumulate=True)
+    try:
+        ran = twin.run_rung(rung, p["dout"], p["inp"], p["weight"], p["rstd"], p["dinp"],
+                            p["dweight"], calls=1, seed=0, trace=("dinp",))
+    except (twin.NeedsGPU, twin.TwinCompileError) as exc:
+        return None, f"the CPU twin cannot take it: {str(exc)[:200]}"
+    address = "its address is not where the chunk belongs"
+    if ran.trace is not None and len(ran.trace):
+        writes = ran.trace[ran.trace["kind"] == 2]
+        # the twin logs a 16-byte store as its four 4-byte words, in the thread's order
+        for (block, thread) in {(int(w["block"]), int(w["thread"])) for w in writes}:
+            mine = writes[(writes["block"] == block) & (writes["thread"] == thread)]["offset"]
+            starts = mine[: len(mine) - len(mine) % 4: 4]
+            if len(mine) % 4 or (starts % 16).any():
+                at = int(starts[(starts % 16) != 0][0]) if (starts % 16).any() else int(mine[0])
+                return (f"{address}: at {N}x{C}, thread {thread} of block {block} stores 16 bytes "
+                        f"at byte {at} of dinp, not a multiple of 16 (a 128-bit store must be "
+                        "16-byte aligned: on a GPU that is a misaligned-address fault). The "
+                        "question gives the address each chunk goes to"), None
+        words, counts = np.unique(writes["offset"] // 16 * 16, return_counts=True)
+        offsets, counts = words, counts // 4
+        want = np.arange(0, N * C * 2, 16)
+        missing = np.setdiff1d(want, offsets)
+        twice = offsets[counts > 1]
+        if missing.size or twice.size:
+            said = []
+            if missing.size:
+                said.append(f"{missing.size} of dinp's {want.size} 16-byte chunks are never stored "
+                            f"(the first: {_chunk(int(missing[0]), C)})")
+            if twice.size:
+                said.append(f"{twice.size} are stored more than once (the first: "
+                            f"{_chunk(int(twice[0]), C)}, {int(counts[counts > 1][0])} times)")
+            return (f"{address}: run on the CPU twin at {N}x{C}, " + " and ".join(said) + ". "
+                    "Each lane's chunk of its warp's row goes back where it was read: the "
+                    "question gives that address"), None
+    if ran.hazards:
+        return (f"{address}: the CPU twin found {ran.hazards[0]}. The question gives the address "
+                "each chunk goes to"), None
+    report = compare.compare_strict(rung.dtype, p, (ran.dinp, ran.dweight), name="q3_store")
+    if not report.dinp.ok:
+        return ("its value is not: every chunk of dinp is stored once, at its own address, but "
+                f"dinp holds wrong numbers there (run on the CPU twin at {N}x{C}): store the "
+                "eight new dinp values v4 computed in that step, the ones the question names"), None
+    return None, None
+
+
 def check_streaming_store(line) -> Verdict:
     """Q3: one line of CUDA that stores v4's eight new dinp values (``d``, an x128, at ``dinp_row +
     c``) with a streaming store (evict first), in place of ``store128cg(dinp_row + c, d);``.
     Compiled into kernels/v4_vec_bf16.cu and judged by its SASS: one 128-bit store, evict-first
-    (``STG.E.EF.128``)."""
+    (``STG.E.EF.128``); then run on the CPU twin (:func:`store_on_twin`), which judges its address
+    and its value (every chunk of dinp stored once, aligned, with the reference's numbers)."""
     if line is None or line is Ellipsis:
         return failed("replace None with your line of CUDA, as a string")
     if not isinstance(line, str) or not line.strip():
         return failed(f"give the line as a string of CUDA, got {line!r}")
-    if "\n" in line.strip() or not line.strip().endswith(";"):
+    if ("\n" in line.strip() or not line.strip().endswith(";")
+            or ";" in line.strip()[:-1]):
         return failed("give one statement on one line, ending with ';' (it replaces "
                       f"{STORE_LINE!r})")
     if build.find_nvcc() is None:
@@ -193,9 +272,16 @@ def check_streaming_store(line) -> Verdict:
                 "common.cuh wraps it for x128)" if re.search(r"\b__stcs\s*\(", line) else "")
         return failed(f"nvcc does not accept it{hint}:\n  {errors}")
     if found == ["STG.E.EF.128"]:
+        wrong, why_not = store_on_twin(line.strip())
+        if wrong:
+            return failed("the store instruction is right (STG.E.EF.128, evict first), but "
+                          + wrong)
+        checked = ("; run on the CPU twin at " + STORE_SHAPE_TEXT + ", it writes every chunk of "
+                   "dinp once, at its own address, with the reference's values" if why_not is None else
+                   f"; its address and value were not checked ({why_not})")
         return passed("one 128-bit store, evict first (STG.E.EF.128): __stcs, st.global.cs, "
-                      "marks the line to leave the caches first. The Explore tail times this "
-                      "variant of v4 against the shipped __stcg store")
+                      "marks the line to leave the caches first" + checked + ". The Explore "
+                      "tail times this variant of v4 against the shipped __stcg store")
     kinds = ", ".join(found) or "no 128-bit store"
     if found == ["STG.E.128"]:
         return failed(f"that compiles to {kinds}, a plain 128-bit store: it asks nothing of the "

@@ -151,7 +151,7 @@ extern "C" __global__ void scale_wide(float4* y, const float4* x, float a, int n
 PROBE_N4 = 2 * BLOCK * UNROLL + 333  # three blocks, the last partly past the end
 _RACE = re.compile(r"on (?P<buf>[xy])\[(?P<at>\d+)\]: block (?P<b1>\d+) thread (?P<t1>\d+)'s "
                    r"(?P<op1>read|write) at (?P<w1>.+?) and block (?P<b2>\d+) thread "
-                   r"(?P<t2>\d+)'s (?P<op2>read|write) at (?P<w2>.+?), no ")
+                   r"(?P<t2>\d+)'s (?P<op2>read|write) at (?P<w2>.+?), no(?:thing)? ")
 
 
 def _owner_sentence(hazard) -> str | None:
@@ -165,6 +165,14 @@ def _owner_sentence(hazard) -> str | None:
     owner = "1" if probe_first else "2"
     chunk = int(m.group("at")) // 4
     verb = {"x": "loaded", "y": "stored"}[m.group("buf")]
+    if m.group("b" + owner) != m.group("b" + mine):  # a chunk of another block's range
+        b = int(m.group("b" + owner))
+        return (f"chunk {chunk} ({m.group('buf')}[{chunk}]) belongs to thread "
+                f"{m.group('t' + owner)} of block {b} (base + k * blockDim.x), but thread "
+                f"{m.group('t' + mine)} of block {m.group('b' + mine)} {verb} it at "
+                f"{m.group('w' + mine)}: the exercise gives each block its own {BLOCK} x "
+                f"{UNROLL} chunks (block {b}: {b * BLOCK * UNROLL} .. "
+                f"{(b + 1) * BLOCK * UNROLL - 1}), and each thread its {UNROLL} of them")
     return (f"chunk {chunk} ({m.group('buf')}[{chunk}]) belongs to thread "
             f"{m.group('t' + owner)} of block {m.group('b' + owner)} (base + k * blockDim.x), but "
             f"thread {m.group('t' + mine)} {verb} it at {m.group('w' + mine)}: with its chunks "

@@ -147,7 +147,17 @@ def check_group_size(answer) -> Verdict:
         return failed("that is the row's chunks: each thread of the group holds K of them")
     if got == 6144 // 4:
         return failed("a thread holds K chunks of 8 channels each, not K channels")
-    return failed("a row group holds a whole row: G * K * 8 >= C, with G a multiple of 32")
+    held = got * 4 * 8
+    if held < 6144:
+        return failed(f"{got} x 4 x 8 = {held} channels, fewer than the row's 6144: a row group "
+                      "holds a whole row, G x K x 8 >= C")
+    if got % 32:
+        return failed(f"{got} threads hold the row, but a row group is whole warps: G is a "
+                      "multiple of 32")
+    idle = (held - 6144) // (4 * 8)
+    return failed(f"{got} x 4 x 8 = {held} channels hold the row's 6144, but {idle} of the "
+                  f"{got} threads would hold none of its chunks: the plan takes the fewest whole "
+                  "warps whose K chunks a thread cover the row")
 
 
 def check_idle_slots(answer) -> Verdict:
