@@ -81,7 +81,11 @@ def test_lesson09_times_the_learner_against_v7s_register_path(monkeypatch):
     assert timed == [("v7_fast", None), ("v7_fast", staged_off)]
     assert line.endswith("the register path 0.050 ms")
     seen = {}
-    monkeypatch.setattr(kernel_check, "check_kernel", lambda source, **kw: seen.update(kw))
+    from rmsnorm_lessons.course.verdict import failed
+
+    # a verdict comes back (the GPU's PASS goes on to the twin's bounds check; this one stops)
+    monkeypatch.setattr(kernel_check, "check_kernel",
+                        lambda source, **kw: seen.update(kw) or failed("stand-in"))
     lesson10.check_v7_kernel("void load_row() {}\nfloat row_pass() {}")
     assert seen["like"] == "v7_fast" and seen["compare_config"] == staged_off
     assert "register path" in seen["compare_label"]
