@@ -1,9 +1,10 @@
-"""rl.diagnose.check is a real judge: on the saved openings of lessons 02-10 (the H100 run of
-2026-12-05) each lesson's intended answer passes where that run measured its figure, every
+"""rl.diagnose.check is a real judge: on the saved openings of lessons 02-10 (saved.RUN, the H100
+run of 2026-12-06) each lesson's intended answer passes where that run measured its figure, every
 wrong answer the plan names for the lesson is NOT YET, saying why (a misread names the row to read
-again, not its figure), and an answer the saved run lacks the figure for is NOT VERIFIED.
-Figures that run did not measure (load efficiency, DRAM bytes, L2 sectors, bank conflicts, a second
-kernel's time) are judged on made-up profiles, labelled as such."""
+again, not its figure), and an answer the saved run lacks the figure for is NOT VERIFIED (judged on
+the seed run, h100-2026-12-05, written from notebook text that lacked many figures).
+Figures judged against made-up profiles (DRAM bytes, bank conflicts on another layout, a second
+kernel's time, another card) are labelled as such."""
 from __future__ import annotations
 
 import pytest
@@ -15,11 +16,18 @@ from rmsnorm_lessons.inspection import nsight
 from rmsnorm_lessons.speed import bench
 
 
-@pytest.fixture(scope="module")
-def openings():
-    """Each lesson's opening as a machine without a GPU shows it (the saved run's)."""
+#: the run seeded from the 2026-12-05 notebooks' text: many figures missing (the lacking cases)
+SEED_RUN = "h100-2026-12-05"
+
+
+def _openings(run=None):
+    """Each lesson's opening as a machine without a GPU shows it (``run``'s, default saved.RUN)."""
+    from rmsnorm_lessons.course import saved
+
     mp = pytest.MonkeyPatch()
     mp.setattr(investigate, "why_not_measured", lambda: "no GPU here")
+    if run is not None:
+        mp.setattr(saved, "RUN", run)
     ladder.v4_interleaved()
     ablation = {"ablation:atomicAdd": 1.0}  # the function is never called without a GPU
     got = {"02": investigate.opening("v1_naive", 8192, 1024),
@@ -36,6 +44,19 @@ def openings():
     return got
 
 
+@pytest.fixture(scope="module")
+def openings():
+    """Each lesson's opening from the current saved run (saved.RUN)."""
+    return _openings()
+
+
+@pytest.fixture(scope="module")
+def seed_openings():
+    """Each lesson's opening from the seed run, which lacks the figures its notebooks' text did not
+    print."""
+    return _openings(SEED_RUN)
+
+
 THIS_LESSON = {"03": ("uncoalesced", "few_threads"), "04": ("global_atomics",),
                "05": ("few_loads_in_flight", "storage_width"), "06": ("bank_conflicts",),
                "07": ("order_of_additions",), "08": ("second_launch",),
@@ -48,20 +69,23 @@ def judge(openings, lesson, bound, cause, metric, value):
 
 
 # --- the intended answers pass where the saved run measured their figure -------------------------
+# (the figures as results/h100-2026-12-06/openings.json holds them, read to a learner's precision)
 
 @pytest.mark.parametrize("lesson, bound, cause, metric, value, says", [
-    ("02", "latency", NOT_ASKED, "dram_pct", 1.8, "latency-bound: DRAM at 2 % of its peak"),
-    ("03", "latency", "few_threads", "occupancy_pct", 12.4, "goes after it"),
-    ("04", "latency", "global_atomics", "ablation:atomicAdd", 72, "goes after it"),
+    ("02", "latency", NOT_ASKED, "dram_pct", 1.6, "latency-bound: DRAM at 2 % of its peak"),
+    ("03", "latency", "few_threads", "occupancy_pct", 12.5, "goes after it"),
+    ("03", "latency", "uncoalesced", "load_efficiency_pct", 12.5, "goes after it"),
+    ("04", "latency", "global_atomics", "ablation:atomicAdd", 70, "goes after it"),
     ("05", "latency", "few_loads_in_flight", "stall:long_scoreboard", 88, "goes after it"),
+    ("06", "latency", "bank_conflicts", "stall:short_scoreboard", 57, "goes after it"),
     ("07", "memory", "order_of_additions", "differing_channels", 2048, "goes after it"),
-    ("09", "latency", "few_loads_in_flight", "stall:long_scoreboard", 46, "goes after it"),
+    ("09", "latency", "few_loads_in_flight", "stall:long_scoreboard", 47, "goes after it"),
 ])
 def test_each_lessons_answer_passes_on_the_saved_run(openings, lesson, bound, cause, metric, value,
                                                       says):
     v = judge(openings, lesson, bound, cause, metric, value)
     assert v.passed, v.message
-    assert says in v.message and "saved on NVIDIA H100 80GB HBM3, 2026-12-05" in v.message
+    assert says in v.message and "saved on NVIDIA H100 80GB HBM3, 2026-12-06" in v.message
     assert openings[lesson].reading() in v.message  # the reading line comes with the verdict
 
 
@@ -69,32 +93,33 @@ def test_each_lessons_answer_passes_on_the_saved_run(openings, lesson, bound, ca
 
 @pytest.mark.parametrize("lesson, bound, cause, metric, value, says", [
     # the bound against the reading's rule (the row to read again, not its figure)
-    ("02", "memory", NOT_ASKED, "dram_pct", 1.8, "read the row 'DRAM throughput' again"),
-    ("02", "latency", NOT_ASKED, "occupancy_pct", 12.4, "the bound is read from how busy DRAM"),
+    ("02", "memory", NOT_ASKED, "dram_pct", 1.6, "read the row 'DRAM throughput' again"),
+    ("02", "latency", NOT_ASKED, "occupancy_pct", 12.5, "the bound is read from how busy DRAM"),
     ("07", "latency", "order_of_additions", "differing_channels", 2048, "under 60 % of its peak"),
-    ("09", "memory", "few_loads_in_flight", "stall:long_scoreboard", 46, "at or above 60 %"),
+    ("09", "memory", "few_loads_in_flight", "stall:long_scoreboard", 47, "at or above 60 %"),
     # a figure misread: the row named, its figure not given away
     ("03", "latency", "few_threads", "occupancy_pct", 92, "not what the row 'achieved occupancy'"),
-    ("02", "latency", NOT_ASKED, "dram_pct", 12.4, "12.4 is the row 'achieved occupancy'"),
-    ("09", "latency", "few_loads_in_flight", "stall:long_scoreboard", 58.5,
+    ("02", "latency", NOT_ASKED, "dram_pct", 12.5, "12.5 is the row 'achieved occupancy'"),
+    ("09", "latency", "few_loads_in_flight", "stall:long_scoreboard", 58.3,
      "is the row 'DRAM throughput'"),
     # a figure that cannot show the cause
     ("03", "latency", "global_atomics", "stall:long_scoreboard", 99, "fire-and-forget"),
-    ("04", "latency", "few_threads", "dram_pct", 21.1, "how many of the warp slots"),
+    ("04", "latency", "few_threads", "dram_pct", 22.0, "how many of the warp slots"),
     # a cause the opening does not support
-    ("03", "latency", "dram_bandwidth", "dram_pct", 1.8, "under the 60 % line"),
+    ("03", "latency", "dram_bandwidth", "dram_pct", 1.6, "under the 60 % line"),
     ("04", "latency", "few_threads", "occupancy_pct", 92, "more warps are not what is missing"),
-    ("04", "latency", "dram_bandwidth", "dram_pct", 21.1, "under the 60 % line"),
+    ("04", "latency", "dram_bandwidth", "dram_pct", 22.0, "under the 60 % line"),
     ("05", "latency", "few_threads", "occupancy_pct", 47.5, "47.5 % of the warp slots"),
-    ("05", "latency", "barriers", "stall:barrier", 5, "5 % of the stalls are at barriers"),
-    ("07", "memory", "bank_conflicts", "stall:short_scoreboard", 9, "at most 16 % of the stalls"),
-    ("09", "latency", "dram_bandwidth", "dram_pct", 58.5, "under the 60 % line"),
+    ("05", "latency", "barriers", "stall:barrier", 4.5, "5 % of the stalls are at barriers"),
+    ("07", "memory", "bank_conflicts", "stall:short_scoreboard", 9,
+     "0.1 extra shared-memory passes per wavefront"),
+    ("09", "latency", "dram_bandwidth", "dram_pct", 58.3, "under the 60 % line"),
     ("09", "latency", "few_threads", "occupancy_pct", 48.1, "48.1 % of the warp slots"),
     # true of the opening, but not what the lesson's kernel removes (walk-through 2026-12: a PASS
     # here let the learner move on with the wrong cause)
     ("03", "latency-bound", "few_loads_in_flight", "stall:long_scoreboard", 99, "leaves it"),
-    ("04", "Latency", "few_loads_in_flight", "stall:long_scoreboard", 98, "the warps are there"),
-    ("07", "memory", "dram_bandwidth", "dram_pct", 76.8, "leaves it"),
+    ("04", "Latency", "few_loads_in_flight", "stall:long_scoreboard", 97, "the warps are there"),
+    ("07", "memory", "dram_bandwidth", "dram_pct", 77.0, "leaves it"),
     ("08", "memory", "barriers", "stall:barrier", 35, "leaves it"),
     ("09", "latency", "barriers", "stall:barrier", 34, "leaves it"),
 ])
@@ -115,10 +140,11 @@ def test_wrong_answers_are_not_yet_with_the_openings_figure(openings, lesson, bo
     ("08", "memory", "second_launch", "second_kernel_us", 18, "not in the saved run"),
     ("10", "latency", "few_loads_in_flight", "stall:long_scoreboard", 46, "no DRAM throughput"),
 ])
-def test_a_figure_the_saved_run_lacks_is_not_verified_saying_why(openings, lesson, bound, cause,
-                                                                 metric, value, says):
-    """round 2, rule 2: what the saved run cannot judge is NOT VERIFIED, never NOT YET."""
-    v = judge(openings, lesson, bound, cause, metric, value)
+def test_a_figure_the_saved_run_lacks_is_not_verified_saying_why(seed_openings, lesson, bound,
+                                                                 cause, metric, value, says):
+    """round 2, rule 2: what the saved run cannot judge is NOT VERIFIED, never NOT YET (on the seed
+    run, h100-2026-12-05, which lacks these figures; the current run measured them)."""
+    v = judge(seed_openings, lesson, bound, cause, metric, value)
     assert v.status == "NOT VERIFIED" and says in v.message, v.message
     assert "run the opening on a GPU" in v.message, v.message
 

@@ -368,11 +368,23 @@ def test_a_wrong_bound_or_a_misread_figure_is_not_given_the_figure(no_gpu):
     assert f"{stall:.0f}" not in misread.message
 
 
-def test_a_figure_the_saved_run_lacks_is_not_verified_not_refused(no_gpu):
+def test_a_figure_the_saved_run_lacks_is_not_verified_not_refused(no_gpu, monkeypatch):
+    # the seed run (h100-2026-12-05, from its notebooks' text) has no DRAM bytes for v3
+    from rmsnorm_lessons.course import saved
+
+    current = saved.RUN
+    monkeypatch.setattr(saved, "RUN", "h100-2026-12-05")
     verdict = lesson05.check_diagnosis("latency", "storage_width", "dram_bytes_per_element", 16)
     assert verdict.status == "NOT VERIFIED" and "DRAM bytes / element" in verdict.message
     assert lesson05.check_diagnosis("latency", "storage_width", "dram_pct", 48.7).status == \
         "NOT YET", "a figure that cannot show the cause is refused, saved run or not"
+    # the current saved run measured them: the same reading is judged, not left unverified
+    monkeypatch.setattr(saved, "RUN", current)
+    monkeypatch.setattr(lesson05, "_SEEN", {})  # the seed's opening was kept: load the run's
+    shown = lesson05.measured().figure("dram_bytes_per_element")
+    assert shown is not None
+    judged = lesson05.check_diagnosis("latency", "storage_width", "dram_bytes_per_element", shown)
+    assert judged.verified and judged.status != "NOT VERIFIED", judged.message
 
 
 def test_the_guess_is_set_beside_what_changed_and_the_timing_is_explored():

@@ -6,6 +6,7 @@ import importlib.util
 import json
 import math
 import os
+import re
 import sys
 from pathlib import Path
 
@@ -81,11 +82,14 @@ def test_a_file_of_another_format_is_refused(tmp_results):
 
 # --- the seed ---------------------------------------------------------------------------------
 
-SEEDED = saved.read()["opening"]
+#: the run tools/save_openings.py `seed` wrote from the 2026-12-05 notebooks (saved.RUN has since
+#: moved to the H100 run of 2026-12-06, whose openings were measured, not seeded)
+SEED_RUN = "h100-2026-12-05"
+SEEDED = saved.read(SEED_RUN)["opening"]
 
 
 def test_the_seed_is_the_h100_runs_and_says_where_each_figure_came_from():
-    assert SEEDED, f"{saved.path()} holds no openings"
+    assert SEEDED, f"{saved.path(SEED_RUN)} holds no openings"
     for name, entry in SEEDED.items():
         assert saved.label(entry) == "NVIDIA H100 80GB HBM3, 2026-12-05", name
         assert entry["from"].startswith("the 2026-12-05 run's notebooks: "), name
@@ -117,8 +121,23 @@ def test_every_seeded_figure_is_whole(name):
     assert all(math.isfinite(v) for v in entry["figures"].values())
 
 
-def test_no_saved_opening_holds_a_reading():
-    text = saved.path().read_text()
+def test_the_saved_run_was_measured_on_one_card_and_day():
+    """saved.RUN (the lessons' GPU run since 2026-12-06): every opening measured by investigate on
+    one H100 or H200 the same day, its profile whole (nothing marked missing)."""
+    whole = saved.read()
+    assert whole["run"] == saved.RUN != SEED_RUN and whole["opening"]
+    labels = {saved.label(e) for e in whole["opening"].values()}
+    assert len(labels) == 1 and re.fullmatch(r"NVIDIA H(100|200)\b.*, \d{4}-\d\d-\d\d",
+                                             labels.pop())
+    for name, entry in whole["opening"].items():
+        assert entry["from"] == "measured by rmsnorm_lessons.course.investigate", name
+        assert entry["profile"] and not entry["profile"]["missing"], name
+        assert name.startswith("lesson09") or entry["timing"], name
+
+
+@pytest.mark.parametrize("run", sorted({SEED_RUN, saved.RUN}))
+def test_no_saved_opening_holds_a_reading(run):
+    text = saved.path(run).read_text()
     assert "bound:" not in text and "-bound" not in text
 
 
