@@ -47,6 +47,29 @@ def test_keys_name_the_call():
         saved.path("../elsewhere")
 
 
+def test_a_second_measurement_of_a_call_keeps_the_first_ones_figures(tmp_results, monkeypatch):
+    """Lesson 13's ladder measures v5 at 16384 x 2048 after lesson 08 did, without lesson 08's
+    second kernel or lesson 07's channels: the entry keeps them (the H100 run of 2026-12-06 lost
+    them when an entry was replaced whole)."""
+    monkeypatch.setenv(saved.ENV, "h100-2026-12-21")
+    first = {"timing": {"ms": 1.0}, "profile": {"dram_pct": 66.2},
+             "extra": {"reduce_dweight_v5": {"duration_us": 18.6}},
+             "figures": {"differing_channels": 0.0}}
+    later = {"timing": {"ms": 1.1}, "profile": {"dram_pct": 66.4}, "extra": {},
+             "figures": {"ablation:x": 5.0}}
+    saved.record("opening", "v5_two_pass 8x8", first, device="GPU A", date="2026-12-21")
+    saved.record("opening", "v5_two_pass 8x8", later, device="GPU A", date="2026-12-21")
+    got, _ = saved.load("opening", "v5_two_pass 8x8", run="h100-2026-12-21")
+    assert got["timing"] == {"ms": 1.1} and got["profile"] == {"dram_pct": 66.4}
+    assert got["extra"] == {"reduce_dweight_v5": {"duration_us": 18.6}}
+    assert got["figures"] == {"differing_channels": 0.0, "ablation:x": 5.0}
+    # a figure measured again is the new one
+    saved.record("opening", "v5_two_pass 8x8", dict(later, figures={"differing_channels": 3.0}),
+                 device="GPU A", date="2026-12-21")
+    got, _ = saved.load("opening", "v5_two_pass 8x8", run="h100-2026-12-21")
+    assert got["figures"]["differing_channels"] == 3.0 and got["figures"]["ablation:x"] == 5.0
+
+
 def test_record_writes_only_where_the_gpu_run_asks(tmp_results, monkeypatch):
     data = {"timing": None, "profile": None, "extra": {}, "figures": {"x": 1.0}}
     assert saved.record("opening", "v1_naive 8x8", data, device="GPU A") is None

@@ -96,6 +96,24 @@ def save_run() -> str | None:
     return RUN if value.lower() in ("1", "yes", "true") else value
 
 
+#: the parts of an entry that name their figures one by one: a second measurement of the same call
+#: in the same run (lesson 13's ladder after lessons 07 and 08) adds to them and never drops one
+_NAMED = ("figures", "extra")
+
+
+def _merged(old: dict | None, new: dict) -> dict:
+    """``new``, keeping what ``old`` (the same call, measured earlier in the same run) named in
+    :data:`_NAMED` and ``new`` does not: a lesson's extra figures survive another lesson's
+    measurement of the same kernel at the same shape."""
+    if not old:
+        return new
+    merged = dict(new)
+    for part in _NAMED:
+        if isinstance(old.get(part), dict) and old[part]:
+            merged[part] = {**old[part], **(new.get(part) or {})}
+    return merged
+
+
 def record(kind: str, name: str, data: dict, *, device: str | None = None,
            date: str | None = None, source: str | None = None, run: str | None = None):
     """Write ``data`` as the entry ``name`` of ``kind`` (the device, the date and where it came
@@ -120,7 +138,8 @@ def record(kind: str, name: str, data: dict, *, device: str | None = None,
     with open(lock_path, "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
         whole = read(run) or {"format": FORMAT, "run": run}
-        whole.setdefault(kind, {})[name] = entry
+        entries = whole.setdefault(kind, {})
+        entries[name] = _merged(entries.get(name), entry)
         whole[kind] = dict(sorted(whole[kind].items()))
         partial = target.with_name(f".{FILE}.partial")
         partial.write_text(json.dumps(whole, indent=1, ensure_ascii=False) + "\n",
