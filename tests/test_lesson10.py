@@ -266,7 +266,9 @@ def test_a_diagnosis_the_saved_opening_cannot_judge_is_not_verified_never_not_ye
 def test_the_notebook_opens_and_closes_without_a_gpu_cell():
     """Round 2, rule 1, and the walk-through's leak: the opening and what changed are no %%gpu
     cells; the guess meets the two times of what changed (the separate timing cell is gone); the
-    row-layout picture, which shows G, comes after the prediction, not under the decision."""
+    row-layout picture, which shows G, is not in the core path above the exercise (round 3: Explore).
+    Round 3 moved the printed kernel parts to Explore too: the exercise's text names each call its
+    steps make, and Explore prints the parts, without the loop around them first."""
     import _lesson_support as nbs
     from test_lesson09_notebook import _gpu_free
 
@@ -277,14 +279,20 @@ def test_the_notebook_opens_and_closes_without_a_gpu_cell():
     [decision] = [i for i in nbs.tagged(cells, "decision") if "BEGIN SOLUTION" in
                   nbs.text(cells[i])]
     [prediction] = nbs.tagged(cells, "prediction")
-    [picture] = [i for i, c in enumerate(core) if "v7_row_layout(4096)" in nbs.text(c)]
-    assert decision < prediction < picture < nbs.tagged(cells, "kernel-exercise")[0]
+    [exercise] = nbs.tagged(cells, "kernel-exercise")
+    assert decision < prediction < exercise
+    [picture] = [i for i, c in enumerate(cells) if "v7_row_layout(4096)" in nbs.text(c)]
+    assert picture >= len(core), "the picture shows G: not in the core path"
     [versus] = [i for i, c in enumerate(core) if "predict.versus(mine_v7" in nbs.text(c)]
     assert nbs.tagged(cells, "what-changed")[0] < versus
     assert "after.timing.ms" in nbs.text(cells[versus])
-    # what the exercise uses is printed; the loop around it is Explore's
-    printed = next(nbs.text(c) for c in core if "kernel_part(\"v7_fast\", part)" in nbs.text(c))
-    assert "'backward'" not in printed and "'sums'" in printed
+    # what the exercise uses is named in its own text, and printed in Explore, apart from the loop
+    told = nbs.text(cells[exercise - 1])
+    for call in ("p.chunk(j)", "p.chunks", "widen(v, k)", "sums(p, half, chunk)", "Explore"):
+        assert call in told, call
+    [printed] = [i for i, c in enumerate(cells) if "kernel_part(\"v7_fast\", part)" in nbs.text(c)]
+    assert printed >= len(core)
+    assert "'backward'" not in nbs.text(cells[printed]) and "'sums'" in nbs.text(cells[printed])
 
 
 @pytest.mark.parametrize("answer, says, never", [
