@@ -196,18 +196,20 @@ def test_what_changed_from_v4_to_v5_on_the_saved_run(no_gpu, capsys, monkeypatch
     assert str(change).splitlines() == [
         "what changed: v4_vec_bf16 -> v5_two_pass at 16384x2048 (saved on NVIDIA H100 80GB HBM3, "
         "2026-12-06)",
-        "                            v4_vec_bf16          v5_two_pass          change",
-        "bench time                  0.1234 ms            0.1454 ms            1.18x longer",
-        "ncu duration                110.3 us             125.9 us             +15.6 us",
-        "DRAM throughput             77.0 %               66.4 %               -10.6 points",
-        "DRAM bytes / element        8.48 B               8.34 B               1.02x fewer",
-        "achieved occupancy          48.3 %               48.1 %               -0.2 points",
-        "global load efficiency      99.9 %               99.9 %               +0.0 points",
-        "L2 atomic sectors / element 0.006                0.000                -0.006",
-        "bank conflicts / wavefront  0.10                 0.08                 -0.02",
-        "top stalls                  long_scoreboard 76 % long_scoreboard 48 %",
-        "                            short_scoreboard 9 % barrier 35 %",
-        "                            wait 7 %             not_selected 6 %"]
+        "                               v4_vec_bf16          v5_two_pass          change",
+        "bench time                     0.1234 ms            0.1454 ms            1.18x longer",
+        "ncu duration                   110.3 us             125.9 us             +15.6 us",
+        "DRAM throughput                77.0 %               66.4 %               -10.6 points",
+        "DRAM bytes / element           8.48 B               8.34 B               1.02x fewer",
+        "achieved occupancy             48.3 %               48.1 %               -0.2 points",
+        "global load efficiency         99.9 %               99.9 %               +0.0 points",
+        "L2 atomic sectors / element    0.006                0.000                -0.006",
+        "bank conflicts / wavefront     0.10                 0.08                 -0.02",
+        "top stalls                     long_scoreboard 76 % long_scoreboard 48 %",
+        "                               short_scoreboard 9 % barrier 35 %",
+        "                               wait 7 %             not_selected 6 %",
+        # lesson 07's figure (v4's channels, v5's none): what v5 was built to change
+        "channels differing (fp32 sums) 2048                 0                    -2048"]
     assert change.figure is not None
     change._ipython_display_()  # what_changed showed it: the cell's value adds nothing
     assert capsys.readouterr().out == ""

@@ -266,7 +266,8 @@ def test_a_diagnosis_the_saved_opening_cannot_judge_is_not_verified_never_not_ye
 def test_the_notebook_opens_and_closes_without_a_gpu_cell():
     """Round 2, rule 1, and the walk-through's leak: the opening and what changed are no %%gpu
     cells; the guess meets the two times of what changed (the separate timing cell is gone); the
-    row-layout picture, which shows G, is not in the core path above the exercise (round 3: Explore).
+    row-layout picture, which shows G, is not in the core path above the exercise (round 3:
+    Explore).
     Round 3 moved the printed kernel parts to Explore too: the exercise's text names each call its
     steps make, and Explore prints the parts, without the loop around them first."""
     import _lesson_support as nbs

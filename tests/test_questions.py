@@ -147,7 +147,8 @@ def test_a_question_passes_the_answer_and_explains_a_wrong_one(check, right, wro
 
 CASES_10_12 = [
     # check, right, plausible wrong answers (with a word of the reason given)
-    (lesson10.check_group_size, 192, [(768, "chunks"), (1536, "chunks of 8"), (100, "multiple")]),
+    (lesson10.check_group_size, 192, [(768, "chunks"), (1536, "chunks of 8"),
+                                      (100, "fewer than the row's")]),
     (lesson10.check_idle_slots, 56, [(200, "row's chunks"), (28, "both"), (7, "G x K")]),
     (lesson11.check_tail_rows, 136, [(4, "row groups"), (128, "idle"), (15, "full rounds")]),
     (lesson11.check_in_flight_bytes, 65536, [(32768, "both tensors"), (98304, "dinp"),

@@ -153,7 +153,9 @@ def test_the_saved_run_was_measured_on_one_card_and_day():
     assert len(labels) == 1 and re.fullmatch(r"NVIDIA H(100|200)\b.*, \d{4}-\d\d-\d\d",
                                              labels.pop())
     for name, entry in whole["opening"].items():
-        assert entry["from"] == "measured by rmsnorm_lessons.course.investigate", name
+        # two entries say, after this, which figures were read from the same run's printed
+        # openings (RUNS.md: lesson 13's ladder had recorded over lessons 07 and 08's)
+        assert entry["from"].startswith("measured by rmsnorm_lessons.course.investigate"), name
         assert entry["profile"] and not entry["profile"]["missing"], name
         assert name.startswith("lesson09") or entry["timing"], name
 

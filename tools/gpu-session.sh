@@ -13,9 +13,10 @@
 # arch      every lesson built for the virtual architecture ARCH (default compute_75), nbval-lax
 #           (about 240 s); not beside another step: both slow down and miss their deadlines
 # bench     the default bench (python -m rmsnorm_lessons bench), its log and JSON in $OUT
-# recheck   after a suite run that failed or ran out of time: re-execute LESSONS (optional, packed as
-#           $OUT/notebooks.tgz), then at once the notebooks under strict nbval (NB_JOBS workers, a
-#           file a worker) and the test ids listed in IDS (one per line, TEST_JOBS workers), each
+# recheck   after a suite run that failed or ran out of time: re-execute LESSONS (optional,
+#           packed as $OUT/notebooks.tgz), then at once the notebooks under strict nbval (NB_JOBS
+#           workers, a file a worker) and the test ids listed in IDS (one per line, TEST_JOBS
+#           workers), each
 #           within LIMIT seconds (default 240); logs nbval.log and tests.log
 set -o pipefail
 export PYTHONUNBUFFERED=1
@@ -73,8 +74,8 @@ case "$STEP" in
             tar czf "$OUT/notebooks.tgz" notebooks/*.ipynb
         fi
         timeout "${LIMIT:-240}" python3 -m pytest -n "${NB_JOBS:-7}" --dist loadfile \
-            -p no:cacheprovider --nbval --nbval-current-env --nbval-sanitize-with nbval_sanitize.cfg \
-            notebooks > "$OUT/nbval.log" 2>&1 &
+            -p no:cacheprovider --nbval --nbval-current-env \
+            --nbval-sanitize-with nbval_sanitize.cfg notebooks > "$OUT/nbval.log" 2>&1 &
         nbval=$!
         timeout "${LIMIT:-240}" python3 - "${IDS:?IDS=file of test ids}" "${TEST_JOBS:-8}" \
             > "$OUT/tests.log" 2>&1 <<'PY' &

@@ -220,8 +220,8 @@ def ablation(version, remove: str, N: int, C: int, copy_gbps: float, repeats: in
     # what the removed statement used is now unused: nvcc's warnings about it (177: declared but
     # never referenced, 550: set but never used) would print above the lesson's figures
     quiet = "#pragma nv_diag_suppress 177\n#pragma nv_diag_suppress 550\n"
-    rest = ladder.rung_from_source(name=f"{spec.name}_ablated", like=spec,
-                                   source=quiet + text.replace(remove, "/* removed for the ablation */"),
+    source = quiet + text.replace(remove, "/* removed for the ablation */")
+    rest = ladder.rung_from_source(name=f"{spec.name}_ablated", like=spec, source=source,
                                    register_it=False)
     return bench_version(rest, N, C, copy_gbps, repeats=repeats,
                          name=f"{spec.name} without {remove.strip()}")

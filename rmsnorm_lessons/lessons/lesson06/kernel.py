@@ -276,9 +276,9 @@ def check_streaming_store(line) -> Verdict:
         if wrong:
             return failed("the store instruction is right (STG.E.EF.128, evict first), but "
                           + wrong)
-        checked = ("; run on the CPU twin at " + STORE_SHAPE_TEXT + ", it writes every chunk of "
-                   "dinp once, at its own address, with the reference's values" if why_not is None else
-                   f"; its address and value were not checked ({why_not})")
+        checked = (f"; its address and value were not checked ({why_not})" if why_not is not None
+                   else "; run on the CPU twin at " + STORE_SHAPE_TEXT + ", it writes every chunk "
+                   "of dinp once, at its own address, with the reference's values")
         return passed("one 128-bit store, evict first (STG.E.EF.128): __stcs, st.global.cs, "
                       "marks the line to leave the caches first" + checked + ". The Explore "
                       "tail times this variant of v4 against the shipped __stcg store")
