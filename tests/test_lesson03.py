@@ -212,3 +212,24 @@ def test_the_opening_and_what_changed_show_the_saved_run_and_the_guess_is_compar
     # no core cell waits for a GPU: the sweep and the small-N question are in the Explore tail
     assert not [text(c)[:40] for c in core if "gpu" in c.get("metadata", {}).get("tags", [])]
     assert not any("check_small_n" in text(c) for c in core)
+
+
+# --- round 3 (the walk-through of 2026-12-06): messages that told a wrong reason ------------------
+
+@pytest.mark.skipif(build.find_nvcc() is None, reason="nvcc not found")
+def test_a_mean_taken_before_the_butterfly_says_the_compiler_removed_the_shuffles(monkeypatch):
+    from rmsnorm_lessons import twin
+
+    if twin.available() is not None:
+        pytest.skip(twin.available())
+    monkeypatch.setattr(gpu, "why_unavailable", lambda: "hidden by the test")
+    _, solution = _exercise_text()
+    mean = ("    const float dnorm_norm_mean = partial * r / C;  // rstd factored out of the loop "
+            "above\n")
+    butterfly = "    for (int offset = 16; offset > 0; offset /= 2) {"
+    assert solution.count(mean) == 1 and solution.count(butterfly) == 1
+    early = solution.replace(mean, "").replace(butterfly, mean + butterfly)
+    verdict = lesson03.check_v2_kernel(early, sanitize=False)
+    assert verdict.status == "NOT YET", verdict
+    assert "compiler removed the shuffles" in verdict.message, verdict
+    assert "never used" in verdict.message and "0 SHFL.BFLY" not in verdict.message, verdict

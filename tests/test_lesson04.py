@@ -270,3 +270,23 @@ def test_no_core_cell_waits_for_a_gpu_and_the_guess_meets_the_what_changed_cell(
     [changed] = tagged(all_cells, "what-changed")
     assert "rl.predict.versus(mine_v3" in text(all_cells[changed])
     assert any("check_widest_c" in text(c) for c in all_cells[explore:])
+
+
+# --- round 3 (the walk-through of 2026-12-06): a loop that advances by the wrong step -------------
+
+@pytest.mark.skipif(build.find_nvcc() is None, reason="nvcc not found")
+def test_a_row_loop_stepping_by_one_is_said_to_repeat_rows_not_to_stand_still(monkeypatch):
+    from rmsnorm_lessons import twin
+
+    if twin.available() is not None:
+        pytest.skip(twin.available())
+    monkeypatch.setattr(gpu, "why_unavailable", lambda: "hidden by the test")
+    [at] = tagged(cells(STEM), "kernel-exercise")
+    solution = ast.parse(text(cells(STEM)[at])).body[0].value.value
+    assert solution.count("row += stride") == 1
+    verdict = lesson04.check_v3_kernel(solution.replace("row += stride", "row += 1"),
+                                       sanitize=False)
+    assert verdict.status == "NOT YET", verdict
+    assert "does not advance" not in verdict.message, verdict
+    assert "Its loops do advance" in verdict.message, verdict
+    assert "rows are taken by more than one warp" in verdict.message, verdict

@@ -398,3 +398,44 @@ def test_the_guess_is_set_beside_what_changed_and_the_timing_is_explored():
     assert guess < changed and "guess_beside(mine_v4, before, after" in text(cells[changed])
     kept = "".join(text(c) for c in core(cells))
     assert "rl.bench.table(" not in kept and "rl.bench.table(" in "".join(text(c) for c in cells)
+
+
+# --- round 3 (the walk-through of 2026-12-06): messages that told a wrong reason ------------------
+
+def _draft():
+    import ast
+
+    [cell] = [c for c in _cells() if "kernel-exercise" in c["metadata"].get("tags", [])]
+    return ast.parse(text(cell)).body[0].value.value
+
+
+@pytest.mark.skipif(build.find_nvcc() is None, reason="nvcc not found")
+def test_a_plain_flush_blames_the_flush_alone_not_the_row_loads(monkeypatch):
+    from rmsnorm_lessons.core import gpu
+
+    monkeypatch.setattr(gpu, "why_unavailable", lambda: "hidden by the test")
+    atomic = "atomicAdd(&dweight_accum[c], dweight_shared[c]);"
+    source = _draft()
+    assert source.count(atomic) == 1
+    verdict = lesson05.check_v4_draft(
+        source.replace(atomic, "dweight_accum[c] += dweight_shared[c];"), sanitize=False)
+    assert verdict.status == "NOT YET", verdict
+    assert "the flush is an atomicAdd on global memory" in verdict.message, verdict
+    assert "is read or written narrower" not in verdict.message, verdict
+
+
+@pytest.mark.skipif(build.find_nvcc() is None, reason="nvcc not found")
+def test_a_column_loop_stepping_by_8_is_said_to_repeat_the_work(monkeypatch):
+    from rmsnorm_lessons import twin
+    from rmsnorm_lessons.core import gpu
+
+    if twin.available() is not None:
+        pytest.skip(twin.available())
+    monkeypatch.setattr(gpu, "why_unavailable", lambda: "hidden by the test")
+    step = "c += WARP_SIZE * x128::size"
+    source = _draft()
+    assert source.count(step) == 2
+    verdict = lesson05.check_v4_draft(source.replace(step, "c += 8"), sanitize=False)
+    assert verdict.status == "NOT YET", verdict
+    assert "does not advance" not in verdict.message, verdict
+    assert "Its loops do advance" in verdict.message and "more than one lane" in verdict.message

@@ -336,3 +336,25 @@ def test_the_streaming_store_is_one_statement():
     verdict = lesson06.check_streaming_store("store128cs(dinp_row + c, d); "
                                              "store128cs(dinp_row + c, d);")
     assert verdict.status == "NOT YET" and "one statement" in verdict.message, verdict.message
+
+
+# --- round 3 (the walk-through of 2026-12-06): a PASS that named the wrong loads ------------------
+
+@needs_twin
+def test_evict_first_loads_on_weight_are_not_yet_and_the_solution_still_passes(monkeypatch):
+    from rmsnorm_lessons.core import gpu
+
+    monkeypatch.setattr(gpu, "why_unavailable", lambda: "hidden by the test")
+    text_ = _solution()
+    plain, hinted = "x128 w = load128(weight + c)", "x128 w = load128cs(weight + c)"
+    assert text_.count(plain) == 1 and text_.count("x128 g = load128cs(dout_row + c);") == 1
+    right = lesson06.check_v4_kernel(text_, sanitize=False)
+    assert right.passed, right
+    assert ("two evict-first 128-bit loads (LDG.E.EF.128) of dout and inp in the second loop"
+            in right.message), right
+    for dout in ("load128", "load128cs"):  # weight and inp hinted, dout plain; all three hinted
+        wrong = text_.replace(plain, hinted).replace("x128 g = load128cs(dout_row + c);",
+                                                     f"x128 g = {dout}(dout_row + c);")
+        verdict = lesson06.check_v4_kernel(wrong, sanitize=False)
+        assert verdict.status == "NOT YET", verdict
+        assert "weight is loaded evict-first" in verdict.message, verdict

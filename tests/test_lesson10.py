@@ -312,3 +312,28 @@ def test_a_wrong_group_size_is_refused_with_a_true_reason(answer, says, never):
     assert never not in verdict.message, verdict.message
     assert not re.search(r"\b192\b", verdict.message), "the reason does not give the answer"
     assert lesson10.check_group_size(192).passed
+
+
+# --- round 3 (the walk-through of 2026-12-06): the sums written back past the row ----------------
+
+def test_a_sums_write_back_without_the_chunk_guard_gets_the_bounds_reason(monkeypatch):
+    import ast
+
+    from _lesson_support import cells, tagged, text
+
+    from rmsnorm_lessons.core import build, gpu
+    from rmsnorm_lessons.lessons import lesson10
+
+    if build.find_nvcc() is None:
+        pytest.skip("nvcc not found")
+    monkeypatch.setattr(gpu, "why_unavailable", lambda: "hidden by the test")
+    [at] = tagged(cells("10_v7_one_pass"), "kernel-exercise")
+    solution = ast.parse(text(cells("10_v7_one_pass")[at])).body[0].value.value
+    guarded = "if (chunk < p.chunks) { sums(p, 0, chunk) = a; sums(p, 1, chunk) = b; }"
+    assert solution.count(guarded) == 1
+    verdict = lesson10.check_v7_kernel(
+        solution.replace(guarded, "sums(p, 0, chunk) = a; sums(p, 1, chunk) = b;"), sanitize=False)
+    assert verdict.status == "NOT YET", verdict
+    assert "no chunk < p.chunks guard" in verdict.message, verdict
+    assert "another thread's shared memory" in verdict.message, verdict
+    assert "keep one set of 8 fp32" not in verdict.message, verdict

@@ -84,6 +84,61 @@ def _hazard_kind(kind: str) -> str:
             "time limit": "error", "crash": "error"}.get(kind, "error")
 
 
+def _why_so_slow(rung, text: str, N: int = 16) -> str:
+    """A kernel stopped by the time limit, run again at a small shape (N rows, C a few of its
+    multiples, no starting dinp or dweight): where it ends there, its loops advance, and ``text``
+    says what the small run saw instead (each row's dinp added more than once: rows taken by more
+    than one warp, or columns by more than one lane). Where it does not end there either, ``text``
+    is kept (a loop that does not advance, or a wait)."""
+    C = max(rung.c_multiple, 64 - 64 % rung.c_multiple or rung.c_multiple)
+    try:
+        p = reference.random_problem(N, C, rung.dtype, seed=7, accumulate=False)
+        args = [p[n] for n in ("dout", "inp", "weight", "rstd", "dinp", "dweight")]
+        got = twin.run_rung(rung, *args, calls=1, limit=10.0)
+    except Exception:  # noqa: BLE001 (the first message stands)
+        return text
+    if got.dinp is None or any(h.kind == "time limit" for h in got.hazards):
+        return text
+    want_dinp, want_dweight = reference.backward(*args[:4])
+    stopped = text.split(": a loop that does not advance")[0]
+    ends = f"{stopped}. Its loops do advance: at N={N}, C={C} the kernel ends, but"
+    rows = _times(got.dinp, want_dinp)  # rows taken again: each row's dinp a whole multiple
+    if rows is not None and all(len(set(r)) == 1 for r in rows) and max(map(max, rows)) > 1:
+        counts = [r[0] for r in rows]
+        return (f"{ends} row r's dinp is added {min(counts)} to {max(counts)} times instead of "
+                "once: rows are taken by more than one warp (does the row loop step over all the "
+                "grid's warps?)")
+    cols = _times(got.dweight, want_dweight)  # columns taken again: dweight[c] a whole multiple
+    if cols is not None and max(cols[0]) > 1:
+        return (f"{ends} dweight[c] gets its adds {min(cols[0])} to {max(cols[0])} times instead "
+                "of once: the work is repeated, each column taken by more than one lane (does a "
+                "column loop step by less than its lanes cover together?)")
+    if rows is not None and cols is not None and max(map(max, rows)) == max(cols[0]) == 1:
+        return (f"{stopped}. At N={N}, C={C} the kernel ends and is right: its loops advance, "
+                "but too slowly for the check's shapes (is a loop's step smaller than it should "
+                "be?)")
+    return (f"{ends} its result there is wrong, the work repeated or misplaced: is a loop's step "
+            "smaller than the rows or columns its threads cover together?")
+
+
+def _times(have, want):
+    """``have / want`` row by row as whole numbers (elements where ``want`` is not near 0), or
+    None where some ratio is not near a whole number."""
+    have = np.atleast_2d(np.asarray(have, np.float64))
+    want = np.atleast_2d(np.asarray(want, np.float64))
+    big = np.abs(want) > 1e-2 * np.abs(want).max()
+    out = []
+    for h, w, b in zip(have, want, big):
+        if not b.any():
+            continue
+        ratio = h[b] / w[b]
+        whole = np.round(ratio)
+        if np.abs(ratio - whole).max() > 0.05:
+            return None
+        out.append(sorted({int(x) for x in whole}))
+    return out or None
+
+
 def run_checks_on_cpu(rung, *, seed: int = 0, rows_per_block=None, hints=None,
                       shapes=rungs.CHECK_SHAPES) -> Outcome:
     """:func:`.running.run_checks` on the CPU twin (see the module's docstring)."""
@@ -98,8 +153,11 @@ def run_checks_on_cpu(rung, *, seed: int = 0, rows_per_block=None, hints=None,
         if got.hazards:
             first = got.hazards[0]
             more = f" ({len(got.hazards) - 1} more found)" if len(got.hazards) > 1 else ""
+            text = first.text
+            if first.kind == "time limit":
+                text = _why_so_slow(rung, text)
             return Outcome(False, f"{where}{ok_so_far} it found {FOUND.get(first.kind, 'an error')}"
-                                  f": {first.text}{more}", (_hazard_kind(first.kind),))
+                                  f": {text}{more}", (_hazard_kind(first.kind),))
         result = (got.dinp, got.dweight)
         report = compare.compare_strict(rung.dtype, p, result, name=rung.name)
         if not report.ok:

@@ -65,13 +65,33 @@ def check_v2_kernel(source: str, sanitize: bool = True) -> Verdict:
                               "__shfl_down_sync leaves the row's sum in lane 0 only, but every "
                               "lane needs it for its own columns: use __shfl_xor_sync (the "
                               "butterfly)", kernel=kernel),
-                kc.sass_has("SHFL.BFLY", "five butterfly shuffles (SHFL.BFLY)",
-                            "the butterfly needs log2(32) = 5 __shfl_xor_sync steps, the offsets "
-                            "you decided", kernel=kernel, at_least=5),
+                _butterfly_in_sass(kernel),
                 kc.sass_has(kc.GLOBAL_ATOMICS, "a global atomic adds to dweight",
                             "dweight[c] takes one addition per row: use atomicAdd", kernel=kernel),
                 kc.no_local_memory(kernel)))
     return coalescing.judged(verdict, "yours_v2", kernel_name="yours_v2")
+
+
+def _butterfly_in_sass(kernel: str):
+    """Five SHFL.BFLY in the SASS; where the text calls __shfl_xor_sync and the SASS has none, the
+    compiler removed them: their result is never used (the mean taken before the butterfly)."""
+    from ...course.checking import kernel as kc
+
+    has = kc.sass_has("SHFL.BFLY", "five butterfly shuffles (SHFL.BFLY)",
+                      "the butterfly needs log2(32) = 5 __shfl_xor_sync steps, the offsets "
+                      "you decided", kernel=kernel, at_least=5)
+
+    def test(c):
+        shuffles = [i for i in c.instructions(kernel) if i.opcode.startswith("SHFL")]
+        calls = c.text.count("__shfl_xor_sync")
+        if c.listing is None or shuffles or not calls:
+            return has.test(c)
+        return (f"your code calls __shfl_xor_sync ({calls} call{'s' * (calls > 1)} in the text), "
+                "but the SASS has no SHFL at all: the compiler removed the shuffles because their "
+                "result is never used. Is the row's sum read after the butterfly, or is the mean "
+                "computed before it?")
+
+    return kc.Static(has.what, test)
 
 
 # --- the end-of-lesson questions (no cell prints their answers)

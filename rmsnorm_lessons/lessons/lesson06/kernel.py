@@ -22,6 +22,8 @@ SLOT_HINT = ("where dinp is right, look at the staging: staged() must give each 
              "flush must read channel c back from staged(c, C)")
 #: the line of v4 the question replaces
 STORE_LINE = "store128cg(dinp_row + c, d);"
+#: an evict-first load of weight in the learner's text (the hint is dout's and inp's)
+WEIGHT_HINTED = re.compile(r"\b(?:load128cs|__ldcs)\s*\([^;,]*\bweight\b")
 
 
 def _hinted(prefix: str, hint_word: str, what: str, hint: str, at_least: int):
@@ -43,9 +45,19 @@ def cache_hints() -> tuple:
     """The hints' SASS: dout and inp's last reads evict-first, the dinp store with a hint."""
     from ...course.checking import static as ks
 
-    loads = _hinted("LDG", "EF", "two evict-first 128-bit loads (LDG.E.EF.128) of dout and inp "
-                    "in the second loop", "the second loop reads dout and inp for the last time: "
-                    "ask the caches to evict those lines first (load128cs, __ldcs)", 2)
+    counted = _hinted("LDG", "EF", "two evict-first 128-bit loads (LDG.E.EF.128) of dout and "
+                      "inp in the second loop", "the second loop reads dout and inp for the last "
+                      "time: ask the caches to evict those lines first (load128cs, __ldcs)", 2)
+
+    def only_dout_and_inp(c):  # the SASS counts EF loads, not whose: the text says which
+        if WEIGHT_HINTED.search(c.text):
+            return ("weight is loaded evict-first (load128cs or __ldcs on weight): every row of "
+                    "every block reads weight again, so its lines are the ones to keep in the "
+                    "caches; the hint belongs on dout and inp, which the second loop reads for "
+                    "the last time (load weight with load128)")
+        return counted.test(c)
+
+    loads = ks.Static(counted.what, only_dout_and_inp)
 
     def store(c):
         stores = ks._matching(c.instructions(KERNEL), "STG.128")

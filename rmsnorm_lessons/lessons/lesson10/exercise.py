@@ -139,6 +139,23 @@ def _local_array_bytes(rung, kernel: str, arch: str) -> int:
     return sum(int(n) for n in re.findall(r"__local_depot\w*\[(\d+)\]", body))
 
 
+def _unguarded_sums_write(text: str) -> str:
+    """The first ``sums(...) = ...`` in ``text`` with no ``p.chunks`` on its line or the line
+    before it, in row_pass (from its definition on), where the text has no early exit on ``chunk
+    >= p.chunks`` either; "" if none."""
+    at = re.search(r"\bfloat\s+row_pass\s*\(", text)
+    text = text[at.start():] if at else text
+    if re.search(r">=\s*p\.chunks\s*\)\s*(continue|break|return)", text):
+        return ""
+    lines = text.splitlines()
+    for i, line in enumerate(lines):
+        found = re.search(r"\bsums\s*\([^;]*?\)\s*=(?!=)", line)
+        before = next((ln for ln in reversed(lines[:i]) if ln.strip()), "")
+        if found and "p.chunks" not in line and "p.chunks" not in before:
+            return found.group(0).rstrip("= ").strip()
+    return ""
+
+
 def _no_local_memory(kernel: str = "rmsnorm_backward_v7"):
     """No local memory, and where there is some, what the compiler's report shows: a local array in
     the PTX (indexed at run time), or ptxas's spills at the register cap (too many values live at
@@ -156,6 +173,14 @@ def _no_local_memory(kernel: str = "rmsnorm_backward_v7"):
         report = (f"nvcc's report for {kernel}: {r.registers} registers a thread, a stack frame "
                   f"of {r.stack_bytes} B, {r.spill_stores} B of spill stores and {r.spill_loads} "
                   f"B of spill loads ({local} LDL/STL in the SASS)")
+        unguarded = _unguarded_sums_write(c.text)
+        if unguarded:
+            return (f"row_pass writes the sums back with no chunk < p.chunks guard ({unguarded}): "
+                    "a chunk past the row's end (chunk >= p.chunks) belongs to no row, and "
+                    "sums(p, half, chunk) there is a slot of another thread's shared memory, "
+                    "which this write overwrites (on the CPU twin, a race: two threads write the "
+                    "same float). Write them back only where chunk < p.chunks; the spills in "
+                    f"{report} come with that write")
         array = _local_array_bytes(c.rung, kernel, c.compiled.arch)
         if array:
             return (f"{report}; its PTX, before ptxas allocates registers, already keeps a local "
