@@ -168,7 +168,7 @@ def test_the_decision_and_the_exercise_are_not_spelled_out_above_them():
 def test_the_registry_row_follows_the_notebook():
     lesson = registry.by_stem("05_bf16")
     assert lesson.kernel_exercise == "lesson05.check_v4_draft" and lesson.rung is None
-    assert lesson.minutes <= 75
+    # its minutes: tests/test_sitting.py (the third walk-through's 81, named as over one sitting)
     cells = _cells()
     explore = next(i for i, c in enumerate(cells) if "".join(c["source"]).startswith("## Explore"))
     assert "What to take away" in "".join(cells[explore - 1]["source"])
