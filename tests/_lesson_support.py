@@ -84,6 +84,29 @@ def investigation_order(stem: str) -> None:
     assert decisions and all(i < exercise for i in decisions)
 
 
+def opening_and_change_without_a_gpu(stem: str) -> list[dict]:
+    """Round 2, rule 1, for lessons 05-08: the opening and what-changed cells are no ``%%gpu``
+    cells, none is waiting in tests/gpu_cells_pending.txt, and each shows an output (the saved
+    run's, or a GPU run's). Returns the notebook's cells."""
+    all_cells = cells(stem)
+    pending = (ROOT / "tests" / "gpu_cells_pending.txt").read_text()
+    for tag in ("opening", "what-changed"):
+        [at] = tagged(all_cells, tag)
+        assert not text(all_cells[at]).startswith("%%gpu") and "gpu" not in tags(all_cells[at]), tag
+        assert all_cells[at]["id"] not in pending and outputs(all_cells[at]).strip(), tag
+    return all_cells
+
+
+def kernel_solution(stem: str) -> str:
+    """The CUDA text of the lesson's kernel exercise as the instructor's edition solves it."""
+    import ast
+
+    from rmsnorm_lessons.course import student
+
+    [cell] = [c for c in cells(stem) if "kernel-exercise" in tags(c)]
+    return ast.parse(student.solution_only(text(cell))).body[0].value.value
+
+
 # --- a notebook read whole ------------------------------------------------------------------------
 
 

@@ -196,7 +196,8 @@ def test_the_last_reads_without_a_hint_are_not_yet_without_a_gpu():
 
 # --- round 2 of issue 41: what the learner walk-through of 2026-12 found -----------------------
 
-from _lesson_support import core, outputs, tagged, tags, text  # noqa: E402
+from _lesson_support import (  # noqa: E402
+    core, kernel_solution, opening_and_change_without_a_gpu, outputs, tagged, text)
 
 from rmsnorm_lessons import twin  # noqa: E402
 from rmsnorm_lessons.course import investigate  # noqa: E402
@@ -216,19 +217,11 @@ def no_gpu(monkeypatch):
 
 
 def _solution():
-    import ast
-
-    [cell] = [c for c in _cells() if "kernel-exercise" in c["metadata"].get("tags", [])]
-    return ast.parse(student.solution_only(text(cell))).body[0].value.value
+    return kernel_solution("06_vectorized")
 
 
 def test_the_opening_and_what_changed_run_without_a_gpu():
-    cells = _cells()
-    pending = (NOTEBOOK.parent.parent / "tests" / "gpu_cells_pending.txt").read_text()
-    for tag in ("opening", "what-changed"):
-        [at] = tagged(cells, tag)
-        assert not text(cells[at]).startswith("%%gpu") and "gpu" not in tags(cells[at]), tag
-        assert cells[at]["id"] not in pending and outputs(cells[at]).strip(), tag
+    opening_and_change_without_a_gpu("06_vectorized")
 
 
 def test_the_saved_runs_missing_figures_make_the_diagnosis_not_verified(no_gpu):

@@ -139,7 +139,8 @@ def test_twenty_calls_of_v4_differ_and_of_v5_do_not():
 
 # --- round 2 of issue 41: what the learner walk-through of 2026-12 found -----------------------
 
-from _lesson_support import core, outputs, tagged, tags, text  # noqa: E402
+from _lesson_support import (  # noqa: E402
+    core, kernel_solution, opening_and_change_without_a_gpu, tagged, text)
 
 from rmsnorm_lessons import twin  # noqa: E402
 from rmsnorm_lessons.core import build  # noqa: E402
@@ -149,19 +150,11 @@ needs_twin = pytest.mark.skipif(build.find_nvcc() is None or twin.available() is
 
 
 def _solution():
-    import ast
-
-    [cell] = [c for c in _cells() if "kernel-exercise" in c["metadata"].get("tags", [])]
-    return ast.parse(student.solution_only(text(cell))).body[0].value.value
+    return kernel_solution("07_two_pass")
 
 
 def test_the_opening_and_what_changed_run_without_a_gpu():
-    cells = _cells()
-    pending = (NOTEBOOK.parent.parent / "tests" / "gpu_cells_pending.txt").read_text()
-    for tag in ("opening", "what-changed"):
-        [at] = tagged(cells, tag)
-        assert not text(cells[at]).startswith("%%gpu") and "gpu" not in tags(cells[at]), tag
-        assert cells[at]["id"] not in pending and outputs(cells[at]).strip(), tag
+    opening_and_change_without_a_gpu("07_two_pass")
 
 
 def test_no_demonstration_under_the_diagnosis_shows_the_cause():

@@ -208,7 +208,8 @@ def test_lesson07_seed_tickets_check():
 
 # --- round 2 of issue 41: what the learner walk-through of 2026-12 found -----------------------
 
-from _lesson_support import core, outputs, tagged, tags, text  # noqa: E402
+from _lesson_support import (  # noqa: E402
+    core, opening_and_change_without_a_gpu, outputs, tagged, text)
 
 from rmsnorm_lessons.course import investigate  # noqa: E402
 from rmsnorm_lessons.inspection import nsight  # noqa: E402
@@ -223,12 +224,7 @@ def no_gpu(monkeypatch):
 
 
 def test_the_opening_and_what_changed_run_without_a_gpu():
-    cells = _cells()
-    pending = (NOTEBOOK.parent.parent / "tests" / "gpu_cells_pending.txt").read_text()
-    for tag in ("opening", "what-changed"):
-        [at] = tagged(cells, tag)
-        assert not text(cells[at]).startswith("%%gpu") and "gpu" not in tags(cells[at]), tag
-        assert cells[at]["id"] not in pending and outputs(cells[at]).strip(), tag
+    cells = opening_and_change_without_a_gpu("08_last_block")
     [changed] = tagged(cells, "what-changed")
     assert "guess_beside(mine_v6" in text(cells[changed]), "the guess beside what changed"
 
